@@ -1,0 +1,37 @@
+"""mambalearn — how Mamba's parallel scan is made fast.
+
+Glossary (the letters never change meaning, in code, docstrings and notebooks):
+
+    b   batch size                     A      state matrix; diagonal (d, n) in Mamba-1, scalar per head (h,) in Mamba-2
+    l   sequence length (time)         B, C   input and output projections, (b, n, l) or (b, g, n, l)
+    d   channels (model width)         D      skip connection, (d,)
+    n   state size per channel         delta  the step size Δ, (b, d, l); positive (softplus)
+    h   heads (Mamba-2)                A_bar  exp(Δ·A), the discrete decay Ā
+    p   head dimension (Mamba-2)       B_bar  the discrete input matrix B̄
+    q   chunk length                   u      the input sequence x (mamba_ssm calls it u)
+    c   number of chunks               h      the hidden state h_t; y the output
+    g   groups of B/C shared by channels
+
+The continuous system h′(t) = A h(t) + B x(t), y = C h + D x is discretized (chapter 01), becomes
+the recurrence h_t = Ā_t h_{t−1} + B̄_t x_t (chapter 02), whose steps compose with the associative
+operator ⊗ of `mambalearn.ops` (chapter 03) and can therefore be scanned in parallel (04–11).
+
+`import mambalearn` needs only torch and numpy; Triton, matplotlib, ipywidgets and tqdm are
+imported by the submodules that use them.
+"""
+
+import importlib
+
+__version__ = "0.1.0"
+
+_SUBMODULES = {
+    "autograd", "check", "device", "discretize", "doctor", "grade", "inference", "model", "ops",
+    "roofline", "scan", "ssd", "testing", "triton", "utils",
+}
+
+
+def __getattr__(name):
+    # `mambalearn.check` etc. without importing every chapter at `import mambalearn`.
+    if name in _SUBMODULES:
+        return importlib.import_module(f"{__name__}.{name}")
+    raise AttributeError(f"module 'mambalearn' has no attribute {name!r}")

@@ -1,0 +1,56 @@
+"""Where code runs: a CUDA GPU when there is one, else the CPU with Triton's interpreter.
+
+Triton reads ``TRITON_INTERPRET`` when a kernel is *decorated* with ``@triton.jit``, so the switch
+must happen before any kernel module is imported. Every ``mambalearn.triton`` module imports this
+one first; notebooks call ``mambalearn.device.setup()`` in their first code cell.
+
+Demo sizes come from one helper, :func:`size`, so the same notebook cell runs a real shape on a GPU
+and a tiny one on a CPU (the interpreter costs about 0.1 ms per scanned element).
+"""
+
+import os
+import sys
+
+import torch
+
+HAS_GPU = torch.cuda.is_available()
+
+if not HAS_GPU:
+    # Must precede the first `@triton.jit`; `setdefault` lets a user force "0" for debugging.
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+
+# Largest number of scanned elements (b·d·l·n) one Triton call should touch under the interpreter.
+CPU_ELEMENT_BUDGET = 10_000
+
+
+def setup(seed=None):
+    """Pick the device, print one line saying which, optionally seed torch. Returns the device."""
+    if seed is not None:
+        torch.manual_seed(seed)
+    return get()
+
+
+def get():
+    """The ``torch.device`` that demos and benchmarks should use."""
+    return torch.device("cuda" if HAS_GPU else "cpu")
+
+
+def interpreted():
+    """True when Triton kernels run through the CPU interpreter (no GPU, or forced)."""
+    return os.environ.get("TRITON_INTERPRET", "0") == "1"
+
+
+def size(gpu, cpu):
+    """A demo size: ``gpu`` on a GPU, ``cpu`` otherwise. Works for ints, tuples and dicts.
+
+    >>> size(gpu=dict(b=8, d=2048, l=2048), cpu=dict(b=1, d=4, l=33))  # doctest: +SKIP
+    """
+    return gpu if HAS_GPU else cpu
+
+
+def describe():
+    """One line naming the device and the Triton mode, for notebooks and `doctor`."""
+    if HAS_GPU:
+        return f"GPU: {torch.cuda.get_device_name()} (Triton compiles for it)"
+    where = "Linux" if sys.platform.startswith("linux") else sys.platform
+    return f"CPU on {where}: Triton kernels run in the interpreter (TRITON_INTERPRET=1), small sizes"

@@ -1,0 +1,57 @@
+"""One table of tolerances and one comparison function for the whole project.
+
+Start from mamba_ssm's own test tolerances (fp32 rtol 6e-4 / atol 2e-3, bf16 3e-2 / 5e-2);
+gradients accumulate more rounding, so they get a looser row. Always compare a fast path against
+a slow oracle computed in float64 (or float32 for bf16/fp16 inputs).
+"""
+
+import torch
+
+# dtype -> (rtol, atol) for forward outputs.
+TOLERANCES = {
+    torch.float64: (1e-7, 1e-9),
+    torch.float32: (6e-4, 2e-3),
+    torch.float16: (3e-3, 5e-3),
+    torch.bfloat16: (3e-2, 5e-2),
+}
+# Gradients: a reverse scan plus reductions over l; mamba_ssm loosens these by 2-5x.
+GRAD_TOLERANCES = {
+    torch.float64: (1e-6, 1e-8),
+    torch.float32: (2e-3, 5e-3),
+    torch.float16: (1e-2, 2e-2),
+    torch.bfloat16: (6e-2, 1e-1),
+}
+
+
+def tolerance(dtype, grad=False):
+    """(rtol, atol) for ``dtype``; ``grad=True`` for gradients."""
+    table = GRAD_TOLERANCES if grad else TOLERANCES
+    if dtype not in table:
+        raise TypeError(f"no tolerance for dtype {dtype}; expected one of {list(table)}")
+    return table[dtype]
+
+
+def assert_close(actual, expected, *, dtype=None, grad=False, msg=None, rtol=None, atol=None):
+    """``torch.testing.assert_close`` with the tolerance of ``dtype`` (default: ``actual.dtype``).
+
+    ``expected`` may be of a wider dtype (the float64 oracle); it is cast to ``actual``'s dtype
+    after the tolerance is chosen. ``msg`` is prepended to torch's report (which already names the
+    worst element and its index).
+    """
+    dtype = dtype or actual.dtype
+    if rtol is None or atol is None:
+        rtol, atol = tolerance(dtype, grad)
+    a = actual.detach().to(torch.float64)
+    e = expected.detach().to(device=a.device, dtype=torch.float64)
+
+    def report(m):
+        # torch names the *worst* element; a student debugging a loop wants the *first* one.
+        lines = [msg] if msg else []
+        if a.shape == e.shape:
+            bad = (~torch.isclose(a, e, rtol=rtol, atol=atol, equal_nan=True)).nonzero()
+            if len(bad):
+                i = tuple(bad[0].tolist())
+                lines.append(f"first wrong index {i}: expected {e[i].item():.6g}, got {a[i].item():.6g}")
+        return "\n".join(lines + [m])
+
+    torch.testing.assert_close(a, e, rtol=rtol, atol=atol, msg=report)
