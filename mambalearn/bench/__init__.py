@@ -1,0 +1,67 @@
+"""`python -m mambalearn bench`: time every backend at the shapes of DESIGN.md §6.
+
+Each topic is a submodule with ``run(gpu: bool) -> list[dict]``; a row has at least
+``topic, backend, shape, ms`` and may add ``ratio`` (to mamba_ssm, same run), ``floor_pct`` and
+``peak_gb``. On a CPU the topics time tiny shapes through Triton's interpreter and say so.
+Shared helpers: :func:`time_ms` (``triton.testing.do_bench`` median on a GPU, a wall clock on a
+CPU) and :func:`peak_gb` (``torch.cuda.max_memory_allocated`` beyond what was allocated before).
+"""
+
+import importlib
+import json
+import pkgutil
+import time
+
+import torch
+
+TOPICS = [m.name for m in pkgutil.iter_modules(__path__) if not m.name.startswith("_")]
+
+
+def time_ms(fn, warmup=25, rep=100):
+    """Median milliseconds of ``fn()``; GPU: CUDA events via ``triton.testing.do_bench``."""
+    if torch.cuda.is_available():
+        import triton.testing
+
+        return triton.testing.do_bench(fn, warmup=warmup, rep=rep, return_mode="median")
+    fn()  # compile / warm caches
+    times = []
+    for _ in range(3):
+        t = time.perf_counter()
+        fn()
+        times.append((time.perf_counter() - t) * 1e3)
+    return sorted(times)[1]
+
+
+def peak_gb(fn):
+    """Peak GPU memory of ``fn()`` beyond what was allocated before it, in GB (None on CPU)."""
+    if not torch.cuda.is_available():
+        return None
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    before = torch.cuda.memory_allocated()
+    fn()
+    torch.cuda.synchronize()
+    return (torch.cuda.max_memory_allocated() - before) / 1e9
+
+
+def table(rows):
+    """A fixed-width text table of the rows (the last thing a bench run prints)."""
+    cols = ["topic", "backend", "shape", "ms", "ratio", "floor_pct", "peak_gb"]
+    fmt = lambda v: "-" if v is None else (f"{v:.3f}" if isinstance(v, float) else str(v))
+    cells = [[fmt(r.get(c)) for c in cols] for r in rows]
+    widths = [max(len(c), *(len(x[i]) for x in cells)) for i, c in enumerate(cols)]
+    line = lambda xs: "  ".join(x.ljust(w) for x, w in zip(xs, widths))
+    return "\n".join([line(cols)] + [line(x) for x in cells])
+
+
+def main(topics=None, out=None):
+    gpu = torch.cuda.is_available()
+    if not gpu:
+        print("No GPU: timing Triton's CPU interpreter at tiny shapes (not kernel speed).")
+    rows = []
+    for name in topics or TOPICS:
+        rows += importlib.import_module(f"{__name__}.{name}").run(gpu)
+    if out:
+        json.dump(rows, open(out, "w"), indent=1)
+    print(table(rows))
+    return rows
