@@ -1,0 +1,74 @@
+"""Checks for chapter 01: ``zoh``, ``bilinear``, ``ssm_kernel`` against `mambalearn.discretize`."""
+
+import torch
+
+from mambalearn import discretize
+from mambalearn.check import _core
+
+__all__ = ["zoh", "bilinear", "ssm_kernel"]
+
+
+def _stable_A(n, full, g):
+    """A random stable A: negative diagonal, or −(MMᵀ + 0.1 I) plus a skew part (eigenvalues Re < 0)."""
+    if not full:
+        return -(torch.rand(n, generator=g, dtype=torch.float64) * 2 + 0.05)
+    M = torch.randn(n, n, generator=g, dtype=torch.float64) / n**0.5
+    S = torch.randn(n, n, generator=g, dtype=torch.float64)
+    return -(M @ M.T + 0.1 * torch.eye(n, dtype=torch.float64)) + (S - S.T) / 2
+
+
+def _cases(g):
+    """(description, A, B, delta): random sizes and Δ, plus the edge cases students trip on."""
+    cases = []
+    for full in (False, True):
+        kind = "full" if full else "diagonal"
+        for n, delta in [(1, 0.7), (int(torch.randint(2, 9, (1,), generator=g)), None), (5, 1e-6),
+                         (4, 8.0)]:
+            delta = float(torch.rand(1, generator=g)) * 2 + 0.05 if delta is None else delta
+            A, B = _stable_A(n, full, g), torch.randn(n, generator=g, dtype=torch.float64)
+            cases.append((f"{kind} A with n={n}, delta={delta:.3g}", A, B, delta))
+    A = _stable_A(3, False, g)
+    deltas = torch.rand(2, 5, generator=g, dtype=torch.float64) + 0.1  # a batch of step sizes
+    cases.append(("diagonal A with a (2, 5) batch of delta", A, torch.randn(3, generator=g,
+                  dtype=torch.float64), deltas))
+    return cases
+
+
+def _check_discretization(name, student, oracle):
+    g = _core.generator()
+    cases = _cases(g)
+    for desc, A, B, delta in cases:
+        got = _core.call(student, A, B, delta, case=desc)
+        if not (isinstance(got, tuple) and len(got) == 2):
+            raise AssertionError(f"{name} must return the pair (A_bar, B_bar); got {type(got).__name__} on {desc}")
+        want = oracle(A, B, delta)
+        for part, x, y in zip(("A_bar", "B_bar"), got, want):
+            _core.compare(x, y, what=f"{name}: {part}", case=desc, g=g)
+    _core.passed(name, len(cases))
+
+
+def zoh(fn):
+    """Check an exact ZOH ``fn(A, B, delta) -> (A_bar, B_bar)`` (diagonal and full A, tiny and large Δ)."""
+    _check_discretization("zoh", fn, discretize.zoh)
+
+
+def bilinear(fn):
+    """Check a bilinear ``fn(A, B, delta) -> (A_bar, B_bar)``."""
+    _check_discretization("bilinear", fn, discretize.bilinear)
+
+
+def ssm_kernel(fn):
+    """Check ``fn(A_bar, B_bar, C, length) -> K`` (length (length,)) for diagonal and full Ā."""
+    g = _core.generator()
+    n_checks = 0
+    for full in (False, True):
+        for n, length in [(1, 1), (3, 7), (4, 64)]:
+            A = _stable_A(n, full, g)
+            A_bar, B_bar = discretize.zoh(A, torch.randn(n, generator=g, dtype=torch.float64), 0.5)
+            C = torch.randn(n, generator=g, dtype=torch.float64)
+            case = f"{'full' if full else 'diagonal'} Ā with n={n}, length={length}"
+            got = _core.call(fn, A_bar, B_bar, C, length, case=case)
+            _core.compare(got, discretize.ssm_kernel(A_bar, B_bar, C, length), what="ssm_kernel",
+                          case=case, g=g)
+            n_checks += 1
+    _core.passed("ssm_kernel", n_checks)

@@ -1,0 +1,66 @@
+"""`python -m mambalearn doctor`: is this machine ready for the course? One verdict per line.
+
+Checks versions, the device mode (GPU, or Triton's CPU interpreter), the platform (Triton wheels
+are Linux-only), and runs a tiny Triton scan forward and in reverse against a Python loop.
+"""
+
+import platform
+import sys
+
+
+def _line(ok, what, fix=""):
+    mark = "ok " if ok else "FAIL"
+    print(f"[{mark}] {what}" + ("" if ok or not fix else f"\n       fix: {fix}"))
+    return ok
+
+
+def _loop_scan(a, b, reverse):
+    import torch
+
+    h, out = torch.zeros_like(b[..., 0]), torch.empty_like(b)
+    for t in (reversed(range(b.shape[-1])) if reverse else range(b.shape[-1])):
+        h = a[..., t] * h + b[..., t]
+        out[..., t] = h
+    return out
+
+
+def main():
+    ok = _line(sys.version_info >= (3, 10), f"Python {platform.python_version()}",
+               "install Python 3.10 or newer")
+    try:
+        import numpy
+        import torch
+    except ImportError as e:
+        return not _line(False, f"import torch/numpy: {e}", "run `make lab` (it installs them)")
+    ok &= _line(True, f"torch {torch.__version__}, numpy {numpy.__version__}")
+    linux = sys.platform.startswith("linux")
+    ok &= _line(linux, f"platform {sys.platform}",
+                "Triton is Linux-only: use WSL2 on Windows or a Linux machine (chapters 01-07 run anywhere)")
+    try:
+        import triton
+    except ImportError:
+        return not _line(False, "import triton", "pip install triton (Linux), or `make lab`")
+    from mambalearn import device
+
+    _line(True, f"triton {triton.__version__}; {device.describe()}")
+    if not device.HAS_GPU and not device.interpreted():
+        ok &= _line(False, "no GPU and TRITON_INTERPRET is not 1",
+                    "unset TRITON_INTERPRET (mambalearn sets it to 1 when there is no GPU)")
+    try:
+        from mambalearn.testing import assert_close
+        from mambalearn.triton.scan import scan
+    except ImportError as e:
+        return not _line(False, f"import mambalearn.triton.scan: {e}", "reinstall: `make lab`")
+    dev = device.get()
+    a = torch.rand(3, 37, device=dev) * 0.5 + 0.5
+    b = torch.randn(3, 37, device=dev)
+    for reverse in (False, True):
+        try:
+            assert_close(scan(a, b, reverse=reverse), _loop_scan(a, b, reverse))
+            ok &= _line(True, f"Triton scan (reverse={reverse}) matches a Python loop")
+        except Exception as e:  # noqa: BLE001 - any failure here is the verdict
+            first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            ok &= _line(False, f"Triton scan (reverse={reverse}): {first}",
+                        "check that triton matches torch (`pip list`), then report the output")
+    print("all good" if ok else "some checks failed: see the fixes above")
+    return ok
