@@ -1,0 +1,54 @@
+# Every target bootstraps .venv on first use: `make lab` and `make test` are all a user needs.
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed
+TORCH_VERSION  := 2.13.0
+TRITON_VERSION := 3.6.0
+TORCH_CPU_INDEX ?= https://download.pytorch.org/whl/cpu
+JOBS   ?= 2
+NB     ?=
+PIP    := $(PY) -m pip install -q --disable-pip-version-check
+export MAMBALEARN_PROGRESS ?= 0
+export MPLBACKEND ?= Agg
+
+.PHONY: lab test exercises grade slides bench doctor clean
+
+$(STAMP): pyproject.toml constraints.txt
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	@# torch: the CUDA build where an NVIDIA GPU is present, else the small CPU build (never the
+	@# multi-GB CUDA wheel on a CPU machine). A local CPU wheel (pip --find-links) is used if present.
+	@if $(PY) -c "import torch" 2>/dev/null; then :; \
+	elif nvidia-smi -L >/dev/null 2>&1; then $(PIP) -c constraints.txt torch==$(TORCH_VERSION); \
+	else $(PIP) --no-deps --no-index torch==$(TORCH_VERSION)+cpu 2>/dev/null \
+	  || $(PIP) --no-deps torch==$(TORCH_VERSION)+cpu --index-url $(TORCH_CPU_INDEX); \
+	  $(PIP) -c constraints.txt triton==$(TRITON_VERSION); fi
+	$(PIP) -c constraints.txt -e '.[dev]'
+	@touch $(STAMP)
+
+lab: $(STAMP)  ## JupyterLab on notebooks/, localhost only, token auth on
+	$(VENV)/bin/jupyter lab --ip=127.0.0.1 --notebook-dir=notebooks --no-browser
+
+test: $(STAMP)  ## everything: unit, property, notebooks, grading, slides, env sync
+	$(PY) -m pytest -n $(JOBS) --dist loadfile --nbval-lax --nbval-current-env \
+	  --nbval-cell-timeout=900 -p no:cacheprovider tests notebooks solutions
+
+exercises: $(STAMP)  ## regenerate exercises/ from solutions/
+	@for f in solutions/*.ipynb; do \
+	  $(PY) -m mambalearn.grade make-exercise $$f exercises/$$(basename $$f) && echo "exercises/$$(basename $$f)"; done
+
+grade: $(STAMP)  ## make grade NB=path/to/student.ipynb
+	@test -n "$(NB)" || (echo "usage: make grade NB=path/to/notebook.ipynb" && exit 2)
+	$(PY) -m mambalearn grade $(NB)
+
+slides: $(STAMP)  ## execute each chapter and write slides/NN_name.slides.html
+	$(PY) -m mambalearn.slides notebooks/*.ipynb --out slides $(if $(OFFLINE),--offline,)
+
+bench: $(STAMP)  ## time every backend (GPU: DESIGN.md §6 shapes; CPU: interpreter, tiny)
+	$(PY) -m mambalearn bench --json bench-results.json
+
+doctor: $(STAMP)
+	$(PY) -m mambalearn doctor
+
+clean:
+	rm -rf $(VENV) slides site bench-results.json
