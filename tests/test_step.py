@@ -1,0 +1,227 @@
+"""Chapter 12: the decode step (oracle and Triton kernel), the causal conv step, prefill by steps."""
+
+import pytest
+import torch
+
+from mambalearn import inference
+from mambalearn.scan.sequential import selective_scan_sequential
+from mambalearn.testing import assert_close
+from mambalearn.triton.step import selective_state_update
+
+GPU = torch.cuda.is_available()
+DEV = "cuda" if GPU else "cpu"
+
+
+def mamba1_inputs(b, d, n, g, dtype=torch.float32, state_dtype=torch.float32):
+    r = lambda *s: torch.randn(*s, generator=g, dtype=torch.float64).to(DEV)
+    return dict(
+        state=r(b, d, n).to(state_dtype), x=r(b, d).to(dtype), dt=r(b, d).to(dtype),
+        A=-torch.exp(r(d, n)), B=r(b, n).to(dtype), C=r(b, n).to(dtype), D=r(d), z=r(b, d).to(dtype),
+        dt_bias=r(d) * 0.5,
+    )
+
+
+def mamba2_inputs(b, h, p, n, groups, g, dtype=torch.float32, state_dtype=torch.float32):
+    r = lambda *s: torch.randn(*s, generator=g, dtype=torch.float64).to(DEV)
+    return dict(
+        state=r(b, h, p, n).to(state_dtype), x=r(b, h, p).to(dtype), dt=r(b, h).to(dtype),
+        A=-torch.exp(r(h)), B=r(b, groups, n).to(dtype), C=r(b, groups, n).to(dtype), D=r(h),
+        z=r(b, h, p).to(dtype), dt_bias=r(h) * 0.5,
+    )
+
+
+def run_both(inp, **kw):
+    """Kernel and oracle on copies of the same state; the oracle in float64 where possible."""
+    s_kernel = inp["state"].clone()
+    s_oracle = inp["state"].to(torch.float64)
+    args = {k: v for k, v in inp.items() if k != "state"}
+    args.update(kw)
+    out = selective_state_update(s_kernel, **args)
+    a = {k: (v.to(torch.float64) if torch.is_tensor(v) and v.is_floating_point() else v)
+         for k, v in args.items()}
+    want = inference.decode_step(s_oracle, a.pop("x"), a.pop("dt"), a.pop("A"), a.pop("B"),
+                                 a.pop("C"), a.pop("D"), a.pop("z"), a.pop("dt_bias"),
+                                 a.pop("dt_softplus", False), **a)
+    return out, want, s_kernel, s_oracle
+
+
+@pytest.mark.parametrize("softplus", [False, True])
+@pytest.mark.parametrize("drop", [(), ("D",), ("z",), ("dt_bias",), ("D", "z", "dt_bias")])
+def test_mamba1_layout_matches_oracle(softplus, drop):
+    g = torch.Generator().manual_seed(hash((softplus, drop)) % 2**31)
+    inp = mamba1_inputs(3, 7, 5, g)  # odd sizes: masks on both tile axes
+    for k in drop:
+        inp[k] = None
+    out, want, s, s_ref = run_both(inp, dt_softplus=softplus)
+    assert out.shape == inp["x"].shape and out.dtype == inp["x"].dtype
+    assert_close(s, s_ref, msg="state")
+    assert_close(out, want, msg="out")
+
+
+@pytest.mark.parametrize("groups", [1, 2, 4])
+def test_mamba2_layout_matches_oracle(groups):
+    g = torch.Generator().manual_seed(groups)
+    inp = mamba2_inputs(2, 4, 3, 6, groups, g)
+    out, want, s, s_ref = run_both(inp, dt_softplus=True)
+    assert_close(s, s_ref, msg="state")
+    assert_close(out, want, msg="out")
+
+
+def test_mamba2_mamba_ssm_broadcast_layout_takes_tied_path():
+    """mamba_ssm's Mamba-2 passes A (h, p, n), dt (b, h, p), D/dt_bias (h, p) expanded with stride 0."""
+    g = torch.Generator().manual_seed(1)
+    inp = mamba2_inputs(2, 3, 5, 4, 1, g)
+    b, h, p, n = inp["state"].shape
+    full = dict(inp, A=inp["A"][:, None, None].expand(h, p, n), dt=inp["dt"][..., None].expand(b, h, p),
+                D=inp["D"][:, None].expand(h, p), dt_bias=inp["dt_bias"][:, None].expand(h, p))
+    out, want, s, s_ref = run_both(full, dt_softplus=True)
+    assert_close(s, s_ref)
+    assert_close(out, want)
+    # an untied A (a different decay per row and state) takes the general path
+    untied = dict(full, A=-torch.rand(h, p, n, generator=g, dtype=torch.float64).to(DEV))
+    out, want, s, s_ref = run_both(untied, dt_softplus=True)
+    assert_close(s, s_ref)
+    assert_close(out, want)
+
+
+@pytest.mark.parametrize("state_dtype", [torch.float32, torch.bfloat16])
+def test_bf16_inputs_and_state(state_dtype):
+    g = torch.Generator().manual_seed(7)
+    inp = mamba2_inputs(2, 2, 4, 8, 1, g, dtype=torch.bfloat16, state_dtype=state_dtype)
+    out, want, s, s_ref = run_both(inp, dt_softplus=True)
+    assert s.dtype == state_dtype and out.dtype == torch.bfloat16
+    assert_close(s, s_ref, dtype=state_dtype)  # the state is only rounded once, on the store
+    assert_close(out, want, dtype=torch.bfloat16)
+
+
+def test_non_contiguous_state_and_inputs_update_in_place():
+    g = torch.Generator().manual_seed(3)
+    inp = mamba1_inputs(2, 6, 4, g)
+    base = torch.randn(2, 4, 6, generator=g).to(DEV)
+    state = base.transpose(1, 2)  # (b, d, n), not contiguous: the kernel must write through
+    inp["state"] = state
+    inp["x"] = torch.randn(6, 2, generator=g).to(DEV).t()  # (b, d) non-contiguous
+    ref_state = state.clone().double()
+    a = {k: v for k, v in inp.items() if k != "state"}
+    out = selective_state_update(state, **a, dt_softplus=True)
+    want = inference.decode_step(ref_state, a["x"], a["dt"], a["A"], a["B"], a["C"], a["D"], a["z"],
+                                 a["dt_bias"], True)
+    assert_close(base.transpose(1, 2), ref_state, msg="state written through the view")
+    assert_close(out, want)
+
+
+def test_state_batch_indices_and_padding_rows():
+    g = torch.Generator().manual_seed(4)
+    inp = mamba2_inputs(3, 2, 3, 4, 1, g)
+    pool = torch.randn(5, 2, 3, 4, generator=g).to(DEV)  # 5 slots, 3 rows this step
+    idx = torch.tensor([4, -1, 0], device=DEV)
+    inp["state"] = pool
+    out, want, s, s_ref = run_both(inp, dt_softplus=True, state_batch_indices=idx)
+    assert_close(s, s_ref)
+    assert_close(out, want)
+    assert bool((out[1] == 0).all()) and torch.equal(s[1:4], pool[1:4])  # untouched slots
+
+
+def test_repeated_steps_equal_the_full_scan():
+    """l decode steps from h = 0 reproduce the sequential scan, outputs and last state."""
+    g = torch.Generator().manual_seed(5)
+    b, d, n, l = 2, 3, 4, 9
+    u, delta, z = (torch.randn(b, d, l, generator=g) for _ in range(3))
+    A = -torch.exp(torch.randn(d, n, generator=g))
+    B, C = (torch.randn(b, n, l, generator=g) for _ in range(2))
+    D, bias = torch.randn(d, generator=g), torch.randn(d, generator=g)
+    want, h_want = selective_scan_sequential(u, delta, A, B, C, D, z, bias, True, return_last_state=True)
+    state = torch.zeros(b, d, n)
+    outs = [selective_state_update(state, u[..., t], delta[..., t], A, B[..., t], C[..., t], D,
+                                   z[..., t], bias, True) for t in range(l)]
+    assert_close(torch.stack(outs, -1), want)
+    assert_close(state, h_want)
+
+
+def test_scan_by_steps_mask_initial_state_and_seq_idx():
+    g = torch.Generator().manual_seed(6)
+    b, d, n, l = 2, 3, 2, 10
+    u, delta = torch.randn(b, d, l, generator=g), torch.randn(b, d, l, generator=g)
+    A = -torch.exp(torch.randn(d, n, generator=g))
+    B, C = torch.randn(b, n, l, generator=g), torch.randn(b, n, l, generator=g)
+    D, h0 = torch.randn(d, generator=g), torch.randn(b, d, n, generator=g)
+    mask = torch.rand(b, l, generator=g) > 0.3
+    got, h = inference.scan_by_steps(u, delta, A, B, C, D, delta_softplus=True, initial_state=h0,
+                                     mask=mask)
+    want, h_want = selective_scan_sequential(u, delta, A, B, C, D, delta_softplus=True, mask=mask,
+                                             initial_state=h0, return_last_state=True)
+    assert_close(got, want)
+    assert_close(h, h_want)
+    # two sequences packed in one row = the two run separately
+    seq_idx = torch.tensor([[0] * 4 + [1] * 6] * b)
+    got, h = inference.scan_by_steps(u, delta, A, B, C, D, delta_softplus=True, seq_idx=seq_idx)
+    first = selective_scan_sequential(u[..., :4], delta[..., :4], A, B[..., :4], C[..., :4], D,
+                                      delta_softplus=True)
+    second, h2 = selective_scan_sequential(u[..., 4:], delta[..., 4:], A, B[..., 4:], C[..., 4:], D,
+                                           delta_softplus=True, return_last_state=True)
+    assert_close(got, torch.cat([first, second], -1))
+    assert_close(h, h2)
+
+
+def test_initial_state_contribution_is_linearity():
+    g = torch.Generator().manual_seed(8)
+    b, d, n, l = 2, 4, 3, 7
+    u, delta = torch.randn(b, d, l, generator=g), torch.rand(b, d, l, generator=g)
+    A = -torch.exp(torch.randn(d, n, generator=g))
+    B, C = torch.randn(b, 2, n, l, generator=g), torch.randn(b, 2, n, l, generator=g)
+    h0 = torch.randn(b, d, n, generator=g)
+    want, h_want = selective_scan_sequential(u, delta, A, B, C, initial_state=h0,
+                                             return_last_state=True)
+    zero, h_zero = selective_scan_sequential(u, delta, A, B, C, return_last_state=True)
+    y_extra, h_extra = inference.initial_state_contribution(delta, A, C, h0)
+    assert_close(zero + y_extra, want)
+    assert_close(h_zero + h_extra, h_want)
+
+
+def test_causal_conv_full_chunked_and_stepwise_agree():
+    g = torch.Generator().manual_seed(9)
+    b, d, k, l = 2, 5, 4, 11
+    x, w, bias = torch.randn(b, d, l, generator=g), torch.randn(d, k, generator=g), torch.randn(d)
+    conv = torch.nn.Conv1d(d, d, k, groups=d, padding=k - 1)
+    with torch.no_grad():
+        conv.weight.copy_(w[:, None]), conv.bias.copy_(bias)
+        want = conv(x)[..., :l]
+    full, state_full = inference.causal_conv1d(x, w, bias)
+    assert_close(full, want)
+    # chunks of 2, 3, 6 (the first shorter than k) continue from the carried state
+    state, parts = None, []
+    for lo, hi in ((0, 2), (2, 5), (5, l)):
+        y, state = inference.causal_conv1d(x[..., lo:hi], w, bias, state)
+        parts.append(y)
+    assert_close(torch.cat(parts, -1), want)
+    assert torch.equal(state, state_full)
+    state = torch.zeros(b, d, k)
+    steps = [inference.causal_conv1d_step(x[..., t], state, w, bias) for t in range(l)]
+    assert_close(torch.stack(steps, -1), want)
+    assert torch.equal(state, state_full)
+
+
+def test_bad_inputs_raise_clear_errors():
+    g = torch.Generator().manual_seed(10)
+    inp = mamba1_inputs(2, 3, 4, g)
+    with pytest.raises(ValueError, match="A must have shape"):
+        selective_state_update(**dict(inp, A=torch.randn(3, 5)))
+    with pytest.raises(ValueError, match="x must have shape"):
+        selective_state_update(**dict(inp, x=torch.randn(2, 4)))
+    with pytest.raises(TypeError, match="B must be a real floating"):
+        selective_state_update(**dict(inp, B=torch.ones(2, 4, dtype=torch.int64)))
+    with pytest.raises(ValueError, match="state must have"):
+        selective_state_update(**dict(inp, state=torch.randn(2, 3)))
+    inp2 = mamba2_inputs(2, 3, 2, 4, 1, g)
+    with pytest.raises(ValueError, match="groups"):
+        selective_state_update(**dict(inp2, B=torch.randn(2, 2, 4), C=torch.randn(2, 2, 4)))
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not GPU, reason="needs a CUDA GPU")
+def test_real_size_on_gpu():
+    g = torch.Generator().manual_seed(11)
+    inp = mamba2_inputs(64, 80, 64, 128, 1, g)
+    out, want, s, s_ref = run_both(inp, dt_softplus=True)
+    assert_close(s, s_ref)
+    assert_close(out, want)
