@@ -17,6 +17,7 @@ and every check cell (nbgrader ``grade: true``) is one task: passed or failed, w
 import argparse
 import copy
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -90,18 +91,25 @@ def _cell_results(junit):
         if not name.startswith("Cell "):
             continue
         bad = case.find("failure") if case.find("failure") is not None else case.find("error")
-        results[int(name.split()[1])] = None if bad is None else (bad.get("message") or bad.text or "failed")
+        results[int(name.split()[1])] = None if bad is None else (bad.text or bad.get("message") or "failed")
     return results
 
 
 def _reason(text):
-    """The most useful line of a failure: the AssertionError/NotImplementedError message."""
-    lines = [l.strip() for l in (text or "").splitlines() if l.strip()]
-    for key in ("AssertionError", "NotImplementedError", "Timeout", "Error"):
-        for l in lines:
-            if key in l:
-                return l[:200]
-    return (lines[-1] if lines else "failed")[:200]
+    """The exception line of a failure (e.g. 'AssertionError: zoh: B_bar is wrong on ...')."""
+    lines = [re.sub(r"\x1b\[[0-9;]*m|#x1B\[[0-9;]*m", "", l).strip() for l in (text or "").splitlines()]
+    lines = [l for l in lines if l]
+    for l in reversed(lines):
+        if re.match(r"^[A-Za-z_.]*(Error|Exception|Interrupt)\b", l) and "Traceback" not in l:
+            # the first line of the exception message; an AssertionError's details follow it
+            i = lines.index(l)
+            if l.startswith("NotImplementedError"):
+                return "NotImplementedError: not written yet"
+            return " ".join(lines[i:i + 2])[:240] if l.endswith(":") else l[:240]
+    for l in lines:
+        if "Timeout" in l or "timed out" in l.lower():
+            return l[:240]
+    return (lines[-1] if lines else "failed")[:240]
 
 
 def grade(notebook, pristine=None, timeout=120):
@@ -146,7 +154,11 @@ def main(argv=None):
                    "(default: exercises/<same name> of this repository)")
     p.add_argument("--timeout", type=int, default=120, help="seconds per cell (default 120)")
     args = p.parse_args(argv)
-    rows = grade(args.notebook, args.pristine, args.timeout)
+    try:
+        rows = grade(args.notebook, args.pristine, args.timeout)
+    except FileNotFoundError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     print(report(rows))
     return 0 if rows and all(r["passed"] for r in rows) else 1
 

@@ -94,7 +94,7 @@ def check(path):
             problems.append(f"{path} cell {i}: slideshow.slide_type missing or invalid ({kind!r})")
         if cell.cell_type == "code" and cell.outputs:
             problems.append(f"{path} cell {i}: has outputs (commit notebooks without outputs)")
-        if "BEGIN SOLUTION" in cell.source and not cell.metadata.get("nbgrader", {}).get("solution"):
+        if cell.cell_type == "code" and "BEGIN SOLUTION" in cell.source and not cell.metadata.get("nbgrader", {}).get("solution"):
             problems.append(f"{path} cell {i}: solution markers but no `solution` tag")
     return problems
 
