@@ -24,7 +24,10 @@ Through the selective scan's discretization a_t = exp(Δ_t A), b_t = Δ_t B_t x_
     selective_scan_recompute  the selective scan (selective_scan_sequential's signature) that
                               never holds a (b, d, l, n) tensor: O(b·d·l) + O(b·d·n·l/q) memory
     selective_scan_checkpointed  the baseline: torch.utils.checkpoint around each chunk
+    saved_tensor_bytes        what autograd keeps for the backward, measured on any device
 """
+
+import contextlib
 
 import torch
 import torch.nn.functional as F
@@ -42,7 +45,7 @@ def _scan_states(a, b, h0):
 
 
 def scan_backward(a, h, grad_h, initial_state=None):
-    """Gradients of h_t = a_t h_{t−1} + b_t: dh_t = g_t + a_{t+1} dh_{t+1}; ∂b_t = dh_t; ∂a_t = dh_t h_{t−1}.
+    """dh_t = g_t + a_{t+1} dh_{t+1};  ∂b_t = dh_t;  ∂a_t = dh_t h_{t−1}  (for h_t = a_t h_{t−1} + b_t).
 
     Shapes:
         a:              (..., l, n)   the gates of the forward scan
@@ -84,9 +87,9 @@ class ChunkedScanFn(torch.autograd.Function):
         _check_scan_inputs(a, b, initial_state)
         l, q = a.shape[-2], chunk_size
         h = chunked_scan(a, b, q, initial_state)  # (..., l, n)
-        H = torch.zeros_like(h[..., :1, :]) if initial_state is None else initial_state[..., None, :]
-        # .clone(): a slice of h would keep all of h's memory alive
-        H = torch.cat([H, h[..., q - 1:l - 1:q, :]], dim=-2).clone()  # (..., c, n)
+        H0 = torch.zeros_like(h[..., :1, :]) if initial_state is None else initial_state[..., None, :]
+        # cat makes a copy: saving a slice of h would keep all of h's memory alive
+        H = torch.cat([H0, h[..., q - 1:l - 1:q, :]], dim=-2)  # (..., c, n)
         ctx.save_for_backward(a, b, H)
         ctx.chunk_size, ctx.has_initial = q, initial_state is not None
         return h
@@ -205,7 +208,7 @@ def _chunk_output(y, u, D, z, mask, s):
 
 
 def _chunk_output_backward(grad_out, y, u, D, z, mask, s, g):
-    """Backward of :func:`_chunk_output`: fills ∂D, ∂z, the skip part of ∂x; returns ∂y (b, d, q)."""
+    """Backward of :func:`_chunk_output`: fills ∂D, ∂z and the skip part of ∂x; returns ∂y."""
     if mask is not None:
         grad_out = grad_out.masked_fill(~mask[:, None, s], 0.0)
     pre = y if D is None else y + D[:, None] * u  # y + D x
@@ -293,3 +296,31 @@ def selective_scan_checkpointed(u, delta, A, B, C, D=None, z=None, delta_bias=No
         outs.append(out_k)
     out = torch.cat(outs, dim=-1)  # (b, d, l)
     return (out, h) if return_last_state else out
+
+
+@contextlib.contextmanager
+def saved_tensor_bytes(exclude=()):
+    """Count the bytes autograd saves for the backward inside the ``with`` block.
+
+    Yields a dict whose ``"bytes"`` grows as tensors are saved; each storage counts once, whole
+    (a saved slice keeps its whole storage alive), and storages of the tensors in ``exclude``
+    (the inputs) are not counted. Uses ``torch.autograd.graph.saved_tensors_hooks``, which also
+    sees ``ctx.save_for_backward`` of custom Functions.
+
+    >>> with saved_tensor_bytes(exclude=[a, b]) as saved:  # doctest: +SKIP
+    ...     h = ChunkedScanFn.apply(a, b, 4, None)
+    >>> saved["bytes"]  # doctest: +SKIP
+    """
+    seen = {t.untyped_storage().data_ptr() for t in exclude if t is not None}
+    result = {"bytes": 0, "tensors": 0}
+
+    def pack(t):
+        storage = t.untyped_storage()
+        if storage.data_ptr() not in seen:
+            seen.add(storage.data_ptr())
+            result["bytes"] += storage.nbytes()
+            result["tensors"] += 1
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        yield result

@@ -1,0 +1,256 @@
+"""Bytes, operations and the roofline: how fast can a scan possibly run on this machine?
+
+A kernel needs at least  bytes / bandwidth  (every input read once, every output written once
+through HBM) and at least  ops / rate  for each unit it keeps busy (FMA pipes, tensor cores, the
+special-function units (SFU) that compute exp). The largest of these times is the *floor*:
+
+    floor = max(bytes / BW, flops / FLOP/s, exps / exp/s),    intensity = flops / bytes.
+
+For the selective scan with N = b·d·l·n state elements and M = b·d·l inputs per tensor:
+
+    fused kernel   reads u, Δ, z, B, C, writes y:   ≈ (3 + 1)·M·s_in bytes,    N + 4M exps
+    store states   + writes Ā, B̄x, h and reads them back:      + 6·N·s_state bytes
+    naive loop     + Ā, B̄x (2N written, 2N read), then per step h read, written, read for y: + 7·N·s_state
+
+so materializing (b, d, l, n) tensors multiplies the bytes by about 1.5·n·s_state/s_in: a factor
+that grows with the state size, not a constant (at n = 16, bf16 inputs, fp32 states: ~50×).
+
+    Cost, Machine, H200                 the numbers and the reference machine
+    selective_scan_cost, ssd_cost, decode_cost
+    floor, BENCHMARKS, benchmark_floors, percent_of_floor
+    measure_copy_bandwidth, measure_launch_overhead, this_machine
+    naive_selective_scan, measure_naive  the (b, d, l, n)-materializing scan and its bandwidth
+"""
+
+import time
+from dataclasses import dataclass, replace
+
+import torch
+
+
+@dataclass(frozen=True)
+class Cost:
+    """What one call must do: HBM bytes, FLOPs (FMA pipes), matmul FLOPs (tensor cores), SFU exps.
+
+    ``launches`` counts kernel launches where they dominate (the naive loop), else 0.
+    """
+
+    bytes: float
+    flops: float = 0.0
+    exps: float = 0.0
+    matmul_flops: float = 0.0
+    launches: int = 0
+
+    @property
+    def intensity(self):
+        """Arithmetic intensity, FLOP per byte (both kinds of FLOPs)."""
+        return (self.flops + self.matmul_flops) / self.bytes
+
+
+@dataclass(frozen=True)
+class Machine:
+    """Ceilings: bandwidth (bytes/s, read + write), FLOP/s (fp32 FMA pipes), matmul FLOP/s (bf16
+    tensor cores), exp/s (SFU), kernel launch overhead (s), and where each number comes from."""
+
+    name: str
+    bandwidth: float
+    flops: float
+    matmul_flops: float
+    exps: float
+    launch_s: float | None = None
+    source: str = ""
+
+
+def sfu_exp_rate(multiprocessors, clock_hz=1.98e9, per_clock=16):
+    """exp/s of the SFUs: SMs × 16 results per clock per SM (compute capability 8.x–9.0) × clock."""
+    return multiprocessors * per_clock * clock_hz
+
+
+# Reference figures, not measured by this module: the copy bandwidth is the one DESIGN.md §6 records
+# (H200, 2026-11-29); the bf16 matmul rate was measured on an H200 of this workplace (8192³,
+# random data, 2026-10-28); fp32 FMA rate from the datasheet; exp rate = 132 SMs × 16 × 1.98 GHz
+# (the clock nvidia-smi read under load on that machine).
+H200 = Machine(
+    name="NVIDIA H200 (reference figures)", bandwidth=4.25e12, flops=67e12, matmul_flops=788e12,
+    exps=sfu_exp_rate(132), launch_s=None,
+    source="copy BW measured 2026-11-29 (DESIGN §6); bf16 matmul measured; fp32 datasheet; "
+           "exp = 132 SM × 16/clk × 1.98 GHz")
+
+
+def selective_scan_cost(b, d, l, n, *, impl="fused", in_bytes=2, state_bytes=4, z=True, D=True,
+                        softplus=True, backward=False):
+    """Bytes, FLOPs and exps of the Mamba-1 selective scan; ``impl`` in fused, store_states, naive.
+
+    Shapes: u, delta, z (b, d, l) and B, C (b, n, l) of ``in_bytes`` each element; A (d, n), D,
+    delta_bias (d,) in fp32; states (b, d, l, n) of ``state_bytes``. ``backward=True`` (fused
+    only) adds the backward of a recomputing kernel: read the inputs and dy again, write du, dΔ,
+    dz, dB, dC, and one more exp per state element.
+    """
+    if impl not in ("fused", "store_states", "naive"):
+        raise ValueError(f"impl must be 'fused', 'store_states' or 'naive', got {impl!r}")
+    if backward and impl != "fused":
+        raise ValueError("the backward is modelled for the fused (recomputing) kernel only")
+    N, M, S = b * d * l * n, b * d * l, b * n * l
+    inputs = in_bytes * (M * (2 + z) + 2 * S) + 4 * (d * n + d * (1 + D))  # u, Δ, z, B, C, A, D, bias
+    sfu = N + M * (2 * softplus + 2 * z)  # exp(ΔA); softplus = exp + log; silu = exp + reciprocal
+    cost = Cost(bytes=inputs + in_bytes * M, flops=6 * N + 8 * M, exps=sfu)  # 6: ΔA, ·Bx, FMA h, FMA y
+    if impl == "store_states":  # write Ā, B̄x, h once and read each back once
+        cost = replace(cost, bytes=cost.bytes + 6 * N * state_bytes)
+    if impl == "naive":  # Ā, B̄x written and read; per step: h_{t-1} read, h_t written, read for y
+        cost = replace(cost, bytes=cost.bytes + 7 * N * state_bytes, launches=4 * l + 4)
+    if backward:  # read inputs + dy, write du, dΔ, dz (in_bytes) and dB, dC (fp32)
+        bwd_bytes = inputs + in_bytes * M * (1 + 2 + z) + 4 * 2 * S
+        cost = Cost(bytes=cost.bytes + bwd_bytes, flops=cost.flops + 16 * N + 16 * M,
+                    exps=2 * cost.exps)
+    return cost
+
+
+def ssd_cost(b, l, h, p, n, chunk, g=1, in_bytes=2):
+    """Mamba-2 SSD forward (chunked): x, dt, B, C in, y out; matmuls on full q×q tiles.
+
+    Shapes: x, y (b, l, h, p); dt (b, l, h); B, C (b, l, g, n). Matmul FLOPs: C Bᵀ per group
+    2·b·g·l·q·n, diagonal blocks 2·b·h·l·q·p, chunk states and off-diagonal outputs 2·b·h·l·p·n each.
+    Exps: the decay exp(segsum) of every q×q tile, b·h·l·q.
+    """
+    bytes_ = in_bytes * (2 * b * l * h * p + 2 * b * l * g * n + b * l * h) + 4 * h
+    mm = 2 * b * g * l * chunk * n + 2 * b * h * l * chunk * p + 4 * b * h * l * p * n
+    return Cost(bytes=bytes_, flops=4 * b * l * h * chunk, exps=b * h * l * chunk, matmul_flops=mm)
+
+
+def decode_cost(b, h, p, n, state_bytes=4, in_bytes=2):
+    """One decode step: read and write the state (b, h, p, n); x, z, y (b, h, p), B, C (b, n)."""
+    state = b * h * p * n
+    return Cost(bytes=2 * state * state_bytes + in_bytes * (3 * b * h * p + 2 * b * n + b * h),
+                flops=5 * state, exps=b * h)
+
+
+def floor(cost, machine=H200):
+    """The time each ceiling allows, in ms, and the binding one: dict(bytes_ms, flops_ms, …, bound)."""
+    terms = {
+        "bytes_ms": cost.bytes / machine.bandwidth * 1e3,
+        "flops_ms": cost.flops / machine.flops * 1e3,
+        "matmul_ms": cost.matmul_flops / machine.matmul_flops * 1e3,
+        "exps_ms": cost.exps / machine.exps * 1e3,
+    }
+    bound = max(terms, key=terms.get)
+    return {**terms, "floor_ms": terms[bound], "bound": bound[:-3]}
+
+
+# The benchmark shapes of DESIGN.md §6 (bf16 inputs, fp32 states, unless the name says fp32).
+BENCHMARKS = {
+    "mamba1 fwd b8 d2048 n16 l2048": lambda: selective_scan_cost(8, 2048, 2048, 16),
+    "mamba1 fwd+bwd b8 d2048 n16 l2048": lambda: selective_scan_cost(8, 2048, 2048, 16,
+                                                                     backward=True),
+    "mamba1 fwd b8 d2048 n16 l8192": lambda: selective_scan_cost(8, 2048, 8192, 16),
+    "mamba1 fwd+bwd b8 d2048 n16 l8192": lambda: selective_scan_cost(8, 2048, 8192, 16,
+                                                                     backward=True),
+    "mamba1 fp32 fwd b8 d2048 n16 l2048": lambda: selective_scan_cost(8, 2048, 2048, 16,
+                                                                      in_bytes=4),
+    "mamba1 fp32 fwd+bwd b8 d2048 n16 l2048": lambda: selective_scan_cost(
+        8, 2048, 2048, 16, in_bytes=4, backward=True),
+    "ssd fwd b4 l4096 h80 p64 n128 q256": lambda: ssd_cost(4, 4096, 80, 64, 128, 256),
+    "decode b64 h80 p64 n128 fp32 state": lambda: decode_cost(64, 80, 64, 128),
+}
+
+
+def benchmark_floors(machine=H200):
+    """One row per benchmark shape: name, GB moved, G exps, floors in ms and the binding ceiling."""
+    rows = []
+    for name, make in BENCHMARKS.items():
+        cost = make()
+        rows.append({"shape": name, "GB": cost.bytes / 1e9, "Gexp": cost.exps / 1e9,
+                     "intensity": cost.intensity, **floor(cost, machine)})
+    return rows
+
+
+def percent_of_floor(ms, shape, machine=H200):
+    """100 · floor / measured time for a benchmark shape of :data:`BENCHMARKS` (100 % = at the floor)."""
+    if shape not in BENCHMARKS:
+        raise ValueError(f"unknown shape {shape!r}; one of {list(BENCHMARKS)}")
+    return 100.0 * floor(BENCHMARKS[shape](), machine)["floor_ms"] / ms
+
+
+def _sync(device):
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def measure_copy_bandwidth(nbytes=None, device=None, repeats=20):
+    """Bytes/s of a large device-to-device copy, counting bytes read plus bytes written (median).
+
+    Default size 2 GiB on a GPU (far beyond the 60 MB L2), 64 MiB on a CPU.
+    """
+    device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    nbytes = nbytes or (2**31 if device.type == "cuda" else 2**26)
+    src = torch.rand(nbytes // 4, device=device)  # random data, never zeros (METHOD.md)
+    dst = torch.empty_like(src)
+    times = []
+    for i in range(repeats + 3):
+        _sync(device)
+        t = time.perf_counter()
+        dst.copy_(src)
+        _sync(device)
+        if i >= 3:  # the first copies warm up allocator and caches
+            times.append(time.perf_counter() - t)
+    return 2 * src.numel() * 4 / sorted(times)[len(times) // 2]
+
+
+def measure_launch_overhead(device=None, launches=2000):
+    """Seconds per launch of a tiny kernel (one element), the cost of one step of a Python loop."""
+    device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    x = torch.zeros(1, device=device)
+    for _ in range(50):
+        x.add_(1.0)
+    _sync(device)
+    t = time.perf_counter()
+    for _ in range(launches):
+        x.add_(1.0)
+    _sync(device)
+    return (time.perf_counter() - t) / launches
+
+
+def this_machine():
+    """The GPU this runs on, with *measured* copy bandwidth and launch overhead; None on a CPU."""
+    if not torch.cuda.is_available():
+        return None
+    props = torch.cuda.get_device_properties(0)
+    return replace(H200, name=f"{props.name} (measured)", bandwidth=measure_copy_bandwidth(),
+                   launch_s=measure_launch_overhead(), exps=sfu_exp_rate(props.multi_processor_count),
+                   source="copy BW and launch overhead measured now; other ceilings: H200 reference")
+
+
+def naive_selective_scan(u, delta, A, B, C):
+    """selective_scan_ref's structure: Ā = exp(ΔA) and B̄x = ΔBx materialized, then a loop over l.
+
+    Shapes: u, delta (b, d, l); A (d, n); B, C (b, n, l). Returns y (b, d, l). No D, z, bias: the
+    part whose bytes :func:`selective_scan_cost` (impl="naive") counts.
+    """
+    A_bar = torch.exp(torch.einsum("bdl,dn->bdln", delta, A))  # (b, d, l, n) in HBM
+    Bx = torch.einsum("bdl,bnl,bdl->bdln", delta, B, u)  # (b, d, l, n) in HBM
+    h = u.new_zeros(A_bar[:, :, 0].shape)  # (b, d, n)
+    ys = []
+    for t in range(u.shape[-1]):
+        h = A_bar[:, :, t] * h + Bx[:, :, t]  # reads 3 (b, d, n) slices, writes one
+        ys.append(torch.einsum("bdn,bn->bd", h, C[:, :, t]))
+    return torch.stack(ys, dim=-1)  # (b, d, l)
+
+
+def measure_naive(b, d, l, n, machine=None, device=None):
+    """Time :func:`naive_selective_scan` (fp32) and compare with its bytes and the fused floor.
+
+    Returns dict(ms, GB moved (modelled), achieved bandwidth GB/s, fused floor ms, times the floor).
+    """
+    device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    machine = machine or H200
+    u, delta = torch.randn(b, d, l, device=device), torch.rand(b, d, l, device=device) * 0.1
+    A = -torch.rand(d, n, device=device) - 0.5
+    B, C = torch.randn(b, n, l, device=device), torch.randn(b, n, l, device=device)
+    from mambalearn.bench import time_ms
+
+    ms = time_ms(lambda: naive_selective_scan(u, delta, A, B, C), warmup=1, rep=5)
+    kw = dict(in_bytes=4, z=False, D=False, softplus=False)
+    naive = selective_scan_cost(b, d, l, n, impl="naive", **kw)
+    fused = floor(selective_scan_cost(b, d, l, n, impl="fused", **kw), machine)["floor_ms"]
+    return {"ms": ms, "GB": naive.bytes / 1e9, "GBps": naive.bytes / ms / 1e6,
+            "bandwidth_pct": 100 * naive.bytes / (ms * 1e-3) / machine.bandwidth,
+            "fused_floor_ms": fused, "x_floor": ms / fused, "launches": naive.launches}
