@@ -14,6 +14,8 @@ selective_scan_ref`` (real A only), plus two additions: ``mask`` for padded batc
 import torch
 import torch.nn.functional as F
 
+from mambalearn import ops
+from mambalearn.scan.layout import time_first
 from mambalearn.utils import check_same_device, check_tensor
 
 
@@ -138,3 +140,19 @@ def selective_scan_sequential(u, delta, A, B, C, D=None, z=None, delta_bias=None
     y = torch.stack(ys, dim=-1)  # (b, d, l)
     out = finish(y, x, D, z, mask, u.dtype)
     return (out, h) if return_last_state else out
+
+
+def linear_scan_sequential(a, b, dim=-1, reverse=False):
+    """h_t = a_t h_{t−1} + b_t (h_{−1} = 0), one step at a time: the oracle of the parallel scans.
+
+    Shapes: as ``hillis_steele_scan``: ``a`` broadcastable to ``b`` (diagonal) or ``(..., n, n)``
+    matrices for ``b (..., n)``; ``dim`` is b's time axis. Returns every h_t, shaped like ``b``.
+    ``reverse=True`` runs time backwards: h_t = a_t h_{t+1} + b_t, h_l = 0.
+    """
+    a, b, restore = time_first(a, b, dim, reverse)  # (l, ...)
+    h = torch.zeros_like(b[0], dtype=torch.promote_types(a.dtype, b.dtype))
+    hs = []
+    for t in range(b.shape[0]):
+        h = ops.apply((a[t], b[t]), h)  # a_t h + b_t, elementwise or a matrix-vector product
+        hs.append(h)
+    return restore(torch.stack(hs))
