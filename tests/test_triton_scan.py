@@ -36,7 +36,8 @@ def test_combine_fn_is_the_one_operator():
 
 
 @pytest.mark.parametrize("reverse", [False, True])
-@pytest.mark.parametrize("shape,block_l", [((1,), 4), ((2, 3, 37), 8), ((5, 16), 16), ((2, 21), 32)])
+@pytest.mark.parametrize("shape,block_l",
+                         [((1,), 4), ((2, 3, 37), 8), ((5, 16), 16), ((2, 21), 32)])
 def test_blocked_scan_matches_loop(shape, block_l, reverse):
     a, b = steps(*shape)
     h = S.scan(a, b, reverse=reverse, block_l=block_l)
