@@ -45,7 +45,7 @@ def _scan_states(a, b, h0):
 
 
 def scan_backward(a, h, grad_h, initial_state=None):
-    """dh_t = g_t + a_{t+1} dh_{t+1};  ∂b_t = dh_t;  ∂a_t = dh_t h_{t−1}  (for h_t = a_t h_{t−1} + b_t).
+    """dh_t = g_t + a_{t+1} dh_{t+1}; ∂b_t = dh_t; ∂a_t = dh_t h_{t−1}  (h_t = a_t h_{t−1} + b_t).
 
     Shapes:
         a:              (..., l, n)   the gates of the forward scan
@@ -87,7 +87,8 @@ class ChunkedScanFn(torch.autograd.Function):
         _check_scan_inputs(a, b, initial_state)
         l, q = a.shape[-2], chunk_size
         h = chunked_scan(a, b, q, initial_state)  # (..., l, n)
-        H0 = torch.zeros_like(h[..., :1, :]) if initial_state is None else initial_state[..., None, :]
+        H0 = (torch.zeros_like(h[..., :1, :]) if initial_state is None
+              else initial_state[..., None, :])  # (..., 1, n)
         # cat makes a copy: saving a slice of h would keep all of h's memory alive
         H = torch.cat([H0, h[..., q - 1:l - 1:q, :]], dim=-2)  # (..., c, n)
         ctx.save_for_backward(a, b, H)
@@ -230,7 +231,8 @@ def _discretization_backward(grad_a, grad_b, x, u, A, B, delta, delta_bias, mask
     grad_Bk = grad_b * B_k  # ∂ℒ/∂(Δx) per state: (b, d, q, n)
     grad_dt = (grad_logA * A[:, None, :]).sum(-1) + (grad_Bk.sum(-1) * u)  # (b, d, q)
     g["u"][..., s] += grad_Bk.sum(-1) * dt
-    g["B"][..., s if B.shape[-1] > 1 else slice(None)] += _reduce_bc(grad_b * (dt * u)[..., None], B)
+    grad_B = _reduce_bc(grad_b * (dt * u)[..., None], B)  # (b|1, g, n, q|1)
+    g["B"][..., s if B.shape[-1] > 1 else slice(None)] += grad_B
     if mask is not None:
         grad_dt = grad_dt.masked_fill(~mask[:, None, s], 0.0)
     if softplus:
@@ -243,7 +245,7 @@ def _discretization_backward(grad_a, grad_b, x, u, A, B, delta, delta_bias, mask
 def selective_scan_recompute(u, delta, A, B, C, D=None, z=None, delta_bias=None,
                              delta_softplus=False, return_last_state=False, mask=None,
                              initial_state=None, chunk_size=32):
-    """h_t = exp(Δ_t A) h_{t−1} + Δ_t B_t x_t, y = C h + D x, out = y·silu(z), with chunked recomputation.
+    """h_t = exp(Δ_t A) h_{t−1} + Δ_t B_t x_t, y = C h + D x, out = y·silu(z); recomputed by chunks.
 
     Shapes: those of :func:`mambalearn.scan.sequential.selective_scan_sequential` (u, delta, z
     (b, d, l); A (d, n); B, C (b, n, l), (b, g, n, l) or (d, n); D, delta_bias (d,); mask (b, l)
@@ -252,8 +254,9 @@ def selective_scan_recompute(u, delta, A, B, C, D=None, z=None, delta_bias=None,
 
     Never holds a (b, d, l, n) tensor: the forward keeps the inputs and one (b, d, n) state per
     chunk; the backward recomputes Ā, B̄x and h for one chunk at a time. Peak memory is
-    O(b·d·l) + O(b·d·n·(l/q + q)): smallest near q ≈ √(l/10) (the working set is ~10 chunk tensors).
-    Same idea as mamba_ssm's CUDA ``selective_scan_fn``, whose backward recomputes from chunk states.
+    O(b·d·l) + O(b·d·n·(l/q + q)): smallest near q ≈ √(l/10) (the working set is ~10 chunk
+    tensors). Same idea as mamba_ssm's CUDA ``selective_scan_fn``, whose backward recomputes the
+    states from chunk states.
     """
     from mambalearn.scan.sequential import check_inputs, compute_dtype
 
@@ -272,7 +275,7 @@ def selective_scan_recompute(u, delta, A, B, C, D=None, z=None, delta_bias=None,
 def selective_scan_checkpointed(u, delta, A, B, C, D=None, z=None, delta_bias=None,
                                 delta_softplus=False, return_last_state=False, mask=None,
                                 initial_state=None, chunk_size=32):
-    """The baseline to beat: :func:`selective_scan_chunked` on each chunk under ``torch.utils.checkpoint``.
+    """The baseline: :func:`selective_scan_chunked` on each chunk under ``torch.utils.checkpoint``.
 
     Same arguments as :func:`selective_scan_recompute`. ``checkpoint`` keeps each chunk's inputs
     (views of u, delta, …) and its entry state; the backward re-runs one chunk's forward *with*

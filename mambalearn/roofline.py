@@ -10,7 +10,8 @@ For the selective scan with N = b·d·l·n state elements and M = b·d·l inputs
 
     fused kernel   reads u, Δ, z, B, C, writes y:   ≈ (3 + 1)·M·s_in bytes,    N + 4M exps
     store states   + writes Ā, B̄x, h and reads them back:      + 6·N·s_state bytes
-    naive loop     + Ā, B̄x (2N written, 2N read), then per step h read, written, read for y: + 7·N·s_state
+    naive loop     + Ā, B̄x (2N written, 2N read); per step h read, written, read for y:
+                                                              + 7·N·s_state
 
 so materializing (b, d, l, n) tensors multiplies the bytes by about 1.5·n·s_state/s_in: a factor
 that grows with the state size, not a constant (at n = 16, bf16 inputs, fp32 states: ~50×).
@@ -91,9 +92,11 @@ def selective_scan_cost(b, d, l, n, *, impl="fused", in_bytes=2, state_bytes=4, 
     if backward and impl != "fused":
         raise ValueError("the backward is modelled for the fused (recomputing) kernel only")
     N, M, S = b * d * l * n, b * d * l, b * n * l
-    inputs = in_bytes * (M * (2 + z) + 2 * S) + 4 * (d * n + d * (1 + D))  # u, Δ, z, B, C, A, D, bias
+    # u, Δ, z, B, C in in_bytes; A, D, delta_bias in fp32
+    inputs = in_bytes * (M * (2 + z) + 2 * S) + 4 * (d * n + d * (1 + D))
     sfu = N + M * (2 * softplus + 2 * z)  # exp(ΔA); softplus = exp + log; silu = exp + reciprocal
-    cost = Cost(bytes=inputs + in_bytes * M, flops=6 * N + 8 * M, exps=sfu)  # 6: ΔA, ·Bx, FMA h, FMA y
+    # 6 FLOPs per state element: Δ·A, ·(Δx)·B, the FMA of h, the FMA of y
+    cost = Cost(bytes=inputs + in_bytes * M, flops=6 * N + 8 * M, exps=sfu)
     if impl == "store_states":  # write Ā, B̄x, h once and read each back once
         cost = replace(cost, bytes=cost.bytes + 6 * N * state_bytes)
     if impl == "naive":  # Ā, B̄x written and read; per step: h_{t-1} read, h_t written, read for y
@@ -109,7 +112,8 @@ def ssd_cost(b, l, h, p, n, chunk, g=1, in_bytes=2):
     """Mamba-2 SSD forward (chunked): x, dt, B, C in, y out; matmuls on full q×q tiles.
 
     Shapes: x, y (b, l, h, p); dt (b, l, h); B, C (b, l, g, n). Matmul FLOPs: C Bᵀ per group
-    2·b·g·l·q·n, diagonal blocks 2·b·h·l·q·p, chunk states and off-diagonal outputs 2·b·h·l·p·n each.
+    2·b·g·l·q·n, diagonal blocks 2·b·h·l·q·p, chunk states and off-diagonal outputs 2·b·h·l·p·n
+    each.
     Exps: the decay exp(segsum) of every q×q tile, b·h·l·q.
     """
     bytes_ = in_bytes * (2 * b * l * h * p + 2 * b * l * g * n + b * l * h) + 4 * h
@@ -125,7 +129,7 @@ def decode_cost(b, h, p, n, state_bytes=4, in_bytes=2):
 
 
 def floor(cost, machine=H200):
-    """The time each ceiling allows, in ms, and the binding one: dict(bytes_ms, flops_ms, …, bound)."""
+    """The time each ceiling allows (ms) and the binding one: dict(bytes_ms, …, floor_ms, bound)."""
     terms = {
         "bytes_ms": cost.bytes / machine.bandwidth * 1e3,
         "flops_ms": cost.flops / machine.flops * 1e3,
@@ -164,7 +168,7 @@ def benchmark_floors(machine=H200):
 
 
 def percent_of_floor(ms, shape, machine=H200):
-    """100 · floor / measured time for a benchmark shape of :data:`BENCHMARKS` (100 % = at the floor)."""
+    """100 · floor / measured time for a shape of :data:`BENCHMARKS` (100 % = at the floor)."""
     if shape not in BENCHMARKS:
         raise ValueError(f"unknown shape {shape!r}; one of {list(BENCHMARKS)}")
     return 100.0 * floor(BENCHMARKS[shape](), machine)["floor_ms"] / ms
@@ -215,8 +219,9 @@ def this_machine():
         return None
     props = torch.cuda.get_device_properties(0)
     return replace(H200, name=f"{props.name} (measured)", bandwidth=measure_copy_bandwidth(),
-                   launch_s=measure_launch_overhead(), exps=sfu_exp_rate(props.multi_processor_count),
-                   source="copy BW and launch overhead measured now; other ceilings: H200 reference")
+                   launch_s=measure_launch_overhead(),
+                   exps=sfu_exp_rate(props.multi_processor_count),
+                   source="copy BW and launch overhead measured now; others: H200 reference")
 
 
 def naive_selective_scan(u, delta, A, B, C):

@@ -17,8 +17,11 @@ Rows (fp32, b8 d2048 n16 on a GPU; a tiny shape on a CPU):
 import torch
 
 from mambalearn import bench, roofline
-from mambalearn.autograd import (saved_tensor_bytes, selective_scan_checkpointed,
-                                 selective_scan_recompute)
+from mambalearn.autograd import (
+    saved_tensor_bytes,
+    selective_scan_checkpointed,
+    selective_scan_recompute,
+)
 from mambalearn.scan.chunked import chunked_scan, selective_scan_chunked
 
 BACKENDS = {
@@ -105,8 +108,8 @@ def run(gpu):
     a = torch.rand(b, d, l, n, device=device) * 0.5 + 0.5  # chunked_scan forward alone, vs q
     u = torch.randn(b, d, l, n, device=device)
     for qq in ((8, 16, 32, 64, 128, 256) if gpu else (4, 8, 16, 64)):
-        ms = bench.time_ms(lambda: chunked_scan(a, u, qq), warmup=1, rep=1) if gpu else \
-            bench.time_ms(lambda: chunked_scan(a, u, qq))
+        fwd = lambda qq=qq: chunked_scan(a, u, qq)
+        ms = bench.time_ms(fwd, warmup=1, rep=1) if gpu else bench.time_ms(fwd)
         rows.append(dict(topic="memory", backend="chunked_scan fwd (06)",
                          shape=f"b{b} d{d} n{n} l{l} fp32 q{qq}", ms=ms))
     return rows

@@ -149,7 +149,7 @@ def selective_inputs(u, delta, A, B, delta_bias=None, delta_softplus=False, mask
 def selective_scan_chunked(u, delta, A, B, C, D=None, z=None, delta_bias=None,
                            delta_softplus=False, return_last_state=False, mask=None,
                            initial_state=None, chunk_size=64):
-    """h_t = exp(Δ_t A) h_{t−1} + Δ_t B_t x_t, y = C h + D x, out = y·silu(z), via :func:`chunked_scan`.
+    """h_t = exp(Δ_t A) h_{t−1} + Δ_t B_t x_t, y = C h + D x, out = y·silu(z), by chunked_scan.
 
     Shapes: those of :func:`mambalearn.scan.sequential.selective_scan_sequential` (u, delta, z
     (b, d, l); A (d, n); B, C (b, n, l), (b, g, n, l) or (d, n); D, delta_bias (d,); mask (b, l);

@@ -1,0 +1,111 @@
+"""Checks for chapter 07: ``scan_backward`` and ``ChunkedScanFn`` against autograd through the loop.
+
+The oracle is PyTorch's own autograd through ``mambalearn.scan.chunked.scan_reference`` in float64
+(the gradients of the same expression, computed another way). ``ChunkedScanFn`` must also keep
+only its inputs and one state per chunk: the bytes it saves for the backward are counted with
+``torch.autograd.graph.saved_tensors_hooks`` (and tensors hung on ``ctx`` are counted too).
+"""
+
+import torch
+
+from mambalearn.autograd import saved_tensor_bytes
+from mambalearn.check import _core
+from mambalearn.scan.chunked import scan_reference
+
+__all__ = ["scan_backward", "ChunkedScanFn"]
+
+
+def _problem(shape, with_h0, g):
+    a = (torch.rand(shape, generator=g, dtype=torch.float64) * 0.75 + 0.3).requires_grad_()
+    b = torch.randn(shape, generator=g, dtype=torch.float64, requires_grad=True)
+    h0 = None
+    if with_h0:
+        h0 = torch.randn(shape[:-2] + shape[-1:], generator=g, dtype=torch.float64,
+                         requires_grad=True)
+    return a, b, h0
+
+
+def _oracle(a, b, h0, grad_h):
+    """h and the gradients of ⟨grad_h, h⟩ w.r.t. a, b (and h0) by autograd through the loop."""
+    h = scan_reference(a, b, h0)
+    inputs = [a, b] + ([h0] if h0 is not None else [])
+    return h.detach(), torch.autograd.grad(h, inputs, grad_h)
+
+
+def scan_backward(fn):
+    """Check ``fn(a, h, grad_h, initial_state=None) -> (grad_a, grad_b)``."""
+    g = _core.generator()
+    r = int(torch.randint(5, 12, (1,), generator=g))
+    cases = [("l = 1", (2, 3, 1, 2), False), ("l = 1 with an initial state", (1, 2, 1, 3), True),
+             (f"l = {r}", (2, 2, r, 3), False),
+             (f"l = {r + 4} with an initial state", (1, 3, r + 4, 2), True),
+             ("a 2-D (l, n) problem", (9, 4), True)]
+    for desc, shape, with_h0 in cases:
+        a, b, h0 = _problem(shape, with_h0, g)
+        grad_h = torch.randn(shape, generator=g, dtype=torch.float64)
+        h, want = _oracle(a, b, h0, grad_h)
+        case = f"{desc}: " + _core.describe(a=a, initial_state=h0)
+        h0_in = None if h0 is None else h0.detach()
+        got = _core.call(fn, a.detach(), h, grad_h, initial_state=h0_in, case=case)
+        if not (isinstance(got, tuple) and len(got) == 2):
+            raise AssertionError(f"scan_backward must return (grad_a, grad_b); got "
+                                 f"{type(got).__name__} on {case}")
+        for what, x, y in zip(("grad_a", "grad_b"), got, want, strict=True):
+            _core.compare(x, y, what=f"scan_backward: {what}", case=case, g=g, grad=True)
+    _core.passed("scan_backward", len(cases))
+
+
+def _ctx_tensor_bytes(out, exclude):
+    """Bytes of tensors hung directly on the Function's ctx (``ctx.h = h``), not inputs."""
+    seen = {t.untyped_storage().data_ptr() for t in exclude if t is not None}
+    total = 0
+    for v in getattr(out.grad_fn, "__dict__", {}).values():
+        for t in (v if isinstance(v, (list, tuple)) else [v]):
+            if isinstance(t, torch.Tensor) and t.untyped_storage().data_ptr() not in seen:
+                seen.add(t.untyped_storage().data_ptr())
+                total += t.untyped_storage().nbytes()
+    return total
+
+
+def ChunkedScanFn(cls):  # noqa: N802 - the exercise is a class
+    """Check ``cls.apply(a, b, chunk_size, initial_state)``: h, the gradients of a, b and
+    initial_state, and that it saves only the inputs plus one (…, n) state per chunk."""
+    g = _core.generator()
+    cases = [("q dividing l", (2, 2, 12, 3), 4, False),
+             ("q not dividing l", (1, 3, 13, 2), 4, True),
+             ("l = 1", (2, 2, 1, 2), 3, True), ("q = 1", (1, 2, 5, 2), 1, False),
+             ("q larger than l", (1, 2, 5, 2), 8, True)]
+    for desc, shape, q, with_h0 in cases:
+        a, b, h0 = _problem(shape, with_h0, g)
+        grad_h = torch.randn(shape, generator=g, dtype=torch.float64)
+        h_want, want = _oracle(a, b, h0, grad_h)
+        case = f"{desc}: " + _core.describe(a=a, chunk_size=q, initial_state=h0)
+        h = _core.call(cls.apply, a, b, q, h0, case=case)
+        _core.compare(h, h_want, what="ChunkedScanFn forward: h", case=case, g=g)
+        inputs = [a, b] + ([h0] if h0 is not None else [])
+        got = _core.call(torch.autograd.grad, h, inputs, grad_h, allow_unused=True, case=case)
+        names = ("grad of a", "grad of b", "grad of initial_state")
+        for what, x, y in zip(names, got, want, strict=False):
+            if x is None:
+                raise AssertionError(f"ChunkedScanFn backward returned no {what} on {case}")
+            _core.compare(x, y, what=f"ChunkedScanFn backward: {what}", case=case, g=g, grad=True)
+    _check_saved_memory(cls, g)
+    _core.passed("ChunkedScanFn", len(cases) + 1)
+
+
+def _check_saved_memory(cls, g):
+    """Beyond its inputs, the Function may keep about one state per chunk, never all l states."""
+    shape, q = (2, 3, 64, 4), 8
+    a, b, h0 = _problem(shape, True, g)
+    with saved_tensor_bytes(exclude=[a, b, h0]) as saved:
+        h = _core.call(cls.apply, a, b, q, h0, case="the memory check")
+    extra = saved["bytes"] + _ctx_tensor_bytes(h, [a, b, h0])
+    per_state = 2 * 3 * 4 * 8  # one (b, d, n) float64 state
+    chunks = shape[2] // q
+    if extra > 2 * (chunks + 1) * per_state:
+        raise AssertionError(
+            f"ChunkedScanFn keeps {extra} bytes beyond its inputs for the backward, for l = 64 and "
+            f"chunk_size = 8: one state per chunk would be {chunks * per_state} bytes and all the "
+            f"states {shape[2] * per_state}. Save a, b and the {chunks} chunk-entry states only "
+            f"(a slice of h keeps all of h alive: copy the boundary states)."
+        )
