@@ -117,6 +117,17 @@ def test_interpreter_hides_the_dropped_a_l():
     testing.assert_close(h, S.scan_reference(a, b))
 
 
+@pytest.mark.gpu
+@pytest.mark.skipif(device.interpreted(), reason="needs a compiled kernel on a GPU")
+def test_gpu_shows_the_dropped_a_l():
+    # The same kernel compiled for a GPU scans in a tree and uses the wrong A: its h is wrong.
+    a = torch.rand(64, 1000, device="cuda") * 0.5 + 0.5
+    b = torch.randn(64, 1000, device="cuda")
+    h = _launcher(_single_block_drops_a_l, True)(a, b)
+    with pytest.raises(AssertionError):
+        testing.assert_close(h, S.scan_reference(a, b))
+
+
 def test_rejects_missing_carry():
     with pytest.raises(AssertionError, match="carried in from the previous block"):
         check.scan_kernel(_launcher(_blocked_no_carry, False), S.combine_fn)
