@@ -57,6 +57,8 @@ def add(backend, shape, ms, ref_ms=None, floor=None, peak=None):
     rows.append(dict(topic="ssd", backend=backend, shape=shape, ms=ms,
                      ratio=None if ref_ms is None else ms / ref_ms,
                      floor_pct=None if floor is None else 100 * floor / ms, peak_gb=peak))
+    print(rows[-1], flush=True)
+    json.dump(dict(rows=rows, details=details), open(f"{OUT}/ssd.json", "w"), indent=1)
 
 
 # 1. correctness at the first shape (fp32 oracle) and the precision table
@@ -82,15 +84,16 @@ print(json.dumps(details, indent=1), flush=True)
 # 2. fused config sweep at the first shape
 sweep = {}
 for q in (128, 256):
-    for bm, bk, nw, ns in [(64, 64, 8, 2), (64, 32, 8, 2), (64, 64, 4, 2), (128, 64, 8, 2), (64, 64, 8, 3)]:
+    for bm, bk, bp, nw, ns in [(64, 64, 64, 4, 2), (64, 64, 32, 4, 2), (64, 64, 16, 4, 2),
+                               (64, 32, 32, 4, 3), (128, 64, 32, 8, 2)]:
         if bm > q:
             continue
         try:
-            f = lambda: ssd_fused_forward(x, dt, A, B, C, q, block_m=bm, block_k=bk, num_warps=nw,
-                                          num_stages=ns, **kw)
-            sweep[(q, bm, bk, nw, ns)] = time_ms(f)
+            f = lambda: ssd_fused_forward(x, dt, A, B, C, q, block_m=bm, block_k=bk, block_p=bp,
+                                          num_warps=nw, num_stages=ns, **kw)
+            sweep[(q, bm, bk, bp, nw, ns)] = time_ms(f)
         except Exception as e:  # noqa: BLE001 - a config that does not compile is skipped
-            print("skip", q, bm, bk, nw, ns, type(e).__name__, str(e)[:100])
+            print("skip", q, bm, bk, bp, nw, ns, type(e).__name__, str(e)[:100])
 details["fused_sweep"] = {str(k): v for k, v in sweep.items()}
 print("fused sweep", details["fused_sweep"], flush=True)
 best = {q: min((k for k in sweep if k[0] == q), key=sweep.get) for q in (128, 256)}
@@ -104,10 +107,10 @@ for b, l in [(4, 4096), (1, 16384), (16, 1024)]:
     add("mamba_ssm fwd", shape, t_m, t_m, fl)
     add("ours unfused fwd", shape, time_ms(lambda: ours(x, dt, A, B, C, 256, **kw)), t_m, fl)
     for q in (256, 128):
-        _, bm, bk, nw, ns = best[q]
+        _, bm, bk, bp, nw, ns = best[q]
         for sd in (torch.float32, torch.float16):
             f = lambda: ssd_fused_forward(x, dt, A, B, C, q, state_dtype=sd, block_m=bm, block_k=bk,
-                                          num_warps=nw, num_stages=ns, **kw)
+                                          block_p=bp, num_warps=nw, num_stages=ns, **kw)
             add(f"ours fused fwd q{q} {str(sd).split('.')[-1]} state", shape, time_ms(f), t_m, fl)
     xs = [t.detach().clone().requires_grad_() for t in (x, B, C)]
     dts = dt.clone().requires_grad_()
@@ -120,9 +123,10 @@ for b, l in [(4, 4096), (1, 16384), (16, 1024)]:
         return go
     t_mb = time_ms(fb(M), warmup=5, rep=20)
     add("mamba_ssm fwd+bwd", shape, t_mb, t_mb, None, peak_gb(fb(M)))
-    add("ours fwd+bwd (bwd = PyTorch recompute)", shape, time_ms(fb(ours), warmup=5, rep=20), t_mb,
+    add("ours fwd+bwd (bwd = PyTorch recompute)", shape, time_ms(fb(ours), warmup=1, rep=5), t_mb,
         None, peak_gb(fb(ours)))
-    print(rows[-1], flush=True)
+    del xs, dts, dout
+    torch.cuda.empty_cache()
 
 from mambalearn.bench import table  # noqa: E402
 

@@ -147,7 +147,8 @@ def ssd_chunked(x, dt, A, B, C, chunk_size, initial_states=None, seq_idx=None):
 
     # 1. diagonal blocks: the quadratic form inside each chunk
     L = torch.exp(segsum(dA)) * same_in  # (b, h, c, q, q)
-    y_diag = torch.einsum("bcthn,bcshn,bhcts,bcsh,bcshp->bcthp", C, B, L, dt, x)
+    scores = torch.einsum("bcthn,bcshn->bhcts", C, B) * L  # (b, h, c, q, q): L ∘ C Bᵀ
+    y_diag = torch.einsum("bhcts,bcshp->bcthp", scores, dt[..., None] * x)  # (b, c, q, h, p)
     # 2. chunk states: each chunk's inputs decayed to its last step
     decay_out = torch.exp(dA_cs[..., -1:] - dA_cs) * same_last  # (b, h, c, q)
     S = torch.einsum("bcshn,bhcs,bcsh,bcshp->bchpn", B, decay_out, dt, x)  # (b, c, h, p, n)

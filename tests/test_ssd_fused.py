@@ -46,3 +46,13 @@ def test_fused_rejects_seq_idx():
     x, dt, A, B, C = make(1, 8, 2, 4, 1, 8)
     with pytest.raises(ValueError, match="seq_idx"):
         ssd_fused_forward(x, dt, A, B, C, 8, seq_idx=torch.zeros(1, 8, dtype=torch.int32))
+
+
+def test_fused_with_p_split_over_programs():
+    b, l, h, p, g, n, q = 1, 20, 2, 32, 1, 8, 16
+    x, dt, A, B, C = make(b, l, h, p, g, n)
+    h0 = torch.randn(b, h, p, n, device=dev)
+    out, final = ssd_fused_forward(x, dt, A, B, C, q, dt_softplus=True, initial_states=h0, block_p=16)
+    want, want_f = ref(x, dt, A, B, C, q, dt_softplus=True, initial_states=h0, return_final_states=True)
+    assert_close(out, want)
+    assert_close(final, want_f)

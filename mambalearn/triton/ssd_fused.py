@@ -74,13 +74,15 @@ def _ssd_fused_kernel(
 ):
     # Work index from a ticket, not program_id: the deadlock-free order (module doc).
     ticket = tl.atomic_add(ticket_ptr, 1)
+    n_pb = tl.cdiv(p, BLOCK_P)  # p is split over programs; each owns a (BLOCK_P, n) slice of H
     pid_c = ticket % nchunks
-    pid_bh = ticket // nchunks
+    pid_pb = (ticket // nchunks) % n_pb
+    pid_bh = ticket // (nchunks * n_pb)
     pid_h = pid_bh % h
     pid_b = pid_bh // h
     pid_g = pid_h // heads_per_group
     offs_q = tl.arange(0, Q)
-    offs_p = tl.arange(0, BLOCK_P)
+    offs_p = pid_pb * BLOCK_P + tl.arange(0, BLOCK_P)
     offs_n = tl.arange(0, BLOCK_N)
     t_q = pid_c * Q + offs_q
     ok_q = t_q < l
@@ -97,14 +99,15 @@ def _ssd_fused_kernel(
     A = tl.load(A_ptr + pid_h).to(tl.float32)
     dA_cs = tl.cumsum(dt * A, axis=0)  # (Q,)
     dA_last = tl.sum(dt * A, axis=0)
-    row = scratch_ptr + (pid_bh * nchunks + pid_c) * 2 * Q  # Δ at row[0:Q], dA_cs at row[Q:2Q]
+    # Δ at row[0:Q], dA_cs at row[Q:2Q] of this program's scratch row
+    row = scratch_ptr + ((pid_bh * n_pb + pid_pb) * nchunks + pid_c) * 2 * Q
     tl.store(row + offs_q, dt)
     tl.store(row + Q + offs_q, dA_cs)
     tl.debug_barrier()  # every thread's scratch writes are visible to the block below
     # 2. chunk state S (P, N), fp32 in registers
     x_base = x_ptr + pid_b * stride_xb + pid_h * stride_xh
     B_base = B_ptr + pid_b * stride_Bb + pid_g * stride_Bg
-    S = tl.zeros((BLOCK_P, BLOCK_N), dtype=tl.float32)
+    S = tl.zeros((BLOCK_P, BLOCK_N), dtype=tl.float32)  # Δ/dA_cs re-read from scratch below
     for k0 in range(0, Q, BLOCK_K):
         offs_k = k0 + tl.arange(0, BLOCK_K)
         t_k = pid_c * Q + offs_k
@@ -126,7 +129,7 @@ def _ssd_fused_kernel(
             H = tl.zeros((BLOCK_P, BLOCK_N), dtype=tl.float32)
         tl.store(H_row + offs_pn, H.to(H_ptr.dtype.element_ty), mask=ok_pn)
     else:
-        flag_prev = flag_ptr + pid_bh * nchunks + pid_c - 1
+        flag_prev = flag_ptr + (pid_bh * n_pb + pid_pb) * nchunks + pid_c - 1
         while tl.atomic_add(flag_prev, 0, sem="acquire") == 0:  # spin until chunk c−1 published
             pass
         tl.debug_barrier()
@@ -134,7 +137,7 @@ def _ssd_fused_kernel(
     H_next = tl.exp(dA_last) * H + S
     tl.store(H_row + p * n + offs_pn, H_next.to(H_ptr.dtype.element_ty), mask=ok_pn)
     tl.debug_barrier()  # all threads' stores of H_{c+1} happen before the release below
-    tl.atomic_xchg(flag_ptr + pid_bh * nchunks + pid_c, 1, sem="release")
+    tl.atomic_xchg(flag_ptr + (pid_bh * n_pb + pid_pb) * nchunks + pid_c, 1, sem="release")
     # 4. outputs, BLOCK_M rows at a time: off-diagonal C H_cᵀ plus the diagonal block
     C_base = C_ptr + pid_b * stride_Cb + pid_g * stride_Cg
     HT = tl.trans(H.to(x_ptr.dtype.element_ty))  # (N, P): the state entering this chunk
@@ -174,7 +177,7 @@ def _ssd_fused_kernel(
 def ssd_fused_forward(x, dt, A, B, C, chunk_size, D=None, z=None, dt_bias=None,
                       initial_states=None, seq_idx=None, dt_softplus=False,
                       dt_limit=(0.0, float("inf")), state_dtype=torch.float32,
-                      block_m=64, block_k=64, num_warps=8, num_stages=2):
+                      block_m=64, block_k=64, block_p=64, num_warps=4, num_stages=2):
     """Single-launch SSD forward. Returns (out (b, l, h, p), final states (b, h, p, n) float32).
 
     Same formula and layouts as ``mambalearn.triton.ssd.mamba_chunk_scan_combined``.
@@ -191,19 +194,21 @@ def ssd_fused_forward(x, dt, A, B, C, chunk_size, D=None, z=None, dt_bias=None,
     block_m, block_k = min(block_m, q), min(block_k, q)
     dev = x.device
     out = torch.empty(b, l, h, p, device=dev, dtype=x.dtype)
-    scratch = torch.empty(b, h, c, 2, q, device=dev, dtype=torch.float32)
+    block_p = min(_p2(p), block_p)
+    n_pb = triton.cdiv(p, block_p)
+    scratch = torch.empty(b, h, n_pb, c, 2, q, device=dev, dtype=torch.float32)
     H = torch.empty(b, h, c + 1, p, n, device=dev, dtype=state_dtype)
-    flags = torch.zeros(b * h * c + 1, device=dev, dtype=torch.int32)  # last slot: the ticket counter
+    flags = torch.zeros(b * h * n_pb * c + 1, device=dev, dtype=torch.int32)  # last slot: the ticket counter
     init = initial_states.contiguous() if initial_states is not None else None
     Dst = (0, 0) if D is None else ((D.stride(0), 0) if D.ndim == 1 else tuple(D.stride()))
     has_limit = tuple(dt_limit) != (0.0, float("inf"))
-    _ssd_fused_kernel[(b * h * c,)](
+    _ssd_fused_kernel[(b * h * n_pb * c,)](
         x, dt, A, B, C, D if D is not None else A, z if z is not None else x,
         dt_bias if dt_bias is not None else A, init if init is not None else A, out, scratch, H,
         flags, flags[-1:], l, h, p, n, c, h // g, float(dt_limit[0]), float(dt_limit[1]),
         *x.stride(), *dt.stride(), *B.stride(), *C.stride(),
         *(z.stride() if z is not None else (0, 0, 0, 0)), *out.stride(), *Dst,
-        Q=q, BLOCK_M=block_m, BLOCK_K=block_k, BLOCK_P=_p2(p), BLOCK_N=_p2(n), INTERP=_INTERP,
+        Q=q, BLOCK_M=block_m, BLOCK_K=block_k, BLOCK_P=block_p, BLOCK_N=_p2(n), INTERP=_INTERP,
         HAS_D=D is not None, HAS_Z=z is not None, HAS_BIAS=dt_bias is not None,
         SOFTPLUS=dt_softplus, HAS_LIMIT=has_limit, HAS_INIT=init is not None,
         num_warps=num_warps, num_stages=1 if _INTERP else num_stages)
