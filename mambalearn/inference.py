@@ -273,3 +273,40 @@ def initial_state_contribution(delta, A, C, h0):
         Cd = C.to(f).repeat_interleave(d // C.shape[1], dim=1)  # (b, d, n, l)
         y = torch.einsum("bdln,bdnl->bdl", h_t, Cd)
     return y, h_t[:, :, -1]  # (b, d, l), (b, d, n)
+
+
+# ---------------------------------------------------------------------------------------------
+# 5. the decode loop as a CUDA graph
+
+
+def capture_step(step, cache, example_token, warmup=3):
+    """Record ``step(token, cache)`` once as a CUDA graph; return a function that replays it.
+
+    A decode step is hundreds of tiny kernels; at batch 1 launching them costs more than running
+    them. A graph replays the whole recorded sequence with one launch. It works because every step
+    reads and writes the *same* tensors (the cache is updated in place, the token is copied into a
+    fixed input buffer, the logits land in a fixed output buffer). Warm-up and capture run the step,
+    so the cache is saved before and restored after.
+    """
+    if not example_token.is_cuda:
+        raise ValueError("capture_step needs CUDA tensors (CUDA graphs exist only on a GPU)")
+    token_in = example_token.clone()
+    saved = cache.clone()
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):  # warm up (Triton compiles, allocator settles) off the graph
+        for _ in range(warmup):
+            step(token_in, cache)
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        logits_out = step(token_in, cache)
+    cache.copy_(saved)
+
+    def replay(token, cache_=None):
+        token_in.copy_(token)
+        graph.replay()
+        return logits_out
+
+    replay.graph = graph
+    return replay

@@ -1,0 +1,488 @@
+"""Chapter 13 — the whole model: Mamba blocks, a tiny language model, a task only selection solves.
+
+A Mamba-1 block (Gu & Dao 2023, fig. 3), on hidden states x of shape (b, l, d_model):
+
+    [x_in, z] = in_proj(RMSNorm(x))                     (b, l, 2·d)      d = expand · d_model
+    x_in = SiLU(causal_depthwise_conv1d(x_in))          (b, l, d)        kernel k = d_conv
+    [Δ_raw, B, C] = x_proj(x_in)                        Δ_raw (b, l, r), B, C (b, l, n)
+    Δ = softplus(dt_proj(Δ_raw))                        (b, l, d)        the selection: Δ, B, C depend on x
+    y = selective_scan(x_in, Δ, A = −exp(A_log), B, C, D) · SiLU(z)
+    x ← x + out_proj(y)                                 (residual)
+
+A Mamba-2 block projects [z, x, B, C, Δ] at once, convolves x, B, C together, makes A one scalar
+per head and runs the SSD scan (chapter 10); the gate goes through a gated RMSNorm.
+
+The scan backend is chosen *by name* (``BACKENDS``) and resolved lazily, so the model works with
+whichever chapters' modules exist: the sequential oracle (chapter 02), Blelloch (04), chunked
+(06), chunked recomputation (07), the fused Triton kernel (09); for Mamba-2 the SSD oracles and
+kernel (10). Decoding uses ``mambalearn.inference`` (the cache) and the state-update kernel of
+``mambalearn.triton.step`` (or its oracle).
+
+The selective-copying task (``selective_copying``) scatters m data tokens at random positions in
+a sequence of blanks; after a separator the model must emit them in order. Where the tokens are
+differs in every example, so no fixed (LTI) convolution kernel can pick them out: the model must
+decide from the token itself whether to remember it (``selective=False`` builds that LTI model).
+"""
+
+import importlib
+import inspect
+import math
+import time
+from dataclasses import dataclass
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from mambalearn import inference
+from mambalearn.inference import InferenceCache, LayerCache
+
+# ---------------------------------------------------------------------------------------------
+# 1. scan backends, by name
+
+
+# name -> (module, function). Mamba-1 functions have selective_scan_sequential's signature;
+# Mamba-2 functions mamba_chunk_scan_combined's.
+BACKENDS = {
+    "mamba1": {
+        "sequential": ("mambalearn.scan.sequential", "selective_scan_sequential"),
+        "blelloch": ("mambalearn.scan.blelloch", "selective_scan_blelloch"),
+        "chunked": ("mambalearn.scan.chunked", "selective_scan_chunked"),
+        "recompute": ("mambalearn.autograd", "selective_scan_recompute"),
+        "triton": ("mambalearn.triton.selective_scan", "selective_scan_fn"),
+    },
+    "mamba2": {
+        "sequential": ("mambalearn.ssd", "ssd_sequential"),
+        "chunked": ("mambalearn.ssd", "mamba_chunk_scan_ref"),
+        "triton": ("mambalearn.triton.ssd", "mamba_chunk_scan_combined"),
+    },
+}
+
+
+def resolve(name, block="mamba1"):
+    """The scan function registered under ``name``; ``LookupError`` if its module is not there yet."""
+    table = BACKENDS[block]
+    if name not in table:
+        raise ValueError(f"unknown {block} backend {name!r}; choose one of {sorted(table)}")
+    module, attr = table[name]
+    try:
+        fn = getattr(importlib.import_module(module), attr)
+    except (ImportError, AttributeError) as e:
+        raise LookupError(f"backend {name!r} needs {module}.{attr}, which is not available: {e}")
+    return fn
+
+
+def available_backends(block="mamba1"):
+    """Names of the backends whose modules import, in the order of ``BACKENDS``."""
+    out = []
+    for name in BACKENDS[block]:
+        try:
+            resolve(name, block)
+            out.append(name)
+        except LookupError:
+            pass
+    return out
+
+
+def scan_mamba1(fn, u, delta, A, B, C, D, z, delta_bias, delta_softplus, h0):
+    """Run a Mamba-1 backend from state ``h0`` (None = zeros); returns (out (b, d, l), last (b, d, n)).
+
+    A backend without ``initial_state`` (mamba_ssm's signature has none) scans from zero and the
+    decayed h₀ is added afterwards (``inference.initial_state_contribution``: linearity).
+    """
+    if h0 is None or "initial_state" in inspect.signature(fn).parameters:
+        kw = {} if h0 is None else {"initial_state": h0}
+        return fn(u, delta, A, B, C, D, z, delta_bias, delta_softplus, return_last_state=True, **kw)
+    delta = delta if delta_bias is None else delta + delta_bias[:, None]
+    delta = F.softplus(delta.float()) if delta_softplus else delta.float()  # (b, d, l)
+    y, last = fn(u, delta, A, B, C, None, None, None, False, return_last_state=True)
+    y_extra, h_extra = inference.initial_state_contribution(delta, A, C, h0)
+    y = y.float() + y_extra  # (b, d, l)
+    if D is not None:
+        y = y + D[:, None] * u.float()
+    if z is not None:
+        y = y * F.silu(z.float())
+    return y.to(u.dtype), last + h_extra
+
+
+def scan_mamba2(name, fn, x, dt, A, B, C, chunk_size, D, dt_bias, dt_softplus, h0, seq_idx):
+    """Run a Mamba-2 backend; returns (y (b, l, h, p), final state (b, h, p, n)).
+
+    Δ = softplus(dt + dt_bias) if ``dt_softplus`` else dt + dt_bias, one per (b, l, h).
+    """
+    if name == "sequential":  # the raw recurrence: Δ, D are ours to apply; no seq_idx
+        if seq_idx is not None:
+            raise ValueError("the Mamba-2 'sequential' backend has no seq_idx; use 'chunked' or 'triton'")
+        delta = dt.float() if dt_bias is None else dt.float() + dt_bias.float()
+        delta = F.softplus(delta) if dt_softplus else delta  # (b, l, h)
+        y, last = fn(x, delta, A, B, C, initial_states=h0)
+        return (y + D.float()[:, None] * x.float()).to(x.dtype), last
+    return fn(x, dt, A, B, C, chunk_size, D=D, dt_bias=dt_bias, initial_states=h0, seq_idx=seq_idx,
+              dt_softplus=dt_softplus, return_final_states=True)
+
+
+# ---------------------------------------------------------------------------------------------
+# 2. the blocks
+
+
+@dataclass
+class MambaConfig:
+    vocab_size: int = 16
+    d_model: int = 32
+    n_layers: int = 2
+    d_state: int = 8  # n
+    d_conv: int = 4  # k
+    expand: int = 2  # d = expand · d_model
+    dt_rank: int = 0  # r; 0 = ⌈d_model / 16⌉ as in Mamba
+    block: str = "mamba1"  # or "mamba2"
+    headdim: int = 16  # p (Mamba-2)
+    ngroups: int = 1  # g (Mamba-2)
+    chunk_size: int = 16  # q (Mamba-2 chunked/triton backends)
+    selective: bool = True  # False: Δ, B, C do not depend on the input (an LTI SSM)
+    backend: str = "sequential"
+    step_backend: str = "auto"  # "oracle" | "triton" | "auto" (triton on a GPU)
+
+
+class RMSNorm(nn.Module):
+    """x / sqrt(mean(x²) + ε) · w; with ``z``: the gated form of Mamba-2, RMSNorm(x · silu(z))."""
+
+    def __init__(self, d, eps=1e-5):
+        super().__init__()
+        self.eps, self.weight = eps, nn.Parameter(torch.ones(d))
+
+    def forward(self, x, z=None):
+        if z is not None:
+            x = x * F.silu(z)
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * self.weight
+
+
+def _dt_bias_init(d, dt_min=1e-3, dt_max=1e-1):
+    """softplus⁻¹ of Δ drawn log-uniformly in [dt_min, dt_max] (Mamba's initialisation)."""
+    dt = torch.exp(torch.rand(d) * (math.log(dt_max) - math.log(dt_min)) + math.log(dt_min))
+    return dt + torch.log(-torch.expm1(-dt))  # softplus(this) = dt
+
+
+def _step_fn(cfg, device):
+    if cfg.step_backend == "triton" or (cfg.step_backend == "auto" and device.type == "cuda"):
+        from mambalearn.triton.step import selective_state_update
+
+        return selective_state_update
+    return inference.decode_step
+
+
+class Mamba1Mixer(nn.Module):
+    """in_proj → causal conv → SiLU → selective scan (Δ, B, C from x) → · SiLU(z) → out_proj."""
+
+    def __init__(self, cfg):
+        super().__init__()
+        d, n, self.cfg = cfg.expand * cfg.d_model, cfg.d_state, cfg
+        self.r = cfg.dt_rank or math.ceil(cfg.d_model / 16)
+        self.in_proj = nn.Linear(cfg.d_model, 2 * d, bias=False)
+        self.conv_weight = nn.Parameter(torch.randn(d, cfg.d_conv) / math.sqrt(cfg.d_conv))
+        self.conv_bias = nn.Parameter(torch.zeros(d))
+        self.x_proj = nn.Linear(d, self.r + 2 * n, bias=False)
+        self.dt_proj = nn.Linear(self.r, d, bias=True)
+        with torch.no_grad():
+            self.dt_proj.bias.copy_(_dt_bias_init(d))
+        # S4D-real initialisation: A = −(1, 2, …, n) in every channel; kept as log so A < 0 always
+        self.A_log = nn.Parameter(torch.log(torch.arange(1, n + 1).float()).repeat(d, 1))  # (d, n)
+        self.D = nn.Parameter(torch.ones(d))
+        self.out_proj = nn.Linear(d, cfg.d_model, bias=False)
+        if not cfg.selective:  # LTI: fixed B, C (Δ comes from the bias alone)
+            self.B_lti, self.C_lti = (nn.Parameter(torch.randn(n) / math.sqrt(n)) for _ in range(2))
+
+    def _dbc(self, x):
+        """Δ_raw (…, d) without bias, B, C (…, n) from x (…, d); constants for the LTI model."""
+        r, n = self.r, self.cfg.d_state
+        dt, B, C = self.x_proj(x).split([r, n, n], dim=-1)
+        dt = F.linear(dt, self.dt_proj.weight)  # (…, d): the bias enters as delta_bias
+        if not self.cfg.selective:
+            dt, B, C = torch.zeros_like(dt), self.B_lti.expand_as(B), self.C_lti.expand_as(C)
+        return dt, B, C
+
+    def forward(self, hidden, cache=None, mask=None, seq_idx=None):
+        """hidden (b, l, d_model) → (b, l, d_model); with ``cache``, continue from it and update it."""
+        if seq_idx is not None:
+            raise ValueError("seq_idx (packed sequences) needs block='mamba2'; for Mamba-1 use mask "
+                             "(padding) or inference.scan_by_steps")
+        x, z = self.in_proj(hidden).transpose(1, 2).chunk(2, dim=1)  # (b, d, l) each
+        if mask is not None:  # padding enters the conv as zeros, as at a sequence start
+            x = x * mask[:, None, :]
+        x, conv_state = inference.causal_conv1d(x, self.conv_weight, self.conv_bias,
+                                                None if cache is None else cache.conv_state)
+        x = F.silu(x)  # (b, d, l)
+        dt, B, C = self._dbc(x.transpose(1, 2))  # (b, l, d), (b, l, n), (b, l, n)
+        delta, bias, softplus = dt.transpose(1, 2), self.dt_proj.bias, True  # (b, d, l)
+        if mask is not None:  # Δ = 0 at padding: the state is kept exactly
+            delta, bias, softplus = F.softplus(delta + bias[:, None]) * mask[:, None, :], None, False
+        fn = resolve(self.cfg.backend, "mamba1")
+        h0 = None if cache is None else cache.ssm_state
+        y, last = scan_mamba1(fn, x, delta.contiguous(), -torch.exp(self.A_log), B.transpose(1, 2),
+                              C.transpose(1, 2), self.D, z, bias, softplus, h0)  # (b, d, l)
+        if cache is not None:
+            cache.conv_state.copy_(conv_state)
+            cache.ssm_state.copy_(last)
+        return self.out_proj(y.transpose(1, 2))  # (b, l, d_model)
+
+    def step(self, hidden, cache):
+        """One token: hidden (b, d_model) → (b, d_model); the cache is updated in place."""
+        x, z = self.in_proj(hidden).chunk(2, dim=-1)  # (b, d) each
+        x = F.silu(inference.causal_conv1d_step(x, cache.conv_state, self.conv_weight, self.conv_bias))
+        dt, B, C = self._dbc(x)  # (b, d), (b, n), (b, n)
+        y = _step_fn(self.cfg, hidden.device)(cache.ssm_state, x, dt, -torch.exp(self.A_log), B, C,
+                                              self.D, z, self.dt_proj.bias, True)  # (b, d)
+        return self.out_proj(y)
+
+    def empty_cache(self, batch, device, state_dtype=torch.float32):
+        d = self.cfg.expand * self.cfg.d_model
+        return LayerCache(torch.zeros(batch, d, self.cfg.d_conv, device=device),
+                          torch.zeros(batch, d, self.cfg.d_state, device=device, dtype=state_dtype))
+
+
+class Mamba2Mixer(nn.Module):
+    """in_proj → [z, xBC, Δ]; conv(xBC) → SiLU → SSD with scalar A per head → RMSNorm(y·silu(z)) → out."""
+
+    def __init__(self, cfg):
+        super().__init__()
+        self.cfg = cfg
+        d, n, g = cfg.expand * cfg.d_model, cfg.d_state, cfg.ngroups
+        if d % cfg.headdim:
+            raise ValueError(f"expand·d_model = {d} must be a multiple of headdim = {cfg.headdim}")
+        self.h = d // cfg.headdim
+        self.conv_dim = d + 2 * g * n
+        self.in_proj = nn.Linear(cfg.d_model, d + self.conv_dim + self.h, bias=False)
+        self.conv_weight = nn.Parameter(torch.randn(self.conv_dim, cfg.d_conv) / math.sqrt(cfg.d_conv))
+        self.conv_bias = nn.Parameter(torch.zeros(self.conv_dim))
+        self.dt_bias = nn.Parameter(_dt_bias_init(self.h))
+        self.A_log = nn.Parameter(torch.log(torch.empty(self.h).uniform_(1, 16)))  # (h,)
+        self.D = nn.Parameter(torch.ones(self.h))
+        self.norm = RMSNorm(d)
+        self.out_proj = nn.Linear(d, cfg.d_model, bias=False)
+
+    def _split(self, zxbcdt):
+        d = self.cfg.expand * self.cfg.d_model
+        return zxbcdt.split([d, self.conv_dim, self.h], dim=-1)
+
+    def _xbc(self, xBC):
+        d, gn = self.cfg.expand * self.cfg.d_model, self.cfg.ngroups * self.cfg.d_state
+        x, B, C = xBC.split([d, gn, gn], dim=-1)
+        sh = xBC.shape[:-1]
+        return (x.reshape(*sh, self.h, self.cfg.headdim), B.reshape(*sh, self.cfg.ngroups, -1),
+                C.reshape(*sh, self.cfg.ngroups, -1))
+
+    def forward(self, hidden, cache=None, mask=None, seq_idx=None):
+        b, l, _ = hidden.shape
+        z, xBC, dt = self._split(self.in_proj(hidden))  # (b, l, d), (b, l, conv_dim), (b, l, h)
+        xBC = xBC.transpose(1, 2)  # (b, conv_dim, l)
+        if mask is not None:
+            xBC = xBC * mask[:, None, :]
+        if seq_idx is not None and cache is None:  # no tap may reach into the previous sequence
+            xBC = _conv_segments(xBC, self.conv_weight, self.conv_bias, seq_idx)
+            conv_state = None
+        else:
+            xBC, conv_state = inference.causal_conv1d(xBC, self.conv_weight, self.conv_bias,
+                                                      None if cache is None else cache.conv_state)
+        x, B, C = self._xbc(F.silu(xBC).transpose(1, 2))  # (b, l, h, p), (b, l, g, n) ×2
+        dt_bias, softplus = self.dt_bias, True
+        if mask is not None:  # Δ = 0 at padding: the state is kept exactly
+            dt, dt_bias, softplus = F.softplus(dt + dt_bias) * mask[..., None], None, False
+        name = self.cfg.backend
+        h0 = None if cache is None else cache.ssm_state
+        y, last = scan_mamba2(name, resolve(name, "mamba2"), x, dt, -torch.exp(self.A_log), B, C,
+                              self.cfg.chunk_size, self.D, dt_bias, softplus, h0, seq_idx)
+        if cache is not None:
+            cache.conv_state.copy_(conv_state)
+            cache.ssm_state.copy_(last)
+        return self.out_proj(self.norm(y.reshape(b, l, -1), z))  # (b, l, d_model)
+
+    def step(self, hidden, cache):
+        z, xBC, dt = self._split(self.in_proj(hidden))  # (b, d), (b, conv_dim), (b, h)
+        xBC = F.silu(inference.causal_conv1d_step(xBC, cache.conv_state, self.conv_weight,
+                                                  self.conv_bias))
+        x, B, C = self._xbc(xBC)  # (b, h, p), (b, g, n), (b, g, n)
+        y = _step_fn(self.cfg, hidden.device)(cache.ssm_state, x, dt, -torch.exp(self.A_log), B, C,
+                                              self.D, None, self.dt_bias, True)  # (b, h, p)
+        return self.out_proj(self.norm(y.flatten(1), z))
+
+    def empty_cache(self, batch, device, state_dtype=torch.float32):
+        return LayerCache(
+            torch.zeros(batch, self.conv_dim, self.cfg.d_conv, device=device),
+            torch.zeros(batch, self.h, self.cfg.headdim, self.cfg.d_state, device=device,
+                        dtype=state_dtype))
+
+
+def _conv_segments(x, weight, bias, seq_idx):
+    """Causal depthwise conv whose taps stop at sequence boundaries (packed sequences)."""
+    k, l = weight.shape[1], x.shape[-1]
+    xp = F.pad(x, (k - 1, 0))  # (b, d, l + k − 1)
+    sp = F.pad(seq_idx, (k - 1, 0), value=-1)  # (b, l + k − 1)
+    win = xp.unfold(-1, k, 1)  # (b, d, l, k): win[..., t, j] = x_{t−k+1+j}
+    same = sp.unfold(-1, k, 1) == seq_idx[..., None]  # (b, l, k): tap j is in t's sequence
+    return (win * same[:, None] * weight[:, None, :]).sum(-1) + bias[:, None]  # (b, d, l)
+
+
+class Block(nn.Module):
+    """x ← x + mixer(RMSNorm(x)) (pre-norm residual, as in Mamba)."""
+
+    def __init__(self, cfg):
+        super().__init__()
+        self.norm = RMSNorm(cfg.d_model)
+        self.mixer = (Mamba1Mixer if cfg.block == "mamba1" else Mamba2Mixer)(cfg)
+
+    def forward(self, x, cache=None, **kw):
+        return x + self.mixer(self.norm(x), cache, **kw)  # (b, l, d_model)
+
+    def step(self, x, cache):
+        return x + self.mixer.step(self.norm(x), cache)
+
+
+# ---------------------------------------------------------------------------------------------
+# 3. the language model
+
+
+class MambaLM(nn.Module):
+    """Embedding → n_layers × Block → RMSNorm → tied output head; logits (b, l, vocab)."""
+
+    def __init__(self, cfg):
+        super().__init__()
+        self.cfg = cfg
+        self.embedding = nn.Embedding(cfg.vocab_size, cfg.d_model)
+        nn.init.normal_(self.embedding.weight, std=0.02)  # as mamba_ssm: tied logits start near 0
+        self.layers = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layers))
+        self.norm_f = RMSNorm(cfg.d_model)
+
+    def set_backend(self, name):
+        """Switch every layer's scan (by name); checks it can be imported."""
+        resolve(name, self.cfg.block)
+        self.cfg.backend = name
+        return self
+
+    def forward(self, tokens, cache=None, mask=None, seq_idx=None):
+        """tokens (b, l) int → logits (b, l, vocab). With ``cache`` the sequence continues the cached
+        one (chunked prefill) and the cache is updated. ``mask`` (b, l) bool marks real tokens
+        (left padding); ``seq_idx`` (b, l) packs sequences in a row (Mamba-2 only)."""
+        x = self.embedding(tokens)  # (b, l, d_model)
+        kw = {} if seq_idx is None else {"seq_idx": seq_idx}
+        if mask is not None:
+            kw["mask"] = mask
+        for i, layer in enumerate(self.layers):
+            x = layer(x, None if cache is None else cache.layers[i], **kw)
+        if cache is not None:
+            cache.seqlen_offset += tokens.shape[1]
+        return F.linear(self.norm_f(x), self.embedding.weight)  # (b, l, vocab), tied weights
+
+    def step(self, token, cache):
+        """token (b,) int → logits (b, vocab), one O(1) step; updates ``cache`` in place.
+
+        Does not touch ``cache.seqlen_offset`` (a CUDA graph replays this function as captured)."""
+        x = self.embedding(token)  # (b, d_model)
+        for layer, c in zip(self.layers, cache.layers):
+            x = layer.step(x, c)
+        return F.linear(self.norm_f(x), self.embedding.weight)  # (b, vocab)
+
+    def empty_cache(self, batch, state_dtype=torch.float32):
+        dev = self.embedding.weight.device
+        return InferenceCache([layer.mixer.empty_cache(batch, dev, state_dtype) for layer in self.layers])
+
+    @torch.no_grad()
+    def generate(self, prompt, n_new, mask=None, chunk=None, graph=False, temperature=0.0,
+                 generator=None):
+        """Prefill ``prompt`` (b, l) (in chunks of ``chunk`` tokens if given), then ``n_new`` decode
+        steps with the cache; greedy if temperature is 0. ``graph=True`` replays the step as a CUDA
+        graph. Returns (b, n_new) tokens."""
+        cache = self.empty_cache(prompt.shape[0])
+        chunk = chunk or prompt.shape[1]
+        for lo in range(0, prompt.shape[1], chunk):
+            m = None if mask is None else mask[:, lo:lo + chunk]
+            logits = self(prompt[:, lo:lo + chunk], cache, mask=m)[:, -1]  # (b, vocab)
+        step = self.step
+        if graph:
+            step = inference.capture_step(self.step, cache, prompt[:, -1])
+        out = []
+        for _ in range(n_new):
+            if temperature == 0:
+                token = logits.argmax(-1)  # (b,)
+            else:
+                probs = F.softmax(logits / temperature, dim=-1)
+                token = torch.multinomial(probs, 1, generator=generator)[:, 0]
+            out.append(token)
+            logits = step(token, cache)
+            cache.seqlen_offset += 1
+        return torch.stack(out, dim=1)  # (b, n_new)
+
+
+# ---------------------------------------------------------------------------------------------
+# 4. the task, training and accuracy
+
+
+BLANK, SEP, FIRST_DATA = 0, 1, 2
+
+
+def selective_copying(batch, n_data=4, n_blank=12, n_symbols=8, generator=None, device="cpu"):
+    """A selective-copying batch: m = n_data symbols at random places among blanks, SEP, the symbols.
+
+        context (n_data + n_blank tokens)       SEP   s₁ … s_{m−1}     ← inputs
+                       …                        s₁    s₂ … s_m         ← targets (−100 elsewhere)
+
+    Symbols are tokens 2 … n_symbols + 1 (0 = blank, 1 = SEP), so vocab_size ≥ n_symbols + 2.
+    Returns (inputs (b, L), targets (b, L)) with L = n_data + n_blank + n_data.
+    """
+    ctx = n_data + n_blank
+    data = torch.randint(FIRST_DATA, FIRST_DATA + n_symbols, (batch, n_data), generator=generator)
+    where = torch.rand(batch, ctx, generator=generator).argsort(-1)[:, :n_data].sort(-1).values
+    context = torch.full((batch, ctx), BLANK, dtype=torch.long)
+    context.scatter_(1, where, data)  # the symbols, in order, at random places
+    inputs = torch.cat([context, torch.full((batch, 1), SEP), data[:, :-1]], dim=1)  # (b, L)
+    targets = torch.full_like(inputs, -100)
+    targets[:, ctx:] = data  # predict s_k at the SEP and at s_{k−1}
+    return inputs.to(device), targets.to(device)
+
+
+def loss_and_accuracy(model, inputs, targets):
+    """Cross-entropy over the answer positions and the share of answer tokens predicted right."""
+    logits = model(inputs)  # (b, L, vocab)
+    loss = F.cross_entropy(logits.flatten(0, 1), targets.flatten(), ignore_index=-100)
+    answer = targets != -100
+    acc = (logits.argmax(-1) == targets)[answer].float().mean()
+    return loss, acc
+
+
+def train(model, steps=300, batch=32, lr=3e-3, task=None, seed=0, log_every=10, progress=True):
+    """AdamW on fresh selective-copying batches; returns {"step", "loss", "acc", "seconds"}.
+
+    ``task`` is passed to :func:`selective_copying`. Fixed ``seed`` → the same data every run."""
+    from mambalearn.utils import progress as bar
+
+    task = dict(task or {})
+    g = torch.Generator().manual_seed(seed)
+    dev = model.embedding.weight.device
+    opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
+    sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=lr, total_steps=steps, pct_start=0.1)
+    hist = {"step": [], "loss": [], "acc": [], "seconds": 0.0}
+    t0 = time.perf_counter()
+    pbar = bar(range(steps), desc=f"train ({model.cfg.backend})", disable=None if progress else True)
+    for step in pbar:
+        inputs, targets = selective_copying(batch, generator=g, device=dev, **task)
+        loss, acc = loss_and_accuracy(model, inputs, targets)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        sched.step()
+        if step % log_every == 0 or step == steps - 1:
+            hist["step"].append(step)
+            hist["loss"].append(loss.item())
+            hist["acc"].append(acc.item())
+            pbar.set_postfix(loss=f"{loss.item():.3f}", acc=f"{acc.item():.2f}")
+    hist["seconds"] = time.perf_counter() - t0
+    return hist
+
+
+@torch.no_grad()
+def evaluate(model, batch=256, seed=1234, task=None):
+    """(loss, accuracy) on one fresh batch drawn from ``seed``."""
+    g = torch.Generator().manual_seed(seed)
+    inputs, targets = selective_copying(batch, generator=g, device=model.embedding.weight.device,
+                                        **(task or {}))
+    loss, acc = loss_and_accuracy(model, inputs, targets)
+    return loss.item(), acc.item()
