@@ -235,7 +235,8 @@ class Mamba1Mixer(nn.Module):
 
     def empty_cache(self, batch, device, state_dtype=torch.float32):
         d = self.cfg.expand * self.cfg.d_model
-        return LayerCache(torch.zeros(batch, d, self.cfg.d_conv, device=device),
+        return LayerCache(torch.zeros(batch, d, self.cfg.d_conv, device=device,
+                                      dtype=self.conv_weight.dtype),
                           torch.zeros(batch, d, self.cfg.d_state, device=device, dtype=state_dtype))
 
 
@@ -306,7 +307,8 @@ class Mamba2Mixer(nn.Module):
 
     def empty_cache(self, batch, device, state_dtype=torch.float32):
         return LayerCache(
-            torch.zeros(batch, self.conv_dim, self.cfg.d_conv, device=device),
+            torch.zeros(batch, self.conv_dim, self.cfg.d_conv, device=device,
+                        dtype=self.conv_weight.dtype),
             torch.zeros(batch, self.h, self.cfg.headdim, self.cfg.d_state, device=device,
                         dtype=state_dtype))
 
@@ -350,6 +352,14 @@ class MambaLM(nn.Module):
         nn.init.normal_(self.embedding.weight, std=0.02)  # as mamba_ssm: tied logits start near 0
         self.layers = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layers))
         self.norm_f = RMSNorm(cfg.d_model)
+
+    def to_inference_dtype(self, dtype=torch.bfloat16):
+        """Cast weights to ``dtype`` but keep A_log, D and dt_bias float32 (as mamba_ssm does):
+        the decay exp(ΔA) is applied thousands of times and must not be rounded (chapter 12)."""
+        for name, prm in self.named_parameters():
+            if name.rsplit(".", 1)[-1] not in ("A_log", "D", "dt_bias"):
+                prm.data = prm.data.to(dtype)
+        return self
 
     def set_backend(self, name):
         """Switch every layer's scan (by name); checks it can be imported."""

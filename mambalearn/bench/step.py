@@ -1,0 +1,98 @@
+"""Bench topic ``step``: the decode-step state update, ours vs ``mamba_ssm``'s, with and without graphs.
+
+Shape (DESIGN.md §6): Mamba-2 2.7B's decode step, b64 h80 p64 n128, state float32 (and bfloat16),
+x/dt/B/C bfloat16, A/D/dt_bias float32 broadcast per head with stride 0 exactly as ``mamba_ssm``'s
+``Mamba2.step`` passes them. The byte floor is the state read once and written once,
+2·b·h·p·n·sizeof(state) / 4.25 TB/s (the H200's measured copy bandwidth).
+
+``mamba_ssm``'s kernel is pure Triton; it is imported from the unpacked source tree in
+``.mamba_ref`` through stub packages (no CUDA extension needed) when that tree is present.
+"""
+
+import os
+import sys
+import types
+
+import torch
+
+from mambalearn.bench import time_ms
+
+COPY_BANDWIDTH = 4.25e12  # bytes/s, read + write, measured on an H200 on 2026-11-29
+MAMBA_REF = os.path.join(os.path.dirname(__file__), "..", "..", ".mamba_ref", "mamba_ssm-2.3.2.post1",
+                         "mamba_ssm")
+
+
+def load_mamba_ssm_step():
+    """``mamba_ssm``'s ``selective_state_update`` from the source tree, or None if it is not there."""
+    root = os.path.abspath(MAMBA_REF)
+    if not os.path.isdir(root):
+        return None
+    for name, path in (("mamba_ssm", root), ("mamba_ssm.ops", os.path.join(root, "ops")),
+                       ("mamba_ssm.ops.triton", os.path.join(root, "ops", "triton"))):
+        if name not in sys.modules:
+            m = types.ModuleType(name)
+            m.__path__ = [path]
+            sys.modules[name] = m
+    try:
+        from mamba_ssm.ops.triton.selective_state_update import selective_state_update
+    except Exception as e:  # noqa: BLE001 - e.g. einops missing: report, do not crash the bench
+        print(f"mamba_ssm's selective_state_update not importable: {type(e).__name__}: {e}")
+        return None
+    return selective_state_update
+
+
+def mamba2_step_inputs(b, h, p, n, state_dtype=torch.float32, dtype=torch.bfloat16, device="cuda",
+                       seed=0):
+    """Random inputs laid out as mamba_ssm's Mamba2.step passes them (per-head scalars, stride 0)."""
+    g = torch.Generator(device=device).manual_seed(seed)
+    r = lambda *s, dt=dtype: torch.randn(*s, generator=g, device=device, dtype=torch.float32).to(dt)
+    A = -torch.exp(r(h, dt=torch.float32))
+    return dict(
+        state=r(b, h, p, n, dt=state_dtype), x=r(b, h, p), dt=r(b, h)[..., None].expand(b, h, p),
+        A=A[:, None, None].expand(h, p, n), B=r(b, 1, n), C=r(b, 1, n),
+        D=r(h, dt=torch.float32)[:, None].expand(h, p),
+        dt_bias=r(h, dt=torch.float32)[:, None].expand(h, p), z=None, dt_softplus=True,
+    )
+
+
+def floor_ms(b, h, p, n, state_dtype):
+    nbytes = 2 * b * h * p * n * torch.finfo(state_dtype).bits // 8
+    return nbytes / COPY_BANDWIDTH * 1e3
+
+
+def graph_ms(fn, n_calls=20):
+    """Milliseconds per call when ``n_calls`` calls are replayed as one CUDA graph."""
+    import triton.testing
+
+    fn()  # compile outside the capture
+    torch.cuda.synchronize()
+    return triton.testing.do_bench_cudagraph(lambda: [fn() for _ in range(n_calls)],
+                                             return_mode="median") / n_calls
+
+
+def run(gpu):
+    from mambalearn.triton.step import selective_state_update
+
+    shapes = [(64, 80, 64, 128)] if gpu else [(2, 2, 4, 8)]
+    dev = "cuda" if gpu else "cpu"
+    theirs = load_mamba_ssm_step() if gpu else None
+    rows = []
+    for state_dtype in (torch.float32, torch.bfloat16):
+        for b, h, p, n in shapes:
+            inp = mamba2_step_inputs(b, h, p, n, state_dtype, device=dev)
+            shape = f"b{b} h{h} p{p} n{n} state {str(state_dtype)[6:]}"
+            fl = floor_ms(b, h, p, n, state_dtype)
+            fns = {"mambalearn": lambda: selective_state_update(**inp)}
+            if theirs is not None:
+                fns["mamba_ssm"] = lambda: theirs(**inp)
+            timed = {}
+            for name, fn in fns.items():
+                timed[name] = time_ms(fn)
+                if gpu:
+                    timed[name + " (graph)"] = graph_ms(fn)
+            for name, ms in timed.items():
+                ref = timed.get("mamba_ssm" + name[len(name.split(" ")[0]):])
+                rows.append(dict(topic="step", backend=name, shape=shape, ms=ms,
+                                 ratio=None if ref is None else ms / ref,
+                                 floor_pct=100 * fl / ms if gpu else None))
+    return rows
