@@ -36,7 +36,7 @@ combine_fn = triton.jit(ops.combine_elementwise)  # ⊗, written once in ops, co
 
 DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 MAX_SINGLE_BLOCK = 1 << 14  # longest row scan_single_block accepts (registers, not correctness)
-DEFAULT_BLOCK_L = 1024  # steps per block of `scan` on a GPU (swept on an H200: docs/BENCHMARKS.md)
+DEFAULT_BLOCK_L = 1024  # steps per block of `scan` on a GPU: a first choice, not yet swept
 
 
 # ---------------------------------------------------------------------------------------------
@@ -217,7 +217,7 @@ def scan_racy(a, b):
 
     Program t reads h_{t−1} from memory that program t−1 of the same launch writes. Triton (like
     CUDA) gives no order between the programs of one launch, so on a GPU program t usually reads
-    h_{t−1} before it is written and the result is wrong (measured in docs/BENCHMARKS.md). The
+    h_{t−1} before it is written and the result is wrong (tests/test_triton_scan.py). The
     CPU interpreter runs the programs one after another in grid order, so there it "works" —
     which is exactly why passing under the interpreter proves nothing about a GPU.
 
