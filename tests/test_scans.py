@@ -176,3 +176,26 @@ def test_selective_scan_parallel_bf16_in_bf16_out():
     out = selective_scan_parallel(**low)
     assert out.dtype == torch.bfloat16
     assert_close(out, selective_scan_sequential(**low))
+
+
+def test_bench_peer_pscan_is_right():
+    """The benchmark's peer (an in-place up-/down-sweep with a hand-written backward) is correct."""
+    from mambalearn.bench.scans import PeerPScan, peer_selective_scan
+
+    torch.manual_seed(0)
+    A = torch.rand(2, 16, 3, 2, dtype=torch.float64, requires_grad=True)  # (b, l, d, n)
+    X = torch.randn(2, 16, 3, 2, dtype=torch.float64, requires_grad=True)
+    assert_close(PeerPScan.apply(A, X), linear_scan_sequential(A, X, dim=1))
+    assert torch.autograd.gradcheck(PeerPScan.apply, (A, X))
+    b, d, n, l = 2, 4, 3, 32
+    args = dict(u=torch.randn(b, d, l), delta=torch.rand(b, d, l), A=-torch.rand(d, n),
+                B=torch.randn(b, n, l), C=torch.randn(b, n, l), D=torch.randn(d))
+    assert_close(peer_selective_scan(**args), selective_scan_sequential(**args))
+
+
+def test_bench_topic_runs_on_cpu():
+    from mambalearn.bench import scans
+
+    rows = scans.run(gpu=False)
+    assert {r["topic"] for r in rows} == {"scans", "selective fwd", "selective fwd+bwd"}
+    assert all(r["ms"] > 0 for r in rows)

@@ -1,4 +1,4 @@
-"""Blelloch: the work-efficient scan; up-sweep + down-sweep, depth 2·log₂ P, work 2(P−1) ⊗.
+"""Blelloch: the work-efficient scan; up-sweep + down-sweep, depth 2·log₂ P, work 2(P−1).
 
 The steps, padded with the identity (I, 0) to a power of two P, are the leaves of a binary tree.
 
@@ -12,6 +12,12 @@ Exclusive → inclusive without another ⊗: the inclusive prefix at t is the ex
 and at the last position it is the root. Padding at the end never changes a prefix of a real step,
 and because the pad is the identity even the root is the true total.
 
+States instead of steps on the way down: the scan starts from h_{−1} = 0, so of a prefix E only
+E applied to 0, the state h entering the block, is ever used, and (E ⊗ L) applied to 0 is
+L applied to h (``ops.apply``). The down-sweep therefore hands states down: the left child gets h,
+the right child gets L·h (A_L h + u_L). Same tree, same result, and the A half of every
+down-sweep combine (a product per node; for matrices n³ instead of n² work) is never computed.
+
 In place, on one array of P entries (as the classic pseudocode does), node values overwrite each
 other; here each level is its own tensor (the even and odd entries of the level below, taken as
 views), so nothing is overwritten and autograd can differentiate through the scan.
@@ -22,7 +28,6 @@ Blelloch, "Prefix sums and their applications" (1990); ⊗ is ``mambalearn.ops.c
 import torch
 
 from mambalearn import ops
-from mambalearn.ops import combine
 from mambalearn.scan.layout import time_first
 
 
@@ -44,9 +49,9 @@ def blelloch_scan(a, b, dim=-1, reverse=False, pad=True, counter=None):
         A_id, U_id = ops.identity(A[: P - l], U[: P - l])  # (P−l, ...): P − l < l always
         A, U = torch.cat([A, A_id]), torch.cat([U, U_id])  # (P, ...)
     levels, root = up_sweep(A, U, counter)
-    E_A, E_U = down_sweep(levels, ops.identity(*root), counter)  # exclusive prefixes: (P, ...)
-    # inclusive at t = exclusive at t + 1; at t = P − 1 it is the root
-    H = torch.cat([E_U[1:], root[1][None]]) if l == P else E_U[1 : l + 1]
+    h_in = down_sweep(levels, root, counter)  # the state entering each step, h_{t−1}: (P, ...)
+    # inclusive h_t = the state entering step t + 1; after the last step it is the root's u
+    H = torch.cat([h_in[1:], root[1][None]]) if l == P else h_in[1 : l + 1]
     return restore(H)
 
 
@@ -60,7 +65,7 @@ def up_sweep(A, U, counter=None):
     while U.shape[0] > 1:
         levels.append((A, U))
         # the left child (earlier steps) goes on the left of ⊗
-        A, U = combine((A[0::2], U[0::2]), (A[1::2], U[1::2]))  # (m/2, ...)
+        A, U = ops.combine((A[0::2], U[0::2]), (A[1::2], U[1::2]))  # (m/2, ...)
         if counter is not None:
             ends = range(2 * k - 1, len(levels[0][1]), 2 * k)
             counter.add(U.shape[0], src=[t - k for t in ends], dst=list(ends), phase="up-sweep")
@@ -68,18 +73,19 @@ def up_sweep(A, U, counter=None):
     return levels, (A[0], U[0])
 
 
-def down_sweep(levels, identity, counter=None):
-    """Hand every node the combine of all steps before its block; returns the leaves' (A, U).
+def down_sweep(levels, root, counter=None):
+    """Hand every node the state entering its block; returns the leaves' states h_{t−1}. (P, ...)
 
-    A node with prefix E passes E to its left child and E ⊗ (left child) to its right child.
+    The root's entering state is h_{−1} = 0. A node entered with state h passes h to its left child
+    and L·h = A_L h + u_L (the state after the left child L) to its right child.
     """
-    E_A, E_U = identity[0][None], identity[1][None]  # the root: nothing before it. (1, ...)
+    h = torch.zeros_like(root[1][None])  # h_{−1}, entering the root's block: (1, ...)
     for A, U in reversed(levels):
         k = len(levels[0][1]) // A.shape[0]  # the children's block length
-        R_A, R_U = combine((E_A, E_U), (A[0::2], U[0::2]))  # right children: E ⊗ left child
-        E_A = torch.stack([E_A, R_A], dim=1).flatten(0, 1)  # interleave left, right: (2m, ...)
-        E_U = torch.stack([E_U, R_U], dim=1).flatten(0, 1)
+        right = ops.apply((A[0::2], U[0::2]), h)  # the state after each left child: (m/2, ...)
+        h = torch.stack([h, right], dim=1).flatten(0, 1)  # interleave left, right: (m, ...)
         if counter is not None:
             ends = range(2 * k - 1, len(levels[0][1]), 2 * k)
-            counter.add(R_U.shape[0], src=[t - k for t in ends], dst=list(ends), phase="down-sweep")
-    return E_A, E_U
+            counter.add(right.shape[0], src=[t - k for t in ends], dst=list(ends),
+                        phase="down-sweep")
+    return h
