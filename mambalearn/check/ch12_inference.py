@@ -1,0 +1,73 @@
+"""Checks for chapter 12: ``decode_step(state, x, delta, A, B, C, D)``.
+
+The exercise is the Mamba-1 decode step (Δ already positive, no gate):
+
+    h ← exp(Δ A) ⊙ h + Δ B x      (in place: ``state`` is the cache)
+    y = C·h + D x                 (read out the *new* state: y_t sees x_t)
+
+Shapes: state (b, d, n), x and delta (b, d), A (d, n), B and C (b, n), D (d,) → y (b, d).
+The oracle is ``mambalearn.inference.decode_step`` in float64.
+"""
+
+import torch
+
+from mambalearn import inference
+from mambalearn.check import _core
+
+__all__ = ["decode_step"]
+
+
+def _case(b, d, n, g, dtype=torch.float64, delta_scale=1.0):
+    r = lambda *s: torch.randn(*s, generator=g, dtype=torch.float64)
+    return dict(
+        state=r(b, d, n).to(dtype), x=r(b, d).to(dtype),
+        delta=(torch.rand(b, d, generator=g, dtype=torch.float64) * delta_scale + 1e-3).to(dtype),
+        A=(-torch.exp(r(d, n))).to(dtype), B=r(b, n).to(dtype), C=r(b, n).to(dtype),
+        D=r(d).to(dtype),
+    )
+
+
+def _one(fn, inp, case, g):
+    """Run the student's step and the oracle on copies; compare the output and the updated state."""
+    s_student = inp["state"].clone()
+    s_oracle = inp["state"].to(torch.float64, copy=True)
+    args = [inp[k] for k in ("x", "delta", "A", "B", "C", "D")]
+    where = f"{case} ({_core.describe(**inp)})"
+    y = _core.call(fn, s_student, *[a.clone() for a in args], case=where)
+    want = inference.decode_step(s_oracle, *[a.to(torch.float64) for a in args])
+    if torch.equal(s_student, inp["state"]):
+        raise AssertionError(
+            f"decode_step did not change `state` on {where}: update it in place "
+            f"(state.copy_(...) or state[...] = ...), not by rebinding the name; the cache *is* "
+            f"this tensor [seed {g.initial_seed()}]")
+    _core.compare(s_student, s_oracle, what="the updated state h", case=where, g=g)
+    _core.compare(y, want, what="the output y", case=where, g=g)
+
+
+def decode_step(fn):
+    """Check a student's ``decode_step(state, x, delta, A, B, C, D) -> y`` against the oracle."""
+    g = _core.generator()
+    cases = [
+        ("a random batch", _case(3, 5, 4, g)),
+        ("b = 1, d = 1, n = 1", _case(1, 1, 1, g)),
+        ("odd sizes b = 2, d = 7, n = 3", _case(2, 7, 3, g)),
+        ("large Δ (the old state is nearly forgotten)", _case(2, 4, 3, g, delta_scale=20.0)),
+        ("tiny Δ (the state is nearly kept)", _case(2, 4, 3, g, delta_scale=1e-3)),
+        ("float32 inputs", _case(2, 6, 5, g, dtype=torch.float32)),
+    ]
+    for case, inp in cases:
+        _one(fn, inp, case, g)
+    # several steps in a row from h = 0 must reproduce the sequential scan
+    from mambalearn.scan.sequential import selective_scan_sequential
+
+    b, d, n, l = 2, 3, 4, 6
+    r = lambda *s: torch.randn(*s, generator=g, dtype=torch.float64)
+    u, delta = r(b, d, l), torch.rand(b, d, l, generator=g, dtype=torch.float64)
+    A, B, C, D = -torch.exp(r(d, n)), r(b, n, l), r(b, n, l), r(d)
+    want = selective_scan_sequential(u, delta, A, B, C, D)
+    state = torch.zeros(b, d, n, dtype=torch.float64)
+    ys = [_core.call(fn, state, u[..., t], delta[..., t], A, B[..., t], C[..., t], D,
+                     case=f"step {t} of a {l}-step decode") for t in range(l)]
+    _core.compare(torch.stack(ys, -1), want, what=f"{l} decode steps from h = 0 (vs the full scan)",
+                  case="a decode loop", g=g)
+    _core.passed("decode_step", len(cases) + 1)
