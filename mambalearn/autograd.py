@@ -67,9 +67,13 @@ def scan_backward(a, h, grad_h, initial_state=None):
     for t in range(a.shape[-2] - 2, -1, -1):
         acc = a[..., t + 1, :] * acc + grad_h[..., t, :]  # (..., n)  gate a_{t+1}, not a_t
         dh[..., t, :] = acc
-    h_prev = torch.cat([torch.zeros_like(h[..., :1, :]) if initial_state is None
-                        else initial_state[..., None, :], h[..., :-1, :]], dim=-2)  # h_{t−1}
-    return dh * h_prev, dh  # (grad_a, grad_b): (..., l, n) each
+    grad_a = dh.clone()  # ∂a_t = dh_t · h_{t−1}, in place: no shifted copy of h
+    grad_a[..., 1:, :] *= h[..., :-1, :]
+    if initial_state is None:
+        grad_a[..., 0, :] = 0.0
+    else:
+        grad_a[..., 0, :] *= initial_state
+    return grad_a, dh  # (grad_a, grad_b): (..., l, n) each
 
 
 class ChunkedScanFn(torch.autograd.Function):
@@ -120,9 +124,14 @@ def _bc_layout(X):
 
 
 def _bc_chunk(X, s, d):
-    """Steps ``s`` of a (b|1, g, n, l|1) B or C, per channel: (b|1, d, q|1, n) (a q-sized copy)."""
+    """Steps ``s`` of a (b|1, g, n, l|1) B or C, per channel: (b|1, d|1, q|1, n).
+
+    g = 1 or g = d broadcast as they are (a view); 1 < g < d copies one chunk's worth.
+    """
     X = X[..., s] if X.shape[-1] > 1 else X
-    return X.repeat_interleave(d // X.shape[1], dim=1).transpose(-1, -2)  # (b|1, d, q|1, n)
+    if 1 < X.shape[1] < d:
+        X = X.repeat_interleave(d // X.shape[1], dim=1)  # (b|1, d, n, q|1)
+    return X.transpose(-1, -2)  # (b|1, d|1, q|1, n)
 
 
 def _reduce_bc(grad, X):
@@ -171,12 +180,12 @@ class _SelectiveScanRecompute(torch.autograd.Function):
         for k in reversed(range(H.shape[2])):
             s = slice(k * q, min(k * q + q, l))
             x = _chunk_inputs(u, delta, A, B, delta_bias, mask, softplus=ctx.softplus, s=s)
-            h_k = _scan_states(x["A_bar"], x["Bx"], H[:, :, k])  # recomputed (b, d, q, n)
+            h_k = _scan_states(x["A_bar"], x.pop("Bx"), H[:, :, k])  # recomputed (b, d, q, n)
             C_k = _bc_chunk(C, s, d)  # (b|1, d, q|1, n)
             y = torch.einsum("bdqn,bdqn->bdq", h_k, C_k.expand_as(h_k))
             dy = _chunk_output_backward(grad_out[..., s], y, u[..., s], D, z, mask, s, g)
             g["C"][..., s if C.shape[-1] > 1 else slice(None)] += _reduce_bc(dy[..., None] * h_k, C)
-            grad_h = dy[..., None] * C_k  # (b, d, q, n)
+            grad_h = dy[..., None] * C_k  # (b, d, q, n), a fresh tensor
             grad_h[:, :, -1] += carry  # the chunk's last state also feeds the next chunk
             grad_a, grad_b = scan_backward(x["A_bar"], h_k, grad_h, H[:, :, k])
             del h_k, grad_h
