@@ -151,7 +151,9 @@ def ssd_chunked(x, dt, A, B, C, chunk_size, initial_states=None, seq_idx=None):
     y_diag = torch.einsum("bhcts,bcshp->bcthp", scores, dt[..., None] * x)  # (b, c, q, h, p)
     # 2. chunk states: each chunk's inputs decayed to its last step
     decay_out = torch.exp(dA_cs[..., -1:] - dA_cs) * same_last  # (b, h, c, q)
-    S = torch.einsum("bcshn,bhcs,bcsh,bcshp->bchpn", B, decay_out, dt, x)  # (b, c, h, p, n)
+    w = decay_out.permute(0, 2, 3, 1) * dt  # (b, c, q, h): decay to the chunk end times Δ_s
+    # two operands per einsum: a 4-operand einsum may build a (b, c, q, h, p, n) intermediate
+    S = torch.einsum("bcshn,bcshp->bchpn", B, w[..., None] * x)  # (b, c, h, p, n)
     # 3. state passing: H_c is the state entering chunk c (a sequential scan over c chunks)
     H0 = x.new_zeros(b, h, p, n) if initial_states is None else initial_states.to(f)
     H, states_in = H0, []
@@ -162,7 +164,8 @@ def ssd_chunked(x, dt, A, B, C, chunk_size, initial_states=None, seq_idx=None):
     Hin = torch.stack(states_in, dim=1)  # (b, c, h, p, n)
     # 4. off-diagonal blocks: the entering state read out by C, decayed to step t
     decay_in = torch.exp(dA_cs) * same_prev  # (b, h, c, q)
-    y_off = torch.einsum("bcthn,bchpn,bhct->bcthp", C, Hin, decay_in)
+    C_in = C * decay_in.permute(0, 2, 3, 1)[..., None]  # (b, c, q, h, n)
+    y_off = torch.einsum("bcthn,bchpn->bcthp", C_in, Hin)  # (b, c, q, h, p)
     y = (y_diag + y_off).reshape(b, c * q, h, p)[:, :l]  # (b, l, h, p)
     return y, H
 
