@@ -22,6 +22,8 @@ imported by the submodules that use them.
 
 import importlib
 
+from mambalearn import device  # noqa: F401  (on a CPU: TRITON_INTERPRET=1 before Triton loads)
+
 __version__ = "0.1.0"
 
 _SUBMODULES = {

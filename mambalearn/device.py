@@ -16,7 +16,14 @@ import torch
 HAS_GPU = torch.cuda.is_available()
 
 if not HAS_GPU:
-    # Must precede the first `@triton.jit`; `setdefault` lets a user force "0" for debugging.
+    # Must precede the first `@triton.jit` (Triton's own helpers such as tl.cdiv are decorated
+    # when `triton` is imported); `setdefault` lets a user force "0" for debugging.
+    if "triton" in sys.modules and "TRITON_INTERPRET" not in os.environ:
+        import warnings
+
+        warnings.warn("triton was imported before mambalearn on a machine without a GPU, so its "
+                      "kernels will not run in the interpreter; import mambalearn first "
+                      "(or set TRITON_INTERPRET=1 before starting Python)", stacklevel=2)
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
 # Largest number of scanned elements (b·d·l·n) one Triton call should touch under the interpreter.

@@ -1,7 +1,7 @@
 """Triton kernels of the course. Importing this package first calls `mambalearn.device`, which sets
 ``TRITON_INTERPRET=1`` on machines without a GPU *before* any kernel is decorated.
 
-    scan            scan (chapter 08: tl.associative_scan with ⊗, blocked, reverse)
+    scan            scan.scan (chapter 08: tl.associative_scan with ⊗, blocked, reverse)
     selective_scan  selective_scan_fn (chapter 09: the fused Mamba-1 kernel, fwd + bwd)
     ssd             mamba_chunk_scan_combined (chapter 10: the five SSD stages)
     ssd_fused       the single-launch SSD forward (chapter 11)
@@ -13,7 +13,6 @@ import importlib
 from mambalearn import device  # noqa: F401  (sets TRITON_INTERPRET before kernels exist)
 
 _WHERE = {
-    "scan": "scan",
     "selective_scan_fn": "selective_scan",
     "mamba_chunk_scan_combined": "ssd",
     "selective_state_update": "step",
@@ -22,6 +21,5 @@ _WHERE = {
 
 def __getattr__(name):
     if name in _WHERE:
-        mod = importlib.import_module(f"{__name__}.{_WHERE[name]}")
-        return getattr(mod, name) if name != _WHERE[name] else getattr(mod, name, mod)
+        return getattr(importlib.import_module(f"{__name__}.{_WHERE[name]}"), name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
