@@ -1,0 +1,623 @@
+"""The fused Mamba-1 selective scan in Triton, forward and backward (chapter 09): the tuned kernels.
+
+    Δ_t = softplus(delta_t + delta_bias)      Ā_t = exp(Δ_t A)      B̄_t x_t = Δ_t B_t x_t
+    h_t = Ā_t h_{t−1} + Δ_t B_t x_t           y_t = C_t h_t + D x_t  out_t = y_t · silu(z_t)
+
+`selective_scan_fn` takes the arguments, layouts and dtypes of ``mamba_ssm.selective_scan_fn``
+and adds variable-length sequences packed in one row (``seq_idx`` or ``cu_seqlens``), which
+mamba_ssm's Mamba-1 kernel lacks: where the sequence index changes, the state restarts (Ā_t = 0).
+
+How the forward kernel is laid out (the layout of the scan decides the speed, DESIGN.md §6):
+one program owns a tile of BLOCK_D channels of one batch row (and one group of B/C). It walks
+time in blocks of BLOCK_L steps; inside a block it loops over the n states (unrolled: the carry of
+each state lives in registers, which cannot be indexed at run time) and scans a 2-D
+(channels, time) tile with `tl.associative_scan` along time, combining with the one ⊗ of
+`mambalearn.ops`. The state entering a block is folded into the block's first step
+(b_0 ← Ā_0 h + b_0), so the scan result *is* h. y = Σ_n C_n h_n accumulates in registers; only u,
+Δ, B, C, z are read and only y is written, once. Every CHUNK steps the state (b, d, n) goes to
+memory for the backward: nothing of size (b, d, l, n) is ever stored.
+
+The backward kernel walks the chunks backwards. Per chunk and state it recomputes h from the
+stored chunk state (forward scan), runs the reverse scan of the adjoint
+g_t = C_t dy_t + Ā_{t+1} g_{t+1} (the gate shifted by one: Ā_{t+1} is recomputed from Δ_{t+1}),
+and forms every gradient from g and h, using Ā_t h_{t−1} = h_t − B̄_t x_t so no shifted h is needed:
+
+    dB_t = Σ_d g Δ x   dC_t = Σ_d dy h   dx = Σ_n g Δ B + D dy   dA = Σ_t g (h − B̄x) Δ
+    dΔ   = Σ_n g ((h − B̄x) A + B x)      dz = dout · y · silu′(z)   dD = Σ dy x
+
+dB/dC are summed over the channel tile before the atomic add (one add per program, not per
+channel). `selective_scan_teaching` (module ``selective_scan_teaching``) is the readable version
+the chapter walks through; this module is the tuned one (autotuned tiles, exp2).
+"""
+
+import math
+
+import torch
+import triton
+import triton.language as tl
+
+from mambalearn import device, ops
+from mambalearn.scan.sequential import check_inputs
+from mambalearn.utils import check_same_device
+
+combine_fn = triton.jit(ops.combine_elementwise)  # ⊗, written once in ops, compiled here
+
+DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+MAX_DSTATE = 256  # mamba_ssm's limit too; the n loop is unrolled, so compile time grows with n
+MIN_BLOCK_L = 8  # smallest time tile of any configuration (sizes the backward's scratch)
+LOG2E = tl.constexpr(1.4426950408889634)  # exp(x) = 2^(x·log2 e)
+
+
+def chunk_size(n):
+    """Steps between the states the forward stores for the backward (the backward's time tile).
+
+    Memory of the stored states: b·d·n·⌈l/q⌉·4 bytes; q = 64 at n ≤ 16 keeps fwd+bwd at the
+    CUDA kernel's peak (it stores nothing of size l but keeps out), larger n takes longer chunks.
+    """
+    return 64 if n <= 16 else 128
+
+
+# ---------------------------------------------------------------------------------------------
+# Small helpers used by both kernels (inlined by Triton).
+# ---------------------------------------------------------------------------------------------
+@triton.jit
+def _column(X, cols, j):
+    """X[:, j] of a 2-D register tile as a (rows,) vector (j a compile-time index: a select)."""
+    return tl.sum(tl.where(cols[None, :] == j, X, 0.0), axis=1)
+
+
+@triton.jit
+def _put_column(X, cols, j, v):
+    """X with column j replaced by v (rows,)."""
+    return tl.where(cols[None, :] == j, v[:, None], X)
+
+
+@triton.jit
+def _reverse_scan(a, b):
+    """g_t = a_t g_{t+1} + b_t along axis 1 (g past the end = 0), as flip → scan → flip.
+
+    Same result as ``tl.associative_scan(..., reverse=True)``, whose Triton 3.6 lowering adds
+    ~100 warp shuffles per scan even when the whole axis sits in one thread's registers
+    (measured on the compiled sm_90 code); the flips are register renames there.
+    """
+    _, g = tl.associative_scan((tl.flip(a, 1), tl.flip(b, 1)), 1, combine_fn)
+    return tl.flip(g, 1)
+
+
+@triton.jit
+def _softplus(x):
+    # log(1 + e^x) written so neither branch overflows; mamba_ssm switches to x above 20
+    return tl.where(x <= 20.0, tl.maximum(x, 0.0) + tl.log(1.0 + tl.exp(-tl.abs(x))), x)
+
+
+@triton.jit
+def _load_delta(delta_ptr, bias_ptr, offs, mask, d_idx, d_mask,
+                HAS_BIAS: tl.constexpr, SOFTPLUS: tl.constexpr):
+    """Δ = softplus(delta + bias) on a (BLOCK_D, BLOCK_L) tile; also returns delta + bias."""
+    dt = tl.load(delta_ptr + offs, mask=mask, other=0.0).to(tl.float32)
+    if HAS_BIAS:
+        dt += tl.load(bias_ptr + d_idx, mask=d_mask, other=0.0)[:, None]
+    raw = dt
+    if SOFTPLUS:
+        dt = _softplus(dt)
+    return tl.where(mask, dt, 0.0), raw  # Δ = 0 past the end: Ā = 1, B̄x = 0, the state holds
+
+
+@triton.jit
+def _is_start(seq_ptr, t, l, HAS_SEQ: tl.constexpr):
+    """(BLOCK_L,) True where a new packed sequence begins (its state restarts from 0)."""
+    if HAS_SEQ:
+        cur = tl.load(seq_ptr + t, mask=t < l, other=0)
+        prev = tl.load(seq_ptr + t - 1, mask=(t >= 1) & (t < l), other=0)
+        return (cur != prev) & (t >= 1)
+    else:
+        return t < 0  # all False
+
+
+# ---------------------------------------------------------------------------------------------
+# Forward.
+# ---------------------------------------------------------------------------------------------
+@triton.jit
+def _fwd_kernel(
+    u_ptr, delta_ptr, A_ptr, B_ptr, C_ptr, D_ptr, z_ptr, bias_ptr, seq_ptr,  # inputs
+    out_ptr, states_ptr, last_ptr,  # outputs: out (b,d,l), states (b,d,c,n) fp32, last (b,d,n)
+    l, d, dpg, g,  # length, channels, channels per group, groups
+    sB0, sB1, sB2, sC0, sC1, sC2,  # B/C strides: (b, g, n) if variable, (d, n, -) if fixed
+    N: tl.constexpr, NP: tl.constexpr,  # states, and n padded to a power of two
+    BLOCK_D: tl.constexpr, BLOCK_L: tl.constexpr, CHUNK: tl.constexpr,
+    HAS_D: tl.constexpr, HAS_Z: tl.constexpr, HAS_BIAS: tl.constexpr, SOFTPLUS: tl.constexpr,
+    VAR_B: tl.constexpr, VAR_C: tl.constexpr, HAS_SEQ: tl.constexpr,
+):
+    pid_bg, pid_d = tl.program_id(0), tl.program_id(1)
+    bi, gi = pid_bg // g, pid_bg % g  # batch row, group of B/C
+    d_loc = pid_d * BLOCK_D + tl.arange(0, BLOCK_D)  # channel inside its group
+    d_mask = d_loc < dpg
+    d_idx = gi * dpg + d_loc  # (BLOCK_D,) channel index
+    cols = tl.arange(0, BLOCK_L)  # (BLOCK_L,) step inside the block
+    ncols = tl.arange(0, NP)  # (NP,) state index
+    row = (bi * d + d_idx).to(tl.int64) * l  # (BLOCK_D,) start of each (b, d) row of u/delta/z/out
+    nchunks = tl.cdiv(l, CHUNK)
+    st_row = (bi * d + d_idx).to(tl.int64) * nchunks * N  # (BLOCK_D,) rows of states
+    H = tl.zeros((BLOCK_D, NP), dtype=tl.float32)  # the carried state h, one column per n
+    Bv_ptr = B_ptr + bi * sB0 + gi * sB1
+    Cv_ptr = C_ptr + bi * sC0 + gi * sC1
+    # (`while`, not `for t0 in range(0, l, BLOCK_L)`: Triton 3.6's interpreter cannot take a
+    # runtime `range` bound with NumPy ≥ 2.4, triton-lang/triton#9171; see triton/scan.py)
+    t0 = 0
+    while t0 < l:
+        t0 = tl.multiple_of(t0, BLOCK_L)  # a `while` hides that from the compiler: wide loads
+        t = t0 + cols  # (BLOCK_L,)
+        mask = d_mask[:, None] & (t < l)[None, :]  # (BLOCK_D, BLOCK_L)
+        offs = row[:, None] + t[None, :]
+        x = tl.load(u_ptr + offs, mask=mask, other=0.0).to(tl.float32)
+        dt, _ = _load_delta(delta_ptr, bias_ptr, offs, mask, d_idx, d_mask, HAS_BIAS, SOFTPLUS)
+        dtx = dt * x  # (BLOCK_D, BLOCK_L) Δ·x, shared by every state
+        start = _is_start(seq_ptr + bi * l, t, l, HAS_SEQ)[None, :]  # (1, BLOCK_L)
+        y = tl.zeros((BLOCK_D, BLOCK_L), dtype=tl.float32)
+        t1 = t0 + BLOCK_L
+        store_state = (t1 % CHUNK == 0) & (t1 < l)
+        for n in tl.static_range(N):
+            A2_n = tl.load(A_ptr + d_idx * N + n, mask=d_mask, other=0.0) * LOG2E  # (BLOCK_D,)
+            a = tl.exp2(dt * A2_n[:, None])  # Ā = exp(ΔA) = 2^(Δ·A·log2 e)
+            if HAS_SEQ:
+                a = tl.where(start, 0.0, a)  # a new sequence forgets the old state
+            if VAR_B:
+                Bn = tl.load(Bv_ptr + n * sB2 + t, mask=t < l, other=0.0).to(tl.float32)[None, :]
+            else:
+                Bn = tl.load(B_ptr + d_idx * sB0 + n * sB1, mask=d_mask, other=0.0)[:, None]
+            if VAR_C:
+                Cn = tl.load(Cv_ptr + n * sC2 + t, mask=t < l, other=0.0).to(tl.float32)[None, :]
+            else:
+                Cn = tl.load(C_ptr + d_idx * sC0 + n * sC1, mask=d_mask, other=0.0)[:, None]
+            bx = dtx * Bn  # B̄x
+            h_in = _column(H, ncols, n)  # (BLOCK_D,) state entering the block
+            bx = tl.where(cols[None, :] == 0, a * h_in[:, None] + bx, bx)  # fold it into step 0
+            _, h = tl.associative_scan((a, bx), 1, combine_fn)  # (BLOCK_D, BLOCK_L)
+            h_out = _column(h, cols, BLOCK_L - 1)  # (BLOCK_D,) state leaving the block
+            H = _put_column(H, ncols, n, h_out)
+            if store_state:  # h before the next chunk, for the backward
+                tl.store(states_ptr + st_row + (t1 // CHUNK) * N + n, h_out, mask=d_mask)
+            y += h * Cn
+        if HAS_D:
+            y += x * tl.load(D_ptr + d_idx, mask=d_mask, other=0.0)[:, None]
+        if HAS_Z:
+            zz = tl.load(z_ptr + offs, mask=mask, other=0.0).to(tl.float32)
+            y *= zz * tl.sigmoid(zz)
+        tl.store(out_ptr + offs, y.to(out_ptr.dtype.element_ty), mask=mask)
+        t0 = t1
+    n_mask = d_mask[:, None] & (ncols[None, :] < N)  # (BLOCK_D, NP)
+    tl.store(last_ptr + (bi * d + d_idx)[:, None].to(tl.int64) * N + ncols[None, :], H,
+             mask=n_mask)
+
+
+# ---------------------------------------------------------------------------------------------
+# Backward.
+# ---------------------------------------------------------------------------------------------
+@triton.jit
+def _bwd_kernel(
+    u_ptr, delta_ptr, A_ptr, B_ptr, C_ptr, D_ptr, z_ptr, bias_ptr, seq_ptr, dout_ptr, states_ptr,
+    scratch_ptr,  # (b, d, SCR, n) fp32: the state entering each sub-block of the current chunk
+    du_ptr, ddelta_ptr, dA_ptr, dB_ptr, dC_ptr, dD_ptr, dz_ptr, dbias_ptr,  # gradients
+    l, d, dpg, g,
+    sB0, sB1, sB2, sC0, sC1, sC2,  # strides of B/C: (b, g, n) if variable, (d, n, -) if fixed
+    dB0, dB1, dB2, dC0, dC1, dC2,  # strides of the fp32 dB/dC buffers
+    N: tl.constexpr, NP: tl.constexpr,
+    BLOCK_D: tl.constexpr, BLOCK_L: tl.constexpr,  # tile: channels × steps of one sub-block
+    CHUNK: tl.constexpr, SCR: tl.constexpr,  # steps between stored states; scratch slots
+    HAS_D: tl.constexpr, HAS_Z: tl.constexpr, HAS_BIAS: tl.constexpr, SOFTPLUS: tl.constexpr,
+    VAR_B: tl.constexpr, VAR_C: tl.constexpr, HAS_SEQ: tl.constexpr,
+):
+    pid_bg, pid_d = tl.program_id(0), tl.program_id(1)
+    bi, gi = pid_bg // g, pid_bg % g
+    d_loc = pid_d * BLOCK_D + tl.arange(0, BLOCK_D)
+    d_mask = d_loc < dpg
+    d_idx = gi * dpg + d_loc  # (BLOCK_D,)
+    cols = tl.arange(0, BLOCK_L)  # (BLOCK_L,)
+    ncols = tl.arange(0, NP)  # (NP,)
+    bd_row = (bi * d + d_idx).to(tl.int64)  # (BLOCK_D,) the (b, d) rows of this tile
+    row = bd_row * l
+    nchunks = tl.cdiv(l, CHUNK)
+    n_mask = d_mask[:, None] & (ncols[None, :] < N)  # (BLOCK_D, NP)
+    sc_row = bd_row * SCR * N
+    Dv = tl.zeros((BLOCK_D,), dtype=tl.float32)
+    if HAS_D:
+        Dv = tl.load(D_ptr + d_idx, mask=d_mask, other=0.0)
+    G = tl.zeros((BLOCK_D, NP), dtype=tl.float32)  # adjoint g entering from the later block
+    dA_acc = tl.zeros((BLOCK_D, NP), dtype=tl.float32)
+    dB_acc = tl.zeros((BLOCK_D, NP), dtype=tl.float32)  # fixed B only
+    dC_acc = tl.zeros((BLOCK_D, NP), dtype=tl.float32)  # fixed C only
+    dD_acc = tl.zeros((BLOCK_D,), dtype=tl.float32)
+    dbias_acc = tl.zeros((BLOCK_D,), dtype=tl.float32)
+    Bv_ptr = B_ptr + bi * sB0 + gi * sB1
+    Cv_ptr = C_ptr + bi * sC0 + gi * sC1
+    dBv_ptr = dB_ptr + bi * dB0 + gi * dB1
+    dCv_ptr = dC_ptr + bi * dC0 + gi * dC1
+    c = nchunks - 1
+    while c >= 0:  # chunks from last to first
+        nsub = tl.minimum(tl.cdiv(l - c * CHUNK, BLOCK_L), CHUNK // BLOCK_L)  # sub-blocks in it
+        # 1. replay the chunk forward from its stored state; keep the state entering each
+        #    sub-block (a few KB per program, in L1/L2) instead of every h_t
+        H = tl.load(states_ptr + (bd_row * nchunks + c)[:, None] * N + ncols[None, :],
+                    mask=n_mask, other=0.0)  # (BLOCK_D, NP)
+        j = 0
+        while j < nsub:
+            t = c * CHUNK + j * BLOCK_L + cols  # (BLOCK_L,)
+            mask = d_mask[:, None] & (t < l)[None, :]
+            offs = row[:, None] + t[None, :]
+            x = tl.load(u_ptr + offs, mask=mask, other=0.0).to(tl.float32)
+            dt, _ = _load_delta(delta_ptr, bias_ptr, offs, mask, d_idx, d_mask, HAS_BIAS,
+                                SOFTPLUS)
+            dtx = dt * x
+            start = _is_start(seq_ptr + bi * l, t, l, HAS_SEQ)[None, :]
+            for n in tl.static_range(N):
+                A2_n = tl.load(A_ptr + d_idx * N + n, mask=d_mask, other=0.0) * LOG2E
+                a = tl.exp2(dt * A2_n[:, None])
+                if HAS_SEQ:
+                    a = tl.where(start, 0.0, a)
+                if VAR_B:
+                    Bn = tl.load(Bv_ptr + n * sB2 + t, mask=t < l, other=0.0).to(tl.float32)[None, :]
+                else:
+                    Bn = tl.load(B_ptr + d_idx * sB0 + n * sB1, mask=d_mask, other=0.0)[:, None]
+                h_in = _column(H, ncols, n)
+                tl.store(scratch_ptr + sc_row + j * N + n, h_in, mask=d_mask)
+                bx = dtx * Bn
+                bx = tl.where(cols[None, :] == 0, a * h_in[:, None] + bx, bx)
+                _, h = tl.associative_scan((a, bx), 1, combine_fn)
+                H = _put_column(H, ncols, n, _column(h, cols, BLOCK_L - 1))
+            j += 1
+        tl.debug_barrier()  # scratch written above is read below, possibly by other threads
+        # 2. sub-blocks backwards: recompute h, reverse-scan g, form the gradients
+        j = nsub - 1
+        while j >= 0:
+            t = c * CHUNK + j * BLOCK_L + cols  # (BLOCK_L,)
+            t_ok = t < l
+            mask = d_mask[:, None] & t_ok[None, :]
+            offs = row[:, None] + t[None, :]
+            x = tl.load(u_ptr + offs, mask=mask, other=0.0).to(tl.float32)
+            dt, dt_raw = _load_delta(delta_ptr, bias_ptr, offs, mask, d_idx, d_mask, HAS_BIAS,
+                                     SOFTPLUS)
+            # Δ_{t+1}: the reverse scan's gate is Ā_{t+1}
+            nxt_mask = d_mask[:, None] & (t + 1 < l)[None, :]
+            dt_nx, _ = _load_delta(delta_ptr, bias_ptr, offs + 1, nxt_mask, d_idx, d_mask,
+                                   HAS_BIAS, SOFTPLUS)
+            start = _is_start(seq_ptr + bi * l, t, l, HAS_SEQ)[None, :]
+            start_nx = _is_start(seq_ptr + bi * l, t + 1, l, HAS_SEQ)[None, :]
+            dout = tl.load(dout_ptr + offs, mask=mask, other=0.0).to(tl.float32)
+            dy = dout
+            if HAS_Z:
+                zz = tl.load(z_ptr + offs, mask=mask, other=0.0).to(tl.float32)
+                dy = dout * zz * tl.sigmoid(zz)  # ∂out/∂y = silu(z)
+            dtx = dt * x
+            y = tl.zeros((BLOCK_D, BLOCK_L), dtype=tl.float32)
+            dx = tl.zeros((BLOCK_D, BLOCK_L), dtype=tl.float32)
+            ddt = tl.zeros((BLOCK_D, BLOCK_L), dtype=tl.float32)
+            for n in tl.static_range(N):
+                A_n = tl.load(A_ptr + d_idx * N + n, mask=d_mask, other=0.0)[:, None]
+                a = tl.exp2(dt * (A_n * LOG2E))
+                a_nx = tl.exp2(dt_nx * (A_n * LOG2E))
+                if HAS_SEQ:
+                    a = tl.where(start, 0.0, a)
+                    a_nx = tl.where(start_nx, 0.0, a_nx)
+                if VAR_B:
+                    Bn = tl.load(Bv_ptr + n * sB2 + t, mask=t_ok, other=0.0).to(tl.float32)[None, :]
+                else:
+                    Bn = tl.load(B_ptr + d_idx * sB0 + n * sB1, mask=d_mask, other=0.0)[:, None]
+                if VAR_C:
+                    Cn = tl.load(Cv_ptr + n * sC2 + t, mask=t_ok, other=0.0).to(tl.float32)[None, :]
+                else:
+                    Cn = tl.load(C_ptr + d_idx * sC0 + n * sC1, mask=d_mask, other=0.0)[:, None]
+                # h over the sub-block from the state replayed in step 1
+                bx = dtx * Bn
+                h_in = tl.load(scratch_ptr + sc_row + j * N + n, mask=d_mask, other=0.0)
+                bx0 = tl.where(cols[None, :] == 0, a * h_in[:, None] + bx, bx)
+                _, h = tl.associative_scan((a, bx0), 1, combine_fn)
+                # the adjoint, g_t = C_t dy_t + Ā_{t+1} g_{t+1}, scanned backwards
+                beta = Cn * dy
+                g_in = _column(G, ncols, n)  # g at the first step of the later block
+                beta = tl.where(cols[None, :] == BLOCK_L - 1, beta + a_nx * g_in[:, None], beta)
+                gg = _reverse_scan(a_nx, beta)
+                G = _put_column(G, ncols, n, _column(gg, cols, 0))
+                # gradients from g and h; Ā_t h_{t−1} = h_t − B̄_t x_t
+                ah = h - bx
+                gdt = gg * dt
+                y += h * Cn
+                dx += gdt * Bn
+                ddt += gg * (ah * A_n + x * Bn)
+                dA_acc = _put_column(dA_acc, ncols, n,
+                                     _column(dA_acc, ncols, n) + tl.sum(gg * ah * dt, axis=1))
+                if VAR_B:  # summed over the channel tile, then one atomic add per step
+                    tl.atomic_add(dBv_ptr + n * dB2 + t, tl.sum(gdt * x, axis=0), mask=t_ok,
+                                  sem="relaxed")
+                else:
+                    dB_acc = _put_column(dB_acc, ncols, n,
+                                         _column(dB_acc, ncols, n) + tl.sum(gdt * x, axis=1))
+                if VAR_C:
+                    tl.atomic_add(dCv_ptr + n * dC2 + t, tl.sum(dy * h, axis=0), mask=t_ok,
+                                  sem="relaxed")
+                else:
+                    dC_acc = _put_column(dC_acc, ncols, n,
+                                         _column(dC_acc, ncols, n) + tl.sum(dy * h, axis=1))
+            # 3. the per-step parts: D skip, gate, softplus
+            if HAS_D:
+                y += x * Dv[:, None]
+                dx += dy * Dv[:, None]
+                dD_acc += tl.sum(dy * x, axis=1)
+            if HAS_Z:
+                sig = tl.sigmoid(zz)
+                dz = dout * y * sig * (1.0 + zz * (1.0 - sig))  # silu′(z) = σ(z)(1 + z(1 − σ(z)))
+                tl.store(dz_ptr + offs, dz.to(dz_ptr.dtype.element_ty), mask=mask)
+            if SOFTPLUS:
+                ddt *= tl.sigmoid(dt_raw)  # softplus′ = σ
+            ddt = tl.where(mask, ddt, 0.0)
+            dbias_acc += tl.sum(ddt, axis=1)
+            tl.store(du_ptr + offs, dx.to(du_ptr.dtype.element_ty), mask=mask)
+            tl.store(ddelta_ptr + offs, ddt.to(ddelta_ptr.dtype.element_ty), mask=mask)
+            j -= 1
+        tl.debug_barrier()  # the next chunk's step 1 overwrites the scratch
+        c -= 1
+    # 4. parameter gradients: sums over this program's rows, added across programs
+    tl.atomic_add(dA_ptr + d_idx[:, None] * N + ncols[None, :], dA_acc, mask=n_mask, sem="relaxed")
+    if not VAR_B:
+        tl.atomic_add(dB_ptr + d_idx[:, None] * dB0 + ncols[None, :] * dB1, dB_acc, mask=n_mask, sem="relaxed")
+    if not VAR_C:
+        tl.atomic_add(dC_ptr + d_idx[:, None] * dC0 + ncols[None, :] * dC1, dC_acc, mask=n_mask, sem="relaxed")
+    if HAS_D:
+        tl.atomic_add(dD_ptr + d_idx, dD_acc, mask=d_mask, sem="relaxed")
+    if HAS_BIAS:
+        tl.atomic_add(dbias_ptr + d_idx, dbias_acc, mask=d_mask, sem="relaxed")
+
+
+# ---------------------------------------------------------------------------------------------
+# Launchers: argument checks, layouts, the tile configurations.
+# ---------------------------------------------------------------------------------------------
+def fwd_configs():
+    """Candidate forward tiles (BLOCK_D channels × BLOCK_L steps, warps): 4–32 values a thread."""
+    out = []
+    for bl in (8, 16, 32):
+        for bd in (32, 64, 128):
+            for w in (1, 2, 4):
+                if 4 <= bd * bl // (32 * w) <= 32:
+                    out.append(dict(BLOCK_D=bd, BLOCK_L=bl, num_warps=w))
+    return out
+
+
+def bwd_configs():
+    """Candidate backward tiles (sub-blocks of BLOCK_L steps inside a chunk)."""
+    out = []
+    for bl in (8, 16, 32):
+        for bd in (16, 32, 64):
+            for w in (1, 2, 4):
+                if 4 <= bd * bl // (32 * w) <= 16:
+                    out.append(dict(BLOCK_D=bd, BLOCK_L=bl, num_warps=w))
+    return out
+
+
+def _autotuned(kernel, configs, **kw):
+    cfgs = [triton.Config({k: v for k, v in c.items() if k != "num_warps"},
+                          num_warps=c["num_warps"]) for c in configs]
+    return triton.autotune(cfgs, key=["l", "d", "dpg", "N", "CHUNK"], **kw)(kernel)
+
+
+_ZEROED = ["dA_ptr", "dB_ptr", "dC_ptr", "dD_ptr", "dbias_ptr"]
+_fwd_autotuned = _autotuned(_fwd_kernel, fwd_configs())
+_bwd_autotuned = _autotuned(_bwd_kernel, bwd_configs(), reset_to_zero=_ZEROED)
+
+# Launch configuration: "auto" = autotune over the candidates (slow first call, one compile per
+# candidate), or a dict. CPU (interpreter): one small tile, nothing to tune.
+FWD_CONFIG = "auto"
+BWD_CONFIG = "auto"
+CPU_FWD = dict(BLOCK_D=4, BLOCK_L=8, num_warps=1)
+CPU_BWD = dict(BLOCK_D=4, BLOCK_L=8, num_warps=1)
+
+
+def _launch(kernel, autotuned, config, cpu_config, grid_fn, args, consts):
+    if device.interpreted():
+        config = cpu_config
+    if config == "auto":  # the autotuner's config supplies BLOCK_D, BLOCK_L and num_warps
+        autotuned[lambda meta: grid_fn(meta["BLOCK_D"])](*args, **consts)
+    else:
+        kernel[grid_fn(config["BLOCK_D"])](*args, **consts, **config)
+
+
+def _bc_strides(X):
+    """B/C strides for the kernels: (b, g, n) if variable (b, g, n, l), (d, n, 0) if fixed (d, n)."""
+    if X.ndim == 2:
+        return X.stride(0), X.stride(1), 0
+    return X.stride(0), X.stride(1), X.stride(2)
+
+
+def bc_layout(X, upcast=False):
+    """B or C ready for a kernel: contiguous, (b, n, l) viewed as (b, 1, n, l); fp32 if upcast."""
+    X = X[:, None] if X.ndim == 3 else X  # (b, 1, n, l)
+    # (upcast: the few KB of B/C go to fp32 once here, instead of every thread converting the
+    # same broadcast values for every state inside the kernel)
+    return (X.float() if upcast else X).contiguous()
+
+
+def seq_idx_from_cu_seqlens(cu_seqlens, l):
+    """(1, l) int32 sequence index of each token from cumulative lengths [0, l₀, l₀+l₁, …, l]."""
+    if cu_seqlens.ndim != 1 or cu_seqlens.numel() < 2:
+        raise ValueError(f"cu_seqlens must be 1-D [0, …, l], got shape {tuple(cu_seqlens.shape)}")
+    if int(cu_seqlens[0]) != 0 or int(cu_seqlens[-1]) != l:
+        raise ValueError(f"cu_seqlens must start at 0 and end at l = {l}, got "
+                         f"{cu_seqlens[0].item()} … {cu_seqlens[-1].item()}")
+    lengths = cu_seqlens[1:] - cu_seqlens[:-1]
+    if (lengths < 0).any():
+        raise ValueError("cu_seqlens must be non-decreasing")
+    ids = torch.arange(len(lengths), device=cu_seqlens.device, dtype=torch.int32)
+    return ids.repeat_interleave(lengths.long())[None]  # (1, l)
+
+
+def check_args(u, delta, A, B, C, D, z, delta_bias, seq_idx, cu_seqlens):
+    """mamba_ssm's argument rules, with clear errors. Returns ((b, d, l, n, g), seq_idx int32)."""
+    if isinstance(A, torch.Tensor) and A.is_complex():
+        raise TypeError("complex A is not supported: this kernel covers real A (Mamba-1) only")
+    b, d, l, n = check_inputs(u, delta, A, B, C, D, z, delta_bias)
+    if u.dtype not in DTYPES:
+        raise TypeError(f"u must be float32, float16 or bfloat16, got {u.dtype}")
+    for name, X in (("delta", delta), ("z", z)):
+        if X is not None and X.dtype != u.dtype:
+            raise TypeError(f"{name} must have u's dtype {u.dtype}, got {X.dtype}")
+    for name, X in (("A", A), ("D", D), ("delta_bias", delta_bias)):
+        if X is not None and X.dtype != torch.float32:
+            raise TypeError(f"{name} must be float32 (as in mamba_ssm), got {X.dtype}")
+    for name, X in (("B", B), ("C", C)):
+        ok = (torch.float32,) if X.ndim == 2 else (u.dtype, torch.float32)
+        if X.dtype not in ok:
+            raise TypeError(f"{name} must have dtype in {list(ok)}, got {X.dtype}")
+    if n > MAX_DSTATE:
+        raise ValueError(f"dstate n = {n} is larger than the supported maximum {MAX_DSTATE}")
+    gB = B.shape[1] if B.ndim == 4 else 1
+    gC = C.shape[1] if C.ndim == 4 else 1
+    if B.ndim != 2 and C.ndim != 2 and gB != gC:
+        raise ValueError(f"B and C must have the same number of groups, got {gB} and {gC}")
+    if cu_seqlens is not None:
+        if seq_idx is not None:
+            raise ValueError("pass seq_idx or cu_seqlens, not both")
+        if b != 1:
+            raise ValueError(f"cu_seqlens packs sequences into one row: u must have b = 1, got {b}")
+        if not isinstance(cu_seqlens, torch.Tensor) or cu_seqlens.is_floating_point():
+            raise TypeError("cu_seqlens must be an integer tensor")
+        seq_idx = seq_idx_from_cu_seqlens(cu_seqlens.to(u.device), l)
+    if seq_idx is not None:
+        if not isinstance(seq_idx, torch.Tensor) or seq_idx.is_floating_point():
+            raise TypeError("seq_idx must be an integer tensor (b, l)")
+        if tuple(seq_idx.shape) != (b, l):
+            raise ValueError(f"seq_idx must have shape (b, l) = {(b, l)}, got {tuple(seq_idx.shape)}")
+        seq_idx = seq_idx.to(torch.int32).contiguous()
+    check_same_device(u=u, delta=delta, A=A, B=B, C=C, D=D, z=z, delta_bias=delta_bias,
+                      seq_idx=seq_idx)
+    if not u.is_cuda and not device.interpreted():
+        raise ValueError("tensors are on the CPU but Triton is not in interpreter mode "
+                         "(TRITON_INTERPRET=1); move them to the GPU")
+    g = gB if B.ndim != 2 else gC  # groups of B/C (1 if both fixed)
+    return (b, d, l, n, g), seq_idx
+
+
+def flags(D, z, delta_bias, softplus, B, C, seq_idx):
+    """The compile-time switches both kernels take."""
+    return dict(HAS_D=D is not None, HAS_Z=z is not None, HAS_BIAS=delta_bias is not None,
+                SOFTPLUS=bool(softplus), VAR_B=B.ndim != 2, VAR_C=C.ndim != 2,
+                HAS_SEQ=seq_idx is not None)
+
+
+def optional(*tensors, dummy):
+    """Kernels need a pointer for every argument: stand ``dummy`` in for absent ones (never read)."""
+    return tuple(dummy if t is None else t for t in tensors)
+
+
+def _forward(u, delta, A, B, C, D, z, delta_bias, softplus, seq_idx, shape):
+    """Launch the forward. Returns (out (b,d,l), states (b,d,c,n) fp32, last state (b,d,n) fp32)."""
+    b, d, l, n, g = shape
+    u, delta, A = u.contiguous(), delta.contiguous(), A.contiguous()
+    z = z.contiguous() if z is not None else None
+    Bk, Ck = bc_layout(B, upcast=True), bc_layout(C, upcast=True)
+    q = chunk_size(n)
+    out = torch.empty_like(u)
+    states = torch.empty((b, d, triton.cdiv(l, q), n), device=u.device, dtype=torch.float32)
+    states[:, :, 0] = 0.0  # h_{−1} = 0; the kernel writes the state entering every later chunk
+    last = torch.empty((b, d, n), device=u.device, dtype=torch.float32)
+    args = (u, delta, A, Bk, Ck, *optional(D, z, delta_bias, seq_idx, dummy=A),
+            out, states, last, l, d, d // g, g, *_bc_strides(Bk), *_bc_strides(Ck))
+    consts = dict(N=n, NP=triton.next_power_of_2(n), CHUNK=q,
+                  **flags(D, z, delta_bias, softplus, B, C, seq_idx))
+    _launch(_fwd_kernel, _fwd_autotuned, FWD_CONFIG, CPU_FWD,
+            lambda bd: (b * g, triton.cdiv(d // g, bd)), args, consts)
+    return out, states, last
+
+
+def _backward(dout, u, delta, A, B, C, D, z, delta_bias, softplus, seq_idx, states, shape):
+    """Launch the backward. Returns du, ddelta, dA, dB, dC, dD, dz, ddelta_bias."""
+    b, d, l, n, g = shape
+    u, delta, A, dout = u.contiguous(), delta.contiguous(), A.contiguous(), dout.contiguous()
+    z = z.contiguous() if z is not None else None
+    Bk, Ck = bc_layout(B, upcast=True), bc_layout(C, upcast=True)
+    f32 = dict(device=u.device, dtype=torch.float32)
+    du, ddelta = torch.empty_like(u), torch.empty_like(delta)
+    dz = torch.empty_like(z) if z is not None else None
+    dA, dD, dbias = torch.zeros_like(A), torch.zeros(d, **f32), torch.zeros(d, **f32)
+    dB, dC = torch.zeros(Bk.shape, **f32), torch.zeros(Ck.shape, **f32)
+    q = chunk_size(n)
+    scr = q // MIN_BLOCK_L  # sub-blocks of the smallest tile in one chunk
+    scratch = torch.empty((b, d, scr, n), **f32)
+    args = (u, delta, A, Bk, Ck, *optional(D, z, delta_bias, seq_idx, dummy=A), dout, states,
+            scratch, du, ddelta, dA, dB, dC, dD, *optional(dz, dummy=A), dbias,
+            l, d, d // g, g, *_bc_strides(Bk), *_bc_strides(Ck), *_bc_strides(dB),
+            *_bc_strides(dC))
+    consts = dict(N=n, NP=triton.next_power_of_2(n), CHUNK=q, SCR=scr,
+                  **flags(D, z, delta_bias, softplus, B, C, seq_idx))
+    _launch(_bwd_kernel, _bwd_autotuned, BWD_CONFIG, CPU_BWD,
+            lambda bd: (b * g, triton.cdiv(d // g, bd)), args, consts)
+    return finish_grads(du, ddelta, dA, dB, dC, dD, dz, dbias, B, C, D, delta_bias)
+
+
+def finish_grads(du, ddelta, dA, dB, dC, dD, dz, dbias, B, C, D, delta_bias):
+    """Gradients in the shapes and dtypes of the arguments (None for absent ones)."""
+    dB = dB.reshape(B.shape).to(B.dtype)
+    dC = dC.reshape(C.shape).to(C.dtype)
+    return (du, ddelta, dA, dB, dC, dD if D is not None else None, dz,
+            dbias if delta_bias is not None else None)
+
+
+class Kernels:
+    """A forward and a backward launcher: ``forward(...)`` → (out, states, last),
+    ``backward(dout, ..., states, shape)`` → the eight gradients."""
+
+    def __init__(self, name, forward, backward):
+        self.name, self.forward, self.backward = name, forward, backward
+
+
+TUNED = Kernels("tuned", _forward, _backward)
+
+
+class SelectiveScanFn(torch.autograd.Function):
+    """Forward saves the inputs and one state per chunk; backward recomputes inside each chunk."""
+
+    @staticmethod
+    def forward(ctx, u, delta, A, B, C, D, z, delta_bias, delta_softplus, return_last_state,
+                seq_idx, kernels, shape):
+        out, states, last = kernels.forward(u, delta, A, B, C, D, z, delta_bias, delta_softplus,
+                                            seq_idx, shape)
+        ctx.save_for_backward(u, delta, A, B, C, D, z, delta_bias, seq_idx, states)
+        ctx.softplus, ctx.kernels, ctx.shape = delta_softplus, kernels, shape
+        if return_last_state:
+            ctx.mark_non_differentiable(last)
+            return out, last
+        return out
+
+    @staticmethod
+    def backward(ctx, dout, *_):
+        u, delta, A, B, C, D, z, delta_bias, seq_idx, states = ctx.saved_tensors
+        grads = ctx.kernels.backward(dout, u, delta, A, B, C, D, z, delta_bias, ctx.softplus,
+                                     seq_idx, states, ctx.shape)
+        return (*grads, None, None, None, None, None)
+
+
+def run(kernels, u, delta, A, B, C, D=None, z=None, delta_bias=None, delta_softplus=False,
+        return_last_state=False, seq_idx=None, cu_seqlens=None):
+    """Check the arguments, then run ``kernels`` forward (and backward through autograd)."""
+    shape, seq_idx = check_args(u, delta, A, B, C, D, z, delta_bias, seq_idx, cu_seqlens)
+    return SelectiveScanFn.apply(u, delta, A, B, C, D, z, delta_bias, delta_softplus,
+                                 return_last_state, seq_idx, kernels, shape)
+
+
+def selective_scan_fn(u, delta, A, B, C, D=None, z=None, delta_bias=None, delta_softplus=False,
+                      return_last_state=False, seq_idx=None, cu_seqlens=None):
+    """out = (C·h + D·x)·silu(z),  h_t = exp(Δ_t A) h_{t−1} + Δ_t B_t x_t,  Δ = softplus(δ + bias).
+
+    Shapes (as ``mamba_ssm.selective_scan_fn``):
+        u, delta, z:    (b, d, l) float32 / float16 / bfloat16 (one dtype)
+        A:              (d, n) float32, real (complex A raises TypeError); n ≤ 256
+        B, C:           (b, n, l) or (b, g, n, l) in u's dtype or float32, or fixed (d, n) float32
+        D, delta_bias:  (d,) float32
+        seq_idx:        (b, l) int, optional: packed sequences; the state restarts where it changes
+        cu_seqlens:     (k + 1,) int, optional, b = 1: cumulative lengths [0, …, l] of k sequences
+        returns out (b, d, l) in u's dtype; with return_last_state (out, h_{l−1} (b, d, n)
+        float32) — for packed sequences, the state of the row's last sequence.
+
+    Gradients flow to every tensor argument (not through last_state, as in mamba_ssm). The tuned
+    kernels (tile table / autotune, exp2); ``selective_scan_teaching`` is the readable version.
+    Matches ``mamba_ssm.ops.selective_scan_interface.selective_scan_fn`` (real A).
+    """
+    return run(TUNED, u, delta, A, B, C, D, z, delta_bias, delta_softplus, return_last_state,
+               seq_idx, cu_seqlens)

@@ -1,0 +1,198 @@
+"""The chapter-09 Triton selective scan (tuned and teaching kernels) against the sequential oracle.
+
+CPU: Triton's interpreter at tiny sizes, forward and every gradient vs autograd through the
+float64 oracle, for every argument combination. GPU (marker ``gpu``): real sizes in bf16/fp32.
+"""
+
+import pytest
+import torch
+
+from mambalearn import testing
+from mambalearn.scan.sequential import selective_scan_sequential
+from mambalearn.triton import selective_scan as tuned
+from mambalearn.triton.selective_scan import selective_scan_fn
+from mambalearn.triton.selective_scan_teaching import selective_scan_teaching
+
+IMPLS = {"tuned": selective_scan_fn, "teaching": selective_scan_teaching}
+GPU = torch.cuda.is_available()
+DEV = "cuda" if GPU else "cpu"
+NAMES = ["u", "delta", "A", "B", "C", "D", "z", "delta_bias"]
+
+
+@pytest.fixture(autouse=True)
+def small_chunks(monkeypatch):
+    # On the CPU, a chunk of 16 steps (2 sub-blocks of the 8-step CPU tile) so tiny sequences
+    # still cross chunk and sub-block boundaries in the tuned backward.
+    if not GPU:
+        monkeypatch.setattr(tuned, "chunk_size", lambda n: 16)
+
+
+def make(b, d, l, n, bc="shared", g=2, dtype=torch.float32, device=DEV, seed=None, D=True,
+         z=True, bias=True):
+    gen = torch.Generator().manual_seed(seed if seed is not None else torch.seed() % 2**31)
+    r = lambda *s: torch.randn(*s, generator=gen)
+    shapes = {"shared": (b, n, l), "grouped": (b, g, n, l), "fixed": (d, n)}
+    bc = bc if isinstance(bc, tuple) else (bc, bc)
+    x = dict(u=r(b, d, l), delta=0.5 * r(b, d, l), A=-(0.5 + torch.rand(d, n, generator=gen)),
+             B=r(*shapes[bc[0]]), C=r(*shapes[bc[1]]), D=r(d) if D else None,
+             z=r(b, d, l) if z else None, delta_bias=0.3 * r(d) if bias else None)
+    io = {"u", "delta", "z"} | {k for k, s in zip("BC", bc) if s != "fixed"}
+    return {k: None if v is None else v.to(device, dtype if k in io else torch.float32)
+            for k, v in x.items()}
+
+
+def leaves(x):
+    return {k: v.detach().clone().requires_grad_() if v is not None else None for k, v in x.items()}
+
+
+def check_against_oracle(fn, x, softplus=True, grad=True, **kw):
+    """Forward and all gradients of ``fn`` vs autograd through the float64 oracle."""
+    xs = leaves(x)
+    out = fn(**xs, delta_softplus=softplus, **kw)
+    ref_in = leaves({k: None if v is None else v.double() for k, v in x.items()})
+    ref = selective_scan_sequential(**ref_in, delta_softplus=softplus)
+    dtype = x["u"].dtype
+    testing.assert_close(out, ref, dtype=dtype, msg="forward")
+    if not grad:
+        return
+    dout = torch.randn_like(out)
+    out.backward(dout)
+    ref.backward(dout.double())
+    for k in NAMES:
+        if xs[k] is not None:
+            testing.assert_close(xs[k].grad, ref_in[k].grad, dtype=dtype, grad=True, msg=f"d{k}")
+
+
+# ---------------------------------------------------------------------------------------------
+# CPU (interpreter) and GPU: argument combinations
+# ---------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("impl", IMPLS)
+@pytest.mark.parametrize("bc", ["shared", "grouped", "fixed", ("fixed", "shared")])
+def test_bc_layouts(impl, bc):
+    check_against_oracle(IMPLS[impl], make(2, 4, 19, 3, bc=bc))
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+@pytest.mark.parametrize("D,z,bias,softplus", [(False, False, False, False),
+                                               (True, False, True, False),
+                                               (False, True, False, True)])
+def test_optional_arguments(impl, D, z, bias, softplus):
+    check_against_oracle(IMPLS[impl], make(1, 3, 21, 2, D=D, z=z, bias=bias), softplus=softplus)
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+@pytest.mark.parametrize("l", [1, 8, 17, 33])  # one step, one tile, odd, past two chunks
+def test_lengths(impl, l):
+    check_against_oracle(IMPLS[impl], make(1, 3, l, 2))
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+def test_dstate_not_power_of_two_and_d_not_multiple_of_tile(impl):
+    check_against_oracle(IMPLS[impl], make(1, 5, 12, 5, bc="grouped", g=5))
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+def test_non_contiguous_inputs(impl):
+    x = make(2, 4, 13, 3, bc="grouped")
+    nc = dict(x)
+    for k in ("u", "delta", "z"):  # (b, d, l) views with a stride-2 time axis
+        nc[k] = torch.stack([x[k], torch.zeros_like(x[k])], -1)[..., 0]
+    nc["B"] = x["B"].transpose(-1, -2).contiguous().transpose(-1, -2)  # l not innermost
+    nc["A"] = x["A"].t().contiguous().t()
+    assert not nc["u"].is_contiguous() and not nc["B"].is_contiguous()
+    check_against_oracle(IMPLS[impl], nc)
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+def test_return_last_state(impl):
+    x = make(2, 3, 19, 2)
+    out, last = IMPLS[impl](**x, delta_softplus=True, return_last_state=True)
+    ref, ref_last = selective_scan_sequential(**{k: None if v is None else v.double()
+                                                 for k, v in x.items()},
+                                              delta_softplus=True, return_last_state=True)
+    testing.assert_close(out, ref, msg="out")
+    testing.assert_close(last, ref_last, dtype=torch.float32, msg="last_state")
+    assert last.dtype == torch.float32 and last.shape == (2, 3, 2)
+
+
+# ---------------------------------------------------------------------------------------------
+# Variable-length packing: one row of several sequences equals separate runs
+# ---------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("impl", IMPLS)
+@pytest.mark.parametrize("how", ["seq_idx", "cu_seqlens"])
+def test_varlen_equals_separate_runs(impl, how):
+    lengths = [7, 13, 1, 9]  # a sequence crossing chunk boundaries, one of length 1
+    x = make(1, 3, sum(lengths), 2)
+    cu = torch.tensor([0, 7, 20, 21, 30], device=DEV)
+    kw = dict(cu_seqlens=cu) if how == "cu_seqlens" else dict(
+        seq_idx=torch.repeat_interleave(torch.arange(4, device=DEV), torch.tensor(lengths,
+                                        device=DEV))[None].int())
+    xs = leaves(x)
+    out, last = IMPLS[impl](**xs, delta_softplus=True, return_last_state=True, **kw)
+    dout = torch.randn_like(out)
+    out.backward(dout)
+    ref_in = leaves({k: None if v is None else v.double() for k, v in x.items()})
+    outs = []
+    for s, e in zip(cu[:-1].tolist(), cu[1:].tolist()):
+        part = {k: (v[..., s:e] if k in ("u", "delta", "z", "B", "C") else v)
+                for k, v in ref_in.items()}
+        o, ref_last = selective_scan_sequential(**part, delta_softplus=True,
+                                                return_last_state=True)
+        outs.append(o)
+    ref = torch.cat(outs, -1)
+    testing.assert_close(out, ref, msg="packed forward")
+    testing.assert_close(last, ref_last, dtype=torch.float32, msg="last state = last sequence's")
+    ref.backward(dout.double())
+    for k in NAMES:
+        testing.assert_close(xs[k].grad, ref_in[k].grad, grad=True, msg=f"packed d{k}")
+
+
+# ---------------------------------------------------------------------------------------------
+# Bad input
+# ---------------------------------------------------------------------------------------------
+def test_bad_input():
+    x = make(1, 4, 8, 2, seed=0)
+    f = lambda **kw: selective_scan_fn(**{**x, **kw})
+    with pytest.raises(ValueError, match="delta"):
+        f(delta=x["delta"][..., :7])
+    with pytest.raises(ValueError, match="B"):
+        f(B=x["B"][:, :1])
+    with pytest.raises(TypeError, match="complex"):
+        f(A=torch.complex(x["A"], x["A"]))
+    with pytest.raises(TypeError, match="A must be float32"):
+        f(A=x["A"].double())
+    with pytest.raises(TypeError, match="delta must have u's dtype"):
+        f(delta=x["delta"].half())
+    with pytest.raises(TypeError, match="u must be"):
+        f(u=x["u"].double(), delta=x["delta"].double(), z=x["z"].double())
+    big = make(1, 2, 4, tuned.MAX_DSTATE + 1, seed=0)
+    with pytest.raises(ValueError, match="dstate"):
+        selective_scan_fn(**big)
+    with pytest.raises(ValueError, match="seq_idx"):
+        f(seq_idx=torch.zeros(1, 7, dtype=torch.int32, device=DEV))
+    with pytest.raises(ValueError, match="cu_seqlens"):
+        f(cu_seqlens=torch.tensor([0, 3, 5], device=DEV))
+    if GPU:
+        with pytest.raises(ValueError, match="device"):
+            f(D=x["D"].cpu())
+
+
+# ---------------------------------------------------------------------------------------------
+# GPU: real sizes
+# ---------------------------------------------------------------------------------------------
+@pytest.mark.gpu
+@pytest.mark.skipif(not GPU, reason="needs a CUDA GPU")
+@pytest.mark.parametrize("impl", IMPLS)
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+@pytest.mark.parametrize("bc", ["shared", "grouped", "fixed"])
+def test_gpu_real_sizes(impl, dtype, bc):
+    x = make(2, 256, 1000, 16, bc=bc, g=4, dtype=dtype)
+    check_against_oracle(IMPLS[impl], x)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not GPU, reason="needs a CUDA GPU")
+@pytest.mark.parametrize("impl", IMPLS)
+def test_gpu_last_state_and_varlen(impl):
+    test_return_last_state(impl)
+    test_varlen_equals_separate_runs(impl, "cu_seqlens")
