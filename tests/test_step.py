@@ -36,7 +36,8 @@ def run_both(inp, **kw):
     s_oracle = inp["state"].to(torch.float64)
     args = {k: v for k, v in inp.items() if k != "state"}
     args.update(kw)
-    out = selective_state_update(s_kernel, **args)
+    tune = {k: args.pop(k) for k in ("block_p", "num_warps", "programs", "num_stages") if k in args}
+    out = selective_state_update(s_kernel, **args, **tune)
     a = {k: (v.to(torch.float64) if torch.is_tensor(v) and v.is_floating_point() else v)
          for k, v in args.items()}
     want = inference.decode_step(s_oracle, a.pop("x"), a.pop("dt"), a.pop("A"), a.pop("B"),
@@ -223,5 +224,17 @@ def test_real_size_on_gpu():
     g = torch.Generator().manual_seed(11)
     inp = mamba2_inputs(64, 80, 64, 128, 1, g)
     out, want, s, s_ref = run_both(inp, dt_softplus=True)
+    assert_close(s, s_ref)
+    assert_close(out, want)
+
+
+@pytest.mark.parametrize("programs", [1, 3])
+def test_persistent_grid_loops_over_all_tiles(programs):
+    """Fewer programs than tiles: each loops (grid-stride) and every tile is still updated once."""
+    g = torch.Generator().manual_seed(12)
+    inp = mamba2_inputs(3, 2, 5, 4, 2, g)  # 3 · 2 · ⌈5 / 2⌉ = 18 tiles of 2 rows
+    idx = torch.tensor([2, -1, 0], device=DEV)
+    out, want, s, s_ref = run_both(inp, dt_softplus=True, state_batch_indices=idx, block_p=2,
+                                   num_warps=1, programs=programs, num_stages=2)
     assert_close(s, s_ref)
     assert_close(out, want)

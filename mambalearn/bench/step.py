@@ -60,18 +60,21 @@ def floor_ms(b, h, p, n, state_dtype):
     return nbytes / COPY_BANDWIDTH * 1e3
 
 
-def graph_ms(fn, n_calls=20):
+def graph_ms(fn, n_calls=20, rep=100):
     """Milliseconds per call when ``n_calls`` calls are replayed as one CUDA graph."""
     import triton.testing
 
     fn()  # compile outside the capture
     torch.cuda.synchronize()
-    return triton.testing.do_bench_cudagraph(lambda: [fn() for _ in range(n_calls)],
+    return triton.testing.do_bench_cudagraph(lambda: [fn() for _ in range(n_calls)], rep=rep,
                                              return_mode="median") / n_calls
 
 
-def run(gpu):
+def run(gpu, tune=None, label="mambalearn"):
+    """Rows for ours (with the launcher's defaults, or the ``tune`` keywords) and mamba_ssm's."""
     from mambalearn.triton.step import selective_state_update
+
+    tune = tune or {}
 
     shapes = [(64, 80, 64, 128)] if gpu else [(2, 2, 4, 8)]
     dev = "cuda" if gpu else "cpu"
@@ -82,7 +85,7 @@ def run(gpu):
             inp = mamba2_step_inputs(b, h, p, n, state_dtype, device=dev)
             shape = f"b{b} h{h} p{p} n{n} state {str(state_dtype)[6:]}"
             fl = floor_ms(b, h, p, n, state_dtype)
-            fns = {"mambalearn": lambda: selective_state_update(**inp)}
+            fns = {label: lambda: selective_state_update(**inp, **tune)}
             if theirs is not None:
                 fns["mamba_ssm"] = lambda: theirs(**inp)
             timed = {}
@@ -91,7 +94,7 @@ def run(gpu):
                 if gpu:
                     timed[name + " (graph)"] = graph_ms(fn)
             for name, ms in timed.items():
-                ref = timed.get("mamba_ssm" + name[len(name.split(" ")[0]):])
+                ref = timed.get("mamba_ssm (graph)" if name.endswith("(graph)") else "mamba_ssm")
                 rows.append(dict(topic="step", backend=name, shape=shape, ms=ms,
                                  ratio=None if ref is None else ms / ref,
                                  floor_pct=100 * fl / ms if gpu else None))
