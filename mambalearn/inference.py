@@ -11,10 +11,10 @@ The layer's whole memory of the past is its *cache*: the SSM state h (b·d·n nu
 inputs of the causal depthwise convolution (b·d·k numbers). A Transformer's KV cache instead grows
 by 2·(heads·head_dim) numbers per token per layer (:func:`kv_cache_bytes` vs :func:`state_bytes`).
 
-Why Ā stays float32: a decay close to 1 is applied thousands of times. 0.999¹⁰⁰⁰ ≈ 0.368, but
-0.999 rounded to bfloat16 is 0.99609375 (8 bits of mantissa) and 0.99609375¹⁰⁰⁰ ≈ 0.020: memory
-that should last thousands of steps is gone after a few hundred. B, C and D tolerate rounding; A,
-Ā and the state do not.
+Why Ā stays float32: a decay close to 1 is applied thousands of times. 0.999¹⁰⁰⁰ ≈ 0.368 but
+0.992¹⁰⁰⁰ ≈ 0.0003. bfloat16's spacing just below 1 is 2⁻⁸ ≈ 0.004: 0.999 rounds to 1.0 (the state
+never forgets) and 0.995 to 0.99609375 (0.995¹⁰⁰⁰ ≈ 0.0067 becomes ≈ 0.020). B, C and D tolerate
+rounding; A, Ā and the state do not (chapter 12 measures the drift).
 
 Prefill: the cache after a prompt is (last k conv inputs, last scan state). A prompt may be fed in
 chunks: the recurrence is *linear* in h, so a chunk started from state h₀ is the chunk started from
