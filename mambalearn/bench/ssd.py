@@ -1,0 +1,195 @@
+"""Bench topic ``ssd``: Mamba-2 SSD forward and forward+backward, ours against ``mamba_ssm``'s.
+
+Backends (chapters 10–11):
+    mamba_ssm               ``mamba_ssm.ops.triton.ssd_combined.mamba_chunk_scan_combined`` (pure Triton),
+                            imported from its source tree through stub packages when available
+    ours unfused            ``mambalearn.triton.ssd.mamba_chunk_scan_combined`` (five stages)
+    ours fused qQ S state   ``mambalearn.triton.ssd_fused.ssd_fused_forward`` (one launch), chunk Q,
+                            passed states in S = fp32 / fp16
+Forward+backward rows time ``out = f(...)`` and ``torch.autograd.grad(out, [x, dt, A, B, C, D,
+dt_bias], dout)`` and record the peak memory beyond the inputs (``peak_gb``).
+
+Shapes (GPU, DESIGN.md §6, Mamba-2 2.7B heads): b4 l4096, b1 l16384, b16 l1024, all h80 p64 n128 g1,
+bf16 x/B/C, fp32 dt/A/D/dt_bias, softplus, chunk 256. On a CPU: one tiny fp32 shape through
+Triton's interpreter (interpreter speed, not kernel speed).
+
+Floors: ``mambalearn.roofline.floor(roofline.ssd_cost(...))`` — the larger of the byte floor and
+the bf16 matmul floor of the reference H200; ``floor_pct`` is given for forward rows only.
+
+Where ``mamba_ssm`` comes from: the ``mamba_ssm`` package directory named by the environment
+variable ``MAMBA_SSM_PATH``, else ``.mamba_ref/mamba_ssm-2.3.2.post1/mamba_ssm`` in the repository.
+"""
+
+import os
+import sys
+import types
+
+import torch
+
+from mambalearn import roofline
+from mambalearn.bench import peak_gb, time_ms
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+DEFAULT_REF = os.path.join(ROOT, ".mamba_ref", "mamba_ssm-2.3.2.post1", "mamba_ssm")
+GPU_SHAPES = [(4, 4096), (1, 16384), (16, 1024)]  # (b, l) with h80 p64 n128 g1
+HEADS = dict(h=80, p=64, g=1, n=128)
+
+
+def load_mamba_ssm_ssd(path=None):
+    """``mamba_ssm``'s ``mamba_chunk_scan_combined`` from its source tree, or None (with a reason printed)."""
+    root = os.path.abspath(path or os.environ.get("MAMBA_SSM_PATH") or DEFAULT_REF)
+    if not os.path.isdir(root):
+        print(f"mamba_ssm source tree not found at {root}: timing ours only")
+        return None
+    for name, sub in (("mamba_ssm", ""), ("mamba_ssm.ops", "ops"), ("mamba_ssm.ops.triton", "ops/triton"),
+                      ("mamba_ssm.utils", "utils")):
+        if name not in sys.modules:  # stub packages: no __init__ runs, so no CUDA extension is needed
+            m = types.ModuleType(name)
+            m.__path__ = [os.path.join(root, sub)]
+            sys.modules[name] = m
+    try:
+        from mamba_ssm.ops.triton.ssd_combined import mamba_chunk_scan_combined
+    except Exception as e:  # noqa: BLE001 - e.g. einops missing: report, do not crash the bench
+        print(f"mamba_ssm's mamba_chunk_scan_combined not importable: {type(e).__name__}: {e}")
+        return None
+    return mamba_chunk_scan_combined
+
+
+def make_inputs(b, l, h, p, g, n, dtype=torch.bfloat16, device="cuda", seed=0):
+    """Random SSD inputs in mamba_ssm's layouts: (x, dt, A, B, C) and dict(D, dt_bias, dt_softplus)."""
+    gen = torch.Generator(device=device).manual_seed(seed)
+    r = lambda *s: torch.randn(*s, generator=gen, device=device)
+    u = lambda *s: torch.rand(*s, generator=gen, device=device)
+    x, B, C = r(b, l, h, p).to(dtype), r(b, l, g, n).to(dtype), r(b, l, g, n).to(dtype)
+    dt, A = r(b, l, h) - 2.0, -u(h) * 8 - 1.0
+    return (x, dt, A, B, C), dict(D=r(h), dt_bias=u(h) - 2.0, dt_softplus=True)
+
+
+def shape_name(b, l, h, p, g, n, q, dtype):
+    return f"b{b} l{l} h{h} p{p} n{n} g{g} q{q} {str(dtype)[6:]}"
+
+
+def forward_fns(theirs, q, fused_chunks=(256, 128)):
+    """{backend: f(x, dt, A, B, C, **kw) -> out} for the forward rows."""
+    from mambalearn.triton.ssd import mamba_chunk_scan_combined as ours
+    from mambalearn.triton.ssd_fused import ssd_fused_forward
+
+    fns = {}
+    if theirs is not None:
+        fns["mamba_ssm fwd"] = lambda *a, **kw: theirs(*a, q, **kw)
+    fns["ours unfused fwd"] = lambda *a, **kw: ours(*a, q, **kw)
+    for qf in fused_chunks:
+        for sd in (torch.float32, torch.float16):
+            fns[f"ours fused fwd q{qf} {str(sd)[6:]} state"] = (
+                lambda *a, qf=qf, sd=sd, **kw: ssd_fused_forward(*a, qf, state_dtype=sd, **kw)[0])
+    return fns
+
+
+def fwd_bwd(fn, args, kw, dout):
+    """A closure timing one forward and the gradients of x, dt, A, B, C, D, dt_bias."""
+    leaves = [t.detach().clone().requires_grad_() for t in args]
+    D, bias = (kw[k].detach().clone().requires_grad_() for k in ("D", "dt_bias"))
+    rest = {k: v for k, v in kw.items() if k not in ("D", "dt_bias")}
+
+    def go():
+        out = fn(*leaves, D=D, dt_bias=bias, **rest)
+        return torch.autograd.grad(out, leaves + [D, bias], dout)
+    return go
+
+
+def rel_err(a, b):
+    return ((a.double() - b.double()).norm() / b.double().norm()).item()
+
+
+def _measure(fn, want=None, warmup=25, rep=100):
+    """dict(ms, peak_gb, rel_err) of ``fn()``; a crash (e.g. out of memory) is recorded, not raised."""
+    try:
+        err = None if want is None else rel_err(fn(), want)
+        return dict(ms=time_ms(fn, warmup=warmup, rep=rep), peak_gb=peak_gb(fn), rel_err=err)
+    except Exception as e:  # noqa: BLE001 - one failing backend must not end the whole bench
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
+        return dict(ms=None, peak_gb=None, error=f"{type(e).__name__}: {str(e)[:200]}")
+
+
+def _row(backend, shape, m, ref_ms, floor_ms):
+    ms = m.pop("ms")
+    row = dict(topic="ssd", backend=backend, shape=shape, ms=ms,
+               ratio=None if ms is None or ref_ms is None else ms / ref_ms,
+               floor_pct=None if ms is None or floor_ms is None else 100 * floor_ms / ms, **m)
+    print(row, flush=True)
+    return row
+
+
+def run(gpu, shapes=None, chunk=None, fused_chunks=None, dtype=None, device=None):
+    """Rows for every backend at every shape; each forward is checked against the oracle (rel_err).
+
+    Defaults: GPU — the three shapes of the module doc, bf16, chunk 256, fused chunks 256 and 128;
+    CPU — b1 l40 h2 p8 n8, fp32, chunk 16. Any of them can be overridden (tests do).
+    """
+    from mambalearn import ssd
+    from mambalearn.triton.ssd import mamba_chunk_scan_combined as ours
+
+    dev = device or ("cuda" if gpu else "cpu")
+    theirs = load_mamba_ssm_ssd() if gpu else None
+    if gpu:
+        shapes = shapes or [dict(b=b, l=l, **HEADS) for b, l in GPU_SHAPES]
+        dtype, q, fc = dtype or torch.bfloat16, chunk or 256, fused_chunks or (256, 128)
+    else:
+        shapes = shapes or [dict(b=1, l=40, h=2, p=8, g=1, n=8)]
+        dtype, q, fc = dtype or torch.float32, chunk or 16, fused_chunks or (16,)
+    rows = []
+    for s in shapes:
+        args, kw = make_inputs(**s, dtype=dtype, device=dev)
+        name = shape_name(**s, q=q, dtype=dtype)
+        fl = roofline.floor(roofline.ssd_cost(s["b"], s["l"], s["h"], s["p"], s["n"], q, s["g"],
+                                              in_bytes=torch.finfo(dtype).bits // 8))["floor_ms"]
+        # float32 oracle on the same (rounded) inputs; x in float32 makes its output float32 too
+        want = ssd.mamba_chunk_scan_ref(args[0].float(), *args[1:], q, **kw)
+        ref_ms = None
+        for backend, fn in forward_fns(theirs, q, fc).items():
+            row = _measure(lambda: fn(*args, **kw), want=want)
+            ref_ms = row["ms"] if backend.startswith("mamba_ssm") else ref_ms
+            rows.append(_row(backend, name, row, ref_ms, fl if gpu else None))
+        dout = torch.randn_like(args[0])
+        ref_ms = None
+        bwd = {"ours fwd+bwd (bwd: PyTorch recompute)": lambda *a, **k: ours(*a, q, **k)}
+        if theirs is not None:
+            bwd = {"mamba_ssm fwd+bwd": lambda *a, **k: theirs(*a, q, **k), **bwd}
+        for backend, fn in bwd.items():
+            row = _measure(fwd_bwd(fn, args, kw, dout), warmup=3, rep=30)
+            ref_ms = row["ms"] if backend.startswith("mamba_ssm") else ref_ms
+            rows.append(_row(backend, name, row, ref_ms, None))
+        del args, kw, want, dout
+        if gpu:
+            torch.cuda.empty_cache()
+    return rows
+
+
+def precision(gpu, chunks=(128, 256), tols=(0.0, 1e-3, 1e-2), shape=None):
+    """Share of output elements with |fused − unfused| ≤ tol·(1 + |unfused|), per state dtype and chunk.
+
+    Returns {"fp32 q256": {"tol 0": share, ...}, ...}; the unfused kernel runs at the same chunk size.
+    """
+    from mambalearn.triton.ssd import mamba_chunk_scan_combined as ours
+    from mambalearn.triton.ssd_fused import ssd_fused_forward
+
+    dev = "cuda" if gpu else "cpu"
+    s = shape or (dict(b=4, l=4096, **HEADS) if gpu else dict(b=1, l=128, h=2, p=16, g=1, n=16))
+    dtype = torch.bfloat16 if gpu else torch.float32  # the interpreter's tl.dot mishandles bf16
+    chunks = chunks if gpu else (32, 64)
+    args, kw = make_inputs(**s, dtype=dtype, device=dev)
+    table = {}
+    for q in chunks:
+        ref = ours(*args, q, **kw).float()
+        for sd in (torch.float32, torch.float16):
+            d = (ssd_fused_forward(*args, q, state_dtype=sd, **kw)[0].float() - ref).abs()
+            table[f"{str(sd)[6:]} state q{q}"] = {f"tol {t:g}": (d <= t * (1 + ref.abs())).float().mean().item()
+                                                  for t in tols}
+    return table
+
+
+if __name__ == "__main__":
+    from mambalearn.bench import table
+
+    print(table(run(torch.cuda.is_available())))
