@@ -86,7 +86,8 @@ def correctness():
     e = dict(out=rel_err(out, want), state=rel_err(st, s_ref))
     RES["correct mambalearn mamba1 b64 d4096 n16"] = e
     print("mamba1 layout", e)
-    RES["mamba1 b64 d4096 n16 ms"] = time_ms(lambda: selective_state_update(st, x, dt, A, B, C, D, z, bias, True))
+    step = lambda: selective_state_update(st, x, dt, A, B, C, D, z, bias, True)
+    RES["mamba1 b64 d4096 n16 ms"] = time_ms(step)
 
 
 def sweep():
@@ -95,7 +96,8 @@ def sweep():
     for bp in (4, 8, 16, 32, 64):
         for nw in (2, 4, 8):
             try:
-                ms = time_ms(lambda: selective_state_update(**inp, block_p=bp, num_warps=nw))
+                ms = time_ms(lambda bp=bp, nw=nw: selective_state_update(**inp, block_p=bp,
+                                                                        num_warps=nw))
             except Exception as e:  # noqa: BLE001 - e.g. too many registers
                 ms = float("nan")
                 print(bp, nw, type(e).__name__, str(e)[:200])
@@ -122,7 +124,7 @@ def sweep_graph():
                 for bp in (16, 32) for nw in (4, 8) for st in (1, 2, 3) for k in (2, 4, 8)]
     for cfg in configs:
         try:
-            ms = bstep.graph_ms(lambda: selective_state_update(**inp, **cfg), rep=50)
+            ms = bstep.graph_ms(lambda cfg=cfg: selective_state_update(**inp, **cfg), rep=50)
         except Exception as e:  # noqa: BLE001
             ms = float("nan")
             print(cfg, type(e).__name__, str(e)[:200])
@@ -239,7 +241,7 @@ def model_backends(blocks=("mamba1", "mamba2"), skip=(), limit=140):
                 m.set_backend(name)
                 with torch.no_grad():
                     err = rel_err(m(tokens), want)
-                ms = _timed(lambda: _fwd_bwd(m, tokens))
+                ms = _timed(lambda m=m, tokens=tokens: _fwd_bwd(m, tokens))
                 torch.cuda.synchronize()
                 torch.cuda.reset_peak_memory_stats()
                 before = torch.cuda.memory_allocated()

@@ -71,7 +71,7 @@ class InferenceCache:
                                for c in self.layers], self.seqlen_offset)
 
     def copy_(self, other):
-        for c, o in zip(self.layers, other.layers):
+        for c, o in zip(self.layers, other.layers, strict=True):
             c.conv_state.copy_(o.conv_state)
             c.ssm_state.copy_(o.ssm_state)
         self.seqlen_offset = other.seqlen_offset
@@ -98,9 +98,9 @@ def kv_cache_bytes(seqlen, d_model, bytes_per=2, batch=1, kv_heads_fraction=1.0)
 def causal_conv1d(x, weight, bias=None, conv_state=None):
     """out_t = Σ_j w_j · x_{t−k+1+j} + bias: causal, depthwise; returns (out, new conv_state).
 
-    ``conv_state`` holds the k inputs before ``x`` (zeros if None: the start of a sequence); only its
-    last k−1 columns enter the window. The new state is the last k inputs seen, zero-padded on the
-    left when fewer than k were seen, exactly what :func:`causal_conv1d_step` keeps.
+    ``conv_state`` holds the k inputs before ``x`` (zeros if None: the start of a sequence); only
+    its last k−1 columns enter the window. The new state is the last k inputs seen, zero-padded on
+    the left when fewer than k were seen, exactly what :func:`causal_conv1d_step` keeps.
 
     Shapes: x (b, d, l); weight (d, k); bias (d,); conv_state (b, d, k) → out (b, d, l), (b, d, k).
     Matches ``torch.nn.Conv1d(d, d, k, groups=d, padding=k−1)(x)[..., :l]`` when conv_state is None.
@@ -145,7 +145,8 @@ def _as_heads(state, x, delta, A, B, C, D, z, delta_bias):
         raise ValueError(f"state must be (b, d, n) or (b, h, p, n), got shape {tuple(state.shape)}")
     heads = state.ndim == 4
     if not heads:
-        state, x, delta, z = state[:, None], x[:, None], delta[:, None], z if z is None else z[:, None]
+        state, x, delta = state[:, None], x[:, None], delta[:, None]
+        z = z if z is None else z[:, None]
         A = A[None]  # (1, d, n)
         D = D if D is None else D[None]
         delta_bias = delta_bias if delta_bias is None else delta_bias[None]
@@ -153,7 +154,8 @@ def _as_heads(state, x, delta, A, B, C, D, z, delta_bias):
             B, C = B[:, None], C[:, None]  # (b, 1, n)
     _, h, p, n = state.shape
     check_tensor("x", x, shape=(None, h, p))
-    b = x.shape[0]  # may differ from the state's batch when rows pick their slot (continuous batching)
+    b = x.shape[0]  # may differ from the state's batch when rows pick their slot (continuous
+    # batching)
     if delta.ndim == 2:
         delta = delta[..., None].expand(b, h, p)  # one Δ per head (Mamba-2)
     check_tensor("delta", delta, shape=(b, h, p))
@@ -182,9 +184,11 @@ def decode_step(state, x, delta, A, B, C, D=None, z=None, delta_bias=None, delta
     Read the old state, decay it, add the new input, store it, *then* read out the new state: the
     output at step t sees x_t (as in the full scan, y_t = C_t h_t).
 
-    Shapes (Mamba-1):  state (b, d, n) · x, delta, z (b, d) · A (d, n) · B, C (b, n) · D, delta_bias (d,)
+    Shapes (Mamba-1):  state (b, d, n) · x, delta, z (b, d) · A (d, n) · B, C (b, n) ·
+                       D, delta_bias (d,)
     Shapes (Mamba-2):  state (b, h, p, n) · x, z (b, h, p) · delta (b, h, p) or (b, h) ·
-                       A (h, p, n) or (h,) · B, C (b, g, n), g divides h · D, delta_bias (h, p) or (h,)
+                       A (h, p, n) or (h,) · B, C (b, g, n), g divides h ·
+                       D, delta_bias (h, p) or (h,)
     state_batch_indices (b,) int: row i of x updates state[idx[i]] (continuous batching); a row
     with idx < 0 is padding: no state is touched and its out is 0.
     Returns out in x's dtype, shaped like x. Arithmetic in float32 (float64 if state is float64).
@@ -206,7 +210,8 @@ def decode_step(state, x, delta, A, B, C, D=None, z=None, delta_bias=None, delta
     if delta_softplus:
         delta = F.softplus(delta)  # (b, h, p)
     g = h4.shape[1] // B.shape[1]
-    B = B.to(f).repeat_interleave(g, dim=1)[:, :, None, :]  # (b, h, 1, n): head i reads group i // g
+    # head i reads group i // g
+    B = B.to(f).repeat_interleave(g, dim=1)[:, :, None, :]  # (b, h, 1, n)
     C = C.to(f).repeat_interleave(g, dim=1)[:, :, None, :]  # (b, h, 1, n)
     A_bar = torch.exp(delta[..., None] * A.to(f))  # (b, h, p, n)
     h_new = A_bar * h_old + delta[..., None] * B * x4.to(f)[..., None]  # (b, h, p, n)
@@ -265,7 +270,8 @@ def initial_state_contribution(delta, A, C, h0):
     """
     b, d, l = delta.shape
     f = torch.float64 if h0.dtype == torch.float64 else torch.float32
-    decay = torch.exp(torch.cumsum(delta.to(f), dim=-1)[..., None] * A.to(f)[:, None, :])  # (b, d, l, n)
+    cum = torch.cumsum(delta.to(f), dim=-1)  # (b, d, l): Σ_{s≤t} Δ_s
+    decay = torch.exp(cum[..., None] * A.to(f)[:, None, :])  # (b, d, l, n)
     h_t = decay * h0.to(f)[:, :, None, :]  # (b, d, l, n): h₀ decayed to every step
     if C.ndim == 3:
         y = torch.einsum("bdln,bnl->bdl", h_t, C.to(f))

@@ -5,7 +5,7 @@ A Mamba-1 block (Gu & Dao 2023, fig. 3), on hidden states x of shape (b, l, d_mo
     [x_in, z] = in_proj(RMSNorm(x))                     (b, l, 2·d)      d = expand · d_model
     x_in = SiLU(causal_depthwise_conv1d(x_in))          (b, l, d)        kernel k = d_conv
     [Δ_raw, B, C] = x_proj(x_in)                        Δ_raw (b, l, r), B, C (b, l, n)
-    Δ = softplus(dt_proj(Δ_raw))                        (b, l, d)        the selection: Δ, B, C depend on x
+    Δ = softplus(dt_proj(Δ_raw))                        (b, l, d)        selection: Δ, B, C from x
     y = selective_scan(x_in, Δ, A = −exp(A_log), B, C, D) · SiLU(z)
     x ← x + out_proj(y)                                 (residual)
 
@@ -60,7 +60,7 @@ BACKENDS = {
 
 
 def resolve(name, block="mamba1"):
-    """The scan function registered under ``name``; ``LookupError`` if its module is not there yet."""
+    """The scan function registered under ``name``; ``LookupError`` if its module is not there."""
     table = BACKENDS[block]
     if name not in table:
         raise ValueError(f"unknown {block} backend {name!r}; choose one of {sorted(table)}")
@@ -68,7 +68,7 @@ def resolve(name, block="mamba1"):
     try:
         fn = getattr(importlib.import_module(module), attr)
     except (ImportError, AttributeError) as e:
-        raise LookupError(f"backend {name!r} needs {module}.{attr}, which is not available: {e}")
+        raise LookupError(f"backend {name!r} needs {module}.{attr}, not available: {e}") from e
     return fn
 
 
@@ -85,7 +85,7 @@ def available_backends(block="mamba1"):
 
 
 def scan_mamba1(fn, u, delta, A, B, C, D, z, delta_bias, delta_softplus, h0):
-    """Run a Mamba-1 backend from state ``h0`` (None = zeros); returns (out (b, d, l), last (b, d, n)).
+    """Run a Mamba-1 backend from state ``h0`` (None = zeros) → (out (b, d, l), last (b, d, n)).
 
     A backend without ``initial_state`` (mamba_ssm's signature has none) scans from zero and the
     decayed h₀ is added afterwards (``inference.initial_state_contribution``: linearity).
@@ -112,7 +112,8 @@ def scan_mamba2(name, fn, x, dt, A, B, C, chunk_size, D, dt_bias, dt_softplus, h
     """
     if name == "sequential":  # the raw recurrence: Δ, D are ours to apply; no seq_idx
         if seq_idx is not None:
-            raise ValueError("the Mamba-2 'sequential' backend has no seq_idx; use 'chunked' or 'triton'")
+            raise ValueError("the Mamba-2 'sequential' backend has no seq_idx; "
+                             "use 'chunked' or 'triton'")
         delta = dt.float() if dt_bias is None else dt.float() + dt_bias.float()
         delta = F.softplus(delta) if dt_softplus else delta  # (b, l, h)
         y, last = fn(x, delta, A, B, C, initial_states=h0)
@@ -201,10 +202,10 @@ class Mamba1Mixer(nn.Module):
         return dt, B, C
 
     def forward(self, hidden, cache=None, mask=None, seq_idx=None):
-        """hidden (b, l, d_model) → (b, l, d_model); with ``cache``, continue from it and update it."""
+        """hidden (b, l, d_model) → (b, l, d_model); with ``cache``: continue from it, update it."""
         if seq_idx is not None:
-            raise ValueError("seq_idx (packed sequences) needs block='mamba2'; for Mamba-1 use mask "
-                             "(padding) or inference.scan_by_steps")
+            raise ValueError("seq_idx (packed sequences) needs block='mamba2'; for Mamba-1 use "
+                             "mask (padding) or inference.scan_by_steps")
         x, z = self.in_proj(hidden).transpose(1, 2).chunk(2, dim=1)  # (b, d, l) each
         if mask is not None:  # padding enters the conv as zeros, as at a sequence start
             x = x * mask[:, None, :]
@@ -214,7 +215,8 @@ class Mamba1Mixer(nn.Module):
         dt, B, C = self._dbc(x.transpose(1, 2))  # (b, l, d), (b, l, n), (b, l, n)
         delta, bias, softplus = dt.transpose(1, 2), self.dt_proj.bias, True  # (b, d, l)
         if mask is not None:  # Δ = 0 at padding: the state is kept exactly
-            delta, bias, softplus = F.softplus(delta + bias[:, None]) * mask[:, None, :], None, False
+            delta = F.softplus(delta + bias[:, None]) * mask[:, None, :]  # (b, d, l)
+            bias, softplus = None, False
         fn = resolve(self.cfg.backend, "mamba1")
         h0 = None if cache is None else cache.ssm_state
         y, last = scan_mamba1(fn, x, delta.contiguous(), -torch.exp(self.A_log), B.transpose(1, 2),
@@ -227,7 +229,8 @@ class Mamba1Mixer(nn.Module):
     def step(self, hidden, cache):
         """One token: hidden (b, d_model) → (b, d_model); the cache is updated in place."""
         x, z = self.in_proj(hidden).chunk(2, dim=-1)  # (b, d) each
-        x = F.silu(inference.causal_conv1d_step(x, cache.conv_state, self.conv_weight, self.conv_bias))
+        x = inference.causal_conv1d_step(x, cache.conv_state, self.conv_weight, self.conv_bias)
+        x = F.silu(x)  # (b, d)
         dt, B, C = self._dbc(x)  # (b, d), (b, n), (b, n)
         y = _step_fn(self.cfg, hidden.device)(cache.ssm_state, x, dt, -torch.exp(self.A_log), B, C,
                                               self.D, z, self.dt_proj.bias, True)  # (b, d)
@@ -241,7 +244,7 @@ class Mamba1Mixer(nn.Module):
 
 
 class Mamba2Mixer(nn.Module):
-    """in_proj → [z, xBC, Δ]; conv(xBC) → SiLU → SSD with scalar A per head → RMSNorm(y·silu(z)) → out."""
+    """in_proj → [z, xBC, Δ]; SiLU(conv(xBC)) → SSD, one A per head → RMSNorm(y·silu(z)) → out."""
 
     def __init__(self, cfg):
         super().__init__()
@@ -252,7 +255,8 @@ class Mamba2Mixer(nn.Module):
         self.h = d // cfg.headdim
         self.conv_dim = d + 2 * g * n
         self.in_proj = nn.Linear(cfg.d_model, d + self.conv_dim + self.h, bias=False)
-        self.conv_weight = nn.Parameter(torch.randn(self.conv_dim, cfg.d_conv) / math.sqrt(cfg.d_conv))
+        w = torch.randn(self.conv_dim, cfg.d_conv) / math.sqrt(cfg.d_conv)
+        self.conv_weight = nn.Parameter(w)
         self.conv_bias = nn.Parameter(torch.zeros(self.conv_dim))
         self.dt_bias = nn.Parameter(_dt_bias_init(self.h))
         self.A_log = nn.Parameter(torch.log(torch.empty(self.h).uniform_(1, 16)))  # (h,)
@@ -315,7 +319,7 @@ class Mamba2Mixer(nn.Module):
 
 def _conv_segments(x, weight, bias, seq_idx):
     """Causal depthwise conv whose taps stop at sequence boundaries (packed sequences)."""
-    k, l = weight.shape[1], x.shape[-1]
+    k = weight.shape[1]
     xp = F.pad(x, (k - 1, 0))  # (b, d, l + k − 1)
     sp = F.pad(seq_idx, (k - 1, 0), value=-1)  # (b, l + k − 1)
     win = xp.unfold(-1, k, 1)  # (b, d, l, k): win[..., t, j] = x_{t−k+1+j}
@@ -368,9 +372,9 @@ class MambaLM(nn.Module):
         return self
 
     def forward(self, tokens, cache=None, mask=None, seq_idx=None):
-        """tokens (b, l) int → logits (b, l, vocab). With ``cache`` the sequence continues the cached
-        one (chunked prefill) and the cache is updated. ``mask`` (b, l) bool marks real tokens
-        (left padding); ``seq_idx`` (b, l) packs sequences in a row (Mamba-2 only)."""
+        """tokens (b, l) int → logits (b, l, vocab). With ``cache`` the sequence continues the
+        cached one (chunked prefill) and the cache is updated. ``mask`` (b, l) bool marks real
+        tokens (left padding); ``seq_idx`` (b, l) packs sequences in a row (Mamba-2 only)."""
         x = self.embedding(tokens)  # (b, l, d_model)
         kw = {} if seq_idx is None else {"seq_idx": seq_idx}
         if mask is not None:
@@ -386,13 +390,14 @@ class MambaLM(nn.Module):
 
         Does not touch ``cache.seqlen_offset`` (a CUDA graph replays this function as captured)."""
         x = self.embedding(token)  # (b, d_model)
-        for layer, c in zip(self.layers, cache.layers):
+        for layer, c in zip(self.layers, cache.layers, strict=True):
             x = layer.step(x, c)
         return F.linear(self.norm_f(x), self.embedding.weight)  # (b, vocab)
 
     def empty_cache(self, batch, state_dtype=torch.float32):
         dev = self.embedding.weight.device
-        return InferenceCache([layer.mixer.empty_cache(batch, dev, state_dtype) for layer in self.layers])
+        return InferenceCache([layer.mixer.empty_cache(batch, dev, state_dtype)
+                               for layer in self.layers])
 
     @torch.no_grad()
     def generate(self, prompt, n_new, mask=None, chunk=None, graph=False, temperature=0.0,
@@ -429,7 +434,7 @@ BLANK, SEP, FIRST_DATA = 0, 1, 2
 
 
 def selective_copying(batch, n_data=4, n_blank=12, n_symbols=8, generator=None, device="cpu"):
-    """A selective-copying batch: m = n_data symbols at random places among blanks, SEP, the symbols.
+    """Selective copying: m = n_data symbols at random places among blanks, SEP, the symbols.
 
         context (n_data + n_blank tokens)       SEP   s₁ … s_{m−1}     ← inputs
                        …                        s₁    s₂ … s_m         ← targets (−100 elsewhere)
@@ -470,7 +475,8 @@ def train(model, steps=300, batch=32, lr=3e-3, task=None, seed=0, log_every=10, 
     sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=lr, total_steps=steps, pct_start=0.1)
     hist = {"step": [], "loss": [], "acc": [], "seconds": 0.0}
     t0 = time.perf_counter()
-    pbar = bar(range(steps), desc=f"train ({model.cfg.backend})", disable=None if progress else True)
+    pbar = bar(range(steps), desc=f"train ({model.cfg.backend})",
+               disable=None if progress else True)
     for step in pbar:
         inputs, targets = selective_copying(batch, generator=g, device=dev, **task)
         loss, acc = loss_and_accuracy(model, inputs, targets)

@@ -21,7 +21,8 @@ def forgets_D(state, x, delta, A, B, C, D):
 def reads_old_state(state, x, delta, A, B, C, D):
     # y from h_{t−1}: the output is read before the state is updated (one step late)
     y = (state * C[:, None, :]).sum(-1) + D * x
-    state.copy_(torch.exp(delta[..., None] * A) * state + delta[..., None] * B[:, None] * x[..., None])
+    Bx = delta[..., None] * B[:, None] * x[..., None]
+    state.copy_(torch.exp(delta[..., None] * A) * state + Bx)
     return y
 
 

@@ -1,4 +1,4 @@
-"""Chapter 13: the Mamba blocks and tiny LM — prefill + decode = full pass, backends agree, it learns."""
+"""Chapter 13: Mamba blocks, a tiny LM: prefill + decode = full pass, backends agree, it learns."""
 
 import pytest
 import torch
@@ -57,7 +57,8 @@ def test_left_padded_batch_matches_unpadded_runs(block):
     """Padding enters the conv as zeros and keeps the state (Δ = 0): results are unchanged."""
     m = tiny(block, seed=4)
     g = torch.Generator().manual_seed(5)
-    short, long = torch.randint(2, 12, (1, 5), generator=g), torch.randint(2, 12, (1, 9), generator=g)
+    short = torch.randint(2, 12, (1, 5), generator=g)
+    long = torch.randint(2, 12, (1, 9), generator=g)
     batch = torch.cat([torch.cat([torch.zeros(1, 4, dtype=torch.long), short], 1), long])  # (2, 9)
     mask = torch.ones(2, 9, dtype=torch.bool)
     mask[0, :4] = False
@@ -100,7 +101,7 @@ def test_selective_copying_batch_layout():
     g = torch.Generator().manual_seed(10)
     x, y = M.selective_copying(5, n_data=3, n_blank=6, n_symbols=4, generator=g)
     assert x.shape == y.shape == (5, 12)
-    for xi, yi in zip(x, y):
+    for xi, yi in zip(x, y, strict=True):
         data = xi[:9][xi[:9] != M.BLANK]  # the symbols, in order of appearance
         assert len(data) == 3 and bool((data >= M.FIRST_DATA).all())
         assert xi[9] == M.SEP and torch.equal(xi[10:], data[:2])

@@ -1,4 +1,4 @@
-"""Chapter 12: the decode step (oracle and Triton kernel), the causal conv step, prefill by steps."""
+"""Chapter 12: the decode step (oracle and Triton kernel), the causal conv step, scan by steps."""
 
 import pytest
 import torch
@@ -16,8 +16,8 @@ def mamba1_inputs(b, d, n, g, dtype=torch.float32, state_dtype=torch.float32):
     r = lambda *s: torch.randn(*s, generator=g, dtype=torch.float64).to(DEV)
     return dict(
         state=r(b, d, n).to(state_dtype), x=r(b, d).to(dtype), dt=r(b, d).to(dtype),
-        A=-torch.exp(r(d, n)), B=r(b, n).to(dtype), C=r(b, n).to(dtype), D=r(d), z=r(b, d).to(dtype),
-        dt_bias=r(d) * 0.5,
+        A=-torch.exp(r(d, n)), B=r(b, n).to(dtype), C=r(b, n).to(dtype), D=r(d),
+        z=r(b, d).to(dtype), dt_bias=r(d) * 0.5,
     )
 
 
@@ -69,12 +69,13 @@ def test_mamba2_layout_matches_oracle(groups):
 
 
 def test_mamba2_mamba_ssm_broadcast_layout_takes_tied_path():
-    """mamba_ssm's Mamba-2 passes A (h, p, n), dt (b, h, p), D/dt_bias (h, p) expanded with stride 0."""
+    """mamba_ssm's Mamba-2 passes A (h, p, n), dt (b, h, p), D/dt_bias (h, p) with stride 0."""
     g = torch.Generator().manual_seed(1)
     inp = mamba2_inputs(2, 3, 5, 4, 1, g)
     b, h, p, n = inp["state"].shape
-    full = dict(inp, A=inp["A"][:, None, None].expand(h, p, n), dt=inp["dt"][..., None].expand(b, h, p),
-                D=inp["D"][:, None].expand(h, p), dt_bias=inp["dt_bias"][:, None].expand(h, p))
+    full = dict(inp, A=inp["A"][:, None, None].expand(h, p, n),
+                dt=inp["dt"][..., None].expand(b, h, p), D=inp["D"][:, None].expand(h, p),
+                dt_bias=inp["dt_bias"][:, None].expand(h, p))
     out, want, s, s_ref = run_both(full, dt_softplus=True)
     assert_close(s, s_ref)
     assert_close(out, want)
@@ -131,7 +132,8 @@ def test_repeated_steps_equal_the_full_scan():
     A = -torch.exp(torch.randn(d, n, generator=g))
     B, C = (torch.randn(b, n, l, generator=g) for _ in range(2))
     D, bias = torch.randn(d, generator=g), torch.randn(d, generator=g)
-    want, h_want = selective_scan_sequential(u, delta, A, B, C, D, z, bias, True, return_last_state=True)
+    want, h_want = selective_scan_sequential(u, delta, A, B, C, D, z, bias, True,
+                                             return_last_state=True)
     state = torch.zeros(b, d, n)
     outs = [selective_state_update(state, u[..., t], delta[..., t], A, B[..., t], C[..., t], D,
                                    z[..., t], bias, True) for t in range(l)]

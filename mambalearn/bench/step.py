@@ -1,4 +1,4 @@
-"""Bench topic ``step``: the decode-step state update, ours vs ``mamba_ssm``'s, with and without graphs.
+"""Bench topic ``step``: the decode-step state update, ours vs ``mamba_ssm``'s, eager and graphed.
 
 Shape (DESIGN.md §6): Mamba-2 2.7B's decode step, b64 h80 p64 n128, state float32 (and bfloat16),
 x/dt/B/C bfloat16, A/D/dt_bias float32 broadcast per head with stride 0 exactly as ``mamba_ssm``'s
@@ -18,12 +18,12 @@ import torch
 from mambalearn.bench import time_ms
 
 COPY_BANDWIDTH = 4.25e12  # bytes/s, read + write, measured on an H200 on 2026-11-29
-MAMBA_REF = os.path.join(os.path.dirname(__file__), "..", "..", ".mamba_ref", "mamba_ssm-2.3.2.post1",
-                         "mamba_ssm")
+MAMBA_REF = os.path.join(os.path.dirname(__file__), "..", "..", ".mamba_ref",
+                         "mamba_ssm-2.3.2.post1", "mamba_ssm")
 
 
 def load_mamba_ssm_step():
-    """``mamba_ssm``'s ``selective_state_update`` from the source tree, or None if it is not there."""
+    """``mamba_ssm``'s ``selective_state_update`` from the source tree, or None if it is absent."""
     root = os.path.abspath(MAMBA_REF)
     if not os.path.isdir(root):
         return None
@@ -43,7 +43,8 @@ def load_mamba_ssm_step():
 
 def mamba2_step_inputs(b, h, p, n, state_dtype=torch.float32, dtype=torch.bfloat16, device="cuda",
                        seed=0):
-    """Random inputs laid out as mamba_ssm's Mamba2.step passes them (per-head scalars, stride 0)."""
+    """Random inputs laid out as mamba_ssm's Mamba2.step passes them (per-head scalars, stride 0).
+    """
     g = torch.Generator(device=device).manual_seed(seed)
     r = lambda *s, dt=dtype: torch.randn(*s, generator=g, device=device, dtype=torch.float32).to(dt)
     A = -torch.exp(r(h, dt=torch.float32))
@@ -85,9 +86,9 @@ def run(gpu, tune=None, label="mambalearn"):
             inp = mamba2_step_inputs(b, h, p, n, state_dtype, device=dev)
             shape = f"b{b} h{h} p{p} n{n} state {str(state_dtype)[6:]}"
             fl = floor_ms(b, h, p, n, state_dtype)
-            fns = {label: lambda: selective_state_update(**inp, **tune)}
+            fns = {label: lambda inp=inp: selective_state_update(**inp, **tune)}
             if theirs is not None:
-                fns["mamba_ssm"] = lambda: theirs(**inp)
+                fns["mamba_ssm"] = lambda inp=inp: theirs(**inp)
             timed = {}
             for name, fn in fns.items():
                 timed[name] = time_ms(fn)

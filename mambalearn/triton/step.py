@@ -130,7 +130,7 @@ def _state_update_kernel(
 
 
 def _tile(p, n):
-    """(BLOCK_P, num_warps): about 1024 state values (4 KB fp32) per tile, 2 warps, one tile per program.
+    """(BLOCK_P, num_warps): ~1024 state values (4 KB fp32) per tile, 2 warps, a tile per program.
 
     From a CUDA-graph-timed sweep on an H200 at b64 h80 p64 n128 fp32 (bench/gpu_step.py tune,
     docs/BENCHMARKS.md, 2026-11-29): BLOCK_P 8 × 2 warps 0.085 ms; 16 × 4 0.088; 32 × 8 0.085;
@@ -145,7 +145,7 @@ def _tile(p, n):
 def selective_state_update(state, x, dt, A, B, C, D=None, z=None, dt_bias=None,
                            dt_softplus=False, state_batch_indices=None, *, block_p=None,
                            num_warps=None, programs=None, num_stages=None):
-    """h ← exp(ΔA) ⊙ h + Δ B x  (in place),  out = (C·h + D x) · silu(z),  Δ = softplus(dt + dt_bias).
+    """h ← exp(ΔA) ⊙ h + Δ B x (in place), out = (C·h + D x)·silu(z), Δ = softplus(dt + dt_bias).
 
     Shapes (as ``mamba_ssm``):
         state: (b, d, n) or (b, h, p, n), float32 or bfloat16/float16, updated in place
