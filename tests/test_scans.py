@@ -199,3 +199,14 @@ def test_bench_topic_runs_on_cpu():
     rows = scans.run(gpu=False)
     assert {r["topic"] for r in rows} == {"scans", "selective fwd", "selective fwd+bwd"}
     assert all(r["ms"] > 0 for r in rows)
+
+
+def test_selective_scan_parallel_gradients():
+    b, d, n, l = 1, 2, 2, 5
+    g = torch.Generator().manual_seed(0)
+    r = lambda *s: torch.randn(*s, generator=g, dtype=torch.float64, requires_grad=True)
+    u, delta, B, C, h0 = r(b, d, l), r(b, d, l), r(b, n, l), r(b, n, l), r(b, d, n)
+    A = (-torch.rand(d, n, generator=g, dtype=torch.float64)).requires_grad_()
+    fn = lambda u, delta, A, B, C, h0: selective_scan_parallel(
+        u, delta, A, B, C, delta_softplus=True, initial_state=h0)
+    assert torch.autograd.gradcheck(fn, (u, delta, A, B, C, h0))
