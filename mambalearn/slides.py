@@ -1,10 +1,11 @@
 """Slides from the chapter notebooks: execute each one, then nbconvert's reveal.js exporter.
 
-    python -m mambalearn.slides notebooks/*.ipynb --out slides [--offline]
+    python -m mambalearn.slides notebooks/*.ipynb --out slides [--offline] [--pdf]
 
 The deck follows each cell's ``slideshow.slide_type`` (slide, subslide, fragment, skip, notes).
-``--offline`` points reveal.js, MathJax and require.js at copies under ``<out>/vendor`` (see
-``vendor_dir``) so a deck opens without a network.
+``--offline`` points reveal.js, MathJax, require.js, jQuery, fonts and the widget manager at copies
+under ``<out>/vendor`` (``mambalearn.slides_offline``) so a deck opens without a network.
+``--pdf`` also prints each deck to ``<out>/<name>.pdf`` through headless Chromium's print view.
 """
 
 import argparse
@@ -14,23 +15,38 @@ from pathlib import Path
 import nbformat
 
 
+def execute(nb, cwd, timeout=900):
+    """Run every cell of ``nb`` in a fresh python3 kernel started in ``cwd``; returns ``nb``.
+
+    The kernel always draws with matplotlib's inline backend: ``make`` and the tests export
+    MPLBACKEND=Agg, under which ``plt.show()`` outputs nothing and a page would lose its figures.
+    """
+    from nbclient import NotebookClient
+
+    env = dict(os.environ, MPLBACKEND="module://matplotlib_inline.backend_inline")
+    env.setdefault("MAMBALEARN_PROGRESS", "0")  # no progress-bar widgets frozen into a page
+    NotebookClient(nb, timeout=timeout, kernel_name="python3",
+                   resources={"metadata": {"path": str(cwd)}}).execute(env=env)
+    return nb
+
+
 def export(notebook, out_dir, offline=False, timeout=900):
     """Execute ``notebook`` and write ``out_dir/<name>.slides.html``; returns its path."""
     from nbconvert import SlidesExporter
-    from nbconvert.preprocessors import ExecutePreprocessor
 
     notebook, out_dir = Path(notebook), Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    nb = nbformat.read(notebook, as_version=4)
-    os.environ.setdefault("MPLBACKEND", "module://matplotlib_inline.backend_inline")
-    ExecutePreprocessor(timeout=timeout, kernel_name="python3").preprocess(
-        nb, {"metadata": {"path": str(notebook.parent)}})
+    nb = execute(nbformat.read(notebook, as_version=4), notebook.parent, timeout)
     exporter = SlidesExporter()
     if offline:
         from mambalearn import slides_offline
 
         slides_offline.configure(exporter, out_dir)
     body, _ = exporter.from_notebook_node(nb)
+    if offline:
+        remote = slides_offline.remote_urls(body)
+        if remote:
+            raise RuntimeError(f"offline deck {notebook.name} still loads {remote}")
     path = out_dir / f"{notebook.stem}.slides.html"
     path.write_text(body)
     return path
@@ -41,9 +57,15 @@ def main(argv=None):
     p.add_argument("notebooks", nargs="+")
     p.add_argument("--out", default="slides")
     p.add_argument("--offline", action="store_true", help="use local reveal.js/MathJax/require.js")
+    p.add_argument("--pdf", action="store_true", help="also print each deck to PDF (Chromium)")
     args = p.parse_args(argv)
     for nb in args.notebooks:
-        print(export(nb, args.out, args.offline))
+        deck = export(nb, args.out, args.offline)
+        print(deck)
+        if args.pdf:
+            from mambalearn import slides_offline
+
+            print(slides_offline.pdf(deck))
 
 
 if __name__ == "__main__":

@@ -1,0 +1,272 @@
+"""Offline decks: reveal.js, MathJax, require.js, jQuery, fonts and the widget manager, all local.
+
+    python -m mambalearn.slides_offline fetch          # npm packages -> build/vendor (once)
+    python -m mambalearn.slides_offline pdf slides/01_discretization.slides.html
+
+``fetch`` runs ``npm pack`` for the pinned packages below (the registry's tarballs, checked against
+the sha512 recorded here) and unpacks them under ``build/vendor/`` (git-ignored; never committed).
+``configure(exporter, out_dir)`` copies the parts a deck loads into ``<out_dir>/vendor/`` and points
+nbconvert's SlidesExporter there with relative URLs, so a folder of decks opens from disk with the
+network off:
+
+    reveal.js      dist/ (+ theme fonts: Source Sans Pro, League Gothic) and the notes plugin
+    MathJax 2      MathJax.js?config=TeX-AMS_CHTML-full,Safe with the TeX input, CommonHTML output
+                   and its TeX web fonts (not ``latest.js``, which asks a CDN for a newer version)
+    require.js     what nbconvert's reveal template loads reveal.js through
+    jQuery         2.x, what the template expects (2.0.3 is not on npm; 2.2.4 is the last 2.x)
+    html-manager   ``embed-amd.js`` renders saved widget state; its Font Awesome fonts come along
+
+nbconvert's mermaid.js import (an ES module from a CDN) is left out of offline decks: no chapter
+draws mermaid diagrams. Speaker notes (cells of slide_type ``notes``) go to reveal's notes plugin.
+``pdf(deck)`` prints a deck through Chromium's print view (reveal's ``?print-pdf``), one page per
+slide, after MathJax has typeset.
+"""
+
+import base64
+import fcntl
+import hashlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tarfile
+import tempfile
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+VENDOR = Path(os.environ.get("MAMBALEARN_VENDOR", REPO / "build" / "vendor"))
+CHROMIUM = os.environ.get("MAMBALEARN_CHROMIUM", "/usr/bin/chromium")
+CHROMIUM_ARGS = ["--no-sandbox", "--headless", "--disable-gpu", "--disable-background-networking",
+                 "--disable-component-update", "--disable-sync", "--no-first-run"]
+
+# name: (version, sha512 of the registry tarball, [paths inside the package a deck needs])
+PACKAGES = {
+    "reveal.js": (
+        "4.0.2",
+        "LWZSUenufF1gpD7npxJ7KfoQQFKgc1D6XrLTFgKlwWNP1BQ74hT48KONFWMAw+8R/QUeaScCLCLrBVHDfFIEiw==",
+        ["dist", "plugin/notes", "LICENSE"]),
+    "mathjax": (
+        "2.7.7",
+        "OOl0B2/0tSJAtAZarXnQuLDBLgTNRqiI9VqHTQzPsxf4okT2iIpDrvaklK9x2QEMD1sDj4yRn11Ygci41DxMAQ==",
+        ["MathJax.js", "LICENSE", "config/TeX-AMS_CHTML-full.js", "config/Safe.js", "extensions",
+         "jax/input/TeX", "jax/output/CommonHTML", "jax/element", "fonts/HTML-CSS/TeX/woff",
+         "fonts/HTML-CSS/TeX/otf", "localization/en"]),
+    "requirejs": (
+        "2.1.10",
+        "4JqdTihK3kOnT387LxCHuJZ/9QsKg2EIl7LmaW35PIyM4LwCI2jwyy4fy6pbY/ZZH2JoY/QEcb5PzULFPP6gcQ==",
+        ["require.js"]),
+    "jquery": (
+        "2.2.4",
+        "lBHj60ezci2u1v2FqnZIraShGgEXq35qCzMv4lITyHGppTnA13rwR0MgwyNJh9TnDs3aXUvd1xjAotfraMHX/Q==",
+        ["dist/jquery.min.js", "LICENSE.txt"]),
+    "@jupyter-widgets/html-manager": (
+        "1.0.15",
+        "5thBIV6ymNgmPVOHvzx+gGy8ZSKmSazhtGw4/c4xJDVzRhG9PTeQsRjF3FUTopvFi//SABeNz1yp47bCrJ3CQA==",
+        ["dist"]),
+    # the web fonts of nbconvert's default reveal theme, "simple" (Google Fonts on the web)
+    "@fontsource/lato": (
+        "5.3.0",
+        "0WhF/4rhrw+ErIyneKvhHn2YAl+xf8GDtllgOgOzDmeaSlLQtjpChXaQOpWhG2BchQW0WJy2zLV12Hdg0ndOMw==",
+        ["LICENSE", "files", "400.css", "700.css", "400-italic.css", "700-italic.css"]),
+    "@fontsource/news-cycle": (
+        "5.3.0",
+        "FYR97v6llb/+wXFWW+9AmUPSXE6mrfwOeEDdErh2NH7mKf1dqb7iPJWUTMRtApl09atP6qhD5C8jK6fmb0ydZg==",
+        ["LICENSE", "files", "400.css", "700.css"]),
+}
+SKIP = shutil.ignore_patterns("*.map", "*.esm.js", "embed.js", "libembed-amd.js")
+# what the exporter loads, relative to the deck's folder
+URLS = {
+    "reveal_url_prefix": "vendor/reveal.js",
+    "mathjax_url": "vendor/mathjax/MathJax.js?config=TeX-AMS_CHTML-full,Safe",
+    "require_js_url": "vendor/requirejs/require.js",
+    "jquery_url": "vendor/jquery/dist/jquery.min.js",
+    "widget_renderer_url": "vendor/@jupyter-widgets/html-manager/dist/embed-amd.js",
+}
+TEMPLATE = """{%- extends 'index.html.j2' -%}
+{%- block html_head_js_mermaidjs -%}{%- endblock html_head_js_mermaidjs -%}
+"""
+GOOGLE_FONT = re.compile(r"@import url\((['\"]?)https://fonts\.googleapis\.com/css\?family=([^)'\"]+)\1\);?")
+
+
+def _unpacked(name):
+    return VENDOR / "npm" / name
+
+
+def _stamp():
+    return json.dumps({n: v[0] for n, v in PACKAGES.items()}, sort_keys=True)
+
+
+def fetch(force=False):
+    """``npm pack`` every pinned package, check its sha512, unpack it under ``VENDOR/npm``."""
+    (VENDOR / "npm").mkdir(parents=True, exist_ok=True)
+    with open(VENDOR / "npm.lock", "w") as lock:  # parallel test workers fetch once
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        stamp = VENDOR / "npm" / "stamp.json"
+        if force or not stamp.exists() or stamp.read_text() != _stamp():
+            _fetch()
+            stamp.write_text(_stamp())
+    return VENDOR / "npm"
+
+
+def _fetch():
+    npm = shutil.which("npm")
+    if npm is None:
+        raise RuntimeError("offline slides fetch reveal.js, MathJax... from the npm registry: "
+                           "install npm (apt-get install -y npm)")
+    with tempfile.TemporaryDirectory() as tmp:
+        specs = [f"{n}@{v[0]}" for n, v in PACKAGES.items()]
+        out = subprocess.run([npm, "pack", *specs, "--json", "--pack-destination", tmp], cwd=tmp,
+                             capture_output=True, text=True, check=False)
+        if out.returncode != 0:
+            raise RuntimeError(f"npm pack failed:\n{out.stderr[-2000:]}")
+        for info in json.loads(out.stdout):
+            version, sha512, _ = PACKAGES[info["name"]]
+            tgz = Path(tmp) / info["filename"]
+            digest = base64.b64encode(hashlib.sha512(tgz.read_bytes()).digest()).decode()
+            if info["version"] != version or digest != sha512:
+                raise RuntimeError(f"{info['name']}@{info['version']}: tarball does not match the "
+                                   f"pinned sha512 in {__name__}.PACKAGES")
+            dest = _unpacked(info["name"])
+            shutil.rmtree(dest, ignore_errors=True)
+            with tarfile.open(tgz) as tar:  # every npm tarball holds one folder, package/
+                members = [m for m in tar.getmembers() if m.name.startswith("package/")
+                           and (m.isfile() or m.isdir()) and ".." not in m.name.split("/")]
+                for m in members:
+                    m.name = m.name.removeprefix("package/")
+                safe = {"filter": "data"} if hasattr(tarfile, "data_filter") else {}
+                tar.extractall(dest, members=[m for m in members if m.name], **safe)
+
+
+def install(out_dir):
+    """Copy what decks load into ``out_dir/vendor`` (once per version); returns that folder."""
+    fetch()
+    dest = Path(out_dir) / "vendor"
+    stamp = dest / "stamp.json"
+    if stamp.exists() and stamp.read_text() == _stamp():
+        return dest
+    shutil.rmtree(dest, ignore_errors=True)
+    dest.mkdir(parents=True)
+    for name, (_, _, paths) in PACKAGES.items():
+        for rel in paths:
+            src, dst = _unpacked(name) / rel, dest / name / rel
+            dst.parent.mkdir(parents=True, exist_ok=True)
+            if src.is_dir():
+                shutil.copytree(src, dst, ignore=SKIP)
+            else:
+                shutil.copy2(src, dst)
+    for css in (dest / "reveal.js" / "dist" / "theme").glob("*.css"):
+        css.write_text(GOOGLE_FONT.sub(lambda m: _local_fonts(m, dest), css.read_text()))
+    stamp.write_text(_stamp())
+    return dest
+
+
+def _local_fonts(match, dest):
+    """``@import`` of Google Fonts -> the vendored @fontsource files (left as is when not vendored).
+
+    ``family=News+Cycle:400,700`` -> ``../../../@fontsource/news-cycle/{400,700}.css``.
+    """
+    name, _, weights = match.group(2).partition(":")
+    slug = name.replace("+", "-").lower()
+    files = [w.replace("italic", "-italic") + ".css" for w in (weights or "400").split(",")]
+    if not all((dest / "@fontsource" / slug / f).exists() for f in files):
+        return match.group(0)
+    return "".join(f"@import url(../../../@fontsource/{slug}/{f});" for f in files)
+
+
+def configure(exporter, out_dir):
+    """Point a SlidesExporter (or HTMLExporter) at ``out_dir/vendor``; installs it if needed."""
+    from jinja2 import DictLoader
+
+    install(out_dir)
+    for trait, url in URLS.items():
+        if exporter.has_trait(trait):
+            setattr(exporter, trait, url)
+    # the same template (reveal's or lab's index.html.j2) without the mermaid.js import
+    exporter.extra_loaders = [DictLoader({"mambalearn_offline.html.j2": TEMPLATE})]
+    exporter.template_file = "mambalearn_offline.html.j2"
+    return exporter
+
+
+def remote_urls(html):
+    """The http(s) URLs a page would load (script/link/img/iframe src and href, CSS @import)."""
+    tags = re.findall(r"<(?:script|link|img|iframe|source)\b[^>]*?(?:src|href)\s*=\s*[\"']"
+                      r"((?:https?:)?//[^\"']+)", html, re.I)
+    imports = re.findall(r"(?:@import\s+(?:url\()?|import\s.*?from\s+)[\"']?"
+                         r"((?:https?:)?//[^\"')]+)", html)
+    return sorted(set(tags + imports))
+
+
+def chromium():
+    """Path of Debian's chromium; a clear error where it is missing."""
+    if not Path(CHROMIUM).exists():
+        raise RuntimeError(f"no Chromium at {CHROMIUM}: run `make browser` "
+                           "(apt-get install -y chromium) or set MAMBALEARN_CHROMIUM")
+    return CHROMIUM
+
+
+MATHJAX_DONE = """() => window.MathJax && MathJax.Hub && MathJax.Hub.queue
+    && MathJax.Hub.queue.pending === 0 && !MathJax.Hub.queue.running
+    && !document.querySelector('.MathJax_Processing')"""
+
+
+def open_deck(browser, deck, query=""):
+    """A page showing ``deck`` with every non-file request refused; returns (page, refused URLs)."""
+    context = browser.new_context(viewport={"width": 1280, "height": 800}, offline=True)
+    refused = []
+
+    def block(route):
+        if route.request.url.startswith("file:"):
+            return route.continue_()
+        refused.append(route.request.url)
+        return route.abort()
+
+    context.route("**/*", block)
+    page = context.new_page()
+    page.goto(Path(deck).resolve().as_uri() + query, wait_until="load")
+    # reveal.js comes in through require.js (no window.Reveal); it marks .reveal ready when set up
+    page.wait_for_selector(".reveal.ready", state="attached", timeout=30_000)
+    page.wait_for_function(MATHJAX_DONE, timeout=60_000)
+    return page, refused
+
+
+def pdf(deck, out=None, browser=None):
+    """Print ``deck`` to ``out`` (default: ``<name>.pdf``) through Chromium's print view.
+
+    ``browser``: a Playwright Chromium to reuse; by default one is started and closed here.
+    """
+    out = Path(out) if out else Path(deck).with_suffix("").with_suffix(".pdf")
+    if browser is None:
+        from playwright.sync_api import sync_playwright
+
+        with sync_playwright() as p:
+            own = p.chromium.launch(executable_path=chromium(), args=CHROMIUM_ARGS)
+            try:
+                return pdf(deck, out, own)
+            finally:
+                own.close()
+    page, refused = open_deck(browser, deck, "?print-pdf")
+    page.pdf(path=str(out), prefer_css_page_size=True, print_background=True)
+    page.context.close()
+    if refused:
+        print(f"warning: {deck} asked for {len(refused)} remote URL(s), e.g. {refused[0]}",
+              file=sys.stderr)
+    return out
+
+
+def main(argv=None):
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["fetch"]:
+        print(fetch(force="--force" in argv))
+    elif argv[:1] == ["pdf"] and len(argv) > 1:
+        for deck in argv[1:]:
+            print(pdf(deck))
+    else:
+        print(__doc__.split("\n\n")[1])
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,178 @@
+"""Batch grading: a generated class of chapter-01 submissions, every verdict checked.
+
+The class mixes correct, wrong, tampered (check cells edited, emptied or deleted), non-terminating
+(interruptible and not), kernel-crashing, syntactically broken and unreadable notebooks; the
+gradebook must give each task the verdict written next to it below, with a matching reason.
+"""
+
+import copy
+import csv
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from mambalearn import grade
+
+ROOT = Path(__file__).resolve().parent.parent
+CH01 = "01_discretization.ipynb"
+TASKS = ("zoh", "bilinear", "ssm_kernel")
+TIMEOUT = 15  # seconds per cell: ch01's cells take < 3 s even on a loaded 2-core machine
+
+EULER_ZOH = '''def zoh(A, B, delta):
+    delta = torch.as_tensor(delta, dtype=A.dtype)
+    if A.ndim == 1:
+        return 1 + delta[..., None] * A, delta[..., None] * B
+    return torch.eye(len(B), dtype=A.dtype) + delta[..., None, None] * A, delta[..., None] * B
+'''
+EULER_BILINEAR = EULER_ZOH.replace("def zoh(", "def bilinear(")
+KERNEL_OFF_BY_ONE = '''def ssm_kernel(A_bar, B_bar, C, length):
+    K, v = [], B_bar
+    for _ in range(length):
+        v = A_bar * v if A_bar.ndim == 1 else A_bar @ v  # advances before the first term
+        K.append(C @ v)
+    return torch.stack(K)
+'''
+HANG = '''def bilinear(A, B, delta):
+    while True:
+        pass
+'''
+HANG_IGNORING_INTERRUPTS = '''def ssm_kernel(A_bar, B_bar, C, length):
+    while True:
+        try:
+            while True:
+                pass
+        except BaseException:  # swallows the kernel interrupt nbval sends
+            pass
+'''
+CRASH = '''import os
+os._exit(1)
+'''
+SYNTAX_ERROR = '''def ssm_kernel(A_bar, B_bar, C, length)
+    return C
+'''
+
+P, F = True, False
+# student: (how the submission is made, verdicts for zoh, bilinear, ssm_kernel, reason hints)
+CLASS = {
+    "s01_correct": ("solution", (P, P, P), ()),
+    "s02_stubs_as_shipped": ("exercise", (F, F, F), ("NotImplementedError",) * 3),
+    "s03_euler_for_zoh": ("solution zoh=EULER_ZOH", (F, P, P), ("AssertionError",)),
+    "s04_kernel_off_by_one": ("solution ssm_kernel=KERNEL_OFF_BY_ONE", (P, P, F),
+                              ("AssertionError",)),
+    "s05_euler_for_bilinear": ("solution bilinear=EULER_BILINEAR", (P, F, P), ("AssertionError",)),
+    "s06_checks_emptied_wrong_zoh": ("solution zoh=EULER_ZOH checks=pass", (F, P, P),
+                                     ("AssertionError",)),
+    "s07_checks_deleted_right_code": ("solution drop-checks", (P, P, P), ()),
+    "s08_checks_faked_stubs": ("exercise checks=print", (F, F, F), ("NotImplementedError",) * 3),
+    "s09_hangs": ("solution bilinear=HANG", (P, F, P), (f"Timeout of {TIMEOUT} seconds",)),
+    "s10_hangs_ignoring_interrupts": ("solution ssm_kernel=HANG_IGNORING_INTERRUPTS", (P, P, F),
+                                      ("Failed to interrupt kernel",)),
+    "s11_kernel_crash": ("solution bilinear=CRASH", (P, F, F),
+                         ("your bilinear cell failed: Timeout", "not run: the kernel was stopped")),
+    "s12_syntax_error": ("solution ssm_kernel=SYNTAX_ERROR", (P, P, F), ("SyntaxError",)),
+    "s13_not_json": ("truncated", (F, F, F), ("unreadable notebook",) * 3),
+    "s14_renamed_metadata_lost": ("solution strip-metadata rename", (P, P, P), ()),
+    "s15_nothing_submitted": ("empty", (F, F, F), ("not submitted",) * 3),
+}
+
+
+def _submission(recipe, folder):
+    """Write one student's folder from a recipe like 'solution zoh=EULER_ZOH checks=pass'."""
+    folder.mkdir(parents=True)
+    words = recipe.split()
+    if words[0] == "empty":
+        return
+    if words[0] == "truncated":
+        text = (ROOT / "solutions" / CH01).read_text()
+        (folder / CH01).write_text(text[: len(text) // 2])
+        return
+    nb = nbformat.read(ROOT / f"{words[0]}s" / CH01, as_version=4)  # solutions/ or exercises/
+    edits = dict(w.split("=", 1) for w in words[1:] if "=" in w)
+    cells = []
+    for cell in nb.cells:
+        meta = cell.metadata.get("nbgrader", {})
+        if meta.get("solution") and meta["grade_id"] in edits:
+            cell.source = globals()[edits[meta["grade_id"]]]
+        if meta.get("grade"):
+            if "drop-checks" in words:
+                continue
+            cell.source = {"pass": "pass  # checks disabled",
+                           "print": f'print("{meta["grade_id"][6:]}: ok")'}.get(edits.get("checks"),
+                                                                                 cell.source)
+        if "strip-metadata" in words:
+            cell.metadata = {}
+        cells.append(copy.deepcopy(cell))
+    nb.cells = cells
+    if "rename" in words:  # a re-downloaded copy, one folder down
+        (folder / "ch01").mkdir()
+        nbformat.write(nb, folder / "ch01" / "01_discretization (1).ipynb")
+    else:
+        nbformat.write(nb, folder / CH01)
+
+
+def make_class(root):
+    """A class folder under ``root`` with one sub-folder per student of ``CLASS``."""
+    for student, (recipe, _, _) in CLASS.items():
+        _submission(recipe, root / student)
+    return root
+
+
+@pytest.mark.slow
+def test_class_gradebook_every_verdict(tmp_path):
+    assert len(CLASS) >= 12
+    make_class(tmp_path / "class")
+    out = tmp_path / "grades.csv"
+    start = time.perf_counter()
+    cli = [sys.executable, "-m", "mambalearn", "grade", "--class", str(tmp_path / "class"),
+           "--out", str(out), "--jobs", "2", "--timeout", str(TIMEOUT)]
+    run = subprocess.run(cli, capture_output=True, text=True, timeout=600)
+    seconds = time.perf_counter() - start
+    assert run.returncode == 0, run.stdout + run.stderr
+    print(run.stdout, f"\n({seconds:.0f} s)")
+    rows = {r["student"]: r for r in csv.DictReader(out.open())}
+    assert list(rows) == sorted(CLASS), "one row per student, in name order"
+    header = next(csv.reader(out.open()))
+    assert header == ["student", *TASKS, "total", "max", *[f"{t} reason" for t in TASKS]]
+
+    wrong = []
+    for student, (_, verdicts, hints) in CLASS.items():
+        row = rows[student]
+        for task, want in zip(TASKS, verdicts, strict=True):
+            got = row[task] == "1"
+            if got != want:
+                wrong.append(f"{student}/{task}: expected {'pass' if want else 'fail'}, "
+                             f"got {row[task]} ({row[task + ' reason']})")
+            if got and row[task + " reason"]:
+                wrong.append(f"{student}/{task}: passed with a reason")
+            if not got and not row[task + " reason"]:
+                wrong.append(f"{student}/{task}: failed without a reason")
+        failed = [t for t, ok in zip(TASKS, verdicts, strict=True) if not ok]
+        for task, hint in zip(failed, hints, strict=False):  # hints for the first failures
+            if hint not in row[task + " reason"]:
+                wrong.append(f"{student}/{task}: reason {row[task + ' reason']!r} lacks {hint!r}")
+        assert row["total"] == str(sum(verdicts)) and row["max"] == "3", (student, row)
+    assert not wrong, "\n".join(wrong)
+
+
+def test_wall_limit_stops_a_notebook_nbval_cannot(tmp_path):
+    """A notebook outliving the wall limit is killed (pytest and kernel) and fails every task."""
+    make = tmp_path / "s" / CH01
+    _submission("solution bilinear=HANG", make.parent)
+    start = time.perf_counter()
+    rows = grade.grade(make, ROOT / "exercises" / CH01, timeout=300, wall=12)
+    assert time.perf_counter() - start < 60
+    assert [r["passed"] for r in rows] == [False] * 3
+    assert all("12 s limit" in r["reason"] for r in rows), rows
+
+
+def test_class_cli_errors(tmp_path, capsys):
+    assert grade.main(["--class", str(tmp_path / "nope")]) == 2
+    assert "not a folder" in capsys.readouterr().err
+    assert grade.main(["--class", str(tmp_path)]) == 2
+    assert "no student folders" in capsys.readouterr().err
+    with pytest.raises(SystemExit):  # neither a notebook nor --class
+        grade.main([])
