@@ -196,3 +196,19 @@ def test_gpu_real_sizes(impl, dtype, bc):
 def test_gpu_last_state_and_varlen(impl):
     test_return_last_state(impl)
     test_varlen_equals_separate_runs(impl, "cu_seqlens")
+
+
+@pytest.mark.parametrize("bc", ["grouped", "fixed"])
+def test_tuned_run_time_state_loop(monkeypatch, bc):
+    # the other loop over states in each kernel: forward not unrolled (carries in memory),
+    # backward unrolled (carries in registers)
+    monkeypatch.setattr(tuned, "UNROLL_MAX", 2)
+    monkeypatch.setattr(tuned, "BWD_UNROLL_MAX", 16)
+    check_against_oracle(selective_scan_fn, make(2, 4, 19, 3, bc=bc))
+    x = make(1, 3, 30, 3)
+    seq = torch.tensor([[0] * 11 + [1] * 19], dtype=torch.int32, device=DEV)
+    out = selective_scan_fn(**x, delta_softplus=True, seq_idx=seq)
+    ref = torch.cat([selective_scan_sequential(**{k: (v[..., s:e] if k in ("u", "delta", "z", "B",
+                     "C") else v).double() for k, v in x.items()}, delta_softplus=True)
+                     for s, e in ((0, 11), (11, 30))], -1)
+    testing.assert_close(out, ref, msg="packed, run-time state loop")

@@ -44,6 +44,8 @@ combine_fn = triton.jit(ops.combine_elementwise)  # ⊗, written once in ops, co
 
 DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 MAX_DSTATE = 256  # mamba_ssm's limit too; the n loop is unrolled, so compile time grows with n
+UNROLL_MAX = 16  # forward: unroll the loop over states up to this n (compile time grows with n)
+BWD_UNROLL_MAX = 0  # backward: unrolled, n = 16 took minutes to compile and spilled (sm_90)
 MIN_BLOCK_L = 8  # smallest time tile of any configuration (sizes the backward's scratch)
 LOG2E = tl.constexpr(1.4426950408889634)  # exp(x) = 2^(x·log2 e)
 
@@ -118,6 +120,32 @@ def _is_start(seq_ptr, t, l, HAS_SEQ: tl.constexpr):
 # Forward.
 # ---------------------------------------------------------------------------------------------
 @triton.jit
+def _fwd_state(n, h_in, dt, dtx, start, t, l, d_idx, d_mask, cols, A_ptr, B_ptr, Bv_ptr, C_ptr,
+               Cv_ptr, sB0, sB1, sB2, sC0, sC1, sC2, N: tl.constexpr, BLOCK_L: tl.constexpr,
+               VAR_B: tl.constexpr, VAR_C: tl.constexpr, HAS_SEQ: tl.constexpr):
+    """One state n over one block: returns (C_n·h, h at the block's last step)."""
+    A2_n = tl.load(A_ptr + d_idx * N + n, mask=d_mask, other=0.0) * LOG2E  # (BLOCK_D,)
+    a = tl.exp2(dt * A2_n[:, None])  # Ā = exp(ΔA) = 2^(Δ·A·log2 e)
+    if HAS_SEQ:
+        a = tl.where(start, 0.0, a)  # a new sequence forgets the old state
+    Bn = _load_bc(B_ptr, Bv_ptr, n, t, l, d_idx, d_mask, sB0, sB1, sB2, VAR_B)
+    Cn = _load_bc(C_ptr, Cv_ptr, n, t, l, d_idx, d_mask, sC0, sC1, sC2, VAR_C)
+    bx = dtx * Bn  # B̄x
+    bx = tl.where(cols[None, :] == 0, a * h_in[:, None] + bx, bx)  # fold h_in into step 0
+    _, h = tl.associative_scan((a, bx), 1, combine_fn)  # (BLOCK_D, BLOCK_L)
+    return h * Cn, _column(h, cols, BLOCK_L - 1)
+
+
+@triton.jit
+def _load_bc(X_ptr, Xv_ptr, n, t, l, d_idx, d_mask, s0, s1, s2, VAR: tl.constexpr):
+    """Row n of B or C: (1, BLOCK_L) if it varies with time (b, g, n, l), else (BLOCK_D, 1)."""
+    if VAR:
+        return tl.load(Xv_ptr + n * s2 + t, mask=t < l, other=0.0).to(tl.float32)[None, :]
+    else:
+        return tl.load(X_ptr + d_idx * s0 + n * s1, mask=d_mask, other=0.0).to(tl.float32)[:, None]
+
+
+@triton.jit
 def _fwd_kernel(
     u_ptr, delta_ptr, A_ptr, B_ptr, C_ptr, D_ptr, z_ptr, bias_ptr, seq_ptr,  # inputs
     out_ptr, states_ptr, last_ptr,  # outputs: out (b,d,l), states (b,d,c,n) fp32, last (b,d,n)
@@ -126,7 +154,7 @@ def _fwd_kernel(
     N: tl.constexpr, NP: tl.constexpr,  # states, and n padded to a power of two
     BLOCK_D: tl.constexpr, BLOCK_L: tl.constexpr, CHUNK: tl.constexpr,
     HAS_D: tl.constexpr, HAS_Z: tl.constexpr, HAS_BIAS: tl.constexpr, SOFTPLUS: tl.constexpr,
-    VAR_B: tl.constexpr, VAR_C: tl.constexpr, HAS_SEQ: tl.constexpr,
+    VAR_B: tl.constexpr, VAR_C: tl.constexpr, HAS_SEQ: tl.constexpr, UNROLL: tl.constexpr,
 ):
     pid_bg, pid_d = tl.program_id(0), tl.program_id(1)
     bi, gi = pid_bg // g, pid_bg % g  # batch row, group of B/C
@@ -135,9 +163,10 @@ def _fwd_kernel(
     d_idx = gi * dpg + d_loc  # (BLOCK_D,) channel index
     cols = tl.arange(0, BLOCK_L)  # (BLOCK_L,) step inside the block
     ncols = tl.arange(0, NP)  # (NP,) state index
-    row = (bi * d + d_idx).to(tl.int64) * l  # (BLOCK_D,) start of each (b, d) row of u/delta/z/out
+    bd_row = (bi * d + d_idx).to(tl.int64)  # (BLOCK_D,) index of each (b, d) row
+    row = bd_row * l  # (BLOCK_D,) start of each row of u/delta/z/out
     nchunks = tl.cdiv(l, CHUNK)
-    st_row = (bi * d + d_idx).to(tl.int64) * nchunks * N  # (BLOCK_D,) rows of states
+    st_row = bd_row * nchunks * N  # (BLOCK_D,) rows of states
     H = tl.zeros((BLOCK_D, NP), dtype=tl.float32)  # the carried state h, one column per n
     Bv_ptr = B_ptr + bi * sB0 + gi * sB1
     Cv_ptr = C_ptr + bi * sC0 + gi * sC1
@@ -156,28 +185,27 @@ def _fwd_kernel(
         y = tl.zeros((BLOCK_D, BLOCK_L), dtype=tl.float32)
         t1 = t0 + BLOCK_L
         store_state = (t1 % CHUNK == 0) & (t1 < l)
-        for n in tl.static_range(N):
-            A2_n = tl.load(A_ptr + d_idx * N + n, mask=d_mask, other=0.0) * LOG2E  # (BLOCK_D,)
-            a = tl.exp2(dt * A2_n[:, None])  # Ā = exp(ΔA) = 2^(Δ·A·log2 e)
-            if HAS_SEQ:
-                a = tl.where(start, 0.0, a)  # a new sequence forgets the old state
-            if VAR_B:
-                Bn = tl.load(Bv_ptr + n * sB2 + t, mask=t < l, other=0.0).to(tl.float32)[None, :]
-            else:
-                Bn = tl.load(B_ptr + d_idx * sB0 + n * sB1, mask=d_mask, other=0.0)[:, None]
-            if VAR_C:
-                Cn = tl.load(Cv_ptr + n * sC2 + t, mask=t < l, other=0.0).to(tl.float32)[None, :]
-            else:
-                Cn = tl.load(C_ptr + d_idx * sC0 + n * sC1, mask=d_mask, other=0.0)[:, None]
-            bx = dtx * Bn  # B̄x
-            h_in = _column(H, ncols, n)  # (BLOCK_D,) state entering the block
-            bx = tl.where(cols[None, :] == 0, a * h_in[:, None] + bx, bx)  # fold it into step 0
-            _, h = tl.associative_scan((a, bx), 1, combine_fn)  # (BLOCK_D, BLOCK_L)
-            h_out = _column(h, cols, BLOCK_L - 1)  # (BLOCK_D,) state leaving the block
-            H = _put_column(H, ncols, n, h_out)
-            if store_state:  # h before the next chunk, for the backward
-                tl.store(states_ptr + st_row + (t1 // CHUNK) * N + n, h_out, mask=d_mask)
-            y += h * Cn
+        if UNROLL:  # n ≤ UNROLL_MAX: unrolled, every state's carry in registers
+            for n in tl.static_range(N):
+                h_in = _column(H, ncols, n)  # (BLOCK_D,) state entering the block
+                yc, h_out = _fwd_state(n, h_in, dt, dtx, start, t, l, d_idx, d_mask, cols, A_ptr,
+                                       B_ptr, Bv_ptr, C_ptr, Cv_ptr, sB0, sB1, sB2, sC0, sC1, sC2,
+                                       N, BLOCK_L, VAR_B, VAR_C, HAS_SEQ)
+                H = _put_column(H, ncols, n, h_out)
+                if store_state:  # h before the next chunk, for the backward
+                    tl.store(states_ptr + st_row + (t1 // CHUNK) * N + n, h_out, mask=d_mask)
+                y += yc
+        else:  # large n: a run-time loop (compile time), the carry kept in `last` (L1/L2)
+            for n in range(N):
+                h_in = tl.load(last_ptr + bd_row * N + n, mask=d_mask, other=0.0)
+                yc, h_out = _fwd_state(n, h_in, dt, dtx, start, t, l, d_idx, d_mask, cols, A_ptr,
+                                       B_ptr, Bv_ptr, C_ptr, Cv_ptr, sB0, sB1, sB2, sC0, sC1, sC2,
+                                       N, BLOCK_L, VAR_B, VAR_C, HAS_SEQ)
+                tl.store(last_ptr + bd_row * N + n, h_out, mask=d_mask)
+                if store_state:
+                    tl.store(states_ptr + st_row + (t1 // CHUNK) * N + n, h_out, mask=d_mask)
+                y += yc
+            tl.debug_barrier()  # the next block reads carries other threads may have written
         if HAS_D:
             y += x * tl.load(D_ptr + d_idx, mask=d_mask, other=0.0)[:, None]
         if HAS_Z:
@@ -185,27 +213,65 @@ def _fwd_kernel(
             y *= zz * tl.sigmoid(zz)
         tl.store(out_ptr + offs, y.to(out_ptr.dtype.element_ty), mask=mask)
         t0 = t1
-    n_mask = d_mask[:, None] & (ncols[None, :] < N)  # (BLOCK_D, NP)
-    tl.store(last_ptr + (bi * d + d_idx)[:, None].to(tl.int64) * N + ncols[None, :], H,
-             mask=n_mask)
+    if UNROLL:
+        n_mask = d_mask[:, None] & (ncols[None, :] < N)  # (BLOCK_D, NP)
+        tl.store(last_ptr + bd_row[:, None] * N + ncols[None, :], H, mask=n_mask)
 
 
 # ---------------------------------------------------------------------------------------------
 # Backward.
 # ---------------------------------------------------------------------------------------------
 @triton.jit
+def _bwd_state(n, h_in, g_in, x, dt, dtx, dt_nx, dy, start, start_nx, t, t_ok, l, d_idx, d_mask,
+               cols, A_ptr, B_ptr, Bv_ptr, C_ptr, Cv_ptr, dBv_ptr, dCv_ptr,
+               sB0, sB1, sB2, sC0, sC1, sC2, dB2, dC2, N: tl.constexpr, BLOCK_L: tl.constexpr,
+               VAR_B: tl.constexpr, VAR_C: tl.constexpr, HAS_SEQ: tl.constexpr):
+    """One state n over one sub-block, backwards. Returns the tile terms C·h, ∂x, ∂Δ, the adjoint
+    at the first step (carried to the earlier block), and the (BLOCK_D,) sums for dA, dB, dC."""
+    A_n = tl.load(A_ptr + d_idx * N + n, mask=d_mask, other=0.0)[:, None]  # (BLOCK_D, 1)
+    a = tl.exp2(dt * (A_n * LOG2E))  # Ā_t
+    a_nx = tl.exp2(dt_nx * (A_n * LOG2E))  # Ā_{t+1}
+    if HAS_SEQ:
+        a = tl.where(start, 0.0, a)
+        a_nx = tl.where(start_nx, 0.0, a_nx)
+    Bn = _load_bc(B_ptr, Bv_ptr, n, t, l, d_idx, d_mask, sB0, sB1, sB2, VAR_B)
+    Cn = _load_bc(C_ptr, Cv_ptr, n, t, l, d_idx, d_mask, sC0, sC1, sC2, VAR_C)
+    # h over the sub-block from the state replayed in step 1
+    bx = dtx * Bn
+    bx0 = tl.where(cols[None, :] == 0, a * h_in[:, None] + bx, bx)
+    _, h = tl.associative_scan((a, bx0), 1, combine_fn)
+    # the adjoint, g_t = C_t dy_t + Ā_{t+1} g_{t+1}, scanned backwards; g_in folds into the end
+    beta = Cn * dy
+    beta = tl.where(cols[None, :] == BLOCK_L - 1, beta + a_nx * g_in[:, None], beta)
+    gg = _reverse_scan(a_nx, beta)
+    # gradients from g and h; Ā_t h_{t−1} = h_t − B̄_t x_t
+    ah = h - bx
+    gdt = gg * dt
+    dB_c = tl.sum(gdt * x, axis=1)  # (BLOCK_D,): fixed B's gradient
+    dC_c = tl.sum(dy * h, axis=1)
+    if VAR_B:  # summed over the channel tile, then one atomic add per step
+        tl.atomic_add(dBv_ptr + n * dB2 + t, tl.sum(gdt * x, axis=0), mask=t_ok, sem="relaxed")
+    if VAR_C:
+        tl.atomic_add(dCv_ptr + n * dC2 + t, tl.sum(dy * h, axis=0), mask=t_ok, sem="relaxed")
+    return (h * Cn, gdt * Bn, gg * (ah * A_n + x * Bn), _column(gg, cols, 0),
+            tl.sum(gg * ah * dt, axis=1), dB_c, dC_c)
+
+
+@triton.jit
 def _bwd_kernel(
     u_ptr, delta_ptr, A_ptr, B_ptr, C_ptr, D_ptr, z_ptr, bias_ptr, seq_ptr, dout_ptr, states_ptr,
     scratch_ptr,  # (b, d, SCR, n) fp32: the state entering each sub-block of the current chunk
-    du_ptr, ddelta_ptr, dA_ptr, dB_ptr, dC_ptr, dD_ptr, dz_ptr, dbias_ptr,  # gradients
-    l, d, dpg, g,
+    gbuf_ptr,  # (b, d, n) fp32 zeros: the adjoint carry when n is not unrolled
+    du_ptr, ddelta_ptr, dz_ptr, dB_ptr, dC_ptr,  # (b,d,l) grads; fp32 zeroed dB/dC if variable
+    dA_ptr, dBf_ptr, dCf_ptr, dD_ptr, dbias_ptr,  # fp32 zeroed partial sums per batch row:
+    l, d, dpg, g,                                 # (b, d, n) ×3, (b, d) ×2
     sB0, sB1, sB2, sC0, sC1, sC2,  # strides of B/C: (b, g, n) if variable, (d, n, -) if fixed
-    dB0, dB1, dB2, dC0, dC1, dC2,  # strides of the fp32 dB/dC buffers
+    dB0, dB1, dB2, dC0, dC1, dC2,  # strides of the variable dB/dC buffers
     N: tl.constexpr, NP: tl.constexpr,
     BLOCK_D: tl.constexpr, BLOCK_L: tl.constexpr,  # tile: channels × steps of one sub-block
     CHUNK: tl.constexpr, SCR: tl.constexpr,  # steps between stored states; scratch slots
     HAS_D: tl.constexpr, HAS_Z: tl.constexpr, HAS_BIAS: tl.constexpr, SOFTPLUS: tl.constexpr,
-    VAR_B: tl.constexpr, VAR_C: tl.constexpr, HAS_SEQ: tl.constexpr,
+    VAR_B: tl.constexpr, VAR_C: tl.constexpr, HAS_SEQ: tl.constexpr, UNROLL: tl.constexpr,
 ):
     pid_bg, pid_d = tl.program_id(0), tl.program_id(1)
     bi, gi = pid_bg // g, pid_bg % g
@@ -249,21 +315,27 @@ def _bwd_kernel(
                                 SOFTPLUS)
             dtx = dt * x
             start = _is_start(seq_ptr + bi * l, t, l, HAS_SEQ)[None, :]
-            for n in tl.static_range(N):
-                A2_n = tl.load(A_ptr + d_idx * N + n, mask=d_mask, other=0.0) * LOG2E
-                a = tl.exp2(dt * A2_n[:, None])
-                if HAS_SEQ:
-                    a = tl.where(start, 0.0, a)
-                if VAR_B:
-                    Bn = tl.load(Bv_ptr + n * sB2 + t, mask=t < l, other=0.0).to(tl.float32)[None, :]
-                else:
-                    Bn = tl.load(B_ptr + d_idx * sB0 + n * sB1, mask=d_mask, other=0.0)[:, None]
-                h_in = _column(H, ncols, n)
-                tl.store(scratch_ptr + sc_row + j * N + n, h_in, mask=d_mask)
-                bx = dtx * Bn
-                bx = tl.where(cols[None, :] == 0, a * h_in[:, None] + bx, bx)
-                _, h = tl.associative_scan((a, bx), 1, combine_fn)
-                H = _put_column(H, ncols, n, _column(h, cols, BLOCK_L - 1))
+            if UNROLL:
+                for n in tl.static_range(N):
+                    h_in = _column(H, ncols, n)
+                    tl.store(scratch_ptr + sc_row + j * N + n, h_in, mask=d_mask)
+                    _, h_out = _fwd_state(n, h_in, dt, dtx, start, t, l, d_idx, d_mask, cols,
+                                          A_ptr, B_ptr, Bv_ptr, C_ptr, Cv_ptr, sB0, sB1, sB2,
+                                          sC0, sC1, sC2, N, BLOCK_L, VAR_B, VAR_C, HAS_SEQ)
+                    H = _put_column(H, ncols, n, h_out)
+            else:
+                for n in range(N):
+                    h_in = tl.load(scratch_ptr + sc_row + j * N + n, mask=d_mask & (j > 0),
+                                   other=0.0)
+                    h_in += tl.load(states_ptr + (bd_row * nchunks + c) * N + n,
+                                    mask=d_mask & (j == 0), other=0.0)
+                    tl.store(scratch_ptr + sc_row + j * N + n, h_in, mask=d_mask)
+                    _, h_out = _fwd_state(n, h_in, dt, dtx, start, t, l, d_idx, d_mask, cols,
+                                          A_ptr, B_ptr, Bv_ptr, C_ptr, Cv_ptr, sB0, sB1, sB2,
+                                          sC0, sC1, sC2, N, BLOCK_L, VAR_B, VAR_C, HAS_SEQ)
+                    tl.store(scratch_ptr + sc_row + (j + 1) * N + n, h_out,
+                             mask=d_mask & (j + 1 < nsub))
+                tl.debug_barrier()
             j += 1
         tl.debug_barrier()  # scratch written above is read below, possibly by other threads
         # 2. sub-blocks backwards: recompute h, reverse-scan g, form the gradients
@@ -291,52 +363,45 @@ def _bwd_kernel(
             y = tl.zeros((BLOCK_D, BLOCK_L), dtype=tl.float32)
             dx = tl.zeros((BLOCK_D, BLOCK_L), dtype=tl.float32)
             ddt = tl.zeros((BLOCK_D, BLOCK_L), dtype=tl.float32)
-            for n in tl.static_range(N):
-                A_n = tl.load(A_ptr + d_idx * N + n, mask=d_mask, other=0.0)[:, None]
-                a = tl.exp2(dt * (A_n * LOG2E))
-                a_nx = tl.exp2(dt_nx * (A_n * LOG2E))
-                if HAS_SEQ:
-                    a = tl.where(start, 0.0, a)
-                    a_nx = tl.where(start_nx, 0.0, a_nx)
-                if VAR_B:
-                    Bn = tl.load(Bv_ptr + n * sB2 + t, mask=t_ok, other=0.0).to(tl.float32)[None, :]
-                else:
-                    Bn = tl.load(B_ptr + d_idx * sB0 + n * sB1, mask=d_mask, other=0.0)[:, None]
-                if VAR_C:
-                    Cn = tl.load(Cv_ptr + n * sC2 + t, mask=t_ok, other=0.0).to(tl.float32)[None, :]
-                else:
-                    Cn = tl.load(C_ptr + d_idx * sC0 + n * sC1, mask=d_mask, other=0.0)[:, None]
-                # h over the sub-block from the state replayed in step 1
-                bx = dtx * Bn
-                h_in = tl.load(scratch_ptr + sc_row + j * N + n, mask=d_mask, other=0.0)
-                bx0 = tl.where(cols[None, :] == 0, a * h_in[:, None] + bx, bx)
-                _, h = tl.associative_scan((a, bx0), 1, combine_fn)
-                # the adjoint, g_t = C_t dy_t + Ā_{t+1} g_{t+1}, scanned backwards
-                beta = Cn * dy
-                g_in = _column(G, ncols, n)  # g at the first step of the later block
-                beta = tl.where(cols[None, :] == BLOCK_L - 1, beta + a_nx * g_in[:, None], beta)
-                gg = _reverse_scan(a_nx, beta)
-                G = _put_column(G, ncols, n, _column(gg, cols, 0))
-                # gradients from g and h; Ā_t h_{t−1} = h_t − B̄_t x_t
-                ah = h - bx
-                gdt = gg * dt
-                y += h * Cn
-                dx += gdt * Bn
-                ddt += gg * (ah * A_n + x * Bn)
-                dA_acc = _put_column(dA_acc, ncols, n,
-                                     _column(dA_acc, ncols, n) + tl.sum(gg * ah * dt, axis=1))
-                if VAR_B:  # summed over the channel tile, then one atomic add per step
-                    tl.atomic_add(dBv_ptr + n * dB2 + t, tl.sum(gdt * x, axis=0), mask=t_ok,
-                                  sem="relaxed")
-                else:
-                    dB_acc = _put_column(dB_acc, ncols, n,
-                                         _column(dB_acc, ncols, n) + tl.sum(gdt * x, axis=1))
-                if VAR_C:
-                    tl.atomic_add(dCv_ptr + n * dC2 + t, tl.sum(dy * h, axis=0), mask=t_ok,
-                                  sem="relaxed")
-                else:
-                    dC_acc = _put_column(dC_acc, ncols, n,
-                                         _column(dC_acc, ncols, n) + tl.sum(dy * h, axis=1))
+            if UNROLL:
+                for n in tl.static_range(N):
+                    h_in = tl.load(scratch_ptr + sc_row + j * N + n, mask=d_mask, other=0.0)
+                    yc, dxc, ddtc, g_out, dA_c, dB_c, dC_c = _bwd_state(
+                        n, h_in, _column(G, ncols, n), x, dt, dtx, dt_nx, dy, start, start_nx,
+                        t, t_ok, l, d_idx, d_mask, cols, A_ptr, B_ptr, Bv_ptr, C_ptr, Cv_ptr,
+                        dBv_ptr, dCv_ptr, sB0, sB1, sB2, sC0, sC1, sC2, dB2, dC2, N, BLOCK_L,
+                        VAR_B, VAR_C, HAS_SEQ)
+                    G = _put_column(G, ncols, n, g_out)
+                    dA_acc = _put_column(dA_acc, ncols, n, _column(dA_acc, ncols, n) + dA_c)
+                    if not VAR_B:
+                        dB_acc = _put_column(dB_acc, ncols, n, _column(dB_acc, ncols, n) + dB_c)
+                    if not VAR_C:
+                        dC_acc = _put_column(dC_acc, ncols, n, _column(dC_acc, ncols, n) + dC_c)
+                    y += yc
+                    dx += dxc
+                    ddt += ddtc
+            else:
+                for n in range(N):
+                    h_in = tl.load(scratch_ptr + sc_row + j * N + n, mask=d_mask, other=0.0)
+                    g_in = tl.load(gbuf_ptr + bd_row * N + n, mask=d_mask, other=0.0)
+                    yc, dxc, ddtc, g_out, dA_c, dB_c, dC_c = _bwd_state(
+                        n, h_in, g_in, x, dt, dtx, dt_nx, dy, start, start_nx,
+                        t, t_ok, l, d_idx, d_mask, cols, A_ptr, B_ptr, Bv_ptr, C_ptr, Cv_ptr,
+                        dBv_ptr, dCv_ptr, sB0, sB1, sB2, sC0, sC1, sC2, dB2, dC2, N, BLOCK_L,
+                        VAR_B, VAR_C, HAS_SEQ)
+                    tl.store(gbuf_ptr + bd_row * N + n, g_out, mask=d_mask)
+                    p = bd_row * N + n  # (BLOCK_D,) this row's partial sums
+                    tl.store(dA_ptr + p, tl.load(dA_ptr + p, mask=d_mask) + dA_c, mask=d_mask)
+                    if not VAR_B:
+                        tl.store(dBf_ptr + p, tl.load(dBf_ptr + p, mask=d_mask) + dB_c,
+                                 mask=d_mask)
+                    if not VAR_C:
+                        tl.store(dCf_ptr + p, tl.load(dCf_ptr + p, mask=d_mask) + dC_c,
+                                 mask=d_mask)
+                    y += yc
+                    dx += dxc
+                    ddt += ddtc
+                tl.debug_barrier()
             # 3. the per-step parts: D skip, gate, softplus
             if HAS_D:
                 y += x * Dv[:, None]
@@ -355,16 +420,16 @@ def _bwd_kernel(
             j -= 1
         tl.debug_barrier()  # the next chunk's step 1 overwrites the scratch
         c -= 1
-    # 4. parameter gradients: sums over this program's rows, added across programs
-    tl.atomic_add(dA_ptr + d_idx[:, None] * N + ncols[None, :], dA_acc, mask=n_mask, sem="relaxed")
-    if not VAR_B:
-        tl.atomic_add(dB_ptr + d_idx[:, None] * dB0 + ncols[None, :] * dB1, dB_acc, mask=n_mask, sem="relaxed")
-    if not VAR_C:
-        tl.atomic_add(dC_ptr + d_idx[:, None] * dC0 + ncols[None, :] * dC1, dC_acc, mask=n_mask, sem="relaxed")
-    if HAS_D:
-        tl.atomic_add(dD_ptr + d_idx, dD_acc, mask=d_mask, sem="relaxed")
-    if HAS_BIAS:
-        tl.atomic_add(dbias_ptr + d_idx, dbias_acc, mask=d_mask, sem="relaxed")
+    # 4. this program's sums over its batch row (the launcher adds the rows: no atomics)
+    if UNROLL:
+        pn = bd_row[:, None] * N + ncols[None, :]
+        tl.store(dA_ptr + pn, dA_acc, mask=n_mask)
+        if not VAR_B:
+            tl.store(dBf_ptr + pn, dB_acc, mask=n_mask)
+        if not VAR_C:
+            tl.store(dCf_ptr + pn, dC_acc, mask=n_mask)
+    tl.store(dD_ptr + bd_row, dD_acc, mask=d_mask)
+    tl.store(dbias_ptr + bd_row, dbias_acc, mask=d_mask)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -398,14 +463,16 @@ def _autotuned(kernel, configs, **kw):
     return triton.autotune(cfgs, key=["l", "d", "dpg", "N", "CHUNK"], **kw)(kernel)
 
 
-_ZEROED = ["dA_ptr", "dB_ptr", "dC_ptr", "dD_ptr", "dbias_ptr"]
+_ZEROED = ["dB_ptr", "dC_ptr", "gbuf_ptr"]
 _fwd_autotuned = _autotuned(_fwd_kernel, fwd_configs())
 _bwd_autotuned = _autotuned(_bwd_kernel, bwd_configs(), reset_to_zero=_ZEROED)
 
 # Launch configuration: "auto" = autotune over the candidates (slow first call, one compile per
 # candidate), or a dict. CPU (interpreter): one small tile, nothing to tune.
-FWD_CONFIG = "auto"
-BWD_CONFIG = "auto"
+DEFAULT_FWD = dict(BLOCK_D=64, BLOCK_L=8, num_warps=2)  # before the H200 sweep: a guess
+DEFAULT_BWD = dict(BLOCK_D=32, BLOCK_L=8, num_warps=1)
+FWD_CONFIG = lambda n: DEFAULT_FWD  # a config dict, a function of n returning one, or "auto"
+BWD_CONFIG = lambda n: DEFAULT_BWD
 CPU_FWD = dict(BLOCK_D=4, BLOCK_L=8, num_warps=1)
 CPU_BWD = dict(BLOCK_D=4, BLOCK_L=8, num_warps=1)
 
@@ -413,10 +480,12 @@ CPU_BWD = dict(BLOCK_D=4, BLOCK_L=8, num_warps=1)
 def _launch(kernel, autotuned, config, cpu_config, grid_fn, args, consts):
     if device.interpreted():
         config = cpu_config
+    elif callable(config):
+        config = config(consts["N"])
     if config == "auto":  # the autotuner's config supplies BLOCK_D, BLOCK_L and num_warps
         autotuned[lambda meta: grid_fn(meta["BLOCK_D"])](*args, **consts)
-    else:
-        kernel[grid_fn(config["BLOCK_D"])](*args, **consts, **config)
+    else:  # a config may also override UNROLL
+        kernel[grid_fn(config["BLOCK_D"])](*args, **{**consts, **config})
 
 
 def _bc_strides(X):
@@ -516,10 +585,10 @@ def _forward(u, delta, A, B, C, D, z, delta_bias, softplus, seq_idx, shape):
     out = torch.empty_like(u)
     states = torch.empty((b, d, triton.cdiv(l, q), n), device=u.device, dtype=torch.float32)
     states[:, :, 0] = 0.0  # h_{−1} = 0; the kernel writes the state entering every later chunk
-    last = torch.empty((b, d, n), device=u.device, dtype=torch.float32)
+    last = torch.zeros((b, d, n), device=u.device, dtype=torch.float32)  # (carry if n large)
     args = (u, delta, A, Bk, Ck, *optional(D, z, delta_bias, seq_idx, dummy=A),
             out, states, last, l, d, d // g, g, *_bc_strides(Bk), *_bc_strides(Ck))
-    consts = dict(N=n, NP=triton.next_power_of_2(n), CHUNK=q,
+    consts = dict(N=n, NP=triton.next_power_of_2(n), CHUNK=q, UNROLL=n <= UNROLL_MAX,
                   **flags(D, z, delta_bias, softplus, B, C, seq_idx))
     _launch(_fwd_kernel, _fwd_autotuned, FWD_CONFIG, CPU_FWD,
             lambda bd: (b * g, triton.cdiv(d // g, bd)), args, consts)
@@ -535,20 +604,33 @@ def _backward(dout, u, delta, A, B, C, D, z, delta_bias, softplus, seq_idx, stat
     f32 = dict(device=u.device, dtype=torch.float32)
     du, ddelta = torch.empty_like(u), torch.empty_like(delta)
     dz = torch.empty_like(z) if z is not None else None
-    dA, dD, dbias = torch.zeros_like(A), torch.zeros(d, **f32), torch.zeros(d, **f32)
-    dB, dC = torch.zeros(Bk.shape, **f32), torch.zeros(Ck.shape, **f32)
+    # fp32 sums: dB/dC over the channel tiles (atomic adds) if they vary with time; the rest per
+    # batch row (each program owns its rows), added over b below
+    dB = torch.zeros(Bk.shape if B.ndim != 2 else (1,), **f32)
+    dC = torch.zeros(Ck.shape if C.ndim != 2 else (1,), **f32)
+    dA_rows = torch.zeros((b, d, n), **f32)
+    dBf_rows = torch.zeros((b, d, n) if B.ndim == 2 else (1,), **f32)
+    dCf_rows = torch.zeros((b, d, n) if C.ndim == 2 else (1,), **f32)
+    dD_rows, dbias_rows = torch.zeros((b, d), **f32), torch.zeros((b, d), **f32)
     q = chunk_size(n)
     scr = q // MIN_BLOCK_L  # sub-blocks of the smallest tile in one chunk
     scratch = torch.empty((b, d, scr, n), **f32)
+    gbuf = torch.zeros((b, d, n), **f32)  # (used when the state loop is not unrolled)
+    dBs = _bc_strides(dB) if B.ndim != 2 else (0, 0, 0)
+    dCs = _bc_strides(dC) if C.ndim != 2 else (0, 0, 0)
     args = (u, delta, A, Bk, Ck, *optional(D, z, delta_bias, seq_idx, dummy=A), dout, states,
-            scratch, du, ddelta, dA, dB, dC, dD, *optional(dz, dummy=A), dbias,
-            l, d, d // g, g, *_bc_strides(Bk), *_bc_strides(Ck), *_bc_strides(dB),
-            *_bc_strides(dC))
-    consts = dict(N=n, NP=triton.next_power_of_2(n), CHUNK=q, SCR=scr,
+            scratch, gbuf, du, ddelta, *optional(dz, dummy=A), dB, dC,
+            dA_rows, dBf_rows, dCf_rows, dD_rows, dbias_rows,
+            l, d, d // g, g, *_bc_strides(Bk), *_bc_strides(Ck), *dBs, *dCs)
+    consts = dict(N=n, NP=triton.next_power_of_2(n), CHUNK=q, SCR=scr, UNROLL=n <= BWD_UNROLL_MAX,
                   **flags(D, z, delta_bias, softplus, B, C, seq_idx))
     _launch(_bwd_kernel, _bwd_autotuned, BWD_CONFIG, CPU_BWD,
             lambda bd: (b * g, triton.cdiv(d // g, bd)), args, consts)
-    return finish_grads(du, ddelta, dA, dB, dC, dD, dz, dbias, B, C, D, delta_bias)
+    dA = dA_rows.sum(0)
+    dB = dBf_rows.sum(0) if B.ndim == 2 else dB
+    dC = dCf_rows.sum(0) if C.ndim == 2 else dC
+    return finish_grads(du, ddelta, dA, dB, dC, dD_rows.sum(0), dz, dbias_rows.sum(0), B, C, D,
+                        delta_bias)
 
 
 def finish_grads(du, ddelta, dA, dB, dC, dD, dz, dbias, B, C, D, delta_bias):
