@@ -12,7 +12,7 @@ PIP    := $(PY) -m pip install -q --disable-pip-version-check
 export MAMBALEARN_PROGRESS ?= 0
 export MPLBACKEND ?= Agg
 
-.PHONY: lab test exercises grade slides bench doctor clean
+.PHONY: lab test test-browser browser exercises grade slides site bench doctor clean
 
 $(STAMP): pyproject.toml constraints.txt
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -29,7 +29,7 @@ $(STAMP): pyproject.toml constraints.txt
 lab: $(STAMP)  ## JupyterLab on notebooks/, localhost only, token auth on
 	$(VENV)/bin/jupyter lab --ip=127.0.0.1 --notebook-dir=notebooks --no-browser
 
-test: $(STAMP)  ## everything: unit, property, notebooks, grading, slides, env sync
+test: $(STAMP) browser  ## everything: unit, property, notebooks, grading, slides, browser, env sync
 	$(PY) -m pytest -n $(JOBS) --dist loadfile --nbval-lax --nbval-current-env \
 	  --nbval-cell-timeout=900 -p no:cacheprovider tests notebooks solutions
 
@@ -41,8 +41,17 @@ grade: $(STAMP)  ## make grade NB=path/to/student.ipynb
 	@test -n "$(NB)" || (echo "usage: make grade NB=path/to/notebook.ipynb" && exit 2)
 	$(PY) -m mambalearn grade $(NB)
 
-slides: $(STAMP)  ## execute each chapter and write slides/NN_name.slides.html
-	$(PY) -m mambalearn.slides notebooks/*.ipynb --out slides $(if $(OFFLINE),--offline,)
+test-browser: $(STAMP) browser  ## JupyterLab in headless Chromium, offline decks (part of make test)
+	$(PY) -m pytest -p no:cacheprovider tests/test_browser.py tests/test_slides_offline.py
+
+browser:  ## Debian's chromium and npm, for the browser tests and offline decks (once)
+	@bash tools/browser-deps.sh
+
+slides: $(STAMP) $(if $(OFFLINE),browser)  ## slides/NN_name.slides.html; OFFLINE=1: local assets + PDFs
+	$(PY) -m mambalearn.slides notebooks/*.ipynb --out slides $(if $(OFFLINE),--offline --pdf,)
+
+site: $(STAMP)  ## execute every chapter into site/ (static HTML, figures); OFFLINE=1: local MathJax
+	$(PY) -m mambalearn.site notebooks/*.ipynb --out site --jobs $(JOBS) $(if $(OFFLINE),--offline,)
 
 bench: $(STAMP)  ## time every backend (GPU: DESIGN.md §6 shapes; CPU: interpreter, tiny)
 	$(PY) -m mambalearn bench --json bench-results.json

@@ -21,11 +21,10 @@ import urllib.request
 from pathlib import Path
 
 import nbformat
+import psutil  # comes with ipykernel
 import pytest
 
 from mambalearn import slides_offline
-
-psutil = pytest.importorskip("psutil")  # comes with ipykernel
 
 ROOT = Path(__file__).resolve().parent.parent
 CH01 = ROOT / "notebooks" / "01_discretization.ipynb"
