@@ -15,7 +15,8 @@ initial state belonging to sequence 0, tails shorter than a chunk) are mamba_ssm
 
 Backward: **not a Triton kernel here**. ``mamba_chunk_scan_combined`` saves its inputs and, in
 backward, recomputes the chunked PyTorch oracle (``mambalearn.ssd.mamba_chunk_scan_ref``) in
-float32 under autograd. It is correct but slower and needs more memory than mamba_ssm's backward.
+float32 under autograd, ``BACKWARD_HEADS`` heads at a time (so the (b, heads, c, q, q) decay
+blocks exist for a few heads at once). It is correct but slower than mamba_ssm's backward.
 """
 
 import torch
@@ -414,31 +415,47 @@ class _SSDFn(torch.autograd.Function):
                                      seq_idx, dt_softplus, dt_limit)
         ctx.save_for_backward(x, dt, A, B, C, D, z, dt_bias, initial_states, seq_idx)
         ctx.args = (chunk_size, dt_softplus, dt_limit)
-        ctx.mark_non_differentiable(final)
         return out, final
 
     @staticmethod
     def backward(ctx, dout, dfinal):
-        # Recompute the chunked PyTorch oracle in float32 and differentiate it (see module doc).
+        # Recompute the chunked PyTorch oracle in float32 and differentiate it (see module doc),
+        # a few heads at a time: heads are independent given B, C, so the (b, heads, c, q, q)
+        # decay blocks the oracle builds exist for BACKWARD_HEADS heads at once, not all h.
         saved = ctx.saved_tensors
         chunk_size, dt_softplus, dt_limit = ctx.args
+        leaves = [t.detach().float().requires_grad_(t.requires_grad) if t is not None
+                  and t.is_floating_point() else t for t in saved]
+        x, dt, A, B, C, D, z, dt_bias, h0, seq_idx = leaves
+        h, g = x.shape[2], B.shape[2]
+        step = _head_step(h // g)
+        wrt = [t for t in leaves if t is not None and t.requires_grad]
         with torch.enable_grad():
-            leaves = [t.detach().float().requires_grad_(t.requires_grad) if t is not None
-                      and t.is_floating_point() else t for t in saved]
-            x, dt, A, B, C, D, z, dt_bias, h0, seq_idx = leaves
-            out, final = ssd.mamba_chunk_scan_ref(
-                x, dt, A, B, C, chunk_size, D, z, dt_bias, h0, seq_idx, dt_softplus, dt_limit,
-                return_final_states=True)
-            wrt = [t for t in leaves if t is not None and t.requires_grad]
-            outs, grads_out = [out], [dout.float()]
-            if dfinal is not None:
-                outs.append(final)
-                grads_out.append(dfinal.float())
-            grads = iter(torch.autograd.grad(outs, wrt, grads_out, allow_unused=True))
-        res = [next(grads).to(s.dtype) if t is not None and t.requires_grad else None
-               for t, s in zip(leaves, saved)]
+            for i in range(0, h, step):
+                hs, gs = slice(i, i + step), slice(i // (h // g), i // (h // g) + 1)
+                cut = lambda t, dim: None if t is None else t.narrow(dim, i, step)
+                out, final = ssd.mamba_chunk_scan_ref(
+                    x[:, :, hs], dt[:, :, hs], A[hs], B[:, :, gs], C[:, :, gs], chunk_size,
+                    cut(D, 0), cut(z, 2), cut(dt_bias, 0), cut(h0, 1), seq_idx, dt_softplus,
+                    dt_limit, return_final_states=True)
+                outs, grads_out = [out], [dout[:, :, hs].float()]
+                if dfinal is not None:
+                    outs.append(final)
+                    grads_out.append(dfinal[:, hs].float())
+                if wrt:
+                    torch.autograd.backward(outs, grads_out, inputs=wrt)  # accumulates in .grad
+        res = [(t.grad if t.grad is not None else torch.zeros_like(t)).to(s.dtype)
+               if t is not None and t.requires_grad else None for t, s in zip(leaves, saved)]
         x, dt, A, B, C, D, z, dt_bias, h0, _ = res
         return x, dt, A, B, C, None, D, z, dt_bias, h0, None, None, None, None
+
+
+BACKWARD_HEADS = 8  # heads recomputed together in backward (memory ∝ this, launches ∝ h / this)
+
+
+def _head_step(heads_per_group):
+    """The largest divisor of heads_per_group ≤ BACKWARD_HEADS: a slice never straddles two groups."""
+    return max(d for d in range(1, min(BACKWARD_HEADS, heads_per_group) + 1) if heads_per_group % d == 0)
 
 
 def mamba_chunk_scan_combined(x, dt, A, B, C, chunk_size, D=None, z=None, dt_bias=None,
