@@ -3,6 +3,7 @@
     sequential    selective_scan_sequential — the oracle (chapter 02)
     hillis_steele hillis_steele_scan        — depth log l, work l·log l (chapter 04)
     blelloch      blelloch_scan             — depth 2·log l, work O(l) (chapter 04)
+    selective     selective_scan_parallel   — discretize → any scan above → C contraction (chapter 04)
     chunked       chunked_scan              — scans in chunks, carries between them (chapter 06)
 """
 
@@ -10,6 +11,8 @@ import importlib
 
 _WHERE = {
     "selective_scan_sequential": "sequential",
+    "linear_scan_sequential": "sequential",
+    "selective_scan_parallel": "selective",
     "hillis_steele_scan": "hillis_steele",
     "blelloch_scan": "blelloch",
     "chunked_scan": "chunked",
