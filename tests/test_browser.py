@@ -55,8 +55,8 @@ def lab(tmp_path_factory):
     port, token = _free_port(), secrets.token_hex(16)
     env = dict(os.environ, JUPYTER_CONFIG_DIR=str(tmp / "config"),
                JUPYTER_DATA_DIR=str(tmp / "data"), JUPYTER_RUNTIME_DIR=str(tmp / "run"),
-               MAMBALEARN_PROGRESS="0",
-               MPLBACKEND="module://matplotlib_inline.backend_inline")  # make test exports Agg
+               MAMBALEARN_PROGRESS="0")
+    env.pop("MPLBACKEND", None)  # make exports Agg; a kernel under Agg shows no figures
     cmd = [sys.executable, "-m", "jupyterlab", "--no-browser", "--ip=127.0.0.1", f"--port={port}",
            "--allow-root", f"--ServerApp.token={token}", f"--ServerApp.root_dir={work}",
            "--ServerApp.port_retries=0", f"--LabApp.workspaces_dir={tmp / 'workspaces'}",
@@ -127,11 +127,15 @@ def _kill(p):
         p.wait(timeout=10)
 
 
-# a new figure image, different from ``src`` and decoded
-REDRAWN = """src => {
-    const i = document.querySelector('.widget-interact .jp-OutputArea-output img');
-    return i && i.getAttribute('src') !== src && i.complete && i.naturalWidth > 100;
+# the interact() output's figure: its largest PNG (a plot with lines, not a blank canvas)
+FIGURE = """() => {
+    const imgs = [...document.querySelectorAll('.widget-interact .jp-OutputArea-output img')]
+        .filter(i => i.complete && i.naturalWidth > 100);
+    imgs.sort((a, b) => b.getAttribute('src').length - a.getAttribute('src').length);
+    return imgs.length ? imgs[0].getAttribute('src') : null;
 }"""
+DRAWN = "() => { const f = (" + FIGURE + ")(); return f !== null && f.length > 10000; }"
+REDRAWN = "before => { const f = (" + FIGURE + ")(); return f !== null && f !== before; }"
 ERRORS = "[data-mime-type='application/vnd.jupyter.error']"
 RUN_ALL = """async () => {
     const app = window.jupyterapp;
@@ -181,9 +185,8 @@ def test_chapter_01_runs_in_jupyterlab_and_the_slider_redraws(lab):
             # the interact() slider: move it with the keyboard, wait for the figure to change
             slider = page.locator(".widget-slider").first
             slider.scroll_into_view_if_needed()
-            output = page.locator(".widget-interact .jp-OutputArea-output img").first
-            output.wait_for(timeout=30_000)
-            before = output.get_attribute("src")
+            page.wait_for_function(DRAWN, timeout=30_000)  # a PNG with a plot in it, not blank
+            before = page.evaluate(FIGURE)
             readout = slider.locator(".widget-readout").first.text_content()
             handle = slider.locator(".noUi-handle").first
             handle.focus()
@@ -194,7 +197,9 @@ def test_chapter_01_runs_in_jupyterlab_and_the_slider_redraws(lab):
             assert after_readout != readout, (readout, after_readout)
             ARTIFACTS.mkdir(parents=True, exist_ok=True)
             shot = ARTIFACTS / "lab_slider.png"
-            page.locator(".widget-interact").first.screenshot(path=str(shot))
+            page.evaluate("src => document.querySelector(`img[src=\"${src}\"]`).scrollIntoView()",
+                          page.evaluate(FIGURE))
+            page.screenshot(path=str(shot))
             errors = page.eval_on_selector_all(
                 ERRORS, "els => els.map(e => e.textContent)")
             assert not errors, f"moving the slider raised: {errors[0][:300]}"
