@@ -1,6 +1,6 @@
 """Device script for chapter 09's selective scan (run on the H200 through the `run` tool).
 
-    PYTHONUNBUFFERED=1 python3 bench/gpu_selective_scan.py [--stage all|sweep|bench] [--limit S]
+    PYTHONUNBUFFERED=1 python3 bench/gpu_selective_scan.py [--stage all|check] [--limit S]
 
 1. builds mamba_ssm's CUDA selective scan from .mamba_ref (sm_90 only) in a background process,
    unless .mamba_ref/build/selective_scan_cuda*.so is there (carried from an earlier call);
@@ -207,9 +207,12 @@ def accuracy(fns, s, out):
         except Exception as e:  # noqa: BLE001
             log(f"accuracy {name} failed: {type(e).__name__}: {e}")
             continue
-        errs = {k: ((g - r).norm() / r.norm()).item() for k, g, r in zip(["out"] + names, got, ref)}
+        keys = ["out"] + names
+        errs = {k: ((g - r).norm() / r.norm()).item()
+                for k, g, r in zip(keys, got, ref, strict=True)}
         out[name] = errs
-        log(f"rel. error vs fp32 oracle, {name}: " + " ".join(f"{k} {v:.2e}" for k, v in errs.items()))
+        log(f"rel. error vs fp32 oracle, {name}: "
+            + " ".join(f"{k} {v:.2e}" for k, v in errs.items()))
         del got
         torch.cuda.empty_cache()
 
@@ -219,7 +222,7 @@ def plot(rows, path):
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     fig, axes = plt.subplots(1, 2, figsize=(13, 4.5))
-    for ax, topic in zip(axes, ["selective_scan fwd", "selective_scan fwd+bwd"]):
+    for ax, topic in zip(axes, ["selective_scan fwd", "selective_scan fwd+bwd"], strict=False):
         rs = [r for r in rows if r["topic"] == topic]
         labels = [f"{r['backend']}\n{r['shape'].split(' bf16')[0]}" for r in rs]
         ax.barh(range(len(rs)), [r["ms"] for r in rs])
@@ -229,6 +232,23 @@ def plot(rows, path):
         ax.set_title(f"{topic} (H200)")
     fig.tight_layout()
     fig.savefig(path, dpi=120)
+
+
+def check(report, a):
+    """Tuned and teaching kernels vs the fp32 oracle at b8 d2048 n16 l2048, then gpu tests."""
+    from mambalearn.triton import selective_scan as T
+    from mambalearn.triton.selective_scan_teaching import selective_scan_teaching
+    accuracy({"triton tuned": T.selective_scan_fn, "triton teaching": selective_scan_teaching},
+             MAIN, report["accuracy"])
+    json.dump(report, open(os.path.join(OUT, "selective_scan_check.json"), "w"), indent=1)
+    if not a.no_tests and left() > 60:
+        r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-m", "gpu", "-p",
+                            "no:cacheprovider", "tests/test_selective_scan.py"], cwd=ROOT,
+                           capture_output=True, text=True, timeout=max(10, left() - 10))
+        open(os.path.join(OUT, "pytest.log"), "w").write(r.stdout + r.stderr)
+        log("pytest: " + (r.stdout.strip().splitlines() or ["?"])[-1])
+    for k, v in report["accuracy"].items():
+        print(k, {x: f"{y:.1e}" for x, y in v.items()})
 
 
 def main():
@@ -243,6 +263,8 @@ def main():
     left = lambda: a.limit - (time.time() - T0)  # seconds left before the run's limit
     os.makedirs(OUT, exist_ok=True)
     report = dict(device=None, sweep=[], best={}, accuracy={}, rows=[])
+    if a.stage == "check":  # correctness only, default tiles, no mamba_ssm build (~2 min)
+        return check(report, a)
     build = start_build()
 
     import torch

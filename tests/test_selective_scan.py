@@ -36,7 +36,7 @@ def make(b, d, l, n, bc="shared", g=2, dtype=torch.float32, device=DEV, seed=Non
     x = dict(u=r(b, d, l), delta=0.5 * r(b, d, l), A=-(0.5 + torch.rand(d, n, generator=gen)),
              B=r(*shapes[bc[0]]), C=r(*shapes[bc[1]]), D=r(d) if D else None,
              z=r(b, d, l) if z else None, delta_bias=0.3 * r(d) if bias else None)
-    io = {"u", "delta", "z"} | {k for k, s in zip("BC", bc) if s != "fixed"}
+    io = {"u", "delta", "z"} | {k for k, s in zip("BC", bc, strict=False) if s != "fixed"}
     return {k: None if v is None else v.to(device, dtype if k in io else torch.float32)
             for k, v in x.items()}
 
@@ -133,7 +133,7 @@ def test_varlen_equals_separate_runs(impl, how):
     out.backward(dout)
     ref_in = leaves({k: None if v is None else v.double() for k, v in x.items()})
     outs = []
-    for s, e in zip(cu[:-1].tolist(), cu[1:].tolist()):
+    for s, e in zip(cu[:-1].tolist(), cu[1:].tolist(), strict=False):
         part = {k: (v[..., s:e] if k in ("u", "delta", "z", "B", "C") else v)
                 for k, v in ref_in.items()}
         o, ref_last = selective_scan_sequential(**part, delta_softplus=True,

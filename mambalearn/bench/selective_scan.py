@@ -1,4 +1,4 @@
-"""Bench topic ``selective_scan``: the Mamba-1 selective scan, every backend, vs mamba_ssm's CUDA kernel.
+"""Bench topic ``selective_scan``: the Mamba-1 selective scan, every backend, vs mamba_ssm's CUDA.
 
     python -m mambalearn bench selective_scan          # or: make bench
 
@@ -44,7 +44,8 @@ def load_mamba_ssm():
     if "selective_scan_cuda" not in sys.modules:
         found = sorted(glob.glob(os.path.join(REF, "build", "selective_scan_cuda*.so")))
         if not found:
-            print("mamba_ssm: no selective_scan_cuda extension (build it: bench/gpu_selective_scan.py)")
+            print("mamba_ssm: no selective_scan_cuda extension "
+                  "(bench/gpu_selective_scan.py builds it)")
             return None
         spec = importlib.util.spec_from_file_location("selective_scan_cuda", found[0])
         mod = importlib.util.module_from_spec(spec)

@@ -30,8 +30,6 @@ channel). `selective_scan_teaching` (module ``selective_scan_teaching``) is the 
 the chapter walks through; this module is the tuned one (autotuned tiles, exp2).
 """
 
-import math
-
 import torch
 import triton
 import triton.language as tl
@@ -192,9 +190,11 @@ def _fwd_kernel(
                                        B_ptr, Bv_ptr, C_ptr, Cv_ptr, sB0, sB1, sB2, sC0, sC1, sC2,
                                        N, BLOCK_L, VAR_B, VAR_C, HAS_SEQ)
                 H = _put_column(H, ncols, n, h_out)
-                if store_state:  # h before the next chunk, for the backward
-                    tl.store(states_ptr + st_row + (t1 // CHUNK) * N + n, h_out, mask=d_mask)
                 y += yc
+            if store_state:  # h before the next chunk, for the backward: one tile store (a
+                # store per state inside the loop cost 2 BAR.SYNC per state, layout conversions)
+                tl.store(states_ptr + st_row[:, None] + (t1 // CHUNK) * N + ncols[None, :], H,
+                         mask=d_mask[:, None] & (ncols[None, :] < N))
         else:  # large n: a run-time loop (compile time), the carry kept in `last` (L1/L2)
             for n in range(N):
                 h_in = tl.load(last_ptr + bd_row * N + n, mask=d_mask, other=0.0)
@@ -469,10 +469,15 @@ _bwd_autotuned = _autotuned(_bwd_kernel, bwd_configs(), reset_to_zero=_ZEROED)
 
 # Launch configuration: "auto" = autotune over the candidates (slow first call, one compile per
 # candidate), or a dict. CPU (interpreter): one small tile, nothing to tune.
-DEFAULT_FWD = dict(BLOCK_D=64, BLOCK_L=8, num_warps=2)  # before the H200 sweep: a guess
-DEFAULT_BWD = dict(BLOCK_D=32, BLOCK_L=8, num_warps=1)
-FWD_CONFIG = lambda n: DEFAULT_FWD  # a config dict, a function of n returning one, or "auto"
-BWD_CONFIG = lambda n: DEFAULT_BWD
+# The fastest candidates of the H200 sweep of 2026-11-29 (bench/gpu_selective_scan.py,
+# docs/BENCHMARKS.md), b8 d2048 l2048 bf16; n64 only had the run-time-loop candidates.
+DEFAULT_FWD = dict(BLOCK_D=64, BLOCK_L=32, num_warps=4)
+DEFAULT_BWD = dict(BLOCK_D=32, BLOCK_L=16, num_warps=2)
+DEFAULT_FWD_LARGE_N = dict(BLOCK_D=64, BLOCK_L=8, num_warps=2)
+DEFAULT_BWD_LARGE_N = dict(BLOCK_D=32, BLOCK_L=8, num_warps=1)
+# a config dict, a function of n returning one, or "auto" (autotune over fwd_/bwd_configs())
+FWD_CONFIG = lambda n: DEFAULT_FWD if n <= UNROLL_MAX else DEFAULT_FWD_LARGE_N
+BWD_CONFIG = lambda n: DEFAULT_BWD if n <= UNROLL_MAX else DEFAULT_BWD_LARGE_N
 CPU_FWD = dict(BLOCK_D=4, BLOCK_L=8, num_warps=1)
 CPU_BWD = dict(BLOCK_D=4, BLOCK_L=8, num_warps=1)
 
@@ -489,7 +494,7 @@ def _launch(kernel, autotuned, config, cpu_config, grid_fn, args, consts):
 
 
 def _bc_strides(X):
-    """B/C strides for the kernels: (b, g, n) if variable (b, g, n, l), (d, n, 0) if fixed (d, n)."""
+    """B/C strides for the kernels: (b, g, n) if variable (b, g, n, l), (d, n, 0) if fixed."""
     if X.ndim == 2:
         return X.stride(0), X.stride(1), 0
     return X.stride(0), X.stride(1), X.stride(2)
@@ -552,7 +557,8 @@ def check_args(u, delta, A, B, C, D, z, delta_bias, seq_idx, cu_seqlens):
         if not isinstance(seq_idx, torch.Tensor) or seq_idx.is_floating_point():
             raise TypeError("seq_idx must be an integer tensor (b, l)")
         if tuple(seq_idx.shape) != (b, l):
-            raise ValueError(f"seq_idx must have shape (b, l) = {(b, l)}, got {tuple(seq_idx.shape)}")
+            raise ValueError(f"seq_idx must have shape (b, l) = {(b, l)}, "
+                             f"got {tuple(seq_idx.shape)}")
         seq_idx = seq_idx.to(torch.int32).contiguous()
     check_same_device(u=u, delta=delta, A=A, B=B, C=C, D=D, z=z, delta_bias=delta_bias,
                       seq_idx=seq_idx)
@@ -571,7 +577,7 @@ def flags(D, z, delta_bias, softplus, B, C, seq_idx):
 
 
 def optional(*tensors, dummy):
-    """Kernels need a pointer for every argument: stand ``dummy`` in for absent ones (never read)."""
+    """Kernels need a pointer for every argument: ``dummy`` stands in for absent ones (unread)."""
     return tuple(dummy if t is None else t for t in tensors)
 
 

@@ -84,7 +84,7 @@ def seq_start(seq_ptr, t, l, HAS_SEQ: tl.constexpr):
 
 @triton.jit
 def load_bc(X_ptr, Xv_ptr, n, t, l, d_idx, d_mask, s0, s1, s2, VAR: tl.constexpr):
-    """Row n of B (or C) as a tile factor: (1, BLOCK_L) if it varies with time, else (BLOCK_D, 1)."""
+    """Row n of B (or C) as a tile factor: (1, BLOCK_L) if it varies in time, else (BLOCK_D, 1)."""
     if VAR:  # (b, g, n, l): the same B_t for every channel of the group
         return tl.load(Xv_ptr + n * s2 + t, mask=t < l, other=0.0).to(tl.float32)[None, :]
     else:  # (d, n): one number per channel
@@ -246,7 +246,7 @@ def selective_scan_bwd_kernel(
             _, gg = tl.associative_scan((a_nx, beta), 1, combine_fn, reverse=True)
             G = put_column(G, ncols, n, column(gg, cols, 0))
             # 5. the chain rule, with Ā_t h_{t−1} = h_t − B̄_t x_t (no shifted h needed):
-            #    ∂h_t/∂Δ_t = A Ā_t h_{t−1} + B_t x_t,  ∂h_t/∂A = Δ_t Ā_t h_{t−1},  ∂h_t/∂x_t = Δ_t B_t
+            #    ∂h_t/∂Δ_t = A Ā_t h_{t−1} + B_t x_t, ∂h_t/∂A = Δ_t Ā_t h_{t−1}, ∂h_t/∂x_t = Δ_t B_t
             ah = h - bx
             y += C_n * h
             dx += gg * dt * B_n
