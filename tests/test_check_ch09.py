@@ -3,7 +3,7 @@ the wrong versions of issue #5: a kernel missing the carry between time blocks, 
 the D skip, and a combine that is right only in the interpreter's left fold."""
 
 # isort: off
-from mambalearn import device  # first: sets TRITON_INTERPRET=1 on a CPU before triton is imported
+from mambalearn import device  # noqa: F401 - first: TRITON_INTERPRET=1 on a CPU before triton
 # isort: on
 import pytest
 import torch
@@ -13,8 +13,14 @@ import triton.language as tl
 from mambalearn import check
 from mambalearn.triton import selective_scan as tuned
 from mambalearn.triton.selective_scan import selective_scan_fn
-from mambalearn.triton.selective_scan_teaching import (column, combine_fn, load_bc, load_delta,
-                                                       put_column, selective_scan_teaching)
+from mambalearn.triton.selective_scan_teaching import (
+    column,
+    combine_fn,
+    load_bc,
+    load_delta,
+    put_column,
+    selective_scan_teaching,
+)
 
 
 @triton.jit

@@ -36,6 +36,7 @@ CASES = [
     dict(b=1, d=4, n=3, l=11, block_l=4, bc=("fixed", "shared"), opts="Dbs", strided=True),
     dict(b=1, d=4, n=2, l=9, block_l=4, bc=("grouped", "fixed"), opts="Dzs", extreme=True),
 ]
+OPTIONS = (("D", "D"), ("z", "z"), ("b", "delta_bias"), ("s", "softplus"))
 
 
 def _inputs(c, g):
@@ -50,7 +51,8 @@ def _inputs(c, g):
                                                                  dtype=torch.float64)
     if c.get("extreme"):  # softplus's linear branch (> 20) and Δ ≈ 0: Ā ≈ 0 and Ā ≈ 1
         delta[..., 1::3], delta[..., 2::3] = 25.0, -25.0
-    x = dict(u=r(b, d, l), delta=delta, A=-(0.5 + torch.rand(d, n, generator=g, dtype=torch.float64)),
+    A = -(0.5 + torch.rand(d, n, generator=g, dtype=torch.float64))  # decays in (e^-1.5Δ, e^-0.5Δ)
+    x = dict(u=r(b, d, l), delta=delta, A=A,
              B=r(*shape[c["bc"][0]]), C=r(*shape[c["bc"][1]]),
              D=r(d) if "D" in c["opts"] else None, z=r(b, d, l) if "z" in c["opts"] else None,
              delta_bias=0.3 * r(d) if "b" in c["opts"] else None)
@@ -58,12 +60,12 @@ def _inputs(c, g):
 
 
 def _to_kernel(x, strided):
-    """fp32 copies on the course device; ``strided``: u and delta as (b, l, d) storage, transposed."""
+    """fp32 copies on the course device; ``strided``: u and delta stored (b, l, d), transposed."""
     dev = device.get()
     out = {k: None if v is None else v.float().to(dev) for k, v in x.items()}
     if strided:
         for k in ("u", "delta"):
-            out[k] = out[k].transpose(1, 2).contiguous().transpose(1, 2)  # (b, d, l), stride (ld, 1, d)
+            out[k] = out[k].transpose(1, 2).contiguous().transpose(1, 2)  # (b, d, l), strided
     return out
 
 
@@ -72,8 +74,7 @@ def _describe(c, x):
     parts = [f"b={c['b']}, d={c['d']}, n={c['n']}, l={c['l']}, block_l={c['block_l']}",
              f"B {shapes[c['bc'][0]]}" + (f" g={x['B'].shape[1]}" if x["B"].ndim == 4 else ""),
              f"C {shapes[c['bc'][1]]}" + (f" g={x['C'].shape[1]}" if x["C"].ndim == 4 else ""),
-             "with " + (", ".join(name for key, name in (("D", "D"), ("z", "z"), ("b", "delta_bias"),
-                                                         ("s", "softplus")) if key in c["opts"])
+             "with " + (", ".join(name for key, name in OPTIONS if key in c["opts"])
                         or "none of D, z, delta_bias, softplus")]
     if c.get("strided"):
         parts.append("u, delta strided")
