@@ -9,8 +9,8 @@ TORCH_CPU_INDEX ?= https://download.pytorch.org/whl/cpu
 JOBS   ?= 2
 NB     ?=
 PIP    := $(PY) -m pip install -q --disable-pip-version-check
-export MAMBALEARN_PROGRESS ?= 0
-export MPLBACKEND ?= Agg
+# Tests run headless and quiet; `make lab` keeps the user's settings (figures need the inline backend).
+TEST_ENV := MAMBALEARN_PROGRESS=0 MPLBACKEND=Agg
 
 .PHONY: lab test test-browser browser exercises grade slides site bench doctor clean
 
@@ -30,19 +30,19 @@ lab: $(STAMP)  ## JupyterLab on notebooks/, localhost only, token auth on
 	$(VENV)/bin/jupyter lab --ip=127.0.0.1 --notebook-dir=notebooks --no-browser
 
 test: $(STAMP) browser  ## everything: unit, property, notebooks, grading, slides, browser, env sync
-	$(PY) -m pytest -n $(JOBS) --dist loadfile --nbval-lax --nbval-current-env \
+	$(TEST_ENV) $(PY) -m pytest -n $(JOBS) --dist loadfile --nbval-lax --nbval-current-env \
 	  --nbval-cell-timeout=900 -p no:cacheprovider tests notebooks solutions
 
 exercises: $(STAMP)  ## regenerate exercises/ from solutions/
 	@for f in solutions/*.ipynb; do \
 	  $(PY) -m mambalearn.grade make-exercise $$f exercises/$$(basename $$f) && echo "exercises/$$(basename $$f)"; done
 
-grade: $(STAMP)  ## make grade NB=path/to/student.ipynb
-	@test -n "$(NB)" || (echo "usage: make grade NB=path/to/notebook.ipynb" && exit 2)
-	$(PY) -m mambalearn grade $(NB)
+grade: $(STAMP)  ## make grade NB=student.ipynb | make grade CLASS=submissions/ [OUT=grades.csv]
+	@test -n "$(NB)$(CLASS)" || (echo "usage: make grade NB=notebook.ipynb | make grade CLASS=dir [OUT=grades.csv]" && exit 2)
+	$(PY) -m mambalearn grade $(if $(CLASS),--class $(CLASS) --out $(or $(OUT),grades.csv) --jobs $(JOBS),$(NB))
 
 test-browser: $(STAMP) browser  ## JupyterLab in headless Chromium, offline decks (part of make test)
-	$(PY) -m pytest -p no:cacheprovider tests/test_browser.py tests/test_slides_offline.py
+	$(TEST_ENV) $(PY) -m pytest -p no:cacheprovider tests/test_browser.py tests/test_slides_offline.py
 
 browser:  ## Debian's chromium and npm, for the browser tests and offline decks (once)
 	@bash tools/browser-deps.sh

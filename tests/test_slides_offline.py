@@ -14,6 +14,10 @@ import pytest
 
 from mambalearn import slides, slides_offline
 
+from conftest import require_chromium  # noqa: E402
+
+require_chromium()
+
 ROOT = Path(__file__).resolve().parent.parent
 CH01 = ROOT / "notebooks" / "01_discretization.ipynb"
 ARTIFACTS = Path(os.environ.get("MAMBALEARN_ARTIFACTS", ROOT / "build" / "test-artifacts"))

@@ -8,13 +8,14 @@ need=()
 [ -x "$chromium" ] || need+=(chromium)
 command -v npm >/dev/null 2>&1 || need+=(npm)
 [ ${#need[@]} -eq 0 ] && exit 0
-if ! command -v apt-get >/dev/null 2>&1; then
-  echo "missing: ${need[*]}. Install them (Debian/Ubuntu: apt-get install ${need[*]}), or set" \
-       "MAMBALEARN_CHROMIUM to a Chromium binary." >&2
-  exit 1
-fi
 sudo=""
 [ "$(id -u)" -eq 0 ] || sudo="sudo"
+if ! command -v apt-get >/dev/null 2>&1 || { [ -n "$sudo" ] && ! sudo -n true 2>/dev/null; }; then
+  echo "missing: ${need[*]}. Install them (Debian/Ubuntu: apt-get install ${need[*]}), or set" \
+       "MAMBALEARN_CHROMIUM to a Chromium binary; the browser tests are skipped until then." >&2
+  [ -n "${CI:-}" ] && exit 1  # in CI a missing browser is a failure, not a skip
+  exit 0
+fi
 echo "installing ${need[*]} from Debian's packages"
 $sudo apt-get update -qq
 DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
