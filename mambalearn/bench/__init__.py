@@ -44,6 +44,16 @@ def peak_gb(fn):
     return (torch.cuda.max_memory_allocated() - before) / 1e9
 
 
+class Rows(list):
+    """A list of result rows that prints each row as it arrives, so a run cut short by a time
+    limit still shows what it measured."""
+
+    def append(self, row):
+        super().append(row)
+        print(" | ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
+                         for k, v in row.items() if v is not None), flush=True)
+
+
 def table(rows):
     """A fixed-width text table of the rows (the last thing a bench run prints)."""
     cols = ["topic", "backend", "shape", "ms", "ratio", "floor_pct", "peak_gb"]

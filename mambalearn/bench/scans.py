@@ -17,7 +17,7 @@ import math
 import torch
 import torch.nn.functional as F
 
-from mambalearn.bench import peak_gb, time_ms
+from mambalearn.bench import Rows, peak_gb, time_ms
 from mambalearn.scan.blelloch import blelloch_scan
 from mambalearn.scan.hillis_steele import hillis_steele_scan
 from mambalearn.scan.selective import selective_scan_parallel
@@ -100,7 +100,7 @@ def _bare_backends(a, b):
 
 
 def _bare_scans(gpu, dev):
-    rows = []
+    rows = Rows()
     width = 8 * 256 * 16 if gpu else 64
     for l in ([256, 1024, 4096] if gpu else [16, 64]):
         a = torch.rand(l, width, device=dev) * 0.5 + 0.5  # (l, width)
@@ -145,7 +145,7 @@ def _selective(gpu, dev):
     want = selective_scan_parallel(**args)
     for name, fn in backends.items():
         assert_close(fn(**args), want, msg=f"{name} disagrees with selective_scan_parallel")
-    rows = []
+    rows = Rows()
     seq = lambda: selective_scan_sequential(**args)
     rows.append(dict(topic="selective fwd", backend="sequential loop", shape=shape,
                      ms=time_ms(seq, warmup=2, rep=5), peak_gb=peak_gb(seq)))
