@@ -93,7 +93,9 @@ def run(gpu):
     sweep = (512, 1024, 2048, 4096) if gpu else (32, 64, 128)
     q = 32 if gpu else 8
     device = "cuda" if gpu else "cpu"
-    rows = _machine_rows(gpu, b, d, l, n)
+    rows = bench.Rows()
+    for r in _machine_rows(gpu, b, d, l, n):
+        rows.append(r)
     for L in sweep:  # peak memory and time of fwd+bwd against l, per backend
         x, dout = _inputs(b, d, L, n, device)
         for name, fn in BACKENDS.items():
