@@ -26,8 +26,9 @@ $(STAMP): pyproject.toml constraints.txt
 	$(PIP) -c constraints.txt -e '.[dev]'
 	@touch $(STAMP)
 
-lab: $(STAMP)  ## JupyterLab on notebooks/, localhost only, token auth on
-	$(VENV)/bin/jupyter lab --ip=127.0.0.1 --notebook-dir=notebooks --no-browser
+lab: $(STAMP)  ## JupyterLab opened on notebooks/ (exercises/ beside it), localhost only, token auth on
+	$(VENV)/bin/jupyter lab --ip=127.0.0.1 --no-browser --ServerApp.root_dir=. \
+	  --LabApp.default_url=/lab/tree/notebooks $(if $(filter 0,$(shell id -u)),--allow-root,)
 
 test: $(STAMP) browser  ## everything: unit, property, notebooks, grading, slides, browser, env sync
 	$(TEST_ENV) $(PY) -m pytest -n $(JOBS) --dist loadfile --nbval-lax --nbval-current-env \
