@@ -21,38 +21,20 @@ variable ``MAMBA_SSM_PATH``, else ``.mamba_ref/mamba_ssm-2.3.2.post1/mamba_ssm``
 """
 
 import os
-import sys
-import types
 
 import torch
 
 from mambalearn import roofline
-from mambalearn.bench import peak_gb, time_ms
+from mambalearn.bench import _reference, peak_gb, time_ms
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
-DEFAULT_REF = os.path.join(ROOT, ".mamba_ref", "mamba_ssm-2.3.2.post1", "mamba_ssm")
 GPU_SHAPES = [(4, 4096), (1, 16384), (16, 1024)]  # (b, l) with h80 p64 n128 g1
 HEADS = dict(h=80, p=64, g=1, n=128)
 
 
 def load_mamba_ssm_ssd(path=None):
     """``mamba_ssm``'s ``mamba_chunk_scan_combined`` from its source tree, or None (with a reason printed)."""
-    root = os.path.abspath(path or os.environ.get("MAMBA_SSM_PATH") or DEFAULT_REF)
-    if not os.path.isdir(root):
-        print(f"mamba_ssm source tree not found at {root}: timing ours only")
-        return None
-    for name, sub in (("mamba_ssm", ""), ("mamba_ssm.ops", "ops"), ("mamba_ssm.ops.triton", "ops/triton"),
-                      ("mamba_ssm.utils", "utils")):
-        if name not in sys.modules:  # stub packages: no __init__ runs, so no CUDA extension is needed
-            m = types.ModuleType(name)
-            m.__path__ = [os.path.join(root, sub)]
-            sys.modules[name] = m
-    try:
-        from mamba_ssm.ops.triton.ssd_combined import mamba_chunk_scan_combined
-    except Exception as e:  # noqa: BLE001 - e.g. einops missing: report, do not crash the bench
-        print(f"mamba_ssm's mamba_chunk_scan_combined not importable: {type(e).__name__}: {e}")
-        return None
-    return mamba_chunk_scan_combined
+    return _reference.load("ops.triton.ssd_combined", "mamba_chunk_scan_combined", path)
 
 
 def make_inputs(b, l, h, p, g, n, dtype=torch.bfloat16, device="cuda", seed=0):

@@ -9,36 +9,17 @@ x/dt/B/C bfloat16, A/D/dt_bias float32 broadcast per head with stride 0 exactly 
 ``.mamba_ref`` through stub packages (no CUDA extension needed) when that tree is present.
 """
 
-import os
-import sys
-import types
 
 import torch
 
-from mambalearn.bench import time_ms
+from mambalearn.bench import _reference, time_ms
 
 COPY_BANDWIDTH = 4.25e12  # bytes/s, read + write, measured on an H200 on 2026-11-29
-MAMBA_REF = os.path.join(os.path.dirname(__file__), "..", "..", ".mamba_ref",
-                         "mamba_ssm-2.3.2.post1", "mamba_ssm")
 
 
 def load_mamba_ssm_step():
     """``mamba_ssm``'s ``selective_state_update`` from the source tree, or None if it is absent."""
-    root = os.path.abspath(MAMBA_REF)
-    if not os.path.isdir(root):
-        return None
-    for name, path in (("mamba_ssm", root), ("mamba_ssm.ops", os.path.join(root, "ops")),
-                       ("mamba_ssm.ops.triton", os.path.join(root, "ops", "triton"))):
-        if name not in sys.modules:
-            m = types.ModuleType(name)
-            m.__path__ = [path]
-            sys.modules[name] = m
-    try:
-        from mamba_ssm.ops.triton.selective_state_update import selective_state_update
-    except Exception as e:  # noqa: BLE001 - e.g. einops missing: report, do not crash the bench
-        print(f"mamba_ssm's selective_state_update not importable: {type(e).__name__}: {e}")
-        return None
-    return selective_state_update
+    return _reference.load("ops.triton.selective_state_update", "selective_state_update")
 
 
 def mamba2_step_inputs(b, h, p, n, state_dtype=torch.float32, dtype=torch.bfloat16, device="cuda",
