@@ -1,6 +1,14 @@
 """Device script for chapter 09's selective scan (run on the H200 through the `run` tool).
 
-    PYTHONUNBUFFERED=1 python3 bench/gpu_selective_scan.py [--stage all|check] [--limit S]
+    PYTHONUNBUFFERED=1 python3 bench/gpu_selective_scan.py [--stage all|check|final] [--limit S]
+    python3 bench/gpu_selective_scan.py --stage final --cpu-smoke   # control flow on a CPU
+
+--stage final (one short call, hard wall budget --limit): accuracy of the tuned kernel's fwd+bwd
+at b2 d512 n16 l2048 vs the fp32 oracle; the forward variants of ``FWD_VARIANTS`` (fwd, fwd+bwd)
+at b8 d2048 n16 l2048; l8192 and n64 with the fastest; mamba_ssm in the same run if its
+extension can be imported (else ratios to the DESIGN anchors, marked "not same-run").
+
+--stage all:
 
 1. builds mamba_ssm's CUDA selective scan from .mamba_ref (sm_90 only) in a background process,
    unless .mamba_ref/build/selective_scan_cuda*.so is there (carried from an earlier call);
@@ -183,12 +191,13 @@ def sweep(T, fwd_cfgs, bwd_cfgs, s, results):
     return best_f, best_b
 
 
-def accuracy(fns, s, out):
+def accuracy(fns, s, out, device=None, dtype=None):
     """‖· − ref‖/‖ref‖ of out and every gradient vs the fp32 sequential oracle (bf16 inputs)."""
     import torch
 
+    from mambalearn.bench.selective_scan import inputs
     from mambalearn.scan.sequential import selective_scan_sequential
-    x = _inputs(s)
+    x = _inputs(s) if device is None else inputs(**s, device=device, dtype=dtype)
     dout = torch.randn_like(x["u"])
     names = list(x)
 
@@ -198,9 +207,9 @@ def accuracy(fns, s, out):
         o.backward(dout.to(o.dtype))
         return [o.detach().float()] + [leaves[k].grad.float() for k in names]
 
-    ref = grads(lambda **k: selective_scan_sequential(
+    ref = grads(lambda delta_softplus, **k: selective_scan_sequential(
         **{a: (v.float() if v.dtype != torch.float32 else v) for a, v in k.items()},
-        delta_softplus=True))
+        delta_softplus=delta_softplus))
     for name, fn in fns.items():
         try:
             got = grads(fn)
@@ -214,7 +223,8 @@ def accuracy(fns, s, out):
         log(f"rel. error vs fp32 oracle, {name}: "
             + " ".join(f"{k} {v:.2e}" for k, v in errs.items()))
         del got
-        torch.cuda.empty_cache()
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
 
 
 def plot(rows, path):
@@ -251,6 +261,229 @@ def check(report, a):
         print(k, {x: f"{y:.1e}" for x, y in v.items()})
 
 
+
+# ---------------------------------------------------------------------------------------------
+# --stage final
+# ---------------------------------------------------------------------------------------------
+ANCHOR = {  # DESIGN.md §6, mamba_ssm CUDA on an H200, 2026-11-29 (NOT measured in this run)
+    ("fwd", 16, 2048): 0.590, ("fwd+bwd", 16, 2048): 3.05,
+    ("fwd", 16, 8192): 2.56, ("fwd+bwd", 16, 8192): 12.3,
+}
+ANCHOR_BENCH = {  # docs/BENCHMARKS.md, same kernel, 2026-11-29 run (NOT measured in this run)
+    ("fwd", 64, 2048): 1.974, ("fwd+bwd", 64, 2048): 10.77,
+}
+
+
+def _final_peer(wait_s):
+    """mamba_ssm's selective_scan_fn if its compiled extension can be imported, else None.
+
+    Looks where ``mambalearn.bench.selective_scan.load_mamba_ssm`` looks (sys.modules,
+    .mamba_ref/build/*.so); a .so that a background build left in /tmp/ssbuild is copied there
+    first. ``wait_s``: how long to wait for one to appear."""
+    from mambalearn.bench import selective_scan as S
+    t_end = time.time() + max(0.0, wait_s)
+    while True:
+        if "selective_scan_cuda" in sys.modules or glob.glob(
+                os.path.join(REF, "build", "selective_scan_cuda*.so")):
+            break
+        so = glob.glob("/tmp/ssbuild/selective_scan_cuda*.so")
+        if so and not glob.glob("/tmp/ssbuild/*.lock"):
+            os.makedirs(os.path.join(REF, "build"), exist_ok=True)
+            shutil.copy(so[0], os.path.join(REF, "build", "selective_scan_cuda.so"))
+            break
+        if time.time() >= t_end:
+            return None
+        time.sleep(2.0)
+    try:
+        return S.load_mamba_ssm()
+    except Exception as e:  # noqa: BLE001 - a broken peer must not end the run
+        log(f"mamba_ssm: {type(e).__name__}: {e}")
+        return None
+
+
+def _final_warm(job):
+    """Worker: compile one forward variant (and the default backward) into Triton's disk cache."""
+    name, cfg, s, gpu = job
+    t = time.time()
+    try:
+        import torch
+
+        from mambalearn.bench.selective_scan import fwd_bwd, inputs
+        from mambalearn.triton import selective_scan as T
+        dev = torch.device("cuda" if gpu else "cpu")
+        x = inputs(**s, device=dev, dtype=torch.bfloat16 if gpu else torch.float32)
+        fwd_bwd(lambda **k: T.selective_scan_fn(**k, config={"fwd": cfg}), x)()
+        if gpu:
+            torch.cuda.synchronize()
+        return name, s["n"], time.time() - t, None
+    except Exception as e:  # noqa: BLE001
+        return name, s["n"], time.time() - t, f"{type(e).__name__}: {e}"[:300]
+
+
+def final(a):
+    """Accuracy, variants, l8192/n64 with the best, peer; every step guarded by the budget."""
+    import torch
+
+    from mambalearn.bench import peak_gb, time_ms
+    from mambalearn.bench.selective_scan import fwd_bwd, inputs
+    from mambalearn.triton import selective_scan as T
+    gpu = torch.cuda.is_available() and not a.cpu_smoke
+    dev = torch.device("cuda" if gpu else "cpu")
+    dtype = torch.bfloat16 if gpu else torch.float32
+    if gpu:
+        acc_s, main_s = dict(b=2, d=512, n=16, l=2048), MAIN
+        long_s, n64_s = dict(MAIN, l=8192), dict(MAIN, n=64)
+    else:  # interpreter: tiny shapes, the same steps
+        acc_s, main_s = dict(b=1, d=8, n=4, l=32), dict(b=1, d=8, n=4, l=32)
+        long_s, n64_s = dict(b=1, d=8, n=4, l=64), dict(b=1, d=8, n=20, l=16)
+    report = dict(device=torch.cuda.get_device_name() if gpu else "cpu (interpreter)",
+                  stage="final", limit_s=a.limit, accuracy={}, variants=[], rows=[],
+                  peer=None, notes=[])
+    path = os.path.join(OUT, "selective_scan_final.json")
+    save = lambda: json.dump(report, open(path, "w"), indent=1, default=str)
+    variants = dict(T.FWD_VARIANTS)
+    if not gpu:  # tiny tiles in the interpreter, every other key as on the GPU
+        variants = {k: dict(v, BLOCK_D=4, BLOCK_L=8, num_warps=1) for k, v in variants.items()}
+    bwd_cfg = None if gpu else T.CPU_BWD
+    cfg_of = lambda name: {"fwd": variants[name], "bwd": bwd_cfg}
+    build = start_build() if a.build else None
+
+    # 0. compile every variant in parallel processes (Triton's disk cache), a bounded share
+    if gpu and left() > 120:
+        jobs = [(k, v, main_s, gpu) for k, v in variants.items()]
+        ctx = mp.get_context("spawn")
+        pool = ctx.Pool(min(8, len(jobs)))
+        pending = [pool.apply_async(_final_warm, (j,)) for j in jobs]
+        deadline = time.time() + min(70.0, left() - 110)
+        while pending and time.time() < deadline:
+            for r in [r for r in pending if r.ready()]:
+                name, n, dt, err = r.get()
+                log(f"compiled {name} n{n} in {dt:.1f}s {err or ''}")
+                pending.remove(r)
+            time.sleep(0.5)
+        if pending:
+            log(f"{len(pending)} compile jobs unfinished: those compile on first use")
+        pool.terminate()
+
+    # 1. accuracy of the default tuned kernel, fwd + every gradient, vs the fp32 oracle
+    acc = {}
+    try:
+        accuracy({"triton tuned (default)": T.selective_scan_fn}, acc_s, acc, device=dev,
+                 dtype=dtype)
+    except Exception as e:  # noqa: BLE001
+        log(f"accuracy failed: {type(e).__name__}: {e}")
+    report["accuracy"] = acc
+    save()
+
+    def time_pair(fn, x, s, label, fwd_only=False):
+        row = dict(label=label, shape=f"b{s['b']} d{s['d']} n{s['n']} l{s['l']}", n=s["n"],
+                   l=s["l"])
+        try:
+            with torch.no_grad():
+                f = lambda: fn(**x, delta_softplus=True)
+                row["fwd_ms"] = time_ms(f)
+                row["fwd_peak_gb"] = peak_gb(f)
+            if not fwd_only:
+                both = fwd_bwd(fn, x)
+                row["fwdbwd_ms"] = time_ms(both)
+                row["fwdbwd_peak_gb"] = peak_gb(both)
+        except Exception as e:  # noqa: BLE001
+            row["error"] = f"{type(e).__name__}: {e}"[:300]
+        log(f"{label} {row['shape']}: " + " ".join(
+            f"{k} {v:.3f}" if isinstance(v, float) else f"{k} {v}"
+            for k, v in row.items() if k not in ("label", "shape", "n", "l")))
+        if gpu:
+            torch.cuda.empty_cache()
+        return row
+
+    # 2. the variants at the main shape (fwd, fwd+bwd with the default backward)
+    x = inputs(**main_s, device=dev, dtype=dtype)
+    for name in variants:
+        if left() < 60:
+            report["notes"].append(f"skipped variant {name}: budget")
+            log(f"skip {name}: {left():.0f}s left")
+            continue
+        fn = (lambda cfg: lambda **k: T.selective_scan_fn(**k, config=cfg))(cfg_of(name))
+        report["variants"].append(dict(time_pair(fn, x, main_s, name), config=variants[name]))
+        save()
+    ok = [r for r in report["variants"] if "fwd_ms" in r]
+    best = min(ok, key=lambda r: r["fwd_ms"])["label"] if ok else "pipelined 64x32w4"
+    report["best"] = best
+    log(f"fastest forward: {best}")
+    del x
+
+    # 3. l8192 and n64 with the best (n64: its tile with the run-time state loop, and the
+    #    large-n default), with peak memory
+    best_cfg = variants.get(best, next(iter(variants.values())))
+    big = [(long_s, "tuned best: " + best, cfg_of(best) if best in variants else None)]
+    big += [(n64_s, "tuned best tile, n-loop: " + best,
+             {"fwd": dict(best_cfg, UNROLL=False), "bwd": bwd_cfg}),
+            (n64_s, "tuned large-n default", {"fwd": None if gpu else T.CPU_FWD,
+                                              "bwd": bwd_cfg})]
+    for s, label, cfg in big:
+        if left() < 45:
+            report["notes"].append(f"skipped {label} {s}: budget")
+            continue
+        xs = inputs(**s, device=dev, dtype=dtype)
+        fn = (lambda c: lambda **k: T.selective_scan_fn(**k, config=c))(cfg)
+        report["rows"].append(time_pair(fn, xs, s, label))
+        save()
+        del xs
+
+    # 4. mamba_ssm in this run, if its extension can be imported
+    peer = _final_peer(wait_s=max(0.0, left() - 75)) if gpu else None
+    if build is not None and peer is None:
+        finish_build(build, 1.0)
+        peer = _final_peer(0.0)
+    if peer is not None:
+        report["peer"] = "mamba_ssm cuda, same run"
+        for s in (main_s, long_s, n64_s):
+            if left() < 20:
+                report["notes"].append(f"skipped mamba_ssm {s}: budget")
+                continue
+            xs = inputs(**s, device=dev, dtype=dtype)
+            report["rows"].append(time_pair(peer, xs, s, "mamba_ssm cuda"))
+            save()
+            del xs
+    else:
+        report["peer"] = "not importable: ratios below are to the DESIGN/BENCHMARKS anchors " \
+                         "(NOT same-run)"
+    save()
+
+    # 5. the table (ratios to mamba_ssm: same run if it ran, else the anchors, marked)
+    rows = report["variants"] + report["rows"]
+    same = {(r["n"], r["l"]): r for r in rows if r["label"] == "mamba_ssm cuda" and "fwd_ms" in r}
+
+    def ratio(r, kind):
+        key = "fwd_ms" if kind == "fwd" else "fwdbwd_ms"
+        if key not in r:
+            return "-"
+        p = same.get((r["n"], r["l"]))
+        if p is not None and key in p:
+            return f"{r[key] / p[key]:.2f}"
+        anchor = {**ANCHOR, **ANCHOR_BENCH}.get((kind, r["n"], r["l"]))
+        return f"{r[key] / anchor:.2f}*" if anchor and gpu else "-"
+
+    fmt = lambda v: f"{v:.3f}" if isinstance(v, float) else "-"
+    lines = [f"{'label':42s} {'shape':24s} {'fwd ms':>8s} {'ratio':>6s} {'f+b ms':>8s} "
+             f"{'ratio':>6s} {'peak GB f/f+b':>14s}"]
+    for r in rows:
+        lines.append(f"{r['label'][:42]:42s} {r['shape']:24s} {fmt(r.get('fwd_ms')):>8s} "
+                     f"{ratio(r, 'fwd'):>6s} {fmt(r.get('fwdbwd_ms')):>8s} "
+                     f"{ratio(r, 'fwd+bwd'):>6s} "
+                     f"{fmt(r.get('fwd_peak_gb'))}/{fmt(r.get('fwdbwd_peak_gb'))}"
+                     + (f"  ERROR {r['error'][:60]}" if "error" in r else ""))
+    report["table"] = lines
+    save()
+    print(f"device: {report['device']}; budget {a.limit:.0f}s, used {time.time() - T0:.0f}s; "
+          f"peer: {report['peer']}")
+    if not same:
+        print("* = ratio to the DESIGN/BENCHMARKS anchor figure, NOT measured in this run")
+    for k, v in report["accuracy"].items():
+        print("rel. error vs fp32 oracle", k, {a_: f"{b_:.1e}" for a_, b_ in v.items()})
+    print("\n".join(lines))
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--stage", default="all")
@@ -258,10 +491,15 @@ def main():
     ap.add_argument("--fwd", default=None, help="python list of fwd configs to sweep")
     ap.add_argument("--bwd", default=None, help="python list of bwd configs to sweep")
     ap.add_argument("--no-tests", action="store_true")
+    ap.add_argument("--cpu-smoke", action="store_true", help="final stage on the CPU, tiny")
+    ap.add_argument("--build", action="store_true",
+                    help="final stage: also build mamba_ssm in the background here")
     a = ap.parse_args()
     global left
     left = lambda: a.limit - (time.time() - T0)  # seconds left before the run's limit
     os.makedirs(OUT, exist_ok=True)
+    if a.stage == "final":
+        return final(a)
     report = dict(device=None, sweep=[], best={}, accuracy={}, rows=[])
     if a.stage == "check":  # correctness only, default tiles, no mamba_ssm build (~2 min)
         return check(report, a)

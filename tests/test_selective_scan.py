@@ -212,3 +212,42 @@ def test_tuned_run_time_state_loop(monkeypatch, bc):
                      "C") else v).double() for k, v in x.items()}, delta_softplus=True)
                      for s, e in ((0, 11), (11, 30))], -1)
     testing.assert_close(out, ref, msg="packed, run-time state loop")
+
+
+# ---------------------------------------------------------------------------------------------
+# Forward variants (FWD_VARIANTS: while / pipelined `for`, masks / EVEN, warps, maxnreg)
+# ---------------------------------------------------------------------------------------------
+def tiny(cfg):
+    """A variant's keys with the interpreter's small tile."""
+    return dict(cfg, BLOCK_D=4, BLOCK_L=8, num_warps=1)
+
+
+@pytest.mark.parametrize("name", list(tuned.FWD_VARIANTS))
+@pytest.mark.parametrize("d,l", [(8, 16), (5, 19)])  # tiles divide (no masks) / do not
+def test_forward_variants(name, d, l):
+    cfg = tiny(tuned.FWD_VARIANTS[name]) if not GPU else tuned.FWD_VARIANTS[name]
+    fn = lambda **k: selective_scan_fn(**k, config={"fwd": cfg})
+    check_against_oracle(fn, make(2, d, l, 3, bc="grouped" if d == 8 else "fixed", g=2))
+
+
+@pytest.mark.parametrize("unroll", [True, False])
+def test_pipelined_forward_varlen_and_last_state(unroll):
+    cfg = dict(tiny(tuned.DEFAULT_FWD), UNROLL=unroll)
+    x = make(1, 4, 32, 3)
+    seq = torch.tensor([[0] * 11 + [1] * 21], dtype=torch.int32, device=DEV)
+    out, last = selective_scan_fn(**x, delta_softplus=True, seq_idx=seq, return_last_state=True,
+                                  config={"fwd": cfg})
+    parts = [selective_scan_sequential(**{k: (v[..., s:e] if k in ("u", "delta", "z", "B", "C")
+                                              else v).double() for k, v in x.items()},
+                                       delta_softplus=True, return_last_state=True)
+             for s, e in ((0, 11), (11, 32))]
+    testing.assert_close(out, torch.cat([p[0] for p in parts], -1), msg="packed, pipelined")
+    testing.assert_close(last, parts[1][1], dtype=torch.float32, msg="last state, pipelined")
+
+
+def test_bad_config():
+    x = make(1, 4, 8, 2, seed=0)
+    with pytest.raises(ValueError, match="config"):
+        selective_scan_fn(**x, config={"forward": {}})
+    with pytest.raises(ValueError, match="config"):
+        selective_scan_fn(**x, config="fast")

@@ -91,6 +91,16 @@ def _softplus(x):
 
 
 @triton.jit
+def _ld(ptr, mask, EVEN: tl.constexpr):
+    """tl.load, unmasked when the tile is known to lie inside the tensor (EVEN: no predicates,
+    no zero-filled registers before every load)."""
+    if EVEN:
+        return tl.load(ptr)
+    else:
+        return tl.load(ptr, mask=mask, other=0.0)
+
+
+@triton.jit
 def _load_delta(delta_ptr, bias_ptr, offs, mask, d_idx, d_mask,
                 HAS_BIAS: tl.constexpr, SOFTPLUS: tl.constexpr):
     """Δ = softplus(delta + bias) on a (BLOCK_D, BLOCK_L) tile; also returns delta + bias."""
@@ -121,13 +131,14 @@ def _is_start(seq_ptr, t, l, HAS_SEQ: tl.constexpr):
 def _fwd_state(n, h_in, dt, dtx, start, t, l, d_idx, d_mask, cols, A_ptr, B_ptr, Bv_ptr, C_ptr,
                Cv_ptr, sB0, sB1, sB2, sC0, sC1, sC2, N: tl.constexpr, BLOCK_L: tl.constexpr,
                VAR_B: tl.constexpr, VAR_C: tl.constexpr, HAS_SEQ: tl.constexpr):
-    """One state n over one block: returns (C_n·h, h at the block's last step)."""
+    """One state n over one block: returns (C_n·h, h at the block's last step). (Backward's
+    replay; the forward kernel uses `_fwd_state_fast`.)"""
     A2_n = tl.load(A_ptr + d_idx * N + n, mask=d_mask, other=0.0) * LOG2E  # (BLOCK_D,)
     a = tl.exp2(dt * A2_n[:, None])  # Ā = exp(ΔA) = 2^(Δ·A·log2 e)
     if HAS_SEQ:
         a = tl.where(start, 0.0, a)  # a new sequence forgets the old state
-    Bn = _load_bc(B_ptr, Bv_ptr, n, t, l, d_idx, d_mask, sB0, sB1, sB2, VAR_B)
-    Cn = _load_bc(C_ptr, Cv_ptr, n, t, l, d_idx, d_mask, sC0, sC1, sC2, VAR_C)
+    Bn = _load_bc(B_ptr, Bv_ptr, n, t, l, d_idx, d_mask, sB0, sB1, sB2, VAR_B, False, False)
+    Cn = _load_bc(C_ptr, Cv_ptr, n, t, l, d_idx, d_mask, sC0, sC1, sC2, VAR_C, False, False)
     bx = dtx * Bn  # B̄x
     bx = tl.where(cols[None, :] == 0, a * h_in[:, None] + bx, bx)  # fold h_in into step 0
     _, h = tl.associative_scan((a, bx), 1, combine_fn)  # (BLOCK_D, BLOCK_L)
@@ -135,12 +146,98 @@ def _fwd_state(n, h_in, dt, dtx, start, t, l, d_idx, d_mask, cols, A_ptr, B_ptr,
 
 
 @triton.jit
-def _load_bc(X_ptr, Xv_ptr, n, t, l, d_idx, d_mask, s0, s1, s2, VAR: tl.constexpr):
+def _load_bc(X_ptr, Xv_ptr, n, t, l, d_idx, d_mask, s0, s1, s2, VAR: tl.constexpr,
+             EVEN_L: tl.constexpr, EVEN_D: tl.constexpr):
     """Row n of B or C: (1, BLOCK_L) if it varies with time (b, g, n, l), else (BLOCK_D, 1)."""
     if VAR:
-        return tl.load(Xv_ptr + n * s2 + t, mask=t < l, other=0.0).to(tl.float32)[None, :]
+        return _ld(Xv_ptr + n * s2 + t, t < l, EVEN_L).to(tl.float32)[None, :]
     else:
-        return tl.load(X_ptr + d_idx * s0 + n * s1, mask=d_mask, other=0.0).to(tl.float32)[:, None]
+        return _ld(X_ptr + d_idx * s0 + n * s1, d_mask, EVEN_D).to(tl.float32)[:, None]
+
+
+@triton.jit
+def _fwd_state_fast(n, A2_n, h_in, dt, dtx, start, t, l, d_idx, d_mask, cols, B_ptr, Bv_ptr,
+                    C_ptr, Cv_ptr, sB0, sB1, sB2, sC0, sC1, sC2, BLOCK_L: tl.constexpr,
+                    VAR_B: tl.constexpr, VAR_C: tl.constexpr, HAS_SEQ: tl.constexpr,
+                    EVEN_L: tl.constexpr, EVEN_D: tl.constexpr):
+    """One state n over one block, A·log2 e given (BLOCK_D,): returns (h (BLOCK_D, BLOCK_L),
+    C_n (broadcastable), h at the block's last step)."""
+    a = tl.exp2(dt * A2_n[:, None])  # Ā = exp(ΔA) = 2^(Δ·A·log2 e): the one exp per element
+    if HAS_SEQ:
+        a = tl.where(start, 0.0, a)  # a new sequence forgets the old state
+    Bn = _load_bc(B_ptr, Bv_ptr, n, t, l, d_idx, d_mask, sB0, sB1, sB2, VAR_B, EVEN_L, EVEN_D)
+    Cn = _load_bc(C_ptr, Cv_ptr, n, t, l, d_idx, d_mask, sC0, sC1, sC2, VAR_C, EVEN_L, EVEN_D)
+    bx = dtx * Bn  # B̄x
+    bx = tl.where(cols[None, :] == 0, a * h_in[:, None] + bx, bx)  # fold h_in into step 0
+    _, h = tl.associative_scan((a, bx), 1, combine_fn)  # (BLOCK_D, BLOCK_L)
+    return h, Cn, _column(h, cols, BLOCK_L - 1)
+
+
+@triton.jit
+def _fwd_block(t0, H, bias_v, D_v, u_ptr, delta_ptr, A_ptr, B_ptr, C_ptr, z_ptr, seq_ptr,
+               out_ptr, states_ptr, last_ptr, Bv_ptr, Cv_ptr, l, bi, d_idx, d_mask, bd_row, row,
+               st_row, cols, ncols, sB0, sB1, sB2, sC0, sC1, sC2,
+               N: tl.constexpr, BLOCK_L: tl.constexpr, CHUNK: tl.constexpr,
+               HAS_D: tl.constexpr, HAS_Z: tl.constexpr, HAS_BIAS: tl.constexpr,
+               SOFTPLUS: tl.constexpr, VAR_B: tl.constexpr, VAR_C: tl.constexpr,
+               HAS_SEQ: tl.constexpr, UNROLL: tl.constexpr, EVEN_L: tl.constexpr,
+               EVEN_D: tl.constexpr):
+    """The steps t0 … t0 + BLOCK_L − 1 of one channel tile, every state: returns the new carry H."""
+    EVEN: tl.constexpr = EVEN_L and EVEN_D
+    t = t0 + cols  # (BLOCK_L,)
+    mask = d_mask[:, None] & (t < l)[None, :]  # (BLOCK_D, BLOCK_L)
+    offs = row[:, None] + t[None, :]
+    x = _ld(u_ptr + offs, mask, EVEN).to(tl.float32)
+    dt = _ld(delta_ptr + offs, mask, EVEN).to(tl.float32)
+    if HAS_BIAS:
+        dt += bias_v[:, None]
+    if SOFTPLUS:  # once per (d, l), shared by every state
+        dt = _softplus(dt)
+    if not EVEN:
+        dt = tl.where(mask, dt, 0.0)  # Δ = 0 past the end: Ā = 1, B̄x = 0, the state holds
+    dtx = dt * x  # (BLOCK_D, BLOCK_L) Δ·x, shared by every state
+    start = _is_start(seq_ptr + bi * l, t, l, HAS_SEQ)[None, :]  # (1, BLOCK_L)
+    y = tl.zeros_like(x)  # (BLOCK_D, BLOCK_L) y = Σ_n C_n h_n, in registers
+    t1 = t0 + BLOCK_L
+    store_state = (t1 % CHUNK == 0) & (t1 < l)
+    if UNROLL:  # n ≤ UNROLL_MAX: unrolled, every state's carry in registers
+        for n in tl.static_range(N):
+            # (A as a register tile read once per program cost a layout conversion per state
+            # in the sm_90 compile: this load is an L1 hit, or a shared-memory read if STAGES)
+            A2_n = _ld(A_ptr + d_idx * N + n, d_mask, EVEN_D) * LOG2E
+            h, Cn, h_out = _fwd_state_fast(n, A2_n, _column(H, ncols, n), dt, dtx, start, t, l,
+                                           d_idx, d_mask, cols, B_ptr, Bv_ptr, C_ptr, Cv_ptr,
+                                           sB0, sB1, sB2, sC0, sC1, sC2, BLOCK_L, VAR_B, VAR_C,
+                                           HAS_SEQ, EVEN_L, EVEN_D)
+            H = _put_column(H, ncols, n, h_out)
+            y += h * Cn
+        if store_state:  # h before the next chunk, for the backward: one tile store (a
+            # store per state inside the loop cost 2 BAR.SYNC per state, layout conversions)
+            tl.store(states_ptr + st_row[:, None] + (t1 // CHUNK) * N + ncols[None, :], H,
+                     mask=d_mask[:, None] & (ncols[None, :] < N))
+    else:  # large n: a run-time loop (compile time), the carry kept in `last` (L1/L2)
+        for n in range(N):
+            A2_n = _ld(A_ptr + d_idx * N + n, d_mask, EVEN_D) * LOG2E
+            h_in = tl.load(last_ptr + bd_row * N + n, mask=d_mask, other=0.0)
+            h, Cn, h_out = _fwd_state_fast(n, A2_n, h_in, dt, dtx, start, t, l, d_idx, d_mask,
+                                           cols, B_ptr, Bv_ptr, C_ptr, Cv_ptr, sB0, sB1, sB2,
+                                           sC0, sC1, sC2, BLOCK_L, VAR_B, VAR_C, HAS_SEQ,
+                                           EVEN_L, EVEN_D)
+            tl.store(last_ptr + bd_row * N + n, h_out, mask=d_mask)
+            if store_state:
+                tl.store(states_ptr + st_row + (t1 // CHUNK) * N + n, h_out, mask=d_mask)
+            y += h * Cn
+        tl.debug_barrier()  # the next block reads carries other threads may have written
+    if HAS_D:
+        y += x * D_v[:, None]
+    if HAS_Z:
+        zz = _ld(z_ptr + offs, mask, EVEN).to(tl.float32)
+        y *= zz * tl.sigmoid(zz)
+    if EVEN:
+        tl.store(out_ptr + offs, y.to(out_ptr.dtype.element_ty))
+    else:
+        tl.store(out_ptr + offs, y.to(out_ptr.dtype.element_ty), mask=mask)
+    return H
 
 
 @triton.jit
@@ -153,7 +250,10 @@ def _fwd_kernel(
     BLOCK_D: tl.constexpr, BLOCK_L: tl.constexpr, CHUNK: tl.constexpr,
     HAS_D: tl.constexpr, HAS_Z: tl.constexpr, HAS_BIAS: tl.constexpr, SOFTPLUS: tl.constexpr,
     VAR_B: tl.constexpr, VAR_C: tl.constexpr, HAS_SEQ: tl.constexpr, UNROLL: tl.constexpr,
-):
+    EVEN_L: tl.constexpr = False,  # l % BLOCK_L == 0: no masks along time
+    EVEN_D: tl.constexpr = False,  # channels per group % BLOCK_D == 0: no masks along channels
+    STAGES: tl.constexpr = 0,  # > 0: a `for` over the time blocks whose loads Triton pipelines
+):                             # (STAGES deep, cp.async); 0: a `while` (the interpreter's path)
     pid_bg, pid_d = tl.program_id(0), tl.program_id(1)
     bi, gi = pid_bg // g, pid_bg % g  # batch row, group of B/C
     d_loc = pid_d * BLOCK_D + tl.arange(0, BLOCK_D)  # channel inside its group
@@ -165,56 +265,37 @@ def _fwd_kernel(
     row = bd_row * l  # (BLOCK_D,) start of each row of u/delta/z/out
     nchunks = tl.cdiv(l, CHUNK)
     st_row = bd_row * nchunks * N  # (BLOCK_D,) rows of states
+    n_mask = d_mask[:, None] & (ncols[None, :] < N)  # (BLOCK_D, NP)
     H = tl.zeros((BLOCK_D, NP), dtype=tl.float32)  # the carried state h, one column per n
+    bias_v = tl.zeros((BLOCK_D,), dtype=tl.float32)  # (BLOCK_D,) read once per program
+    if HAS_BIAS:
+        bias_v = _ld(bias_ptr + d_idx, d_mask, EVEN_D)
+    D_v = tl.zeros((BLOCK_D,), dtype=tl.float32)
+    if HAS_D:
+        D_v = _ld(D_ptr + d_idx, d_mask, EVEN_D)
     Bv_ptr = B_ptr + bi * sB0 + gi * sB1
     Cv_ptr = C_ptr + bi * sC0 + gi * sC1
-    # (`while`, not `for t0 in range(0, l, BLOCK_L)`: Triton 3.6's interpreter cannot take a
-    # runtime `range` bound with NumPy ≥ 2.4, triton-lang/triton#9171; see triton/scan.py)
-    t0 = 0
-    while t0 < l:
-        t0 = tl.multiple_of(t0, BLOCK_L)  # a `while` hides that from the compiler: wide loads
-        t = t0 + cols  # (BLOCK_L,)
-        mask = d_mask[:, None] & (t < l)[None, :]  # (BLOCK_D, BLOCK_L)
-        offs = row[:, None] + t[None, :]
-        x = tl.load(u_ptr + offs, mask=mask, other=0.0).to(tl.float32)
-        dt, _ = _load_delta(delta_ptr, bias_ptr, offs, mask, d_idx, d_mask, HAS_BIAS, SOFTPLUS)
-        dtx = dt * x  # (BLOCK_D, BLOCK_L) Δ·x, shared by every state
-        start = _is_start(seq_ptr + bi * l, t, l, HAS_SEQ)[None, :]  # (1, BLOCK_L)
-        y = tl.zeros((BLOCK_D, BLOCK_L), dtype=tl.float32)
-        t1 = t0 + BLOCK_L
-        store_state = (t1 % CHUNK == 0) & (t1 < l)
-        if UNROLL:  # n ≤ UNROLL_MAX: unrolled, every state's carry in registers
-            for n in tl.static_range(N):
-                h_in = _column(H, ncols, n)  # (BLOCK_D,) state entering the block
-                yc, h_out = _fwd_state(n, h_in, dt, dtx, start, t, l, d_idx, d_mask, cols, A_ptr,
-                                       B_ptr, Bv_ptr, C_ptr, Cv_ptr, sB0, sB1, sB2, sC0, sC1, sC2,
-                                       N, BLOCK_L, VAR_B, VAR_C, HAS_SEQ)
-                H = _put_column(H, ncols, n, h_out)
-                y += yc
-            if store_state:  # h before the next chunk, for the backward: one tile store (a
-                # store per state inside the loop cost 2 BAR.SYNC per state, layout conversions)
-                tl.store(states_ptr + st_row[:, None] + (t1 // CHUNK) * N + ncols[None, :], H,
-                         mask=d_mask[:, None] & (ncols[None, :] < N))
-        else:  # large n: a run-time loop (compile time), the carry kept in `last` (L1/L2)
-            for n in range(N):
-                h_in = tl.load(last_ptr + bd_row * N + n, mask=d_mask, other=0.0)
-                yc, h_out = _fwd_state(n, h_in, dt, dtx, start, t, l, d_idx, d_mask, cols, A_ptr,
-                                       B_ptr, Bv_ptr, C_ptr, Cv_ptr, sB0, sB1, sB2, sC0, sC1, sC2,
-                                       N, BLOCK_L, VAR_B, VAR_C, HAS_SEQ)
-                tl.store(last_ptr + bd_row * N + n, h_out, mask=d_mask)
-                if store_state:
-                    tl.store(states_ptr + st_row + (t1 // CHUNK) * N + n, h_out, mask=d_mask)
-                y += yc
-            tl.debug_barrier()  # the next block reads carries other threads may have written
-        if HAS_D:
-            y += x * tl.load(D_ptr + d_idx, mask=d_mask, other=0.0)[:, None]
-        if HAS_Z:
-            zz = tl.load(z_ptr + offs, mask=mask, other=0.0).to(tl.float32)
-            y *= zz * tl.sigmoid(zz)
-        tl.store(out_ptr + offs, y.to(out_ptr.dtype.element_ty), mask=mask)
-        t0 = t1
+    if STAGES > 0:  # compiled: Triton's pipeliner issues block i + 1's loads during block i
+        for t0 in tl.range(0, l, BLOCK_L, num_stages=STAGES):
+            H = _fwd_block(t0, H, bias_v, D_v, u_ptr, delta_ptr, A_ptr, B_ptr, C_ptr, z_ptr,
+                           seq_ptr, out_ptr, states_ptr, last_ptr, Bv_ptr, Cv_ptr, l, bi, d_idx,
+                           d_mask, bd_row, row, st_row, cols, ncols, sB0, sB1, sB2, sC0, sC1, sC2,
+                           N, BLOCK_L, CHUNK, HAS_D, HAS_Z, HAS_BIAS, SOFTPLUS, VAR_B, VAR_C,
+                           HAS_SEQ, UNROLL, EVEN_L, EVEN_D)
+    else:
+        # (`while`, not `for t0 in range(0, l, BLOCK_L)`: Triton 3.6's interpreter cannot take
+        # a runtime `range` bound with NumPy ≥ 2.4, triton-lang/triton#9171; see triton/scan.py.
+        # Compiled, a `while` is never software-pipelined: every block waits for its loads.)
+        t0 = 0
+        while t0 < l:
+            t0 = tl.multiple_of(t0, BLOCK_L)  # a `while` hides that from the compiler
+            H = _fwd_block(t0, H, bias_v, D_v, u_ptr, delta_ptr, A_ptr, B_ptr, C_ptr, z_ptr,
+                           seq_ptr, out_ptr, states_ptr, last_ptr, Bv_ptr, Cv_ptr, l, bi, d_idx,
+                           d_mask, bd_row, row, st_row, cols, ncols, sB0, sB1, sB2, sC0, sC1, sC2,
+                           N, BLOCK_L, CHUNK, HAS_D, HAS_Z, HAS_BIAS, SOFTPLUS, VAR_B, VAR_C,
+                           HAS_SEQ, UNROLL, EVEN_L, EVEN_D)
+            t0 += BLOCK_L
     if UNROLL:
-        n_mask = d_mask[:, None] & (ncols[None, :] < N)  # (BLOCK_D, NP)
         tl.store(last_ptr + bd_row[:, None] * N + ncols[None, :], H, mask=n_mask)
 
 
@@ -234,8 +315,8 @@ def _bwd_state(n, h_in, g_in, x, dt, dtx, dt_nx, dy, start, start_nx, t, t_ok, l
     if HAS_SEQ:
         a = tl.where(start, 0.0, a)
         a_nx = tl.where(start_nx, 0.0, a_nx)
-    Bn = _load_bc(B_ptr, Bv_ptr, n, t, l, d_idx, d_mask, sB0, sB1, sB2, VAR_B)
-    Cn = _load_bc(C_ptr, Cv_ptr, n, t, l, d_idx, d_mask, sC0, sC1, sC2, VAR_C)
+    Bn = _load_bc(B_ptr, Bv_ptr, n, t, l, d_idx, d_mask, sB0, sB1, sB2, VAR_B, False, False)
+    Cn = _load_bc(C_ptr, Cv_ptr, n, t, l, d_idx, d_mask, sC0, sC1, sC2, VAR_C, False, False)
     # h over the sub-block from the state replayed in step 1
     bx = dtx * Bn
     bx0 = tl.where(cols[None, :] == 0, a * h_in[:, None] + bx, bx)
@@ -469,12 +550,26 @@ _bwd_autotuned = _autotuned(_bwd_kernel, bwd_configs(), reset_to_zero=_ZEROED)
 
 # Launch configuration: "auto" = autotune over the candidates (slow first call, one compile per
 # candidate), or a dict. CPU (interpreter): one small tile, nothing to tune.
-# The fastest candidates of the H200 sweep of 2026-11-29 (bench/gpu_selective_scan.py,
+# Tiles: the fastest candidates of the H200 sweep of 2026-11-29 (bench/gpu_selective_scan.py,
 # docs/BENCHMARKS.md), b8 d2048 l2048 bf16; n64 only had the run-time-loop candidates.
-DEFAULT_FWD = dict(BLOCK_D=64, BLOCK_L=32, num_warps=4)
+# Forward keys besides the tile: STAGES (> 0: pipelined `for` over time blocks), EVEN (False:
+# keep every mask even where the tile divides the tensor), maxnreg (registers per thread: ≤ 128
+# lets two 8-warp programs share an SM). The pipelined, unmasked forward was compiled for sm_90
+# here but not yet timed (bench/NOTES_selective_scan.md): the variants below exist so that one
+# GPU run times them against FWD_MEASURED, the kernel of the 2026-11-29 sweep.
+FWD_MEASURED = dict(BLOCK_D=64, BLOCK_L=32, num_warps=4, STAGES=0, EVEN=False)
+DEFAULT_FWD = dict(BLOCK_D=64, BLOCK_L=32, num_warps=4, STAGES=2)
 DEFAULT_BWD = dict(BLOCK_D=32, BLOCK_L=16, num_warps=2)
 DEFAULT_FWD_LARGE_N = dict(BLOCK_D=64, BLOCK_L=8, num_warps=2)
 DEFAULT_BWD_LARGE_N = dict(BLOCK_D=32, BLOCK_L=8, num_warps=1)
+# named forward variants (n ≤ UNROLL_MAX) the GPU script times side by side
+FWD_VARIANTS = {
+    "measured 64x32w4": FWD_MEASURED,  # while loop, masks (the 0.949 ms kernel)
+    "unmasked 64x32w4": dict(FWD_MEASURED, EVEN=True),  # while loop, no masks
+    "pipelined 64x32w4": DEFAULT_FWD,  # + `for` with 2-stage cp.async pipelining
+    "pipelined 64x32w8 r128": dict(DEFAULT_FWD, num_warps=8, maxnreg=128),  # 2× the warps
+    "pipelined 32x32w4 r128": dict(DEFAULT_FWD, BLOCK_D=32, maxnreg=128),  # 2× the programs
+}
 # a config dict, a function of n returning one, or "auto" (autotune over fwd_/bwd_configs())
 FWD_CONFIG = lambda n: DEFAULT_FWD if n <= UNROLL_MAX else DEFAULT_FWD_LARGE_N
 BWD_CONFIG = lambda n: DEFAULT_BWD if n <= UNROLL_MAX else DEFAULT_BWD_LARGE_N
@@ -482,15 +577,35 @@ CPU_FWD = dict(BLOCK_D=4, BLOCK_L=8, num_warps=1)
 CPU_BWD = dict(BLOCK_D=4, BLOCK_L=8, num_warps=1)
 
 
-def _launch(kernel, autotuned, config, cpu_config, grid_fn, args, consts):
-    if device.interpreted():
-        config = cpu_config
-    elif callable(config):
+def _numpy_breaks_range():
+    """NumPy ≥ 2.4: the interpreter cannot run a `for` with a run-time bound (triton#9171)."""
+    import numpy as np
+    return tuple(int(v) for v in np.__version__.split(".")[:2]) >= (2, 4)
+
+
+def _launch(kernel, autotuned, config, default, cpu_config, grid_fn, args, consts, even=None):
+    """Launch ``kernel`` with ``config`` (None: ``default``, or ``cpu_config`` in the interpreter).
+
+    ``even`` = (l, channels per group): the forward's EVEN_L / EVEN_D flags are set from the tile.
+    """
+    if config is None:
+        config = cpu_config if device.interpreted() else default
+    if callable(config):
         config = config(consts["N"])
     if config == "auto":  # the autotuner's config supplies BLOCK_D, BLOCK_L and num_warps
         autotuned[lambda meta: grid_fn(meta["BLOCK_D"])](*args, **consts)
-    else:  # a config may also override UNROLL
-        kernel[grid_fn(config["BLOCK_D"])](*args, **{**consts, **config})
+        return
+    config = dict(config)  # a config may also override UNROLL
+    keep_masks = not config.pop("EVEN", True)
+    if even is not None:
+        l, dpg = even
+        config.setdefault("EVEN_L", not keep_masks and l % config["BLOCK_L"] == 0)
+        config.setdefault("EVEN_D", not keep_masks and dpg % config["BLOCK_D"] == 0)
+        if device.interpreted() and config.get("STAGES", 0) and _numpy_breaks_range():
+            config["STAGES"] = 0  # same block body, `while` loop
+    if device.interpreted():
+        config.pop("maxnreg", None)  # a compile option the interpreter does not take
+    kernel[grid_fn(config["BLOCK_D"])](*args, **{**consts, **config})
 
 
 def _bc_strides(X):
@@ -581,8 +696,11 @@ def optional(*tensors, dummy):
     return tuple(dummy if t is None else t for t in tensors)
 
 
-def _forward(u, delta, A, B, C, D, z, delta_bias, softplus, seq_idx, shape):
-    """Launch the forward. Returns (out (b,d,l), states (b,d,c,n) fp32, last state (b,d,n) fp32)."""
+def _forward(u, delta, A, B, C, D, z, delta_bias, softplus, seq_idx, shape, config=None):
+    """Launch the forward. Returns (out (b,d,l), states (b,d,c,n) fp32, last state (b,d,n) fp32).
+
+    ``config``: None (FWD_CONFIG, or CPU_FWD in the interpreter), a dict, a function of n, "auto".
+    """
     b, d, l, n, g = shape
     u, delta, A = u.contiguous(), delta.contiguous(), A.contiguous()
     z = z.contiguous() if z is not None else None
@@ -596,12 +714,13 @@ def _forward(u, delta, A, B, C, D, z, delta_bias, softplus, seq_idx, shape):
             out, states, last, l, d, d // g, g, *_bc_strides(Bk), *_bc_strides(Ck))
     consts = dict(N=n, NP=triton.next_power_of_2(n), CHUNK=q, UNROLL=n <= UNROLL_MAX,
                   **flags(D, z, delta_bias, softplus, B, C, seq_idx))
-    _launch(_fwd_kernel, _fwd_autotuned, FWD_CONFIG, CPU_FWD,
-            lambda bd: (b * g, triton.cdiv(d // g, bd)), args, consts)
+    _launch(_fwd_kernel, _fwd_autotuned, config, FWD_CONFIG, CPU_FWD,
+            lambda bd: (b * g, triton.cdiv(d // g, bd)), args, consts, even=(l, d // g))
     return out, states, last
 
 
-def _backward(dout, u, delta, A, B, C, D, z, delta_bias, softplus, seq_idx, states, shape):
+def _backward(dout, u, delta, A, B, C, D, z, delta_bias, softplus, seq_idx, states, shape,
+              config=None):
     """Launch the backward. Returns du, ddelta, dA, dB, dC, dD, dz, ddelta_bias."""
     b, d, l, n, g = shape
     u, delta, A, dout = u.contiguous(), delta.contiguous(), A.contiguous(), dout.contiguous()
@@ -630,7 +749,7 @@ def _backward(dout, u, delta, A, B, C, D, z, delta_bias, softplus, seq_idx, stat
             l, d, d // g, g, *_bc_strides(Bk), *_bc_strides(Ck), *dBs, *dCs)
     consts = dict(N=n, NP=triton.next_power_of_2(n), CHUNK=q, SCR=scr, UNROLL=n <= BWD_UNROLL_MAX,
                   **flags(D, z, delta_bias, softplus, B, C, seq_idx))
-    _launch(_bwd_kernel, _bwd_autotuned, BWD_CONFIG, CPU_BWD,
+    _launch(_bwd_kernel, _bwd_autotuned, config, BWD_CONFIG, CPU_BWD,
             lambda bd: (b * g, triton.cdiv(d // g, bd)), args, consts)
     dA = dA_rows.sum(0)
     dB = dBf_rows.sum(0) if B.ndim == 2 else dB
@@ -656,6 +775,20 @@ class Kernels:
 
 
 TUNED = Kernels("tuned", _forward, _backward)
+
+
+def variant(fwd=None, bwd=None, name="tuned variant"):
+    """The tuned kernels with other launch configurations (None: the defaults); see FWD_VARIANTS.
+
+    ``fwd`` / ``bwd``: a dict (BLOCK_D, BLOCK_L, num_warps, maxnreg and, forward, STAGES, EVEN),
+    a function of n returning one, or "auto"."""
+    def forward(*args):
+        return _forward(*args, config=fwd)
+
+    def backward(*args):
+        return _backward(*args, config=bwd)
+
+    return Kernels(name, forward, backward)
 
 
 class SelectiveScanFn(torch.autograd.Function):
@@ -690,7 +823,7 @@ def run(kernels, u, delta, A, B, C, D=None, z=None, delta_bias=None, delta_softp
 
 
 def selective_scan_fn(u, delta, A, B, C, D=None, z=None, delta_bias=None, delta_softplus=False,
-                      return_last_state=False, seq_idx=None, cu_seqlens=None):
+                      return_last_state=False, seq_idx=None, cu_seqlens=None, config=None):
     """out = (C·h + D·x)·silu(z),  h_t = exp(Δ_t A) h_{t−1} + Δ_t B_t x_t,  Δ = softplus(δ + bias).
 
     Shapes (as ``mamba_ssm.selective_scan_fn``):
@@ -706,6 +839,13 @@ def selective_scan_fn(u, delta, A, B, C, D=None, z=None, delta_bias=None, delta_
     Gradients flow to every tensor argument (not through last_state, as in mamba_ssm). The tuned
     kernels (tile table / autotune, exp2); ``selective_scan_teaching`` is the readable version.
     Matches ``mamba_ssm.ops.selective_scan_interface.selective_scan_fn`` (real A).
+    ``config`` (not in mamba_ssm): None for the defaults, or {"fwd": …, "bwd": …} launch configs
+    (see ``variant``), to time alternatives.
     """
-    return run(TUNED, u, delta, A, B, C, D, z, delta_bias, delta_softplus, return_last_state,
+    kernels = TUNED
+    if config is not None:
+        if not isinstance(config, dict) or set(config) - {"fwd", "bwd"}:
+            raise ValueError(f"config must be a dict with keys 'fwd'/'bwd', got {config!r}")
+        kernels = variant(config.get("fwd"), config.get("bwd"))
+    return run(kernels, u, delta, A, B, C, D, z, delta_bias, delta_softplus, return_last_state,
                seq_idx, cu_seqlens)
