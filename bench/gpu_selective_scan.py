@@ -287,7 +287,8 @@ def _final_peer(wait_s):
                 os.path.join(REF, "build", "selective_scan_cuda*.so")):
             break
         so = glob.glob("/tmp/ssbuild/selective_scan_cuda*.so")
-        if so and not glob.glob("/tmp/ssbuild/*.lock"):
+        building = glob.glob("/tmp/ssbuild/lock") + glob.glob("/tmp/ssbuild/*.lock")
+        if so and not building:  # (torch's cpp_extension holds build_dir/lock while it links)
             os.makedirs(os.path.join(REF, "build"), exist_ok=True)
             shutil.copy(so[0], os.path.join(REF, "build", "selective_scan_cuda.so"))
             break
