@@ -61,8 +61,19 @@ def _solution_cells(submission):
     return found
 
 
+# Run before every check cell while grading: a solution cell that monkeypatches the checks
+# (`check.zoh = lambda f: None`) patched module objects; dropping every mambalearn module and
+# importing `check` afresh undoes that. (Code that patches torch or builtins is not stopped: no
+# in-process grader can; nbgrader has the same limit.)
+FRESH_CHECKS = ("import sys as _sys\n"
+                "for _m in [m for m in _sys.modules if m.split('.')[0] == 'mambalearn']:\n"
+                "    del _sys.modules[_m]\n"
+                "from mambalearn import check  # graded with freshly imported checks\n")
+
+
 def restore(submission, pristine):
-    """The pristine notebook with the submission's solution cells put in (matched by grade_id)."""
+    """The pristine notebook with the submission's solution cells put in (matched by grade_id);
+    every check cell first re-imports the checks (``FRESH_CHECKS``)."""
     student = _solution_cells(submission)
     out = copy.deepcopy(pristine)
     for i, cell in enumerate(out.cells):
@@ -71,6 +82,8 @@ def restore(submission, pristine):
             out.cells[i] = copy.deepcopy(student[gid])
             out.cells[i].cell_type = "code"
             out.cells[i].metadata["nbgrader"] = copy.deepcopy(_meta(cell))  # the shipped labels
+        if _meta(cell).get("grade"):
+            out.cells[i].source = FRESH_CHECKS + cell.source
         if cell.cell_type == "code":
             out.cells[i].outputs, out.cells[i].execution_count = [], None
     return out

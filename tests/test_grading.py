@@ -40,6 +40,15 @@ def test_exercise_fails_as_shipped(exercise, tmp_path):
     assert not any(r["passed"] for r in rows), [r["task"] for r in rows if r["passed"]]
 
 
+@pytest.mark.parametrize("solution", SOLUTIONS, ids=names(SOLUTIONS))
+def test_solution_grades_full_marks(solution, tmp_path):
+    """Through the whole grading path (restore, fresh checks, nbval), the solution scores every task."""
+    copy = tmp_path / solution.name
+    copy.write_bytes(solution.read_bytes())
+    rows = grade.grade(copy, pristine=ROOT / "exercises" / solution.name, timeout=300)
+    assert rows and all(r["passed"] for r in rows), [(r["task"], r["reason"]) for r in rows]
+
+
 def _edit(src, dst, replace=None, check_source=None, drop_check=None):
     """Copy a notebook, replacing solution cells' code and/or tampering with check cells."""
     nb = nbformat.read(src, as_version=4)
@@ -92,3 +101,12 @@ def test_missing_pristine_is_a_clear_error(tmp_path):
     nbformat.write(nbformat.v4.new_notebook(), nb)
     out = subprocess.run([sys.executable, "-m", "mambalearn", "grade", str(nb)], capture_output=True, text=True)
     assert out.returncode == 2 and "no shipped exercise" in out.stderr
+
+
+def test_monkeypatched_checks_do_not_help(tmp_path):
+    """A solution cell that replaces the check with a no-op still fails: checks are re-imported."""
+    cheat = EULER + "from mambalearn import check as _c\n_c.zoh = lambda fn: print('zoh: all passed')\n"
+    sub = _edit(ROOT / "solutions" / CH01, tmp_path / CH01, replace={"zoh": cheat})
+    rows = {r["task"]: r for r in grade.grade(sub, pristine=ROOT / "exercises" / CH01)}
+    assert not rows["zoh"]["passed"] and "AssertionError" in rows["zoh"]["reason"]
+    assert rows["bilinear"]["passed"]
