@@ -105,6 +105,9 @@ def ssm_kernel(A_bar, B_bar, C, length):
 
 def recurrence(A_bar, B_bar, C, x):
     """The slow oracle: h_t = Ā h_{t−1} + B̄ x_t, y_t = C h_t, h_{−1} = 0.  x: (..., l) → y (..., l)."""
+    check_tensor("A_bar", A_bar, ndim=(1, 2))
+    check_tensor("B_bar", B_bar, shape=(A_bar.shape[0],))
+    check_tensor("C", C, shape=(A_bar.shape[0],))
     check_tensor("x", x)
     h = torch.zeros(*x.shape[:-1], A_bar.shape[0], dtype=x.dtype, device=x.device)
     ys = []
@@ -120,7 +123,11 @@ def causal_conv(K, x):
 
     Zero-padding to 2l turns the FFT's circular convolution into a linear one.  x: (..., l).
     """
+    check_tensor("K", K, ndim=1)
+    check_tensor("x", x)
     l = x.shape[-1]
+    if l == 0:
+        raise ValueError("x must have at least one time step (got length 0)")
     if K.shape[-1] < l:
         raise ValueError(f"kernel K has length {K.shape[-1]} < sequence length {l}")
     f = torch.fft.rfft(x, n=2 * l) * torch.fft.rfft(K[..., :l], n=2 * l)

@@ -141,3 +141,15 @@ def test_kernel_bad_input():
         discretize.ssm_kernel(torch.ones(2), torch.ones(2), torch.ones(2), 0)
     with pytest.raises(ValueError, match="C must have shape"):
         discretize.ssm_kernel(torch.ones(2), torch.ones(2), torch.ones(3), 4)
+
+
+def test_convolution_and_recurrence_bad_input():
+    K, x = torch.ones(8), torch.ones(2, 8)
+    with pytest.raises(ValueError, match="kernel K has length"):
+        discretize.causal_conv(torch.ones(4), x)
+    with pytest.raises(TypeError, match="x must be a real floating"):
+        discretize.causal_conv(K, x.long())
+    with pytest.raises(ValueError, match="at least one time step"):
+        discretize.causal_conv(K, torch.ones(2, 0))
+    with pytest.raises(ValueError, match="C must have shape"):
+        discretize.recurrence(torch.ones(3), torch.ones(3), torch.ones(2), x)
