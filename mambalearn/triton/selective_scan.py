@@ -34,11 +34,15 @@ import torch
 import triton
 import triton.language as tl
 
-from mambalearn import device, ops
+from mambalearn import device
 from mambalearn.scan.sequential import check_inputs
+from mambalearn.triton.scan import combine_fn  # the ⊗ of chapter 03, jitted in chapter 08
+from mambalearn.triton.tile import column as _column
+from mambalearn.triton.tile import load_delta as _load_delta
+from mambalearn.triton.tile import put_column as _put_column
+from mambalearn.triton.tile import seq_start as _is_start
+from mambalearn.triton.tile import softplus as _softplus
 from mambalearn.utils import check_same_device
-
-combine_fn = triton.jit(ops.combine_elementwise)  # ⊗, written once in ops, compiled here
 
 DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 MAX_DSTATE = 256  # mamba_ssm's limit too; the n loop is unrolled, so compile time grows with n
@@ -58,20 +62,9 @@ def chunk_size(n):
 
 
 # ---------------------------------------------------------------------------------------------
-# Small helpers used by both kernels (inlined by Triton).
+# Small helpers of the tuned kernels (inlined by Triton); the ones shared with the teaching
+# kernel live in mambalearn.triton.tile.
 # ---------------------------------------------------------------------------------------------
-@triton.jit
-def _column(X, cols, j):
-    """X[:, j] of a 2-D register tile as a (rows,) vector (j a compile-time index: a select)."""
-    return tl.sum(tl.where(cols[None, :] == j, X, 0.0), axis=1)
-
-
-@triton.jit
-def _put_column(X, cols, j, v):
-    """X with column j replaced by v (rows,)."""
-    return tl.where(cols[None, :] == j, v[:, None], X)
-
-
 @triton.jit
 def _reverse_scan(a, b):
     """g_t = a_t g_{t+1} + b_t along axis 1 (g past the end = 0), as flip → scan → flip.
@@ -85,12 +78,6 @@ def _reverse_scan(a, b):
 
 
 @triton.jit
-def _softplus(x):
-    # log(1 + e^x) written so neither branch overflows; mamba_ssm switches to x above 20
-    return tl.where(x <= 20.0, tl.maximum(x, 0.0) + tl.log(1.0 + tl.exp(-tl.abs(x))), x)
-
-
-@triton.jit
 def _ld(ptr, mask, EVEN: tl.constexpr):
     """tl.load, unmasked when the tile is known to lie inside the tensor (EVEN: no predicates,
     no zero-filled registers before every load)."""
@@ -98,30 +85,6 @@ def _ld(ptr, mask, EVEN: tl.constexpr):
         return tl.load(ptr)
     else:
         return tl.load(ptr, mask=mask, other=0.0)
-
-
-@triton.jit
-def _load_delta(delta_ptr, bias_ptr, offs, mask, d_idx, d_mask,
-                HAS_BIAS: tl.constexpr, SOFTPLUS: tl.constexpr):
-    """Δ = softplus(delta + bias) on a (BLOCK_D, BLOCK_L) tile; also returns delta + bias."""
-    dt = tl.load(delta_ptr + offs, mask=mask, other=0.0).to(tl.float32)
-    if HAS_BIAS:
-        dt += tl.load(bias_ptr + d_idx, mask=d_mask, other=0.0)[:, None]
-    raw = dt
-    if SOFTPLUS:
-        dt = _softplus(dt)
-    return tl.where(mask, dt, 0.0), raw  # Δ = 0 past the end: Ā = 1, B̄x = 0, the state holds
-
-
-@triton.jit
-def _is_start(seq_ptr, t, l, HAS_SEQ: tl.constexpr):
-    """(BLOCK_L,) True where a new packed sequence begins (its state restarts from 0)."""
-    if HAS_SEQ:
-        cur = tl.load(seq_ptr + t, mask=t < l, other=0)
-        prev = tl.load(seq_ptr + t - 1, mask=(t >= 1) & (t < l), other=0)
-        return (cur != prev) & (t >= 1)
-    else:
-        return t < 0  # all False
 
 
 # ---------------------------------------------------------------------------------------------

@@ -25,10 +25,10 @@ import torch
 import triton
 import triton.language as tl
 
-from mambalearn import device, ops
+from mambalearn import device
 from mambalearn.triton import selective_scan as tuned
-
-combine_fn = triton.jit(ops.combine_elementwise)  # ⊗ of chapter 03: (a_r·a_l, a_r·u_l + u_r)
+from mambalearn.triton.scan import combine_fn  # the ⊗ of chapter 03, jitted in chapter 08
+from mambalearn.triton.tile import column, load_delta, put_column, seq_start, softplus  # noqa: F401
 
 CHUNK = 32  # steps between stored states = the backward's time tile
 GPU_FWD = dict(BLOCK_D=64, BLOCK_L=16, num_warps=4)  # one readable choice, not tuned
@@ -36,50 +36,6 @@ GPU_BWD = dict(BLOCK_D=16, num_warps=4)
 CPU_FWD = dict(BLOCK_D=4, BLOCK_L=8, num_warps=1)  # interpreter: small tiles
 CPU_BWD = dict(BLOCK_D=4, num_warps=1)
 CPU_CHUNK = 8
-
-
-@triton.jit
-def column(X, cols, j):
-    """X[:, j] of a register tile, as a vector. A register cannot be indexed by a run-time j, so
-    we select with a mask and sum; with j known at compile time this folds to a register move."""
-    return tl.sum(tl.where(cols[None, :] == j, X, 0.0), axis=1)
-
-
-@triton.jit
-def put_column(X, cols, j, v):
-    """X with column j replaced by the vector v."""
-    return tl.where(cols[None, :] == j, v[:, None], X)
-
-
-@triton.jit
-def softplus(x):
-    # log(1 + e^x), stable for large |x|; mamba_ssm returns x itself above 20
-    return tl.where(x <= 20.0, tl.maximum(x, 0.0) + tl.log(1.0 + tl.exp(-tl.abs(x))), x)
-
-
-@triton.jit
-def load_delta(delta_ptr, bias_ptr, offs, mask, d_idx, d_mask,
-               HAS_BIAS: tl.constexpr, SOFTPLUS: tl.constexpr):
-    """Δ = softplus(delta + bias) for a tile, and delta + bias (the backward needs it)."""
-    dt = tl.load(delta_ptr + offs, mask=mask, other=0.0).to(tl.float32)
-    if HAS_BIAS:
-        dt += tl.load(bias_ptr + d_idx, mask=d_mask, other=0.0)[:, None]
-    raw = dt
-    if SOFTPLUS:
-        dt = softplus(dt)
-    # Δ = 0 outside the sequence: Ā = exp(0) = 1 and B̄x = 0, so the state passes unchanged
-    return tl.where(mask, dt, 0.0), raw
-
-
-@triton.jit
-def seq_start(seq_ptr, t, l, HAS_SEQ: tl.constexpr):
-    """True at the steps where a new packed sequence begins (seq_idx changes)."""
-    if HAS_SEQ:
-        cur = tl.load(seq_ptr + t, mask=t < l, other=0)
-        prev = tl.load(seq_ptr + t - 1, mask=(t >= 1) & (t < l), other=0)
-        return (cur != prev) & (t >= 1)
-    else:
-        return t < 0  # no packing: never
 
 
 @triton.jit
@@ -305,7 +261,7 @@ def _chunk():
     return CPU_CHUNK if device.interpreted() else CHUNK
 
 
-def _forward(u, delta, A, B, C, D, z, delta_bias, softplus, seq_idx, shape):
+def _forward(u, delta, A, B, C, D, z, delta_bias, delta_softplus, seq_idx, shape):
     b, d, l, n, g = shape
     cfg = CPU_FWD if device.interpreted() else GPU_FWD
     u, delta, A = u.contiguous(), delta.contiguous(), A.contiguous()
@@ -321,11 +277,11 @@ def _forward(u, delta, A, B, C, D, z, delta_bias, softplus, seq_idx, shape):
         u, delta, A, Bk, Ck, *tuned.optional(D, z, delta_bias, seq_idx, dummy=A),
         out, states, last, l, d, d // g, g, *tuned._bc_strides(Bk), *tuned._bc_strides(Ck),
         N=n, NP=triton.next_power_of_2(n), CHUNK=q,
-        **tuned.flags(D, z, delta_bias, softplus, B, C, seq_idx), **cfg)
+        **tuned.flags(D, z, delta_bias, delta_softplus, B, C, seq_idx), **cfg)
     return out, states, last
 
 
-def _backward(dout, u, delta, A, B, C, D, z, delta_bias, softplus, seq_idx, states, shape):
+def _backward(dout, u, delta, A, B, C, D, z, delta_bias, delta_softplus, seq_idx, states, shape):
     b, d, l, n, g = shape
     cfg = CPU_BWD if device.interpreted() else GPU_BWD
     u, delta, A, dout = u.contiguous(), delta.contiguous(), A.contiguous(), dout.contiguous()
@@ -343,7 +299,7 @@ def _backward(dout, u, delta, A, B, C, D, z, delta_bias, softplus, seq_idx, stat
         l, d, d // g, g, *tuned._bc_strides(Bk), *tuned._bc_strides(Ck),
         *tuned._bc_strides(dB), *tuned._bc_strides(dC),
         N=n, NP=triton.next_power_of_2(n), CHUNK=_chunk(),
-        **tuned.flags(D, z, delta_bias, softplus, B, C, seq_idx), **cfg)
+        **tuned.flags(D, z, delta_bias, delta_softplus, B, C, seq_idx), **cfg)
     return tuned.finish_grads(du, ddelta, dA, dB, dC, dD, dz, dbias, B, C, D, delta_bias)
 
 
