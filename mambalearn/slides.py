@@ -10,24 +10,40 @@ under ``<out>/vendor`` (``mambalearn.slides_offline``) so a deck opens without a
 
 import argparse
 import os
+import subprocess
+import sys
+import tempfile
 from pathlib import Path
 
 import nbformat
 
 
 def execute(nb, cwd, timeout=900):
-    """Run every cell of ``nb`` in a fresh python3 kernel started in ``cwd``; returns ``nb``.
+    """Run every cell of ``nb`` in a fresh python3 kernel started in ``cwd``; returns the executed copy.
 
+    Each notebook is executed by a separate Python process: a second kernel started from a process
+    that already ran one has hung here (the client waiting on an idle kernel), so nothing is shared.
     The kernel always draws with matplotlib's inline backend: ``make`` and the tests export
     MPLBACKEND=Agg, under which ``plt.show()`` outputs nothing and a page would lose its figures.
     """
-    from nbclient import NotebookClient
-
     env = dict(os.environ, MPLBACKEND="module://matplotlib_inline.backend_inline")
     env.setdefault("MAMBALEARN_PROGRESS", "0")  # no progress-bar widgets frozen into a page
-    NotebookClient(nb, timeout=timeout, kernel_name="python3",
-                   resources={"metadata": {"path": str(cwd)}}).execute(env=env)
-    return nb
+    with tempfile.TemporaryDirectory() as tmp:
+        src, out = Path(tmp) / "in.ipynb", Path(tmp) / "out.ipynb"
+        nbformat.write(nb, src)
+        subprocess.run([sys.executable, "-m", "mambalearn.slides", "--run-one", str(src), str(cwd),
+                        str(out), str(timeout)], env=env, check=True, timeout=timeout * 4)
+        return nbformat.read(out, as_version=4)
+
+
+def _run_one(src, cwd, out, timeout):
+    """The child process of `execute`: nbclient runs the notebook, the result goes to ``out``."""
+    from nbclient import NotebookClient
+
+    nb = nbformat.read(src, as_version=4)
+    NotebookClient(nb, timeout=int(timeout), kernel_name="python3",
+                   resources={"metadata": {"path": cwd}}).execute()
+    nbformat.write(nb, out)
 
 
 def export(notebook, out_dir, offline=False, timeout=900):
@@ -69,4 +85,7 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    main()
+    if sys.argv[1:2] == ["--run-one"]:
+        _run_one(*sys.argv[2:6])
+    else:
+        main()
