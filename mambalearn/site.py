@@ -28,7 +28,7 @@ def title(nb, default):
     return default
 
 
-def render(notebook, out_dir, offline=False, timeout=900):
+def render(notebook, out_dir, offline=False, timeout=300):
     """Execute ``notebook`` and write ``out_dir/<name>.html``; returns (path, title)."""
     from nbconvert import HTMLExporter
 
@@ -68,7 +68,7 @@ CPU; open it in JupyterLab (<code>make lab</code>) to run and change it.</p>
     return path
 
 
-def build(notebooks, out_dir, offline=False, jobs=2, timeout=900):
+def build(notebooks, out_dir, offline=False, jobs=2, timeout=300):
     """Render every notebook (``jobs`` at once) and the index. Returns (pages, failures)."""
     def one(nb):
         try:
@@ -95,7 +95,7 @@ def main(argv=None):
     p.add_argument("--out", default="site")
     p.add_argument("--offline", action="store_true", help="MathJax etc. from site/vendor")
     p.add_argument("--jobs", type=int, default=2, help="notebooks executed at once")
-    p.add_argument("--timeout", type=int, default=900, help="seconds per cell")
+    p.add_argument("--timeout", type=int, default=300, help="seconds per cell")
     args = p.parse_args(argv)
     pages, failures = build(args.notebooks, args.out, args.offline, args.jobs, args.timeout)
     for path, _ in sorted(pages):
