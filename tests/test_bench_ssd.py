@@ -40,3 +40,15 @@ def test_precision_table_cpu():
     for shares in t.values():
         assert 0 <= shares["tol 0"] <= shares["tol 0.001"] <= shares["tol 0.01"] <= 1
         assert shares["tol 0.01"] > 0.99
+
+
+def test_bench_json_and_plot(tmp_path):
+    """`mambalearn bench TOPIC --json FILE` writes the rows and a bar chart of them."""
+    import json
+
+    from mambalearn import bench
+
+    out = tmp_path / "bench.json"
+    rows = bench.main(["step"], str(out))
+    assert json.loads(out.read_text()) == rows and rows
+    assert (tmp_path / "bench.png").stat().st_size > 1000

@@ -3,6 +3,7 @@
 Each topic is a submodule with ``run(gpu: bool) -> list[dict]``; a row has at least
 ``topic, backend, shape, ms`` and may add ``ratio`` (to mamba_ssm, same run), ``floor_pct`` and
 ``peak_gb``. On a CPU the topics time tiny shapes through Triton's interpreter and say so.
+With ``--json FILE`` the rows go to FILE and a bar chart of them to FILE with ``.png``.
 Shared helpers: :func:`time_ms` (``triton.testing.do_bench`` median on a GPU, a wall clock on a
 CPU) and :func:`peak_gb` (``torch.cuda.max_memory_allocated`` beyond what was allocated before).
 """
@@ -64,6 +65,35 @@ def table(rows):
     return "\n".join([line(cols)] + [line(x) for x in cells])
 
 
+def plot(rows, path):
+    """One horizontal bar chart per topic and shape: ms per backend, saved to ``path``."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    groups = {}
+    for r in rows:
+        if isinstance(r.get("ms"), float):
+            groups.setdefault(f"{r['topic']} · {r['shape']}", []).append((r["backend"], r["ms"]))
+    if not groups:
+        return None
+    fig, axes = plt.subplots(len(groups), 1, figsize=(8, 0.35 * len(rows) + 1.2 * len(groups)),
+                             squeeze=False)
+    for ax, (title, bars) in zip(axes[:, 0], groups.items()):
+        names, ms = zip(*bars)
+        ax.barh(names, ms, color="tab:blue")
+        for y, v in enumerate(ms):
+            ax.text(v, y, f" {v:.3g}", va="center", fontsize=7)
+        ax.set_xlim(0, max(ms) * 1.2), ax.set_title(title, fontsize=9), ax.invert_yaxis()
+        ax.tick_params(labelsize=8)
+    axes[-1, 0].set_xlabel("ms (shorter is faster)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
 def main(topics=None, out=None):
     gpu = torch.cuda.is_available()
     if not gpu:
@@ -73,5 +103,6 @@ def main(topics=None, out=None):
         rows += importlib.import_module(f"{__name__}.{name}").run(gpu)
     if out:
         json.dump(rows, open(out, "w"), indent=1)
+        print("plot:", plot(rows, out.rsplit(".", 1)[0] + ".png"))
     print(table(rows))
     return rows
