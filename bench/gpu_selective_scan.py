@@ -5,7 +5,9 @@
 
 --stage final (one short call, hard wall budget --limit): accuracy of the tuned kernel's fwd+bwd
 at b2 d512 n16 l2048 vs the fp32 oracle; the forward variants of ``FWD_VARIANTS`` (fwd, fwd+bwd)
-at b8 d2048 n16 l2048; l8192 and n64 with the fastest; mamba_ssm in the same run if its
+at b8 d2048 n16 l2048; the backward variants of ``BWD_VARIANTS`` (fwd+bwd with the default
+forward; bwd_ms = fwd+bwd − fwd) at the same shape; l8192 and n64 with the fastest forward
+variant; mamba_ssm in the same run if its
 extension can be imported (else ratios to the DESIGN anchors, marked "not same-run").
 
 --stage all:
@@ -303,7 +305,8 @@ def _final_peer(wait_s):
 
 
 def _final_warm(job):
-    """Worker: compile one forward variant (and the default backward) into Triton's disk cache."""
+    """Worker: compile one variant's kernels ({"fwd": …} or {"bwd": …}; the other one the
+    default) into Triton's disk cache."""
     name, cfg, s, gpu = job
     t = time.time()
     try:
@@ -313,7 +316,7 @@ def _final_warm(job):
         from mambalearn.triton import selective_scan as T
         dev = torch.device("cuda" if gpu else "cpu")
         x = inputs(**s, device=dev, dtype=torch.bfloat16 if gpu else torch.float32)
-        fwd_bwd(lambda **k: T.selective_scan_fn(**k, config={"fwd": cfg}), x)()
+        fwd_bwd(lambda **k: T.selective_scan_fn(**k, config=cfg), x)()
         if gpu:
             torch.cuda.synchronize()
         return name, s["n"], time.time() - t, None
@@ -338,20 +341,26 @@ def final(a):
         acc_s, main_s = dict(b=1, d=8, n=4, l=32), dict(b=1, d=8, n=4, l=32)
         long_s, n64_s = dict(b=1, d=8, n=4, l=64), dict(b=1, d=8, n=20, l=16)
     report = dict(device=torch.cuda.get_device_name() if gpu else "cpu (interpreter)",
-                  stage="final", limit_s=a.limit, accuracy={}, variants=[], rows=[],
+                  stage="final", limit_s=a.limit, accuracy={}, variants=[], bwd_variants=[],
+                  rows=[],
                   peer=None, notes=[])
     path = os.path.join(OUT, "selective_scan_final.json")
     save = lambda: json.dump(report, open(path, "w"), indent=1, default=str)
     variants = dict(T.FWD_VARIANTS)
     if not gpu:  # tiny tiles in the interpreter, every other key as on the GPU
         variants = {k: dict(v, BLOCK_D=4, BLOCK_L=8, num_warps=1) for k, v in variants.items()}
+    bwd_variants = dict(T.BWD_VARIANTS)
+    if not gpu:
+        bwd_variants = {k: dict(v, BLOCK_D=4, BLOCK_L=8, num_warps=1)
+                        for k, v in bwd_variants.items()}
     bwd_cfg = None if gpu else T.CPU_BWD
     cfg_of = lambda name: {"fwd": variants[name], "bwd": bwd_cfg}
     build = start_build() if a.build else None
 
     # 0. compile every variant in parallel processes (Triton's disk cache), a bounded share
     if gpu and left() > 120:
-        jobs = [(k, v, main_s, gpu) for k, v in variants.items()]
+        jobs = [(k, {"fwd": v}, main_s, gpu) for k, v in variants.items()]
+        jobs += [("bwd " + k, {"bwd": v}, main_s, gpu) for k, v in bwd_variants.items()]
         ctx = mp.get_context("spawn")
         pool = ctx.Pool(min(8, len(jobs)))
         pending = [pool.apply_async(_final_warm, (j,)) for j in jobs]
@@ -411,6 +420,26 @@ def final(a):
     best = min(ok, key=lambda r: r["fwd_ms"])["label"] if ok else "pipelined 64x32w4"
     report["best"] = best
     log(f"fastest forward: {best}")
+
+    # 2b. the backward variants at the main shape (fwd+bwd with the default forward; the
+    #     "default" entry is the default backward, the same-run baseline)
+    for name in bwd_variants:
+        if left() < 75:
+            report["notes"].append(f"skipped backward variant {name}: budget")
+            log(f"skip bwd {name}: {left():.0f}s left")
+            continue
+        cfg = {"fwd": None if gpu else T.CPU_FWD, "bwd": bwd_variants[name]}
+        fn = (lambda c: lambda **k: T.selective_scan_fn(**k, config=c))(cfg)
+        row = dict(time_pair(fn, x, main_s, "bwd: " + name), config=bwd_variants[name])
+        if "fwdbwd_ms" in row:
+            row["bwd_ms"] = row["fwdbwd_ms"] - row["fwd_ms"]
+            log(f"bwd: {name}: bwd_ms {row['bwd_ms']:.3f}")
+        report["bwd_variants"].append(row)
+        save()
+    okb = [r for r in report["bwd_variants"] if "bwd_ms" in r]
+    if okb:
+        report["best_bwd"] = min(okb, key=lambda r: r["bwd_ms"])["label"]
+        log(f"fastest backward: {report['best_bwd']}")
     del x
 
     # 3. l8192 and n64 with the best (n64: its tile with the run-time state loop, and the
@@ -452,7 +481,7 @@ def final(a):
     save()
 
     # 5. the table (ratios to mamba_ssm: same run if it ran, else the anchors, marked)
-    rows = report["variants"] + report["rows"]
+    rows = report["variants"] + report["bwd_variants"] + report["rows"]
     same = {(r["n"], r["l"]): r for r in rows if r["label"] == "mamba_ssm cuda" and "fwd_ms" in r}
 
     def ratio(r, kind):

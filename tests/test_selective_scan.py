@@ -245,6 +245,58 @@ def test_pipelined_forward_varlen_and_last_state(unroll):
     testing.assert_close(last, parts[1][1], dtype=torch.float32, msg="last state, pipelined")
 
 
+# ---------------------------------------------------------------------------------------------
+# Backward variants (BWD_VARIANTS: masks / EVEN, plain / pipelined run-time state loop)
+# ---------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("name", list(tuned.BWD_VARIANTS))
+@pytest.mark.parametrize("d,l,bc", [(8, 16, ("fixed", "grouped")),  # tiles divide (no masks)
+                                    (5, 19, ("shared", "fixed"))])  # tiles do not
+def test_backward_variants(name, d, l, bc):
+    cfg = tiny(tuned.BWD_VARIANTS[name]) if not GPU else tuned.BWD_VARIANTS[name]
+    fn = lambda **k: selective_scan_fn(**k, config={"bwd": cfg})
+    check_against_oracle(fn, make(2, d, l, 3, bc=bc, g=2))
+
+
+@pytest.mark.parametrize("name", list(tuned.BWD_VARIANTS))
+def test_backward_variants_varlen(name):
+    # packed sequences (seq_idx) through every backward variant, tiles dividing l and d
+    lengths = [7, 13, 1, 11]
+    cfg = tiny(tuned.BWD_VARIANTS[name]) if not GPU else tuned.BWD_VARIANTS[name]
+    x = make(1, 4, sum(lengths), 2)
+    seq = torch.repeat_interleave(torch.arange(4, device=DEV),
+                                  torch.tensor(lengths, device=DEV))[None].int()
+    xs = leaves(x)
+    out = selective_scan_fn(**xs, delta_softplus=True, seq_idx=seq, config={"bwd": cfg})
+    dout = torch.randn_like(out)
+    out.backward(dout)
+    ref_in = leaves({k: None if v is None else v.double() for k, v in x.items()})
+    bounds = [0, 7, 20, 21, 32]
+    ref = torch.cat([selective_scan_sequential(**{k: (v[..., s:e] if k in ("u", "delta", "z",
+                     "B", "C") else v) for k, v in ref_in.items()}, delta_softplus=True)
+                     for s, e in zip(bounds[:-1], bounds[1:], strict=False)], -1)
+    testing.assert_close(out, ref, msg="packed forward")
+    ref.backward(dout.double())
+    for k in NAMES:
+        testing.assert_close(xs[k].grad, ref_in[k].grad, grad=True, msg=f"packed d{k}, {name}")
+
+
+@pytest.mark.parametrize("cfg,even", [(None, False), ({}, False), ({"EVEN": True}, True)])
+def test_backward_even_flags(monkeypatch, cfg, even):
+    # the backward keeps every mask unless its config asks for EVEN (existing callers unchanged)
+    seen = {}
+
+    class Spy:
+        def __getitem__(self, grid):
+            return lambda *args, **kw: seen.update(kw)
+
+    monkeypatch.setattr(tuned, "_bwd_kernel", Spy())
+    cfg = None if cfg is None else dict(tiny(tuned.DEFAULT_BWD), **cfg)
+    x = leaves(make(1, 8, 16, 2, bc="grouped", g=2, seed=0))
+    selective_scan_fn(**x, config=None if cfg is None else {"bwd": cfg}).sum().backward()
+    assert seen["EVEN_L"] is even and seen["EVEN_D"] is even
+    assert "STAGES" not in seen
+
+
 def test_bad_config():
     x = make(1, 4, 8, 2, seed=0)
     with pytest.raises(ValueError, match="config"):

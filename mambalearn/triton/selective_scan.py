@@ -87,21 +87,31 @@ def _ld(ptr, mask, EVEN: tl.constexpr):
         return tl.load(ptr, mask=mask, other=0.0)
 
 
+@triton.jit
+def _st(ptr, value, mask, EVEN: tl.constexpr):
+    """tl.store, unmasked when the tile is known to lie inside the tensor."""
+    if EVEN:
+        tl.store(ptr, value)
+    else:
+        tl.store(ptr, value, mask=mask)
+
+
 # ---------------------------------------------------------------------------------------------
 # Forward.
 # ---------------------------------------------------------------------------------------------
 @triton.jit
 def _fwd_state(n, h_in, dt, dtx, start, t, l, d_idx, d_mask, cols, A_ptr, B_ptr, Bv_ptr, C_ptr,
                Cv_ptr, sB0, sB1, sB2, sC0, sC1, sC2, N: tl.constexpr, BLOCK_L: tl.constexpr,
-               VAR_B: tl.constexpr, VAR_C: tl.constexpr, HAS_SEQ: tl.constexpr):
+               VAR_B: tl.constexpr, VAR_C: tl.constexpr, HAS_SEQ: tl.constexpr,
+               EVEN_L: tl.constexpr, EVEN_D: tl.constexpr):
     """One state n over one block: returns (C_n·h, h at the block's last step). (Backward's
     replay; the forward kernel uses `_fwd_state_fast`.)"""
-    A2_n = tl.load(A_ptr + d_idx * N + n, mask=d_mask, other=0.0) * LOG2E  # (BLOCK_D,)
+    A2_n = _ld(A_ptr + d_idx * N + n, d_mask, EVEN_D) * LOG2E  # (BLOCK_D,)
     a = tl.exp2(dt * A2_n[:, None])  # Ā = exp(ΔA) = 2^(Δ·A·log2 e)
     if HAS_SEQ:
         a = tl.where(start, 0.0, a)  # a new sequence forgets the old state
-    Bn = _load_bc(B_ptr, Bv_ptr, n, t, l, d_idx, d_mask, sB0, sB1, sB2, VAR_B, False, False)
-    Cn = _load_bc(C_ptr, Cv_ptr, n, t, l, d_idx, d_mask, sC0, sC1, sC2, VAR_C, False, False)
+    Bn = _load_bc(B_ptr, Bv_ptr, n, t, l, d_idx, d_mask, sB0, sB1, sB2, VAR_B, EVEN_L, EVEN_D)
+    Cn = _load_bc(C_ptr, Cv_ptr, n, t, l, d_idx, d_mask, sC0, sC1, sC2, VAR_C, EVEN_L, EVEN_D)
     bx = dtx * Bn  # B̄x
     bx = tl.where(cols[None, :] == 0, a * h_in[:, None] + bx, bx)  # fold h_in into step 0
     _, h = tl.associative_scan((a, bx), 1, combine_fn)  # (BLOCK_D, BLOCK_L)
@@ -269,17 +279,18 @@ def _fwd_kernel(
 def _bwd_state(n, h_in, g_in, x, dt, dtx, dt_nx, dy, start, start_nx, t, t_ok, l, d_idx, d_mask,
                cols, A_ptr, B_ptr, Bv_ptr, C_ptr, Cv_ptr, dBv_ptr, dCv_ptr,
                sB0, sB1, sB2, sC0, sC1, sC2, dB2, dC2, N: tl.constexpr, BLOCK_L: tl.constexpr,
-               VAR_B: tl.constexpr, VAR_C: tl.constexpr, HAS_SEQ: tl.constexpr):
+               VAR_B: tl.constexpr, VAR_C: tl.constexpr, HAS_SEQ: tl.constexpr,
+               EVEN_L: tl.constexpr, EVEN_D: tl.constexpr):
     """One state n over one sub-block, backwards. Returns the tile terms C·h, ∂x, ∂Δ, the adjoint
     at the first step (carried to the earlier block), and the (BLOCK_D,) sums for dA, dB, dC."""
-    A_n = tl.load(A_ptr + d_idx * N + n, mask=d_mask, other=0.0)[:, None]  # (BLOCK_D, 1)
+    A_n = _ld(A_ptr + d_idx * N + n, d_mask, EVEN_D)[:, None]  # (BLOCK_D, 1)
     a = tl.exp2(dt * (A_n * LOG2E))  # Ā_t
     a_nx = tl.exp2(dt_nx * (A_n * LOG2E))  # Ā_{t+1}
     if HAS_SEQ:
         a = tl.where(start, 0.0, a)
         a_nx = tl.where(start_nx, 0.0, a_nx)
-    Bn = _load_bc(B_ptr, Bv_ptr, n, t, l, d_idx, d_mask, sB0, sB1, sB2, VAR_B, False, False)
-    Cn = _load_bc(C_ptr, Cv_ptr, n, t, l, d_idx, d_mask, sC0, sC1, sC2, VAR_C, False, False)
+    Bn = _load_bc(B_ptr, Bv_ptr, n, t, l, d_idx, d_mask, sB0, sB1, sB2, VAR_B, EVEN_L, EVEN_D)
+    Cn = _load_bc(C_ptr, Cv_ptr, n, t, l, d_idx, d_mask, sC0, sC1, sC2, VAR_C, EVEN_L, EVEN_D)
     # h over the sub-block from the state replayed in step 1
     bx = dtx * Bn
     bx0 = tl.where(cols[None, :] == 0, a * h_in[:, None] + bx, bx)
@@ -294,11 +305,79 @@ def _bwd_state(n, h_in, g_in, x, dt, dtx, dt_nx, dy, start, start_nx, t, t_ok, l
     dB_c = tl.sum(gdt * x, axis=1)  # (BLOCK_D,): fixed B's gradient
     dC_c = tl.sum(dy * h, axis=1)
     if VAR_B:  # summed over the channel tile, then one atomic add per step
-        tl.atomic_add(dBv_ptr + n * dB2 + t, tl.sum(gdt * x, axis=0), mask=t_ok, sem="relaxed")
+        if EVEN_L:
+            tl.atomic_add(dBv_ptr + n * dB2 + t, tl.sum(gdt * x, axis=0), sem="relaxed")
+        else:
+            tl.atomic_add(dBv_ptr + n * dB2 + t, tl.sum(gdt * x, axis=0), mask=t_ok,
+                          sem="relaxed")
     if VAR_C:
-        tl.atomic_add(dCv_ptr + n * dC2 + t, tl.sum(dy * h, axis=0), mask=t_ok, sem="relaxed")
+        if EVEN_L:
+            tl.atomic_add(dCv_ptr + n * dC2 + t, tl.sum(dy * h, axis=0), sem="relaxed")
+        else:
+            tl.atomic_add(dCv_ptr + n * dC2 + t, tl.sum(dy * h, axis=0), mask=t_ok,
+                          sem="relaxed")
     return (h * Cn, gdt * Bn, gg * (ah * A_n + x * Bn), _column(gg, cols, 0),
             tl.sum(gg * ah * dt, axis=1), dB_c, dC_c)
+
+
+@triton.jit
+def _bwd_replay_state(n, j, nsub, c, nchunks, dt, dtx, start, t, l, bd_row, sc_row, d_idx, d_mask,
+                      cols, states_ptr, scratch_ptr, A_ptr, B_ptr, Bv_ptr, C_ptr, Cv_ptr,
+                      sB0, sB1, sB2, sC0, sC1, sC2, N: tl.constexpr, BLOCK_L: tl.constexpr,
+                      VAR_B: tl.constexpr, VAR_C: tl.constexpr, HAS_SEQ: tl.constexpr,
+                      EVEN_L: tl.constexpr, EVEN_D: tl.constexpr):
+    """Pass 1, run-time state loop, state n of sub-block j: keep the state entering the
+    sub-block in the scratch, replay it to the sub-block's end (the next slot)."""
+    h_in = tl.load(scratch_ptr + sc_row + j * N + n, mask=d_mask & (j > 0), other=0.0)
+    h_in += tl.load(states_ptr + (bd_row * nchunks + c) * N + n, mask=d_mask & (j == 0),
+                    other=0.0)
+    _st(scratch_ptr + sc_row + j * N + n, h_in, d_mask, EVEN_D)
+    _, h_out = _fwd_state(n, h_in, dt, dtx, start, t, l, d_idx, d_mask, cols, A_ptr, B_ptr,
+                          Bv_ptr, C_ptr, Cv_ptr, sB0, sB1, sB2, sC0, sC1, sC2, N, BLOCK_L,
+                          VAR_B, VAR_C, HAS_SEQ, EVEN_L, EVEN_D)
+    tl.store(scratch_ptr + sc_row + (j + 1) * N + n, h_out, mask=d_mask & (j + 1 < nsub))
+
+
+@triton.jit
+def _bwd_grad_state(n, j, x, dt, dtx, dt_nx, dy, start, start_nx, t, t_ok, l, bd_row, sc_row,
+                    d_idx, d_mask, cols, scratch_ptr, gbuf_ptr, dA_ptr, dBf_ptr, dCf_ptr,
+                    A_ptr, B_ptr, Bv_ptr, C_ptr, Cv_ptr, dBv_ptr, dCv_ptr,
+                    sB0, sB1, sB2, sC0, sC1, sC2, dB2, dC2, N: tl.constexpr,
+                    BLOCK_L: tl.constexpr, VAR_B: tl.constexpr, VAR_C: tl.constexpr,
+                    HAS_SEQ: tl.constexpr, EVEN_L: tl.constexpr, EVEN_D: tl.constexpr):
+    """Pass 2, run-time state loop, state n of sub-block j: carries (g, row sums of dA and of
+    fixed dB/dC) in memory. Returns the tile terms C·h, ∂x, ∂Δ."""
+    h_in = _ld(scratch_ptr + sc_row + j * N + n, d_mask, EVEN_D)
+    g_in = _ld(gbuf_ptr + bd_row * N + n, d_mask, EVEN_D)
+    yc, dxc, ddtc, g_out, dA_c, dB_c, dC_c = _bwd_state(
+        n, h_in, g_in, x, dt, dtx, dt_nx, dy, start, start_nx,
+        t, t_ok, l, d_idx, d_mask, cols, A_ptr, B_ptr, Bv_ptr, C_ptr, Cv_ptr,
+        dBv_ptr, dCv_ptr, sB0, sB1, sB2, sC0, sC1, sC2, dB2, dC2, N, BLOCK_L,
+        VAR_B, VAR_C, HAS_SEQ, EVEN_L, EVEN_D)
+    _st(gbuf_ptr + bd_row * N + n, g_out, d_mask, EVEN_D)
+    p = bd_row * N + n  # (BLOCK_D,) this row's partial sums
+    _st(dA_ptr + p, _ld(dA_ptr + p, d_mask, EVEN_D) + dA_c, d_mask, EVEN_D)
+    if not VAR_B:
+        _st(dBf_ptr + p, _ld(dBf_ptr + p, d_mask, EVEN_D) + dB_c, d_mask, EVEN_D)
+    if not VAR_C:
+        _st(dCf_ptr + p, _ld(dCf_ptr + p, d_mask, EVEN_D) + dC_c, d_mask, EVEN_D)
+    return yc, dxc, ddtc
+
+
+@triton.jit
+def _bwd_delta(delta_ptr, bias_ptr, offs, mask, d_idx, d_mask, HAS_BIAS: tl.constexpr,
+               SOFTPLUS: tl.constexpr, EVEN: tl.constexpr):
+    """`tile.load_delta`, without masks when the tile lies inside the tensor (EVEN)."""
+    if EVEN:
+        dt = tl.load(delta_ptr + offs).to(tl.float32)
+        if HAS_BIAS:
+            dt += tl.load(bias_ptr + d_idx)[:, None]
+        raw = dt
+        if SOFTPLUS:
+            dt = _softplus(dt)
+        return dt, raw
+    else:
+        return _load_delta(delta_ptr, bias_ptr, offs, mask, d_idx, d_mask, HAS_BIAS, SOFTPLUS)
 
 
 @triton.jit
@@ -316,7 +395,11 @@ def _bwd_kernel(
     CHUNK: tl.constexpr, SCR: tl.constexpr,  # steps between stored states; scratch slots
     HAS_D: tl.constexpr, HAS_Z: tl.constexpr, HAS_BIAS: tl.constexpr, SOFTPLUS: tl.constexpr,
     VAR_B: tl.constexpr, VAR_C: tl.constexpr, HAS_SEQ: tl.constexpr, UNROLL: tl.constexpr,
-):
+    EVEN_L: tl.constexpr = False,  # l % BLOCK_L == 0: no masks along time
+    EVEN_D: tl.constexpr = False,  # channels per group % BLOCK_D == 0: no masks along channels
+    STAGES: tl.constexpr = 0,  # > 0: the run-time state loop is a `tl.range` Triton pipelines
+):                             # (the next state's loads issued during this one); 0: `range`
+    EVEN: tl.constexpr = EVEN_L and EVEN_D
     pid_bg, pid_d = tl.program_id(0), tl.program_id(1)
     bi, gi = pid_bg // g, pid_bg % g
     d_loc = pid_d * BLOCK_D + tl.arange(0, BLOCK_D)
@@ -331,7 +414,7 @@ def _bwd_kernel(
     sc_row = bd_row * SCR * N
     Dv = tl.zeros((BLOCK_D,), dtype=tl.float32)
     if HAS_D:
-        Dv = tl.load(D_ptr + d_idx, mask=d_mask, other=0.0)
+        Dv = _ld(D_ptr + d_idx, d_mask, EVEN_D)
     G = tl.zeros((BLOCK_D, NP), dtype=tl.float32)  # adjoint g entering from the later block
     dA_acc = tl.zeros((BLOCK_D, NP), dtype=tl.float32)
     dB_acc = tl.zeros((BLOCK_D, NP), dtype=tl.float32)  # fixed B only
@@ -354,31 +437,33 @@ def _bwd_kernel(
             t = c * CHUNK + j * BLOCK_L + cols  # (BLOCK_L,)
             mask = d_mask[:, None] & (t < l)[None, :]
             offs = row[:, None] + t[None, :]
-            x = tl.load(u_ptr + offs, mask=mask, other=0.0).to(tl.float32)
-            dt, _ = _load_delta(delta_ptr, bias_ptr, offs, mask, d_idx, d_mask, HAS_BIAS,
-                                SOFTPLUS)
+            x = _ld(u_ptr + offs, mask, EVEN).to(tl.float32)
+            dt, _ = _bwd_delta(delta_ptr, bias_ptr, offs, mask, d_idx, d_mask, HAS_BIAS,
+                               SOFTPLUS, EVEN)
             dtx = dt * x
             start = _is_start(seq_ptr + bi * l, t, l, HAS_SEQ)[None, :]
             if UNROLL:
                 for n in tl.static_range(N):
                     h_in = _column(H, ncols, n)
-                    tl.store(scratch_ptr + sc_row + j * N + n, h_in, mask=d_mask)
+                    _st(scratch_ptr + sc_row + j * N + n, h_in, d_mask, EVEN_D)
                     _, h_out = _fwd_state(n, h_in, dt, dtx, start, t, l, d_idx, d_mask, cols,
                                           A_ptr, B_ptr, Bv_ptr, C_ptr, Cv_ptr, sB0, sB1, sB2,
-                                          sC0, sC1, sC2, N, BLOCK_L, VAR_B, VAR_C, HAS_SEQ)
+                                          sC0, sC1, sC2, N, BLOCK_L, VAR_B, VAR_C, HAS_SEQ,
+                                          EVEN_L, EVEN_D)
                     H = _put_column(H, ncols, n, h_out)
+            elif STAGES > 0:  # pipelined: state n + 1's loads in flight during state n
+                for n in tl.range(0, N, num_stages=STAGES):
+                    _bwd_replay_state(n, j, nsub, c, nchunks, dt, dtx, start, t, l, bd_row,
+                                      sc_row, d_idx, d_mask, cols, states_ptr, scratch_ptr,
+                                      A_ptr, B_ptr, Bv_ptr, C_ptr, Cv_ptr, sB0, sB1, sB2, sC0,
+                                      sC1, sC2, N, BLOCK_L, VAR_B, VAR_C, HAS_SEQ, EVEN_L, EVEN_D)
+                tl.debug_barrier()
             else:
                 for n in range(N):
-                    h_in = tl.load(scratch_ptr + sc_row + j * N + n, mask=d_mask & (j > 0),
-                                   other=0.0)
-                    h_in += tl.load(states_ptr + (bd_row * nchunks + c) * N + n,
-                                    mask=d_mask & (j == 0), other=0.0)
-                    tl.store(scratch_ptr + sc_row + j * N + n, h_in, mask=d_mask)
-                    _, h_out = _fwd_state(n, h_in, dt, dtx, start, t, l, d_idx, d_mask, cols,
-                                          A_ptr, B_ptr, Bv_ptr, C_ptr, Cv_ptr, sB0, sB1, sB2,
-                                          sC0, sC1, sC2, N, BLOCK_L, VAR_B, VAR_C, HAS_SEQ)
-                    tl.store(scratch_ptr + sc_row + (j + 1) * N + n, h_out,
-                             mask=d_mask & (j + 1 < nsub))
+                    _bwd_replay_state(n, j, nsub, c, nchunks, dt, dtx, start, t, l, bd_row,
+                                      sc_row, d_idx, d_mask, cols, states_ptr, scratch_ptr,
+                                      A_ptr, B_ptr, Bv_ptr, C_ptr, Cv_ptr, sB0, sB1, sB2, sC0,
+                                      sC1, sC2, N, BLOCK_L, VAR_B, VAR_C, HAS_SEQ, EVEN_L, EVEN_D)
                 tl.debug_barrier()
             j += 1
         tl.debug_barrier()  # scratch written above is read below, possibly by other threads
@@ -389,19 +474,19 @@ def _bwd_kernel(
             t_ok = t < l
             mask = d_mask[:, None] & t_ok[None, :]
             offs = row[:, None] + t[None, :]
-            x = tl.load(u_ptr + offs, mask=mask, other=0.0).to(tl.float32)
-            dt, dt_raw = _load_delta(delta_ptr, bias_ptr, offs, mask, d_idx, d_mask, HAS_BIAS,
-                                     SOFTPLUS)
+            x = _ld(u_ptr + offs, mask, EVEN).to(tl.float32)
+            dt, dt_raw = _bwd_delta(delta_ptr, bias_ptr, offs, mask, d_idx, d_mask, HAS_BIAS,
+                                    SOFTPLUS, EVEN)
             # Δ_{t+1}: the reverse scan's gate is Ā_{t+1}
             nxt_mask = d_mask[:, None] & (t + 1 < l)[None, :]
             dt_nx, _ = _load_delta(delta_ptr, bias_ptr, offs + 1, nxt_mask, d_idx, d_mask,
                                    HAS_BIAS, SOFTPLUS)
             start = _is_start(seq_ptr + bi * l, t, l, HAS_SEQ)[None, :]
             start_nx = _is_start(seq_ptr + bi * l, t + 1, l, HAS_SEQ)[None, :]
-            dout = tl.load(dout_ptr + offs, mask=mask, other=0.0).to(tl.float32)
+            dout = _ld(dout_ptr + offs, mask, EVEN).to(tl.float32)
             dy = dout
             if HAS_Z:
-                zz = tl.load(z_ptr + offs, mask=mask, other=0.0).to(tl.float32)
+                zz = _ld(z_ptr + offs, mask, EVEN).to(tl.float32)
                 dy = dout * zz * tl.sigmoid(zz)  # ∂out/∂y = silu(z)
             dtx = dt * x
             y = tl.zeros((BLOCK_D, BLOCK_L), dtype=tl.float32)
@@ -409,12 +494,12 @@ def _bwd_kernel(
             ddt = tl.zeros((BLOCK_D, BLOCK_L), dtype=tl.float32)
             if UNROLL:
                 for n in tl.static_range(N):
-                    h_in = tl.load(scratch_ptr + sc_row + j * N + n, mask=d_mask, other=0.0)
+                    h_in = _ld(scratch_ptr + sc_row + j * N + n, d_mask, EVEN_D)
                     yc, dxc, ddtc, g_out, dA_c, dB_c, dC_c = _bwd_state(
                         n, h_in, _column(G, ncols, n), x, dt, dtx, dt_nx, dy, start, start_nx,
                         t, t_ok, l, d_idx, d_mask, cols, A_ptr, B_ptr, Bv_ptr, C_ptr, Cv_ptr,
                         dBv_ptr, dCv_ptr, sB0, sB1, sB2, sC0, sC1, sC2, dB2, dC2, N, BLOCK_L,
-                        VAR_B, VAR_C, HAS_SEQ)
+                        VAR_B, VAR_C, HAS_SEQ, EVEN_L, EVEN_D)
                     G = _put_column(G, ncols, n, g_out)
                     dA_acc = _put_column(dA_acc, ncols, n, _column(dA_acc, ncols, n) + dA_c)
                     if not VAR_B:
@@ -424,24 +509,26 @@ def _bwd_kernel(
                     y += yc
                     dx += dxc
                     ddt += ddtc
+            elif STAGES > 0:  # pipelined: state n + 1's loads in flight during state n
+                for n in tl.range(0, N, num_stages=STAGES):
+                    yc, dxc, ddtc = _bwd_grad_state(
+                        n, j, x, dt, dtx, dt_nx, dy, start, start_nx, t, t_ok, l, bd_row, sc_row,
+                        d_idx, d_mask, cols, scratch_ptr, gbuf_ptr, dA_ptr, dBf_ptr, dCf_ptr,
+                        A_ptr, B_ptr, Bv_ptr, C_ptr, Cv_ptr, dBv_ptr, dCv_ptr, sB0, sB1, sB2,
+                        sC0, sC1, sC2, dB2, dC2, N, BLOCK_L, VAR_B, VAR_C, HAS_SEQ, EVEN_L,
+                        EVEN_D)
+                    y += yc
+                    dx += dxc
+                    ddt += ddtc
+                tl.debug_barrier()
             else:
                 for n in range(N):
-                    h_in = tl.load(scratch_ptr + sc_row + j * N + n, mask=d_mask, other=0.0)
-                    g_in = tl.load(gbuf_ptr + bd_row * N + n, mask=d_mask, other=0.0)
-                    yc, dxc, ddtc, g_out, dA_c, dB_c, dC_c = _bwd_state(
-                        n, h_in, g_in, x, dt, dtx, dt_nx, dy, start, start_nx,
-                        t, t_ok, l, d_idx, d_mask, cols, A_ptr, B_ptr, Bv_ptr, C_ptr, Cv_ptr,
-                        dBv_ptr, dCv_ptr, sB0, sB1, sB2, sC0, sC1, sC2, dB2, dC2, N, BLOCK_L,
-                        VAR_B, VAR_C, HAS_SEQ)
-                    tl.store(gbuf_ptr + bd_row * N + n, g_out, mask=d_mask)
-                    p = bd_row * N + n  # (BLOCK_D,) this row's partial sums
-                    tl.store(dA_ptr + p, tl.load(dA_ptr + p, mask=d_mask) + dA_c, mask=d_mask)
-                    if not VAR_B:
-                        tl.store(dBf_ptr + p, tl.load(dBf_ptr + p, mask=d_mask) + dB_c,
-                                 mask=d_mask)
-                    if not VAR_C:
-                        tl.store(dCf_ptr + p, tl.load(dCf_ptr + p, mask=d_mask) + dC_c,
-                                 mask=d_mask)
+                    yc, dxc, ddtc = _bwd_grad_state(
+                        n, j, x, dt, dtx, dt_nx, dy, start, start_nx, t, t_ok, l, bd_row, sc_row,
+                        d_idx, d_mask, cols, scratch_ptr, gbuf_ptr, dA_ptr, dBf_ptr, dCf_ptr,
+                        A_ptr, B_ptr, Bv_ptr, C_ptr, Cv_ptr, dBv_ptr, dCv_ptr, sB0, sB1, sB2,
+                        sC0, sC1, sC2, dB2, dC2, N, BLOCK_L, VAR_B, VAR_C, HAS_SEQ, EVEN_L,
+                        EVEN_D)
                     y += yc
                     dx += dxc
                     ddt += ddtc
@@ -454,13 +541,14 @@ def _bwd_kernel(
             if HAS_Z:
                 sig = tl.sigmoid(zz)
                 dz = dout * y * sig * (1.0 + zz * (1.0 - sig))  # silu′(z) = σ(z)(1 + z(1 − σ(z)))
-                tl.store(dz_ptr + offs, dz.to(dz_ptr.dtype.element_ty), mask=mask)
+                _st(dz_ptr + offs, dz.to(dz_ptr.dtype.element_ty), mask, EVEN)
             if SOFTPLUS:
                 ddt *= tl.sigmoid(dt_raw)  # softplus′ = σ
-            ddt = tl.where(mask, ddt, 0.0)
+            if not EVEN:
+                ddt = tl.where(mask, ddt, 0.0)
             dbias_acc += tl.sum(ddt, axis=1)
-            tl.store(du_ptr + offs, dx.to(du_ptr.dtype.element_ty), mask=mask)
-            tl.store(ddelta_ptr + offs, ddt.to(ddelta_ptr.dtype.element_ty), mask=mask)
+            _st(du_ptr + offs, dx.to(du_ptr.dtype.element_ty), mask, EVEN)
+            _st(ddelta_ptr + offs, ddt.to(ddelta_ptr.dtype.element_ty), mask, EVEN)
             j -= 1
         tl.debug_barrier()  # the next chunk's step 1 overwrites the scratch
         c -= 1
@@ -536,6 +624,17 @@ FWD_VARIANTS = {
     "pipelined 64x32w8 r128": dict(FWD_PIPELINED, num_warps=8, maxnreg=128),  # 2× the warps
     "pipelined 32x32w4 r128": dict(FWD_PIPELINED, BLOCK_D=32, maxnreg=128),  # 2× the programs
 }
+# named backward variants (n ≤ UNROLL_MAX; the run-time state loop) the GPU script times side
+# by side, each with the default forward. Keys besides the tile: EVEN (True: no masks where the
+# tile divides l and d/g; the backward's default is False), STAGES (> 0: the state loop is a
+# pipelined `tl.range`). Not yet timed (helper A3, 2026-11-29; bench/NOTES_selective_scan.md).
+BWD_VARIANTS = {
+    "default 32x16w2": DEFAULT_BWD,  # masks, plain run-time state loop (4.5 ms, H200)
+    "unmasked 32x16w2": dict(DEFAULT_BWD, EVEN=True),
+    "pipelined 32x16w2": dict(DEFAULT_BWD, STAGES=2),
+    "unmasked pipelined 32x16w2": dict(DEFAULT_BWD, EVEN=True, STAGES=2),
+    "unmasked pipelined 32x16w4": dict(DEFAULT_BWD, EVEN=True, STAGES=2, num_warps=4),
+}
 # a config dict, a function of n returning one, or "auto" (autotune over fwd_/bwd_configs())
 FWD_CONFIG = lambda n: DEFAULT_FWD if n <= UNROLL_MAX else DEFAULT_FWD_LARGE_N
 BWD_CONFIG = lambda n: DEFAULT_BWD if n <= UNROLL_MAX else DEFAULT_BWD_LARGE_N
@@ -549,10 +648,13 @@ def _numpy_breaks_range():
     return tuple(int(v) for v in np.__version__.split(".")[:2]) >= (2, 4)
 
 
-def _launch(kernel, autotuned, config, default, cpu_config, grid_fn, args, consts, even=None):
+def _launch(kernel, autotuned, config, default, cpu_config, grid_fn, args, consts, even=None,
+            even_default=True):
     """Launch ``kernel`` with ``config`` (None: ``default``, or ``cpu_config`` in the interpreter).
 
-    ``even`` = (l, channels per group): the forward's EVEN_L / EVEN_D flags are set from the tile.
+    ``even`` = (l, channels per group): the EVEN_L / EVEN_D flags are set from the tile, unless
+    the config says ``EVEN=False`` (``even_default``: when the config does not say; the backward
+    passes False, so its configs without ``EVEN`` keep every mask, as before the flag existed).
     """
     if config is None:
         config = cpu_config if device.interpreted() else default
@@ -562,7 +664,7 @@ def _launch(kernel, autotuned, config, default, cpu_config, grid_fn, args, const
         autotuned[lambda meta: grid_fn(meta["BLOCK_D"])](*args, **consts)
         return
     config = dict(config)  # a config may also override UNROLL
-    keep_masks = not config.pop("EVEN", True)
+    keep_masks = not config.pop("EVEN", even_default)
     if even is not None:
         l, dpg = even
         config.setdefault("EVEN_L", not keep_masks and l % config["BLOCK_L"] == 0)
@@ -716,7 +818,8 @@ def _backward(dout, u, delta, A, B, C, D, z, delta_bias, softplus, seq_idx, stat
     consts = dict(N=n, NP=triton.next_power_of_2(n), CHUNK=q, SCR=scr, UNROLL=n <= BWD_UNROLL_MAX,
                   **flags(D, z, delta_bias, softplus, B, C, seq_idx))
     _launch(_bwd_kernel, _bwd_autotuned, config, BWD_CONFIG, CPU_BWD,
-            lambda bd: (b * g, triton.cdiv(d // g, bd)), args, consts)
+            lambda bd: (b * g, triton.cdiv(d // g, bd)), args, consts, even=(l, d // g),
+            even_default=False)
     dA = dA_rows.sum(0)
     dB = dBf_rows.sum(0) if B.ndim == 2 else dB
     dC = dCf_rows.sum(0) if C.ndim == 2 else dC
@@ -746,8 +849,8 @@ TUNED = Kernels("tuned", _forward, _backward)
 def variant(fwd=None, bwd=None, name="tuned variant"):
     """The tuned kernels with other launch configurations (None: the defaults); see FWD_VARIANTS.
 
-    ``fwd`` / ``bwd``: a dict (BLOCK_D, BLOCK_L, num_warps, maxnreg and, forward, STAGES, EVEN),
-    a function of n returning one, or "auto"."""
+    ``fwd`` / ``bwd``: a dict (BLOCK_D, BLOCK_L, num_warps, maxnreg, STAGES, EVEN; see
+    FWD_VARIANTS / BWD_VARIANTS), a function of n returning one, or "auto"."""
     def forward(*args):
         return _forward(*args, config=fwd)
 
