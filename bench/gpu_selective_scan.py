@@ -161,35 +161,30 @@ def sweep(T, fwd_cfgs, bwd_cfgs, s, results):
     x = _inputs(s)
     shape = (s["b"], s["d"], s["l"], s["n"], 1)
     args = [x[k] for k in ("u", "delta", "A", "B", "C", "D", "z", "delta_bias")]
-    best_f = best_b = None
-    for cfg in fwd_cfgs:
-        T.FWD_CONFIG = cfg
-        try:
-            ms = time_ms(lambda: T._forward(*args, True, None, shape))
-        except Exception as e:  # noqa: BLE001
-            log(f"fwd {cfg} failed: {type(e).__name__}: {str(e)[:200]}")
-            continue
-        results.append(dict(kind="fwd", n=s["n"], l=s["l"], cfg=cfg, ms=ms))
-        log(f"fwd n{s['n']} l{s['l']} {cfg}: {ms:.3f} ms")
-        if best_f is None or ms < best_f[1]:
-            best_f = (cfg, ms)
-    best_f = best_f or (fwd_cfgs[0], None)
-    T.FWD_CONFIG = best_f[0]
+
+    def fastest(kind, cfgs, attr, run):
+        """Time run() under each config set as T.<attr>; keep and return the fastest (cfg, ms)."""
+        best = None
+        for cfg in cfgs:
+            setattr(T, attr, cfg)
+            try:
+                ms = time_ms(run)
+            except Exception as e:  # noqa: BLE001
+                log(f"{kind} {cfg} failed: {type(e).__name__}: {str(e)[:200]}")
+                continue
+            results.append(dict(kind=kind, n=s["n"], l=s["l"], cfg=cfg, ms=ms))
+            log(f"{kind} n{s['n']} l{s['l']} {cfg}: {ms:.3f} ms")
+            if best is None or ms < best[1]:
+                best = (cfg, ms)
+        best = best or (cfgs[0], None)
+        setattr(T, attr, best[0])
+        return best
+
+    best_f = fastest("fwd", fwd_cfgs, "FWD_CONFIG", lambda: T._forward(*args, True, None, shape))
     _, states, _ = T._forward(*args, True, None, shape)
     dout = torch.randn_like(x["u"])
-    for cfg in bwd_cfgs:
-        T.BWD_CONFIG = cfg
-        try:
-            ms = time_ms(lambda: T._backward(dout, *args, True, None, states, shape))
-        except Exception as e:  # noqa: BLE001
-            log(f"bwd {cfg} failed: {type(e).__name__}: {str(e)[:200]}")
-            continue
-        results.append(dict(kind="bwd", n=s["n"], l=s["l"], cfg=cfg, ms=ms))
-        log(f"bwd n{s['n']} l{s['l']} {cfg}: {ms:.3f} ms")
-        if best_b is None or ms < best_b[1]:
-            best_b = (cfg, ms)
-    best_b = best_b or (bwd_cfgs[0], None)
-    T.BWD_CONFIG = best_b[0]
+    best_b = fastest("bwd", bwd_cfgs, "BWD_CONFIG",
+                     lambda: T._backward(dout, *args, True, None, states, shape))
     return best_f, best_b
 
 
