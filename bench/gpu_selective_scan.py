@@ -373,8 +373,12 @@ def final(a):
     # 1. accuracy of the default tuned kernel, fwd + every gradient, vs the fp32 oracle
     acc = {}
     try:
-        accuracy({"triton tuned (default)": T.selective_scan_fn}, acc_s, acc, device=dev,
-                 dtype=dtype)
+        fast = {"fwd": variants["unmasked 64x32w4"],
+                "bwd": bwd_variants["unmasked pipelined 32x16w2"]}
+        accuracy({"triton tuned (default)": T.selective_scan_fn,
+                  "unmasked fwd, unmasked pipelined bwd":
+                      lambda **k: T.selective_scan_fn(**k, config=fast)},
+                 acc_s, acc, device=dev, dtype=dtype)
     except Exception as e:  # noqa: BLE001
         log(f"accuracy failed: {type(e).__name__}: {e}")
     report["accuracy"] = acc

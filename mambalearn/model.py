@@ -46,7 +46,7 @@ from mambalearn.inference import InferenceCache, LayerCache
 BACKENDS = {
     "mamba1": {
         "sequential": ("mambalearn.scan.sequential", "selective_scan_sequential"),
-        "blelloch": ("mambalearn.scan.blelloch", "selective_scan_blelloch"),
+        "blelloch": ("mambalearn.scan.selective", "selective_scan_parallel"),
         "chunked": ("mambalearn.scan.chunked", "selective_scan_chunked"),
         "recompute": ("mambalearn.autograd", "selective_scan_recompute"),
         "triton": ("mambalearn.triton.selective_scan", "selective_scan_fn"),
