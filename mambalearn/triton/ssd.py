@@ -13,10 +13,13 @@ Stages 2, 3 and 5 are matrix products (``tl.dot``) of q-long tiles: that is why 
 tensor cores while the Mamba-1 scan does not. Layouts and semantics (seq_idx, initial_states, the
 initial state belonging to sequence 0, tails shorter than a chunk) are mamba_ssm's.
 
-Backward: **not a Triton kernel here**. ``mamba_chunk_scan_combined`` saves its inputs and, in
-backward, recomputes the chunked PyTorch oracle (``mambalearn.ssd.mamba_chunk_scan_ref``) in
-float32 under autograd, ``BACKWARD_HEADS`` heads at a time (so the (b, heads, c, q, q) decay
-blocks exist for a few heads at once). It is correct but slower than mamba_ssm's backward.
+Backward: ``mamba_chunk_scan_combined`` saves only its inputs (as mamba_ssm does). With
+``BACKWARD = "triton"`` (the default) the backward recomputes stages 1–4 with these kernels and
+runs the Triton backward kernels of ``mambalearn.triton.ssd_backward`` (the gradients derived
+there). With ``BACKWARD = "reference"`` it recomputes the chunked PyTorch oracle
+(``mambalearn.ssd.mamba_chunk_scan_ref``) in float32 under autograd instead, ``BACKWARD_HEADS``
+heads at a time (so the (b, heads, c, q, q) decay blocks exist for a few heads at once): the slow
+oracle of the Triton backward. The flag is read when the forward runs.
 """
 
 import torch
@@ -415,39 +418,59 @@ class _SSDFn(torch.autograd.Function):
                                      seq_idx, dt_softplus, dt_limit)
         ctx.save_for_backward(x, dt, A, B, C, D, z, dt_bias, initial_states, seq_idx)
         ctx.args = (chunk_size, dt_softplus, dt_limit)
+        if BACKWARD not in ("triton", "reference"):
+            raise ValueError(f'BACKWARD must be "triton" or "reference", got {BACKWARD!r}')
+        ctx.backward_kind = BACKWARD
         return out, final
 
     @staticmethod
     def backward(ctx, dout, dfinal):
-        # Recompute the chunked PyTorch oracle in float32 and differentiate it (see module doc),
-        # a few heads at a time: heads are independent given B, C, so the (b, heads, c, q, q)
-        # decay blocks the oracle builds exist for BACKWARD_HEADS heads at once, not all h.
-        saved = ctx.saved_tensors
+        if ctx.backward_kind == "reference":
+            return _reference_backward(ctx, dout, dfinal)
+        from mambalearn.triton.ssd_backward import ssd_backward
+
+        x, dt, A, B, C, D, z, dt_bias, h0, seq_idx = ctx.saved_tensors
         chunk_size, dt_softplus, dt_limit = ctx.args
-        leaves = [t.detach().float().requires_grad_(t.requires_grad) if t is not None
-                  and t.is_floating_point() else t for t in saved]
-        x, dt, A, B, C, D, z, dt_bias, h0, seq_idx = leaves
-        h, g = x.shape[2], B.shape[2]
-        step = _head_step(h // g)
-        wrt = [t for t in leaves if t is not None and t.requires_grad]
-        with torch.enable_grad():
-            for i in range(0, h, step):
-                hs, gs = slice(i, i + step), slice(i // (h // g), i // (h // g) + 1)
-                cut = lambda t, dim: None if t is None else t.narrow(dim, i, step)
-                out, final = ssd.mamba_chunk_scan_ref(
-                    x[:, :, hs], dt[:, :, hs], A[hs], B[:, :, gs], C[:, :, gs], chunk_size,
-                    cut(D, 0), cut(z, 2), cut(dt_bias, 0), cut(h0, 1), seq_idx, dt_softplus,
-                    dt_limit, return_final_states=True)
-                outs, grads_out = [out], [dout[:, :, hs].float()]
-                if dfinal is not None:
-                    outs.append(final)
-                    grads_out.append(dfinal[:, hs].float())
-                if wrt:
-                    torch.autograd.backward(outs, grads_out, inputs=wrt)  # accumulates in .grad
-        res = [(t.grad if t.grad is not None else torch.zeros_like(t)).to(s.dtype)
-               if t is not None and t.requires_grad else None for t, s in zip(leaves, saved)]
-        x, dt, A, B, C, D, z, dt_bias, h0, _ = res
-        return x, dt, A, B, C, None, D, z, dt_bias, h0, None, None, None, None
+        dx, ddt, dA, dB, dC, dD, dz, ddt_bias, dh0 = ssd_backward(
+            dout, dfinal, x, dt, A, B, C, chunk_size, D, z, dt_bias, h0, seq_idx, dt_softplus, dt_limit)
+        grads = (dx, ddt, dA, dB, dC, None, dD, dz, ddt_bias, dh0, None, None, None, None)
+        return tuple(gr if need else None for gr, need in zip(grads, ctx.needs_input_grad))
+
+
+BACKWARD = "triton"  # or "reference": autograd through the PyTorch oracle (module doc)
+
+
+def _reference_backward(ctx, dout, dfinal):
+    """The oracle backward: autograd through ``mambalearn.ssd.mamba_chunk_scan_ref`` in float32."""
+    # Recompute the chunked PyTorch oracle in float32 and differentiate it (see module doc),
+    # a few heads at a time: heads are independent given B, C, so the (b, heads, c, q, q)
+    # decay blocks the oracle builds exist for BACKWARD_HEADS heads at once, not all h.
+    saved = ctx.saved_tensors
+    chunk_size, dt_softplus, dt_limit = ctx.args
+    leaves = [t.detach().float().requires_grad_(t.requires_grad) if t is not None
+              and t.is_floating_point() else t for t in saved]
+    x, dt, A, B, C, D, z, dt_bias, h0, seq_idx = leaves
+    h, g = x.shape[2], B.shape[2]
+    step = _head_step(h // g)
+    wrt = [t for t in leaves if t is not None and t.requires_grad]
+    with torch.enable_grad():
+        for i in range(0, h, step):
+            hs, gs = slice(i, i + step), slice(i // (h // g), i // (h // g) + 1)
+            cut = lambda t, dim: None if t is None else t.narrow(dim, i, step)
+            out, final = ssd.mamba_chunk_scan_ref(
+                x[:, :, hs], dt[:, :, hs], A[hs], B[:, :, gs], C[:, :, gs], chunk_size,
+                cut(D, 0), cut(z, 2), cut(dt_bias, 0), cut(h0, 1), seq_idx, dt_softplus,
+                dt_limit, return_final_states=True)
+            outs, grads_out = [out], [dout[:, :, hs].float()]
+            if dfinal is not None:
+                outs.append(final)
+                grads_out.append(dfinal[:, hs].float())
+            if wrt:
+                torch.autograd.backward(outs, grads_out, inputs=wrt)  # accumulates in .grad
+    res = [(t.grad if t.grad is not None else torch.zeros_like(t)).to(s.dtype)
+           if t is not None and t.requires_grad else None for t, s in zip(leaves, saved)]
+    x, dt, A, B, C, D, z, dt_bias, h0, _ = res
+    return x, dt, A, B, C, None, D, z, dt_bias, h0, None, None, None, None
 
 
 BACKWARD_HEADS = 8  # heads recomputed together in backward (memory ∝ this, launches ∝ h / this)
@@ -471,7 +494,7 @@ def mamba_chunk_scan_combined(x, dt, A, B, C, chunk_size, D=None, z=None, dt_bia
     l need not be a multiple of ``chunk_size`` (a power of two).
 
     Drop-in for ``mamba_ssm.ops.triton.ssd_combined.mamba_chunk_scan_combined`` (without
-    ``cu_seqlens``/``return_varlen_states``). Backward: PyTorch recomputation (module doc).
+    ``cu_seqlens``/``return_varlen_states``). Backward: Triton kernels, or the oracle (module doc).
     """
     _check(x, dt, A, B, C, chunk_size, D, z, dt_bias, initial_states, seq_idx)
     out, final = _SSDFn.apply(x, dt, A, B, C, chunk_size, D, z, dt_bias, initial_states,
