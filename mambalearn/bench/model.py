@@ -12,6 +12,7 @@ import torch
 
 from mambalearn import bench
 from mambalearn import model as M
+from mambalearn.testing import rel_error
 
 BLOCKS = {"mamba1": dict(d_state=16), "mamba2": dict(d_state=64, headdim=64, chunk_size=64)}
 
@@ -41,7 +42,7 @@ def run(gpu, blocks=tuple(BLOCKS)):
             lm.set_backend(name)
             with torch.no_grad():
                 got = lm(tok).float()
-            err = ((got - want).norm() / want.norm()).item()
+            err = rel_error(got, want)
             ms = bench.time_ms(step, warmup=2, rep=5) if gpu else bench.time_ms(step)
             rows.append(dict(topic="model", backend=name, shape=shape, ms=ms,
                              peak_gb=bench.peak_gb(step), logits_rel_err=err))
