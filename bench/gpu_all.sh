@@ -2,10 +2,9 @@
 # The lead's device runs: GPU tests, notebooks under nbval, and the bench topics, each under its own
 # time limit so one slow part cannot starve the rest; logs and JSON go to $OUT/run/.
 # Usage on the device, from the repo root (carry .whl for the Jupyter wheels, .mamba_ref for mamba_ssm):
-#   bash bench/gpu_all.sh final; bash bench/gpu_all.sh final2   # what docs/BENCHMARKS.md records:
-#                                    # correctness + Mamba-1 kernels + model; then the bench topics
+#   bash bench/gpu_all.sh final | final2 | final3   # the calls docs/BENCHMARKS.md records
 #   bash bench/gpu_all.sh SECTION... # prep build tests notebooks executed selective scans ssd
-#                                    # memory step model pack
+#                                    # ssd_fused memory step model pack
 set -u
 OUT=${OUT:-/tmp/out}; LOG=$OUT/run; mkdir -p "$LOG"
 export PYTHONPATH=/tmp/site:$PWD MAMBALEARN_PROGRESS=0 MPLBACKEND=Agg PYTHONUNBUFFERED=1
@@ -32,27 +31,32 @@ subprocess.Popen([sys.executable, "-c", g["BUILD"], g["SRC"]], start_new_session
                  stdout=open(os.environ["OUT"] + "/run/build.log", "w"), stderr=subprocess.STDOUT)
 PY
       ;;
-    tests) step tests 260 python3 -m pytest -m gpu -q -p no:cacheprovider -n 4 --dist loadfile \
+    tests) step tests 260 python3 -m pytest -m gpu -v -p no:cacheprovider -n 6 --dist load \
         --durations=15 tests ;;
     notebooks) step notebooks 260 python3 -m pytest --nbval-lax --nbval-current-env -q \
         -p no:cacheprovider -n 4 --dist loadfile --durations=0 --junitxml="$LOG/notebooks.xml" \
         notebooks/0*.ipynb notebooks/12*.ipynb solutions ;;
     executed)  # the notebooks whose outputs we read (tables, figures), kept with their outputs
-      step executed 270 python3 bench/run_notebook.py "$LOG" notebooks/1[013]*.ipynb ;;
+      step executed 270 env -u MPLBACKEND python3 bench/run_notebook.py "$LOG" ${NBS:-notebooks/1[013]*.ipynb} ;;
+    ssd_fused) step ssd_fused 100 python3 bench/gpu_ssd_fused.py --limit 85 --json "$LOG/ssd_fused.json" ;;
     selective) step selective 200 python3 bench/gpu_selective_scan.py --stage final --limit 195 ;;
     scans|memory|ssd|step|model) step "bench_$1" "${LIMIT:-60}" python3 -m mambalearn bench "$1" \
         --json "$LOG/bench_$1.json" ;;
     pack)  # at most 8 files come back: one archive
       mv "$OUT"/*.json "$OUT"/*.png "$LOG"/ 2>/dev/null
       tar czf "$OUT/results.tgz" -C "$OUT" run && rm -rf "$LOG" ;;
-    final)  # two calls of < 10 min each: `final`, then `final2` (both build mamba_ssm)
+    final)  # three calls of < 10 min each: final, final2, final3
       section prep; section build
       section tests & section notebooks & section executed & wait  # correctness ‖ nvcc build
       section selective                                            # timing: one at a time
       LIMIT=60 section model; section pack ;;
-    final2)
+    final2)  # the PyTorch scans, SSD, memory topics (no CUDA build needed)
+      section prep; NBS="notebooks/10_ssd.ipynb notebooks/11_fusing_ssd.ipynb" section executed
+      LIMIT=90 section scans; LIMIT=120 section ssd; section ssd_fused
+      LIMIT=150 section memory; section pack ;;
+    final3)  # gpu tests, notebooks, model training, then the Mamba-1 kernels against CUDA
       section prep; section build
-      LIMIT=90 section scans; LIMIT=120 section ssd; LIMIT=150 section memory
+      section tests & section notebooks & NBS=notebooks/13_model.ipynb section executed & wait
       section selective; section pack ;;
   esac
 }

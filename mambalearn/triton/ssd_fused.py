@@ -12,10 +12,19 @@ release atomic and wait with an acquire spin. **The deadlock to avoid**: a progr
 flag whose producer has not been scheduled yet (the GPU does not promise to run programs in grid
 order; if every resident program waits on a non-resident one, nothing moves). So programs do not
 use ``program_id`` as their work index: each takes a *ticket* from a global atomic counter and
-maps ticket → (b, h, c) with c fastest. Tickets are handed out in the order programs actually
-start, so the producer of chunk c−1 (ticket − 1) is already running or done whenever chunk c
-waits: no deadlock. The wait comes after step 2, so the chain of dependencies costs only the
-short step 3 per chunk, hidden behind other programs' steps 2 and 4.
+maps ticket → (b, h, c). Tickets are handed out in the order programs actually start, and the
+producer of chunk c−1 always has a smaller ticket, so it is already running or done whenever
+chunk c waits: no deadlock. Which order of (b, h, c) the tickets follow decides how long
+programs wait:
+
+    chain-major (c fastest)   tickets 0…c−1 are the chunks of one (b, h): the whole chain of one
+                              head is resident at once and its programs spin one after another,
+                              each holding an SM slot while the states ripple through c links.
+    chunk-major (c slowest)   tickets 0…bh−1 are chunk 0 of every head, then chunk 1 of every
+                              head, …: the producer of chunk c−1 started b·h tickets earlier and
+                              has usually published before chunk c asks. (The default.)
+
+The wait comes after step 2, so a producer that is late costs only the short step 3 per chunk.
 
 The passed states H_c live in a buffer (b, h, c+1, p, n) of ``state_dtype`` (float32 or float16:
 chapter 11 measures the precision cost of the smaller one). Not supported here: ``seq_idx``
@@ -60,7 +69,7 @@ def _ssd_fused_kernel(
     H_ptr,              # (b, h, c+1, p, n) state_dtype: H_0 … H_c
     flag_ptr,           # (b, h, c) int32, 1 once H_{c+1} is published
     ticket_ptr,         # (1,) int32 work counter
-    l, h, p, n, nchunks, heads_per_group, dt_min, dt_max,
+    l, h, p, n, nchunks, n_bh, heads_per_group, dt_min, dt_max,
     stride_xb, stride_xl, stride_xh, stride_xp,
     stride_dtb, stride_dtl, stride_dth,
     stride_Bb, stride_Bl, stride_Bg, stride_Bn,
@@ -71,13 +80,19 @@ def _ssd_fused_kernel(
     Q: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_P: tl.constexpr,
     BLOCK_N: tl.constexpr, INTERP: tl.constexpr, HAS_D: tl.constexpr, HAS_Z: tl.constexpr,
     HAS_BIAS: tl.constexpr, SOFTPLUS: tl.constexpr, HAS_LIMIT: tl.constexpr, HAS_INIT: tl.constexpr,
+    CHUNK_MAJOR: tl.constexpr,
 ):
     # Work index from a ticket, not program_id: the deadlock-free order (module doc).
     ticket = tl.atomic_add(ticket_ptr, 1)
     n_pb = tl.cdiv(p, BLOCK_P)  # p is split over programs; each owns a (BLOCK_P, n) slice of H
-    pid_c = ticket % nchunks
-    pid_pb = (ticket // nchunks) % n_pb
-    pid_bh = ticket // (nchunks * n_pb)
+    if CHUNK_MAJOR:  # chunk c of every (b, h, p-block), then chunk c + 1, …
+        pid_c = ticket // (n_bh * n_pb)
+        pid_pb = ticket % n_pb
+        pid_bh = (ticket // n_pb) % n_bh
+    else:  # every chunk of one (b, h, p-block), then the next
+        pid_c = ticket % nchunks
+        pid_pb = (ticket // nchunks) % n_pb
+        pid_bh = ticket // (nchunks * n_pb)
     pid_h = pid_bh % h
     pid_b = pid_bh // h
     pid_g = pid_h // heads_per_group
@@ -177,10 +192,12 @@ def _ssd_fused_kernel(
 def ssd_fused_forward(x, dt, A, B, C, chunk_size, D=None, z=None, dt_bias=None,
                       initial_states=None, seq_idx=None, dt_softplus=False,
                       dt_limit=(0.0, float("inf")), state_dtype=torch.float32,
-                      block_m=64, block_k=64, block_p=64, num_warps=4, num_stages=2):
+                      block_m=64, block_k=64, block_p=64, num_warps=4, num_stages=2,
+                      chunk_major=True):
     """Single-launch SSD forward. Returns (out (b, l, h, p), final states (b, h, p, n) float32).
 
     Same formula and layouts as ``mambalearn.triton.ssd.mamba_chunk_scan_combined``.
+    ``chunk_major``: the order tickets take the work in (module doc); False = chain-major.
     """
     if seq_idx is not None:
         raise ValueError("the fused SSD kernel does not support seq_idx; use fused=False")
@@ -205,11 +222,11 @@ def ssd_fused_forward(x, dt, A, B, C, chunk_size, D=None, z=None, dt_bias=None,
     _ssd_fused_kernel[(b * h * n_pb * c,)](
         x, dt, A, B, C, D if D is not None else A, z if z is not None else x,
         dt_bias if dt_bias is not None else A, init if init is not None else A, out, scratch, H,
-        flags, flags[-1:], l, h, p, n, c, h // g, float(dt_limit[0]), float(dt_limit[1]),
+        flags, flags[-1:], l, h, p, n, c, b * h, h // g, float(dt_limit[0]), float(dt_limit[1]),
         *x.stride(), *dt.stride(), *B.stride(), *C.stride(),
         *(z.stride() if z is not None else (0, 0, 0, 0)), *out.stride(), *Dst,
         Q=q, BLOCK_M=block_m, BLOCK_K=block_k, BLOCK_P=block_p, BLOCK_N=_p2(n), INTERP=_INTERP,
         HAS_D=D is not None, HAS_Z=z is not None, HAS_BIAS=dt_bias is not None,
         SOFTPLUS=dt_softplus, HAS_LIMIT=has_limit, HAS_INIT=init is not None,
-        num_warps=num_warps, num_stages=1 if _INTERP else num_stages)
+        CHUNK_MAJOR=chunk_major, num_warps=num_warps, num_stages=1 if _INTERP else num_stages)
     return out, H[:, :, c].float()
