@@ -7,7 +7,14 @@ Backends (chapters 10–11):
     ours fused qQ S state   ``mambalearn.triton.ssd_fused.ssd_fused_forward`` (one launch), chunk Q,
                             passed states in S = fp32 / fp16
 Forward+backward rows time ``out = f(...)`` and ``torch.autograd.grad(out, [x, dt, A, B, C, D,
-dt_bias], dout)`` and record the peak memory beyond the inputs (``peak_gb``).
+dt_bias], dout)`` and record the peak memory beyond the inputs (``peak_gb``), for mamba_ssm, ours
+(Triton backward, ``mambalearn.triton.ssd_backward``) and, at the first shape only (it is slow),
+ours with the PyTorch-recompute oracle backward (``ssd.BACKWARD = "reference"``). Their
+``rel_err`` is the largest relative error of the seven gradients against that oracle's.
+``backward_steps`` times each step of our backward alone (where the time goes).
+
+    python -m mambalearn.bench.ssd             all rows (also: python -m mambalearn bench ssd)
+    python -m mambalearn.bench.ssd --backward  first shape: fwd+bwd rows and the backward's steps
 
 Shapes (GPU, DESIGN.md §6, Mamba-2 2.7B heads): b4 l4096, b1 l16384, b16 l1024, all h80 p64 n128 g1,
 bf16 x/B/C, fp32 dt/A/D/dt_bias, softplus, chunk 256. On a CPU: one tiny fp32 shape through
@@ -67,26 +74,41 @@ def forward_fns(theirs, q, fused_chunks=(256, 128)):
     return fns
 
 
-def fwd_bwd(fn, args, kw, dout):
-    """A closure timing one forward and the gradients of x, dt, A, B, C, D, dt_bias."""
+def fwd_bwd(fn, args, kw, dout, backward="triton"):
+    """A closure timing one forward and the gradients of x, dt, A, B, C, D, dt_bias.
+    ``backward`` sets ``mambalearn.triton.ssd.BACKWARD`` during our forward (read there)."""
+    from mambalearn.triton import ssd as T
+
     leaves = [t.detach().clone().requires_grad_() for t in args]
     D, bias = (kw[k].detach().clone().requires_grad_() for k in ("D", "dt_bias"))
     rest = {k: v for k, v in kw.items() if k not in ("D", "dt_bias")}
 
     def go():
-        out = fn(*leaves, D=D, dt_bias=bias, **rest)
+        old, T.BACKWARD = T.BACKWARD, backward
+        try:
+            out = fn(*leaves, D=D, dt_bias=bias, **rest)
+        finally:
+            T.BACKWARD = old
         return torch.autograd.grad(out, leaves + [D, bias], dout)
     return go
 
 
 def rel_err(a, b):
+    """‖a − b‖ / ‖b‖; for tuples of tensors (gradients) the largest of them."""
+    if isinstance(b, (tuple, list)):
+        return max(rel_err(x, y) for x, y in zip(a, b, strict=True))
     return ((a.double() - b.double()).norm() / b.double().norm()).item()
 
 
-def _measure(fn, want=None, warmup=25, rep=100):
-    """dict(ms, peak_gb, rel_err) of ``fn()``; a crash (e.g. out of memory) is recorded, not raised."""
+def _measure(fn, want=None, warmup=25, rep=100, keep=None):
+    """dict(ms, peak_gb, rel_err) of ``fn()``; a crash (e.g. out of memory) is recorded, not raised.
+    ``keep``: a list that receives the first result (the oracle's gradients)."""
     try:
-        err = None if want is None else rel_err(fn(), want)
+        got = fn() if want is not None or keep is not None else None
+        if keep is not None:
+            keep.append(got)
+        err = None if want is None else rel_err(got, want)
+        del got
         return dict(ms=time_ms(fn, warmup=warmup, rep=rep), peak_gb=peak_gb(fn), rel_err=err)
     except Exception as e:  # noqa: BLE001 - one failing backend must not end the whole bench
         if torch.cuda.is_available():
@@ -103,14 +125,15 @@ def _row(backend, shape, m, ref_ms, floor_ms):
     return row
 
 
-def run(gpu, shapes=None, chunk=None, fused_chunks=None, dtype=None, device=None):
-    """Rows for every backend at every shape; each forward is checked against the oracle (rel_err).
+def run(gpu, shapes=None, chunk=None, fused_chunks=None, dtype=None, device=None, forward=True):
+    """Rows for every backend at every shape; each forward is checked against the oracle (rel_err),
+    each fwd+bwd at the first shape against the oracle backward's gradients.
 
     Defaults: GPU — the three shapes of the module doc, bf16, chunk 256, fused chunks 256 and 128;
     CPU — b1 l40 h2 p8 n8, fp32, chunk 16. Any of them can be overridden (tests do).
+    ``forward=False`` leaves out the forward rows.
     """
     from mambalearn import ssd
-    from mambalearn.triton.ssd import mamba_chunk_scan_combined as ours
 
     dev = device or ("cuda" if gpu else "cpu")
     theirs = load_mamba_ssm_ssd() if gpu else None
@@ -121,30 +144,95 @@ def run(gpu, shapes=None, chunk=None, fused_chunks=None, dtype=None, device=None
         shapes = shapes or [dict(b=1, l=40, h=2, p=8, g=1, n=8)]
         dtype, q, fc = dtype or torch.float32, chunk or 16, fused_chunks or (16,)
     rows = []
-    for s in shapes:
+    for i, s in enumerate(shapes):
         args, kw = make_inputs(**s, dtype=dtype, device=dev)
         name = shape_name(**s, q=q, dtype=dtype)
         fl = roofline.floor(roofline.ssd_cost(s["b"], s["l"], s["h"], s["p"], s["n"], q, s["g"],
                                               in_bytes=torch.finfo(dtype).bits // 8))["floor_ms"]
-        # float32 oracle on the same (rounded) inputs; x in float32 makes its output float32 too
-        want = ssd.mamba_chunk_scan_ref(args[0].float(), *args[1:], q, **kw)
-        ref_ms = None
-        for backend, fn in forward_fns(theirs, q, fc).items():
-            row = _measure(lambda: fn(*args, **kw), want=want)
-            ref_ms = row["ms"] if backend.startswith("mamba_ssm") else ref_ms
-            rows.append(_row(backend, name, row, ref_ms, fl if gpu else None))
-        dout = torch.randn_like(args[0])
-        ref_ms = None
-        bwd = {"ours fwd+bwd (bwd: PyTorch recompute)": lambda *a, **k: ours(*a, q, **k)}
-        if theirs is not None:
-            bwd = {"mamba_ssm fwd+bwd": lambda *a, **k: theirs(*a, q, **k), **bwd}
-        for backend, fn in bwd.items():
-            row = _measure(fwd_bwd(fn, args, kw, dout), warmup=3, rep=30)
-            ref_ms = row["ms"] if backend.startswith("mamba_ssm") else ref_ms
-            rows.append(_row(backend, name, row, ref_ms, None))
-        del args, kw, want, dout
+        if forward:
+            # float32 oracle on the same (rounded) inputs; x in float32 makes its output float32
+            want = ssd.mamba_chunk_scan_ref(args[0].float(), *args[1:], q, **kw)
+            ref_ms = None
+            for backend, fn in forward_fns(theirs, q, fc).items():
+                row = _measure(lambda fn=fn: fn(*args, **kw), want=want)
+                ref_ms = row["ms"] if backend.startswith("mamba_ssm") else ref_ms
+                rows.append(_row(backend, name, row, ref_ms, fl if gpu else None))
+            del want
+        rows += _fwd_bwd_rows(args, kw, q, name, theirs, oracle=i == 0)
+        del args, kw
         if gpu:
             torch.cuda.empty_cache()
+    return rows
+
+
+def _fwd_bwd_rows(args, kw, q, name, theirs, oracle):
+    """fwd+bwd rows: the oracle backward first (only if ``oracle``: it is slow; its gradients are
+    the reference of rel_err), then mamba_ssm, then ours."""
+    from mambalearn.triton.ssd import mamba_chunk_scan_combined as ours
+
+    dout = torch.randn_like(args[0])
+    rows, keep, ref_ms = [], [], None
+    if oracle:
+        m = _measure(fwd_bwd(lambda *a, **k: ours(*a, q, **k), args, kw, dout, "reference"),
+                     warmup=1, rep=3, keep=keep)
+        rows.append(_row("ours fwd+bwd (bwd: PyTorch recompute)", name, m, None, None))
+    want = keep[0] if keep else None
+    bwd = {"ours fwd+bwd": lambda *a, **k: ours(*a, q, **k)}
+    if theirs is not None:
+        bwd = {"mamba_ssm fwd+bwd": lambda *a, **k: theirs(*a, q, **k), **bwd}
+    for backend, fn in bwd.items():
+        m = _measure(fwd_bwd(fn, args, kw, dout), want=want, warmup=3, rep=30)
+        ref_ms = m["ms"] if backend.startswith("mamba_ssm") else ref_ms
+        rows.append(_row(backend, name, m, ref_ms, None))
+    return rows
+
+
+def backward_steps(gpu, shape=None, chunk=None, device=None):
+    """Rows timing each step of our Triton backward alone (``ssd_backward``'s module doc), then the
+    whole of it; inputs as ``run``'s first shape (D, dt_bias, softplus; no z, no initial states)."""
+    from mambalearn.bench import time_ms
+    from mambalearn.triton import ssd as T
+    from mambalearn.triton import ssd_backward as SB
+
+    dev = device or ("cuda" if gpu else "cpu")
+    s = shape or (dict(b=4, l=4096, **HEADS) if gpu else dict(b=1, l=40, h=2, p=8, g=1, n=8))
+    q, dtype = chunk or (256 if gpu else 16), torch.bfloat16 if gpu else torch.float32
+    (x, dt, A, B, C), kw = make_inputs(**s, dtype=dtype, device=dev)
+    D, bias, l = kw["D"], kw["dt_bias"], s["l"]
+    dy = torch.randn_like(x)
+    dt_c, dA_cs = T.chunk_cumsum(dt, A, q, bias, True)
+    S = T.chunk_state(x, B, dt_c, dA_cs)
+    H, final = T.state_passing(S, dA_cs, None, None, l, out_dtype=x.dtype)
+    CB = T.bmm_chunk(C, B, q)
+    dS = SB.dstates(dy, C, dA_cs)
+    nblk = -(-q // SB._blocks(q))
+    ddA = torch.zeros(*dA_cs.shape, nblk + -(-s["n"] // SB._cfg("dC", s["n"])[0]), device=dev)
+    dCB = SB.dcb(dy, x, CB, dt_c, dA_cs, ddA)
+    _, ddt_x, _ = SB.dx_backward(x, dy, B, CB, dS, dt_c, dA_cs, D)
+    dlast = torch.zeros(dA_cs.shape[:3], device=dev)
+    steps = {
+        "0 recompute chunk cumsum": lambda: T.chunk_cumsum(dt, A, q, bias, True),
+        "0 recompute chunk state": lambda: T.chunk_state(x, B, dt_c, dA_cs),
+        "0 recompute state passing": lambda: T.state_passing(S, dA_cs, None, None, l,
+                                                             out_dtype=x.dtype),
+        "0 recompute bmm CB": lambda: T.bmm_chunk(C, B, q),
+        "2 dstates": lambda: SB.dstates(dy, C, dA_cs),
+        "3 state passing bwd": lambda: SB.state_passing_backward(dS, H, final, dA_cs, l=l),
+        "4 dCB": lambda: SB.dcb(dy, x, CB, dt_c, dA_cs, ddA),
+        "5 dC": lambda: SB.dC_backward(dy, H, C, B, dCB, dA_cs, ddA, nblk),
+        "6 dB": lambda: SB.dB_backward(x, dS, C, dCB, dt_c, dA_cs),
+        "7 dx": lambda: SB.dx_backward(x, dy, B, CB, dS, dt_c, dA_cs, D),
+        "8 chunk cumsum bwd": lambda: SB.chunk_cumsum_backward(ddA.sum(-1), ddt_x, dlast, dt_c,
+                                                               dt, A, bias, True),
+        "all (ssd_backward)": lambda: SB.ssd_backward(dy, None, x, dt, A, B, C, q, D=D,
+                                                      dt_bias=bias, dt_softplus=True),
+    }
+    name = shape_name(**s, q=q, dtype=dtype)
+    rows = []
+    for step, fn in steps.items():
+        row = dict(topic="ssd", backend=f"bwd step {step}", shape=name, ms=time_ms(fn, rep=50))
+        print(row, flush=True)
+        rows.append(row)
     return rows
 
 
@@ -172,6 +260,14 @@ def precision(gpu, chunks=(128, 256), tols=(0.0, 1e-3, 1e-2), shape=None):
 
 
 if __name__ == "__main__":
+    import sys
+
     from mambalearn.bench import table
 
-    print(table(run(torch.cuda.is_available())))
+    gpu = torch.cuda.is_available()
+    if "--backward" in sys.argv:  # the first shape only: fwd+bwd rows, then the backward's steps
+        rows = run(gpu, shapes=[dict(b=4, l=4096, **HEADS)] if gpu else None, forward=False)
+        rows += backward_steps(gpu)
+    else:
+        rows = run(gpu)
+    print(table(rows))
