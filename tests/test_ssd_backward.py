@@ -60,7 +60,7 @@ def leaf(t):
 
 @pytest.fixture(scope="module")
 def case():
-    """Inputs, the forward's intermediates (recomputed by the forward kernels) and an upstream dy."""
+    """Inputs, the forward's intermediates (from the forward kernels) and an upstream dy."""
     b, l, h, p, g, n, q = SIZES.values()
     x = torch.randn(b, l, h, p, device=dev)
     dt, A = torch.randn(b, l, h, device=dev) - 1, -torch.rand(h, device=dev) - 0.5
@@ -186,7 +186,7 @@ def test_dx(case, D_shape):
 @pytest.mark.parametrize("limit", [(0.0, float("inf")), (0.2, 0.6)])
 def test_chunk_cumsum_backward(case, limit):
     """ddt, dA, ddt_bias of  ⟨a, ddA − sg(Δ)·ddt_x⟩ + Σ_c dlast_c a_last + ⟨Δ, ddt_x⟩,
-    a = cumsum(Δ A) per chunk, Δ = clamp(softplus(dt + bias)); sg = held fixed (the kernel's inputs)."""
+    a = cumsum(Δ A) per chunk, Δ = clamp(softplus(dt + bias)); sg: held fixed (kernel inputs)."""
     b, h, c, q = case["dA_cs"].shape
     l = SIZES["l"]
     ddA, ddt_x = torch.randn(b, h, c, q, device=dev), torch.randn(b, h, c, q, device=dev)
@@ -212,7 +212,7 @@ def grads(backward, x, dt, A, B, C, q, dfinal=None, **kw):
     names = ["x", "dt", "A", "B", "C"] + [k for k, v in kw.items()
                                           if torch.is_tensor(v) and v.is_floating_point()]
     leaves = {k: v.detach().clone().requires_grad_() for k, v in
-              zip(names, [x, dt, A, B, C] + [kw[k] for k in names[5:]])}
+              zip(names, [x, dt, A, B, C] + [kw[k] for k in names[5:]], strict=True)}
     old, T.BACKWARD = T.BACKWARD, backward
     try:
         out, final = T.mamba_chunk_scan_combined(*(leaves[k] for k in names[:5]), q,
@@ -231,7 +231,7 @@ def grads(backward, x, dt, A, B, C, q, dfinal=None, **kw):
 
 def inputs(b, l, h, p, g, n, dtype=torch.float32, softplus=True, extras=True):
     x = torch.randn(b, l, h, p, device=dev, dtype=dtype)
-    dt = (torch.randn(b, l, h, device=dev) - 1) if softplus else torch.rand(b, l, h, device=dev) * 0.3
+    dt = torch.randn(b, l, h, device=dev) - 1 if softplus else torch.rand(b, l, h, device=dev) / 3
     A = -torch.rand(h, device=dev) * 2 - 0.2
     B, C = (torch.randn(b, l, g, n, device=dev, dtype=dtype) for _ in range(2))
     kw = dict(dt_softplus=softplus)
