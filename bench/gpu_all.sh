@@ -38,7 +38,7 @@ PY
         notebooks/0*.ipynb notebooks/12*.ipynb solutions ;;
     executed)  # the notebooks whose outputs we read (tables, figures), kept with their outputs
       step executed 270 env -u MPLBACKEND python3 bench/run_notebook.py "$LOG" ${NBS:-notebooks/1[013]*.ipynb} ;;
-    ssd_fused) step ssd_fused 100 python3 bench/gpu_ssd_fused.py --limit 85 --json "$LOG/ssd_fused.json" ;;
+    ssd_fused) step ssd_fused 130 python3 bench/gpu_ssd_fused.py --limit 110 --json "$LOG/ssd_fused.json" ;;
     selective) step selective 200 python3 bench/gpu_selective_scan.py --stage final --limit 195 ;;
     scans|memory|ssd|step|model) step "bench_$1" "${LIMIT:-60}" python3 -m mambalearn bench "$1" \
         --json "$LOG/bench_$1.json" ;;

@@ -9,15 +9,15 @@ from mambalearn.triton.ssd_fused import ssd_fused_forward
 from tests.test_ssd_triton import dev, make, ref
 
 
-@pytest.mark.parametrize("chunk_major", [True, False])
+@pytest.mark.parametrize("chunk_major,share_cb", [(True, False), (False, False), (True, True)])
 @pytest.mark.parametrize("l,q,g", [(37, 16, 2), (16, 16, 1), (3, 16, 1)])
-def test_fused_forward_matches_oracle(l, q, g, chunk_major):
+def test_fused_forward_matches_oracle(l, q, g, chunk_major, share_cb):
     b, h, p, n = 2, 2, 4, 8
     x, dt, A, B, C = make(b, l, h, p, g, n)
     kw = dict(D=torch.randn(h, p, device=dev), z=torch.randn(b, l, h, p, device=dev),
               dt_bias=torch.randn(h, device=dev), initial_states=torch.randn(b, h, p, n, device=dev),
               dt_softplus=True)
-    out, final = ssd_fused_forward(x, dt, A, B, C, q, chunk_major=chunk_major, **kw)
+    out, final = ssd_fused_forward(x, dt, A, B, C, q, chunk_major=chunk_major, share_cb=share_cb, **kw)
     want, want_f = ref(x, dt, A, B, C, q, return_final_states=True, **kw)
     assert_close(out, want)
     assert_close(final, want_f)
@@ -49,13 +49,13 @@ def test_fused_rejects_seq_idx():
         ssd_fused_forward(x, dt, A, B, C, 8, seq_idx=torch.zeros(1, 8, dtype=torch.int32))
 
 
-@pytest.mark.parametrize("chunk_major", [True, False])
-def test_fused_with_p_split_over_programs(chunk_major):
+@pytest.mark.parametrize("chunk_major,share_cb", [(True, False), (False, False), (True, True)])
+def test_fused_with_p_split_over_programs(chunk_major, share_cb):
     b, l, h, p, g, n, q = 2, 40, 3, 32, 1, 8, 16
     x, dt, A, B, C = make(b, l, h, p, g, n)
     h0 = torch.randn(b, h, p, n, device=dev)
     out, final = ssd_fused_forward(x, dt, A, B, C, q, dt_softplus=True, initial_states=h0, block_p=16,
-                                   chunk_major=chunk_major)
+                                   chunk_major=chunk_major, share_cb=share_cb)
     want, want_f = ref(x, dt, A, B, C, q, dt_softplus=True, initial_states=h0, return_final_states=True)
     assert_close(out, want)
     assert_close(final, want_f)

@@ -26,6 +26,13 @@ programs wait:
 
 The wait comes after step 2, so a producer that is late costs only the short step 3 per chunk.
 
+C Bᵀ depends on the chunk and the group, not the head: computed in step 4 it is recomputed by every
+head of a group (80 times for Mamba-2 2.7B's 80 heads in one group). With ``share_cb=True`` the
+first b·c·g tickets go to *producer* programs that compute each chunk's C Bᵀ once, store it
+(float32, L2-sized: b·c·g·q² numbers) and publish a flag; the head programs wait for their chunk's
+flag before step 4 and read C Bᵀ instead of computing it. Producers hold the smallest tickets, so
+the same argument rules out a deadlock.
+
 The passed states H_c live in a buffer (b, h, c+1, p, n) of ``state_dtype`` (float32 or float16:
 chapter 11 measures the precision cost of the smaller one). Not supported here: ``seq_idx``
 (use the unfused path). Backward: ``mamba_chunk_scan_combined(..., fused=True)`` reuses
@@ -44,15 +51,18 @@ _INTERP = device.interpreted()
 
 @triton.jit
 def _diag(acc, k0, C_m, B_base, x_base, dA_row, dt_row, dA_m, offs_m, offs_n, offs_p, pid_c, l,
-          p, n, stride_Bl, stride_Bn, stride_xl, stride_xp,
-          Q: tl.constexpr, BLOCK_K: tl.constexpr):
+          p, n, stride_Bl, stride_Bn, stride_xl, stride_xp, CB_row,
+          Q: tl.constexpr, BLOCK_K: tl.constexpr, SHARE_CB: tl.constexpr):
     """acc += ((C_m B_kᵀ) ∘ exp(dA_t − dA_s) Δ_s, s ≤ t) @ x_k — bmm fused into the chunk scan."""
     offs_k = k0 + tl.arange(0, BLOCK_K)
     t_k = pid_c * Q + offs_k
     ok_k = (offs_k < Q) & (t_k < l)
-    BkT = tl.load(B_base + t_k[None, :] * stride_Bl + offs_n[:, None] * stride_Bn,
-                  mask=ok_k[None, :] & (offs_n[:, None] < n), other=0.0)  # (N, K)
-    cb = tl.dot(C_m, BkT)  # (M, K) f32: this block of C Bᵀ, never written to HBM
+    if SHARE_CB:  # this block of C Bᵀ, computed once per (b, c, g) by a producer program
+        cb = tl.load(CB_row + offs_m[:, None] * Q + offs_k[None, :], volatile=True)  # (M, K) f32
+    else:  # computed here, for this head alone, and never written to HBM
+        BkT = tl.load(B_base + t_k[None, :] * stride_Bl + offs_n[:, None] * stride_Bn,
+                      mask=ok_k[None, :] & (offs_n[:, None] < n), other=0.0)  # (N, K)
+        cb = tl.dot(C_m, BkT)  # (M, K) f32
     dA_k = tl.load(dA_row + offs_k, mask=offs_k < Q, other=0.0)
     dt_k = tl.load(dt_row + offs_k, mask=offs_k < Q, other=0.0)
     decay = tl.exp(tl.minimum(dA_m[:, None] - dA_k[None, :], 0.0))
@@ -63,13 +73,45 @@ def _diag(acc, k0, C_m, B_base, x_base, dA_row, dt_row, dA_m, offs_m, offs_n, of
 
 
 @triton.jit
+def _cb_producer(C_ptr, B_ptr, CB_ptr, cbflag_ptr, pid, l, n, g, nchunks,
+                 stride_Bb, stride_Bl, stride_Bg, stride_Bn,
+                 stride_Cb, stride_Cl, stride_Cg, stride_Cn,
+                 Q: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr,
+                 BLOCK_N: tl.constexpr, INTERP: tl.constexpr):
+    """CB[b, c, g] = C Bᵀ of one chunk (t ≥ s blocks), then publish it: flag (b, c, g) = 1."""
+    pid_g = pid % g
+    pid_c = (pid // g) % nchunks
+    pid_b = pid // (g * nchunks)
+    offs_n = tl.arange(0, BLOCK_N)
+    C_base = C_ptr + pid_b * stride_Cb + pid_g * stride_Cg
+    B_base = B_ptr + pid_b * stride_Bb + pid_g * stride_Bg
+    for m0 in range(0, Q, BLOCK_M):
+        offs_m = m0 + tl.arange(0, BLOCK_M)
+        t_m = pid_c * Q + offs_m
+        C_m = tl.load(C_base + t_m[:, None] * stride_Cl + offs_n[None, :] * stride_Cn,
+                      mask=(t_m[:, None] < l) & (offs_n[None, :] < n), other=0.0)  # (M, N)
+        k_end = Q if INTERP else m0 + BLOCK_M  # causal: blocks up to the diagonal
+        for k0 in range(0, k_end, BLOCK_K):
+            offs_k = k0 + tl.arange(0, BLOCK_K)
+            t_k = pid_c * Q + offs_k
+            BkT = tl.load(B_base + t_k[None, :] * stride_Bl + offs_n[:, None] * stride_Bn,
+                          mask=(t_k[None, :] < l) & (offs_n[:, None] < n), other=0.0)  # (N, K)
+            tl.store(CB_ptr + (pid * Q + offs_m[:, None]) * Q + offs_k[None, :],
+                     tl.dot(C_m, BkT))
+    tl.debug_barrier()  # every thread's CB stores happen before the release below
+    tl.atomic_xchg(cbflag_ptr + pid, 1, sem="release")
+
+
+@triton.jit
 def _ssd_fused_kernel(
     x_ptr, dt_ptr, A_ptr, B_ptr, C_ptr, D_ptr, z_ptr, bias_ptr, init_ptr, out_ptr,
     scratch_ptr,        # (b, h, c, 2, q) f32: Δ and dA_cs of each chunk
     H_ptr,              # (b, h, c+1, p, n) state_dtype: H_0 … H_c
     flag_ptr,           # (b, h, c) int32, 1 once H_{c+1} is published
     ticket_ptr,         # (1,) int32 work counter
-    l, h, p, n, nchunks, n_bh, heads_per_group, dt_min, dt_max,
+    CB_ptr,             # SHARE_CB: (b, c, g, q, q) f32, C Bᵀ per chunk and group
+    cbflag_ptr,         # SHARE_CB: (b, c, g) int32, 1 once CB[b, c, g] is published
+    l, h, p, n, nchunks, n_bh, g, heads_per_group, dt_min, dt_max,
     stride_xb, stride_xl, stride_xh, stride_xp,
     stride_dtb, stride_dtl, stride_dth,
     stride_Bb, stride_Bl, stride_Bg, stride_Bn,
@@ -80,10 +122,19 @@ def _ssd_fused_kernel(
     Q: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_P: tl.constexpr,
     BLOCK_N: tl.constexpr, INTERP: tl.constexpr, HAS_D: tl.constexpr, HAS_Z: tl.constexpr,
     HAS_BIAS: tl.constexpr, SOFTPLUS: tl.constexpr, HAS_LIMIT: tl.constexpr, HAS_INIT: tl.constexpr,
-    CHUNK_MAJOR: tl.constexpr,
+    CHUNK_MAJOR: tl.constexpr, SHARE_CB: tl.constexpr,
 ):
     # Work index from a ticket, not program_id: the deadlock-free order (module doc).
     ticket = tl.atomic_add(ticket_ptr, 1)
+    if SHARE_CB:  # the first b·c·g tickets compute C Bᵀ for everyone, then leave
+        n_cb = tl.num_programs(0) - n_bh * tl.cdiv(p, BLOCK_P) * nchunks
+        if ticket < n_cb:
+            _cb_producer(C_ptr, B_ptr, CB_ptr, cbflag_ptr, ticket, l, n, g, nchunks,
+                         stride_Bb, stride_Bl, stride_Bg, stride_Bn,
+                         stride_Cb, stride_Cl, stride_Cg, stride_Cn,
+                         Q, BLOCK_M, BLOCK_K, BLOCK_N, INTERP)
+            return
+        ticket -= n_cb
     n_pb = tl.cdiv(p, BLOCK_P)  # p is split over programs; each owns a (BLOCK_P, n) slice of H
     if CHUNK_MAJOR:  # chunk c of every (b, h, p-block), then chunk c + 1, …
         pid_c = ticket // (n_bh * n_pb)
@@ -156,6 +207,12 @@ def _ssd_fused_kernel(
     # 4. outputs, BLOCK_M rows at a time: off-diagonal C H_cᵀ plus the diagonal block
     C_base = C_ptr + pid_b * stride_Cb + pid_g * stride_Cg
     HT = tl.trans(H.to(x_ptr.dtype.element_ty))  # (N, P): the state entering this chunk
+    CB_row = CB_ptr + ((pid_b * nchunks + pid_c) * g + pid_g) * Q * Q
+    if SHARE_CB:  # wait for this chunk's C Bᵀ (its producer holds a smaller ticket)
+        cbflag = cbflag_ptr + (pid_b * nchunks + pid_c) * g + pid_g
+        while tl.atomic_add(cbflag, 0, sem="acquire") == 0:
+            pass
+        tl.debug_barrier()
     for m0 in range(0, Q, BLOCK_M):
         offs_m = m0 + tl.arange(0, BLOCK_M)
         t_m = pid_c * Q + offs_m
@@ -168,12 +225,12 @@ def _ssd_fused_kernel(
             for k0 in range(0, Q, BLOCK_K):
                 acc = _diag(acc, k0, C_m, B_base, x_base, row + Q, row, dA_m, offs_m, offs_n,
                             offs_p, pid_c, l, p, n, stride_Bl, stride_Bn, stride_xl, stride_xp,
-                            Q, BLOCK_K)
+                            CB_row, Q, BLOCK_K, SHARE_CB)
         else:  # causal: only k blocks up to this row block
             for k0 in range(0, m0 + BLOCK_M, BLOCK_K):
                 acc = _diag(acc, k0, C_m, B_base, x_base, row + Q, row, dA_m, offs_m, offs_n,
                             offs_p, pid_c, l, p, n, stride_Bl, stride_Bn, stride_xl, stride_xp,
-                            Q, BLOCK_K)
+                            CB_row, Q, BLOCK_K, SHARE_CB)
         ok_out = ok_m[:, None] & (offs_p[None, :] < p)
         if HAS_D:
             Dv = tl.load(D_ptr + pid_h * stride_Dh + offs_p * stride_Dp, mask=offs_p < p, other=0.0)
@@ -193,11 +250,13 @@ def ssd_fused_forward(x, dt, A, B, C, chunk_size, D=None, z=None, dt_bias=None,
                       initial_states=None, seq_idx=None, dt_softplus=False,
                       dt_limit=(0.0, float("inf")), state_dtype=torch.float32,
                       block_m=64, block_k=64, block_p=64, num_warps=4, num_stages=2,
-                      chunk_major=True):
+                      chunk_major=True, share_cb=False):
     """Single-launch SSD forward. Returns (out (b, l, h, p), final states (b, h, p, n) float32).
 
     Same formula and layouts as ``mambalearn.triton.ssd.mamba_chunk_scan_combined``.
     ``chunk_major``: the order tickets take the work in (module doc); False = chain-major.
+    ``share_cb``: C Bᵀ computed once per (b, chunk, group) by producer programs instead of once
+    per head (module doc).
     """
     if seq_idx is not None:
         raise ValueError("the fused SSD kernel does not support seq_idx; use fused=False")
@@ -216,17 +275,21 @@ def ssd_fused_forward(x, dt, A, B, C, chunk_size, D=None, z=None, dt_bias=None,
     scratch = torch.empty(b, h, n_pb, c, 2, q, device=dev, dtype=torch.float32)
     H = torch.empty(b, h, c + 1, p, n, device=dev, dtype=state_dtype)
     flags = torch.zeros(b * h * n_pb * c + 1, device=dev, dtype=torch.int32)  # last slot: the ticket counter
+    n_cb = b * c * g if share_cb else 0
+    CB = torch.empty(max(n_cb, 1), q, q, device=dev, dtype=torch.float32)  # (b, c, g, q, q)
+    cbflags = torch.zeros(max(n_cb, 1), device=dev, dtype=torch.int32)
     init = initial_states.contiguous() if initial_states is not None else None
     Dst = (0, 0) if D is None else ((D.stride(0), 0) if D.ndim == 1 else tuple(D.stride()))
     has_limit = tuple(dt_limit) != (0.0, float("inf"))
-    _ssd_fused_kernel[(b * h * n_pb * c,)](
+    _ssd_fused_kernel[(n_cb + b * h * n_pb * c,)](
         x, dt, A, B, C, D if D is not None else A, z if z is not None else x,
         dt_bias if dt_bias is not None else A, init if init is not None else A, out, scratch, H,
-        flags, flags[-1:], l, h, p, n, c, b * h, h // g, float(dt_limit[0]), float(dt_limit[1]),
+        flags, flags[-1:], CB, cbflags, l, h, p, n, c, b * h, g, h // g, float(dt_limit[0]),
+        float(dt_limit[1]),
         *x.stride(), *dt.stride(), *B.stride(), *C.stride(),
         *(z.stride() if z is not None else (0, 0, 0, 0)), *out.stride(), *Dst,
         Q=q, BLOCK_M=block_m, BLOCK_K=block_k, BLOCK_P=block_p, BLOCK_N=_p2(n), INTERP=_INTERP,
         HAS_D=D is not None, HAS_Z=z is not None, HAS_BIAS=dt_bias is not None,
         SOFTPLUS=dt_softplus, HAS_LIMIT=has_limit, HAS_INIT=init is not None,
-        CHUNK_MAJOR=chunk_major, num_warps=num_warps, num_stages=1 if _INTERP else num_stages)
+        CHUNK_MAJOR=chunk_major, SHARE_CB=share_cb, num_warps=num_warps, num_stages=1 if _INTERP else num_stages)
     return out, H[:, :, c].float()
