@@ -29,9 +29,11 @@ VARIANTS = {  # name -> ssd_fused_forward keyword arguments (chunk_size as "q")
     "chunk-major fp16 q256 w4": dict(q=256, state_dtype=F16),
     "chunk-major fp32 q256 w8": dict(q=256, num_warps=8),                                # 255/296
     "share_cb fp32 q256 w8": dict(q=256, num_warps=8, share_cb=True),                    # 255/96
-    "share_cb fp32 q256 w8 3 stages": dict(q=256, num_warps=8, share_cb=True, num_stages=3),  # 255/64
+    "share_cb fp32 q256 w8 3 stages": dict(q=256, num_warps=8, share_cb=True,
+                                           num_stages=3),                                # 255/64
     "share_cb fp32 q256 block_p 32 w4": dict(q=256, block_p=32, share_cb=True),          # 255/128
-    "share_cb fp32 q256 block_p 32 w8": dict(q=256, block_p=32, num_warps=8, share_cb=True),  # 245/0
+    "share_cb fp32 q256 block_p 32 w8": dict(q=256, block_p=32, num_warps=8,
+                                             share_cb=True),                              # 245/0
     "share_cb fp16 q256 block_p 32 w8": dict(q=256, block_p=32, num_warps=8, share_cb=True,
                                              state_dtype=F16),
     "share_cb fp32 q128 block_p 32 w8": dict(q=128, block_p=32, num_warps=8, share_cb=True),
@@ -66,7 +68,7 @@ def main():
         qq = q if gpu else q // 16
         if not gpu:
             v.pop("block_p", None)
-        f = lambda: ssd_fused_forward(*args, qq, **kw, **v)[0]
+        f = lambda qq=qq, v=v: ssd_fused_forward(*args, qq, **kw, **v)[0]
         try:
             err = rel_error(f(), refs[q])
             rows.append(dict(name=name, ms=time_ms(f), rel_err_vs_unfused=err))

@@ -20,6 +20,8 @@ def test_norm_mode_accepts_a_few_outliers_the_elementwise_check_rejects():
 @pytest.mark.parametrize("bad", ["scaled", "nan"])
 def test_norm_mode_rejects_a_wrong_tensor(bad):
     want = torch.randn(64, generator=torch.Generator().manual_seed(1))
-    got = want * 1.01 if bad == "scaled" else want.clone().index_fill_(0, torch.tensor([5]), float("nan"))
+    got = want * 1.01 if bad == "scaled" else want.clone()
+    if bad == "nan":
+        got[5] = float("nan")
     with pytest.raises(AssertionError, match="relative error"):
         assert_close(got, want, dtype="tf32", norm=True, msg="case")

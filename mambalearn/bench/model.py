@@ -34,7 +34,7 @@ def run(gpu, blocks=tuple(BLOCKS)):
         lm = _lm(block, gpu, device)
         tok = torch.randint(0, 256, (b, l), device=device,
                             generator=torch.Generator(device=device).manual_seed(0))
-        step = lambda: lm(tok).float().logsumexp(-1).mean().backward()
+        step = lambda lm=lm, tok=tok: lm(tok).float().logsumexp(-1).mean().backward()
         shape = f"{block} d_model {lm.cfg.d_model} n{lm.cfg.d_state} b{b} l{l}"
         with torch.no_grad():
             want = lm.set_backend("sequential")(tok).float()
