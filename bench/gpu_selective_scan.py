@@ -449,6 +449,9 @@ def final(a):
              {"fwd": dict(best_cfg, UNROLL=False), "bwd": bwd_cfg}),
             (n64_s, "tuned large-n default", {"fwd": None if gpu else T.CPU_FWD,
                                               "bwd": bwd_cfg})]
+    so_name, so_cfg = next(iter(T.BWD_VARIANTS_LARGE_N.items()))  # the state-outer backward
+    big += [(n64_s, "large-n default fwd, bwd " + so_name, {"fwd": None if gpu else T.CPU_FWD,
+                                                            "bwd": so_cfg})]
     for s, label, cfg in big:
         if left() < 45:
             report["notes"].append(f"skipped {label} {s}: budget")
