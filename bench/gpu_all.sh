@@ -54,9 +54,9 @@ PY
       section prep; NBS="notebooks/10_ssd.ipynb notebooks/11_fusing_ssd.ipynb" section executed
       LIMIT=90 section scans; LIMIT=120 section ssd; section ssd_fused
       LIMIT=150 section memory; section pack ;;
-    final3)  # gpu tests, notebooks, model training, then the Mamba-1 kernels against CUDA
+    final3)  # gpu tests, model training (13), then the Mamba-1 kernels against CUDA
       section prep; section build
-      section tests & section notebooks & NBS=notebooks/13_model.ipynb section executed & wait
+      section tests & NBS=notebooks/13_model.ipynb section executed & wait
       section selective; section pack ;;
   esac
 }
