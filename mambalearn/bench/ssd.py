@@ -15,6 +15,7 @@ ours with the PyTorch-recompute oracle backward (``ssd.BACKWARD = "reference"``)
 
     python -m mambalearn.bench.ssd             all rows (also: python -m mambalearn bench ssd)
     python -m mambalearn.bench.ssd --backward  first shape: fwd+bwd rows and the backward's steps
+    python -m mambalearn.bench.ssd --backward --sweep   … and launch settings of those steps
 
 Shapes (GPU, DESIGN.md §6, Mamba-2 2.7B heads): b4 l4096, b1 l16384, b16 l1024, all h80 p64 n128 g1,
 bf16 x/B/C, fp32 dt/A/D/dt_bias, softplus, chunk 256. On a CPU: one tiny fp32 shape through
@@ -187,9 +188,30 @@ def _fwd_bwd_rows(args, kw, q, name, theirs, oracle):
     return rows
 
 
-def backward_steps(gpu, shape=None, chunk=None, device=None):
+# launch settings tried by ``backward_steps(sweep=True)``, besides ``ssd_backward.CONFIGS``
+SWEEP = {
+    "2 dstates": ("dstates", [dict(BLOCK_N=128, num_warps=4, num_stages=3),
+                              dict(BLOCK_N=64, num_warps=4, num_stages=3),
+                              dict(BLOCK_N=64, num_warps=8, num_stages=2)]),
+    "4 dCB": ("dcb", [dict(num_warps=4, num_stages=2), dict(num_warps=4, num_stages=3),
+                      dict(num_warps=8, num_stages=3)]),
+    "5 dC": ("dC", [dict(BLOCK_N=64, num_warps=4, num_stages=2),
+                    dict(BLOCK_N=128, num_warps=8, num_stages=2),
+                    dict(BLOCK_N=64, num_warps=8, num_stages=3)]),
+    "6 dB": ("dB", [dict(BLOCK_N=64, num_warps=4, num_stages=2),
+                    dict(BLOCK_N=128, num_warps=8, num_stages=2),
+                    dict(BLOCK_N=64, num_warps=8, num_stages=3)]),
+    "7 dx": ("dx", [dict(BLOCK_N=64, num_warps=4, num_stages=2),
+                    dict(BLOCK_N=128, num_warps=8, num_stages=2),
+                    dict(BLOCK_N=64, num_warps=8, num_stages=3)]),
+}
+
+
+def backward_steps(gpu, shape=None, chunk=None, device=None, sweep=False):
     """Rows timing each step of our Triton backward alone (``ssd_backward``'s module doc), then the
-    whole of it; inputs as ``run``'s first shape (D, dt_bias, softplus; no z, no initial states)."""
+    whole of it; inputs as ``run``'s first shape (D, dt_bias, softplus; no z, no initial states).
+    ``sweep=True`` also times the launch settings of ``SWEEP`` and 1, 2, 4 head splits in steps
+    4–6 (rows "sweep …"); the module's settings are restored afterwards."""
     from mambalearn.bench import time_ms
     from mambalearn.triton import ssd as T
     from mambalearn.triton import ssd_backward as SB
@@ -206,7 +228,7 @@ def backward_steps(gpu, shape=None, chunk=None, device=None):
     CB = T.bmm_chunk(C, B, q)
     dS = SB.dstates(dy, C, dA_cs)
     nblk = -(-q // SB._blocks(q))
-    ddA = torch.zeros(*dA_cs.shape, nblk + -(-s["n"] // SB._cfg("dC", s["n"])[0]), device=dev)
+    ddA = torch.zeros(*dA_cs.shape, nblk + -(-s["n"] // 16), device=dev)  # slots for any BLOCK_N
     dCB = SB.dcb(dy, x, CB, dt_c, dA_cs, ddA)
     _, ddt_x, _ = SB.dx_backward(x, dy, B, CB, dS, dt_c, dA_cs, D)
     dlast = torch.zeros(dA_cs.shape[:3], device=dev)
@@ -229,10 +251,33 @@ def backward_steps(gpu, shape=None, chunk=None, device=None):
     }
     name = shape_name(**s, q=q, dtype=dtype)
     rows = []
-    for step, fn in steps.items():
-        row = dict(topic="ssd", backend=f"bwd step {step}", shape=name, ms=time_ms(fn, rep=50))
+
+    def timed(backend, fn):
+        row = dict(topic="ssd", backend=backend, shape=name)
+        try:
+            row["ms"] = time_ms(fn, rep=50)
+        except Exception as e:  # noqa: BLE001 - a failing variant must not end the sweep
+            row.update(ms=None, error=f"{type(e).__name__}: {str(e)[:200]}")
         print(row, flush=True)
         rows.append(row)
+
+    for step, fn in steps.items():
+        timed(f"bwd step {step}", fn)
+    if sweep:
+        for step, (kernel, variants) in SWEEP.items():
+            default = SB.CONFIGS[kernel]
+            try:
+                for cfg in variants:
+                    SB.CONFIGS[kernel] = cfg
+                    timed(f"sweep {step} {cfg}", steps[step])
+            finally:
+                SB.CONFIGS[kernel] = default
+        for k in (k for k in (1, 2, 4) if (s["h"] // s["g"]) % k == 0):
+            def trio(k=k):
+                dCB_k = SB.dcb(dy, x, CB, dt_c, dA_cs, ddA, nsplit=k)
+                SB.dC_backward(dy, H, C, B, dCB_k, dA_cs, ddA, nblk)
+                SB.dB_backward(x, dS, C, dCB_k, dt_c, dA_cs)
+            timed(f"sweep steps 4-6 HEAD_SPLITS={k}", trio)
     return rows
 
 
@@ -267,7 +312,7 @@ if __name__ == "__main__":
     gpu = torch.cuda.is_available()
     if "--backward" in sys.argv:  # the first shape only: fwd+bwd rows, then the backward's steps
         rows = run(gpu, shapes=[dict(b=4, l=4096, **HEADS)] if gpu else None, forward=False)
-        rows += backward_steps(gpu)
+        rows += backward_steps(gpu, sweep="--sweep" in sys.argv)
     else:
         rows = run(gpu)
     print(table(rows))

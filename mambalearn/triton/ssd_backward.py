@@ -325,6 +325,8 @@ def dcb(dy, x, CB, dt_c, dA_cs, ddA, seq_idx=None, nsplit=1):
     (blocks above the diagonal are not written). Fills ddA[..., s-block] (row sums of E)."""
     b, l, h, p = x.shape
     c, g, q = CB.shape[1], CB.shape[2], CB.shape[3]
+    if nsplit < 1 or (h // g) % nsplit:
+        raise ValueError(f"nsplit = {nsplit} must divide the {h // g} heads of a group")
     BQ = _blocks(q)
     nblk = triton.cdiv(q, BQ)
     dCB = torch.empty(b, c, g, nsplit, q, q, device=x.device, dtype=torch.float32)
