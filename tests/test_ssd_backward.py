@@ -257,10 +257,12 @@ def test_combined_matches_reference_backward(l, q, g):
 
 
 def test_combined_plain_and_D_per_channel():
-    """No z, no bias, no softplus, no initial state, no dfinal; then D (h, p) and a dt_limit."""
+    """No z, no bias, no softplus, no initial state, no dfinal; then D (h, p), a dt_limit and a
+    non-contiguous x."""
     args, _ = inputs(1, 24, 2, 8, 1, 16, softplus=False, extras=False)
     check_all(grads("triton", *args, 16), grads("reference", *args, 16))
     args, kw = inputs(1, 24, 2, 8, 1, 16)
+    args = (torch.randn(1, 24, 8, 2, device=dev).transpose(2, 3), *args[1:])  # (b, l, h, p) view
     kw.update(D=torch.randn(2, 8, device=dev), dt_limit=(0.1, 0.8))
     check_all(grads("triton", *args, 16, **kw), grads("reference", *args, 16, **kw))
 

@@ -180,6 +180,7 @@ def _dstates_kernel(
 
 def dstates(dy, C, dA_cs, seq_idx=None):
     """Step 2. dH (b, c, h, p, n) float32: ∂loss/∂H_c through Y_off only."""
+    dy, C = dy.contiguous(), C.contiguous()  # the kernels index contiguous tensors
     b, l, h, p = dy.shape
     g, n = C.shape[2], C.shape[3]
     c, q = dA_cs.shape[2], dA_cs.shape[3]
@@ -323,6 +324,7 @@ def _head_splits(heads_per_group, programs):
 def dcb(dy, x, CB, dt_c, dA_cs, ddA, seq_idx=None, nsplit=1):
     """Step 4. dCB (b, c, g, nsplit, q, q) float32: its sum over the split axis is ∂loss/∂CB
     (blocks above the diagonal are not written). Fills ddA[..., s-block] (row sums of E)."""
+    dy, x = dy.contiguous(), x.contiguous()
     b, l, h, p = x.shape
     c, g, q = CB.shape[1], CB.shape[2], CB.shape[3]
     if nsplit < 1 or (h // g) % nsplit:
@@ -398,6 +400,7 @@ def _dC_kernel(
 
 def dC_backward(dy, H, C, B, dCB, dA_cs, ddA, slot0, seq_idx=None):
     """Step 5. dC (b, l, g, n) float32. Fills ddA[..., slot0 + n-block] (dy_t · Y_off_t)."""
+    dy, C, B = dy.contiguous(), C.contiguous(), B.contiguous()
     b, l, h, p = dy.shape
     g, n = C.shape[2], C.shape[3]
     c, nsplit, q = dCB.shape[1], dCB.shape[3], dCB.shape[-1]
@@ -468,6 +471,7 @@ def _dB_kernel(
 
 def dB_backward(x, dS, C, dCB, dt_c, dA_cs, seq_idx=None):
     """Step 6. dB (b, l, g, n) float32."""
+    x, C = x.contiguous(), C.contiguous()
     b, l, h, p = x.shape
     g, n = C.shape[2], C.shape[3]
     c, nsplit, q = dCB.shape[1], dCB.shape[3], dCB.shape[-1]
@@ -560,6 +564,7 @@ def _dx_kernel(
 
 def dx_backward(x, dy, B, CB, dS, dt_c, dA_cs, D=None, seq_idx=None):
     """Step 7. (dx (b, l, h, p) in x's dtype, x·G (b, h, c, q) float32, dD (D's shape) or None)."""
+    x, dy, B = x.contiguous(), dy.contiguous(), B.contiguous()
     b, l, h, p = x.shape
     g, n = B.shape[2], B.shape[3]
     c, q = dA_cs.shape[2], dA_cs.shape[3]
