@@ -2,9 +2,9 @@
 # The lead's device runs: GPU tests, notebooks under nbval, and the bench topics, each under its own
 # time limit so one slow part cannot starve the rest; logs and JSON go to $OUT/run/.
 # Usage on the device, from the repo root (carry .whl for the Jupyter wheels, .mamba_ref for mamba_ssm):
-#   bash bench/gpu_all.sh final | final2 | final3   # the calls docs/BENCHMARKS.md records
+#   bash bench/gpu_all.sh final | final2 | final3 | final4   # the calls BENCHMARKS.md records
 #   bash bench/gpu_all.sh SECTION... # prep build tests notebooks executed selective scans ssd
-#                                    # ssd_fused memory step model pack
+#                                    # ssd_steps ssd_fused memory step model pack
 set -u
 OUT=${OUT:-/tmp/out}; LOG=$OUT/run; mkdir -p "$LOG"
 export PYTHONPATH=/tmp/site:$PWD MAMBALEARN_PROGRESS=0 MPLBACKEND=Agg PYTHONUNBUFFERED=1
@@ -38,6 +38,7 @@ PY
         notebooks/0*.ipynb notebooks/12*.ipynb solutions ;;
     executed)  # the notebooks whose outputs we read (tables, figures), kept with their outputs
       step executed 270 env -u MPLBACKEND python3 bench/run_notebook.py "$LOG" ${NBS:-notebooks/1[013]*.ipynb} ;;
+    ssd_steps) step ssd_steps 70 python3 -c "from mambalearn.bench import ssd, table; print(table(ssd.backward_steps(True)))" ;;
     ssd_fused) step ssd_fused 130 python3 bench/gpu_ssd_fused.py --limit 110 --json "$LOG/ssd_fused.json" ;;
     selective) step selective 200 python3 bench/gpu_selective_scan.py --stage final --limit 195 ;;
     scans|memory|ssd|step|model) step "bench_$1" "${LIMIT:-60}" python3 -m mambalearn bench "$1" \
@@ -50,10 +51,12 @@ PY
       section tests & section notebooks & section executed & wait  # correctness ‖ nvcc build
       section selective                                            # timing: one at a time
       LIMIT=60 section model; section pack ;;
-    final2)  # the PyTorch scans, SSD, memory topics (no CUDA build needed)
+    final2)  # SSD (chapters 10-11) and memory (05-07) topics (no CUDA build needed)
       section prep; NBS="notebooks/10_ssd.ipynb notebooks/11_fusing_ssd.ipynb" section executed
-      LIMIT=90 section scans; LIMIT=120 section ssd; section ssd_fused
+      LIMIT=170 section ssd; section ssd_steps; section ssd_fused
       LIMIT=150 section memory; section pack ;;
+    final4)  # the PyTorch scans (chapter 04) and whatever changed since
+      section prep; LIMIT=120 section scans; section pack ;;
     final3)  # gpu tests, model training (13), then the Mamba-1 kernels against CUDA
       section prep; section build
       section tests & NBS=notebooks/13_model.ipynb section executed & wait

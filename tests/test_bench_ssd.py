@@ -9,7 +9,8 @@ def test_run_cpu_rows_are_checked_against_the_oracle():
     rows = S.run(False)
     names = [r["backend"] for r in rows]
     assert names == ["ours unfused fwd", "ours fused fwd q16 float32 state",
-                     "ours fused fwd q16 float16 state", "ours fwd+bwd (bwd: PyTorch recompute)"]
+                     "ours fused fwd q16 float16 state", "ours fwd+bwd (bwd: PyTorch recompute)",
+                     "ours fwd+bwd"]
     for r in rows:
         assert r["topic"] == "ssd" and r["ms"] is not None and r["ms"] > 0, r
     for r in rows[:3]:  # every forward agrees with the float32 oracle
@@ -21,7 +22,7 @@ def test_gpu_branch_logic_on_cpu(monkeypatch):
     monkeypatch.setenv("MAMBA_SSM_PATH", "/nonexistent/mamba_ssm")
     rows = S.run(True, shapes=[dict(b=1, l=20, h=2, p=4, g=1, n=8)], chunk=8, fused_chunks=(8, 16),
                  dtype=torch.float32, device="cpu")
-    assert len(rows) == 1 + 4 + 1
+    assert len(rows) == 1 + 4 + 2
     assert all(r["floor_pct"] is not None for r in rows[:5]) and rows[-1]["floor_pct"] is None
     assert all(r["ratio"] is None for r in rows)  # no mamba_ssm → no ratio
 

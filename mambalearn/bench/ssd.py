@@ -94,6 +94,9 @@ def fwd_bwd(fn, args, kw, dout, backward="triton"):
     return go
 
 
+GRAD_NAMES = ("x", "dt", "A", "B", "C", "D", "dt_bias")  # the order ``fwd_bwd`` returns them in
+
+
 def rel_err(a, b):
     """‖a − b‖ / ‖b‖; for tuples of tensors (gradients) the largest of them."""
     if isinstance(b, (tuple, list)):
@@ -109,8 +112,11 @@ def _measure(fn, want=None, warmup=25, rep=100, keep=None):
         if keep is not None:
             keep.append(got)
         err = None if want is None else rel_err(got, want)
+        each = ({k: rel_err(a, b) for k, a, b in zip(GRAD_NAMES, got, want, strict=True)}
+                if isinstance(want, (tuple, list)) else None)  # per gradient
         del got
-        return dict(ms=time_ms(fn, warmup=warmup, rep=rep), peak_gb=peak_gb(fn), rel_err=err)
+        row = dict(ms=time_ms(fn, warmup=warmup, rep=rep), peak_gb=peak_gb(fn), rel_err=err)
+        return row if each is None else dict(row, grad_rel_err=each)
     except Exception as e:  # noqa: BLE001 - one failing backend must not end the whole bench
         if torch.cuda.is_available():
             torch.cuda.empty_cache()
