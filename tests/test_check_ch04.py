@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from mambalearn import check, ops
-from mambalearn.scan.blelloch import blelloch_scan, up_sweep
+from mambalearn.scan.blelloch import blelloch_scan
 from mambalearn.scan.hillis_steele import hillis_steele_scan
 from mambalearn.scan.layout import time_first
 
@@ -45,7 +45,11 @@ def blelloch_with(bug):
             if bug != "no_pad":
                 A_id, U_id = ops.identity(A[: P - l], U[: P - l])
                 A, U = torch.cat([A, A_id]), torch.cat([U, U_id])
-        levels, root = up_sweep(A, U)
+        levels = []  # the up-sweep, one tensor per level (the library works in place instead)
+        while U.shape[0] > 1:
+            levels.append((A, U))
+            A, U = ops.combine((A[0::2], U[0::2]), (A[1::2], U[1::2]))
+        root = (A[0], U[0])
         E_A, E_U = (x[None] for x in ops.identity(*root))
         for A_, U_ in reversed(levels):
             left = (A_[1::2], U_[1::2]) if bug == "down_off_by_one" else (A_[0::2], U_[0::2])

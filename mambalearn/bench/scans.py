@@ -5,10 +5,13 @@
 Two tables:
 1. the bare scan h_t = a_t h_{t−1} + b_t on (l, 32768) fp32 steps at a few lengths;
 2. the whole selective scan (discretize → scan → C contraction, fp32) at b8 d2048 n16 l2048
-   (DESIGN §6), forward and forward+backward through autograd, with peak memory, next to a peer:
-   an in-place up-/down-sweep scan with a hand-written backward in the manner of mamba.py's
-   ``pscan`` (our own code, written from the idea, see :class:`PeerPScan`), and mamba.py's own
-   ``pscan`` when the ``mambapy`` package is installed.
+   (DESIGN §6), forward and forward+backward, with peak memory and memory passes (bytes read and
+   written over the size of one (b, d, l, n) fp32 tensor, counted op by op: :func:`count_passes`),
+   next to a peer: an in-place up-/down-sweep scan with a hand-written backward in the manner of
+   mamba.py's ``pscan`` (our own code, written from the idea, see :class:`PeerPScan`), and
+   mamba.py's own ``pscan`` (``from mambapy.pscan import pscan``) when ``mambapy`` is installed.
+   Before any timing every backend's output and gradients are checked against the sequential
+   oracle in float64 at a small size, and its output in fp32 at the timed size.
 On a CPU every shape is tiny and the numbers only show that the code runs.
 """
 
@@ -16,6 +19,7 @@ import math
 
 import torch
 import torch.nn.functional as F
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from mambalearn.bench import Rows, peak_gb, time_ms
 from mambalearn.scan.blelloch import blelloch_scan
@@ -111,13 +115,13 @@ def _bare_scans(gpu, dev):
     return rows
 
 
-def _selective_inputs(gpu, dev):
-    b, d, n, l = (8, 2048, 16, 2048) if gpu else (1, 8, 4, 64)
+def _selective_inputs(gpu, dev, size=None, dtype=torch.float32):
+    b, d, n, l = size or ((8, 2048, 16, 2048) if gpu else (1, 8, 4, 64))
     g = torch.Generator(device=dev).manual_seed(0)
-    r = lambda *s: torch.randn(*s, device=dev, generator=g)
-    args = dict(u=r(b, d, l), delta=F.softplus(r(b, d, l) - 3), A=-torch.rand(d, n, device=dev,
-                generator=g) * 4, B=r(b, n, l), C=r(b, n, l), D=r(d))
-    return f"b{b} d{d} n{n} l{l} fp32", args
+    r = lambda *s: torch.randn(*s, device=dev, generator=g, dtype=dtype)
+    args = dict(u=r(b, d, l), delta=F.softplus(r(b, d, l) - 3), A=-torch.rand(
+        d, n, device=dev, generator=g, dtype=dtype) * 4, B=r(b, n, l), C=r(b, n, l), D=r(d))
+    return f"b{b} d{d} n{n} l{l} {str(dtype)[6:].replace('float', 'fp')}", args
 
 
 def _fwd_bwd(fn, args):
@@ -126,25 +130,49 @@ def _fwd_bwd(fn, args):
     def run():
         out = fn(**leaves)
         out.backward(torch.ones_like(out))
+        grads = {k: v.grad for k, v in leaves.items()}
         for v in leaves.values():
             v.grad = None
+        return out, grads
 
     return run
 
 
-def _selective(gpu, dev):
-    shape, args = _selective_inputs(gpu, dev)
+def _selective_backends():
     backends = {"blelloch (selective_scan_parallel)": selective_scan_parallel,
                 "hillis-steele": lambda **k: selective_scan_parallel(**k, scan=hillis_steele_scan),
                 "peer: in-place pscan (mamba.py idea)": peer_selective_scan}
     mambapy = _mambapy_pscan()
-    if mambapy is not None:
+    if mambapy is not None:  # mamba.py's selective_scan body (the same ops) with its own pscan
         backends["mamba.py pscan (mambapy package)"] = lambda **k: peer_selective_scan(
             **k, pscan=mambapy)
-    # the same answer first (fp32 tolerance), then the clock
-    want = selective_scan_parallel(**args)
+    return backends
+
+
+def check_selective_backends(dev, size=(2, 64, 16, 256)):
+    """Every backend's output and gradients against the sequential oracle, float64, on ``dev``.
+
+    Raises AssertionError naming the backend and the tensor that disagrees.
+    """
+    _, args = _selective_inputs(False, dev, size, torch.float64)
+    want, want_grads = _fwd_bwd(selective_scan_sequential, args)()
+    for name, fn in _selective_backends().items():
+        out, grads = _fwd_bwd(fn, args)()
+        assert_close(out, want, msg=f"{name}: output disagrees with selective_scan_sequential")
+        for k, g in grads.items():
+            assert_close(g, want_grads[k], grad=True, msg=f"{name}: gradient of {k} disagrees "
+                         f"with selective_scan_sequential's")
+
+
+def _selective(gpu, dev):
+    check_selective_backends(dev)  # float64 outputs and gradients at a small size, then:
+    shape, args = _selective_inputs(gpu, dev)
+    backends = _selective_backends()
+    unit = math.prod(args["u"].shape) * args["A"].shape[1] * 4  # one (b, d, l, n) fp32 tensor
+    # the same answer at the timed size (fp32 tolerance against the oracle), then the clock
+    want = selective_scan_sequential(**args)
     for name, fn in backends.items():
-        assert_close(fn(**args), want, msg=f"{name} disagrees with selective_scan_parallel")
+        assert_close(fn(**args), want, msg=f"{name} disagrees with selective_scan_sequential")
     rows = Rows()
     seq = lambda: selective_scan_sequential(**args)
     rows.append(dict(topic="selective fwd", backend="sequential loop", shape=shape,
@@ -152,13 +180,67 @@ def _selective(gpu, dev):
     for name, fn in backends.items():
         fwd = lambda fn=fn: fn(**args)
         rows.append(dict(topic="selective fwd", backend=name, shape=shape, ms=time_ms(fwd),
-                         peak_gb=peak_gb(fwd)))
+                         peak_gb=peak_gb(fwd), passes=round(count_passes(fwd, unit), 1)))
         if name.startswith("hillis") and gpu:
             continue  # l·log l work and memory: forward only at this size
         both = _fwd_bwd(fn, args)
         rows.append(dict(topic="selective fwd+bwd", backend=name, shape=shape, ms=time_ms(both),
-                         peak_gb=peak_gb(both)))
+                         peak_gb=peak_gb(both), passes=round(count_passes(both, unit), 1)))
+    _ratios(rows, "mamba.py pscan (mambapy package)")
     return rows
+
+
+def _ratios(rows, peer):
+    """ratio = ms / the peer's ms in the same topic (this run), where the peer was measured."""
+    peer_ms = {r["topic"]: r["ms"] for r in rows if r["backend"] == peer}
+    for r in rows:
+        if r["topic"] in peer_ms:
+            r["ratio"] = r["ms"] / peer_ms[r["topic"]]
+
+
+class PassCounter(TorchDispatchMode):
+    """Counts the bytes every ATen op reads and writes (views: none), forward and backward.
+
+    A tensor's bytes count its distinct elements once (a broadcast dim of stride 0 counts once);
+    ``out=`` arguments and the target of ``copy_``/``fill_``/``zero_`` are written, not read.
+    """
+
+    def __init__(self):
+        super().__init__()
+        self.bytes, self.ops = 0, {}
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        out = func(*args, **kwargs)
+        returns = func._schema.returns
+        if any(r.alias_info is not None and not r.alias_info.is_write for r in returns) or \
+                "empty" in func.__name__ or func.__name__.startswith("_unsafe_view"):
+            return out  # a view, or memory that is allocated but not touched
+        written_only = func.__name__.startswith(("copy_", "fill_", "zero_"))
+        read = [a for i, a in enumerate(args) if not (i == 0 and written_only)]
+        read += [v for k, v in kwargs.items() if k != "out"]
+        moved = sum(_distinct_bytes(t) for t in _tensors(read) + _tensors([out]))
+        self.bytes += moved
+        self.ops[func.__name__] = self.ops.get(func.__name__, 0) + moved
+        return out
+
+
+def _tensors(xs):
+    flat = [y for x in xs for y in (x if isinstance(x, (list, tuple)) else [x])]
+    return [t for t in flat if isinstance(t, torch.Tensor)]
+
+
+def _distinct_bytes(t):
+    distinct = (s for s, st in zip(t.shape, t.stride(), strict=True) if st != 0)
+    return math.prod(distinct) * t.element_size()
+
+
+def count_passes(fn, unit_bytes):
+    """Bytes that ``fn()`` reads and writes (``PassCounter``), in units of ``unit_bytes``: the
+    number of passes over a tensor of that size; device independent."""
+    with PassCounter() as c:
+        fn()
+    return c.bytes / unit_bytes
 
 
 def run(gpu):
