@@ -421,7 +421,7 @@ def final(a):
     log(f"fastest forward: {best}")
 
     # 2b. the backward variants at the main shape (fwd+bwd with the default forward; the
-    #     "default" entry is the default backward, the same-run baseline)
+    #     "runtime-loop" entry is the backward that was the default until 2026-11-30)
     for name in bwd_variants:
         if left() < 75:
             report["notes"].append(f"skipped backward variant {name}: budget")

@@ -290,7 +290,7 @@ def test_backward_even_flags(monkeypatch, cfg, even):
             return lambda *args, **kw: seen.update(kw)
 
     monkeypatch.setattr(tuned, "_bwd_kernel", Spy())
-    cfg = None if cfg is None else dict(tiny(tuned.DEFAULT_BWD), **cfg)
+    cfg = None if cfg is None else dict(tiny(tuned.BWD_RUNTIME_LOOP), **cfg)
     x = leaves(make(1, 8, 16, 2, bc="grouped", g=2, seed=0))
     selective_scan_fn(**x, config=None if cfg is None else {"bwd": cfg}).sum().backward()
     assert seen["EVEN_L"] is even and seen["EVEN_D"] is even

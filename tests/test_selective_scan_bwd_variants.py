@@ -88,7 +88,7 @@ def test_state_outer_needs_n_within_the_chunk(monkeypatch):
 
 
 def test_default_backward_untouched(monkeypatch):
-    # a config without LAYOUT (and None) still launches the sub-block kernel
+    # a config without LAYOUT (and None in the interpreter: CPU_BWD) launches the sub-block kernel
     launched = []
     monkeypatch.setattr(tuned, "_bwd_so_kernel", None)  # would fail if reached
     real = tuned._launch

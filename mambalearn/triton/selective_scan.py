@@ -820,14 +820,19 @@ _bwd_autotuned = _autotuned(_bwd_kernel, bwd_configs(), reset_to_zero=_ZEROED)
 # while-loop one was timed there but checked only in the interpreter (switch once checked).
 FWD_MEASURED = dict(BLOCK_D=64, BLOCK_L=32, num_warps=4, STAGES=0, EVEN=False)
 FWD_PIPELINED = dict(BLOCK_D=64, BLOCK_L=32, num_warps=4, STAGES=2)
-DEFAULT_FWD = FWD_PIPELINED
-DEFAULT_BWD = dict(BLOCK_D=32, BLOCK_L=16, num_warps=2)
+FWD_UNMASKED = dict(FWD_MEASURED, EVEN=True)
+BWD_RUNTIME_LOOP = dict(BLOCK_D=32, BLOCK_L=16, num_warps=2)  # the default until 2026-11-30
+# defaults from the H200 runs of 2026-11-30 (docs/BENCHMARKS.md): the unmasked forward (0.447 ms
+# vs 0.484 pipelined) and the state-outer backward with three flips (fwd+bwd 3.18 ms vs 4.98)
+DEFAULT_FWD = FWD_UNMASKED
+DEFAULT_BWD = dict(LAYOUT="state-outer", EVEN=True, BLOCK_D=2, BLOCK_L=64, num_warps=1,
+                   REV_LOADS=False)
 DEFAULT_FWD_LARGE_N = dict(BLOCK_D=64, BLOCK_L=8, num_warps=2)
 DEFAULT_BWD_LARGE_N = dict(BLOCK_D=32, BLOCK_L=8, num_warps=1)
 # named forward variants (n ≤ UNROLL_MAX) the GPU script times side by side
 FWD_VARIANTS = {
     "measured 64x32w4": FWD_MEASURED,  # while loop, masks (the 0.949 ms kernel)
-    "unmasked 64x32w4": dict(FWD_MEASURED, EVEN=True),  # while loop, no masks (fastest, H200)
+    "unmasked 64x32w4": FWD_UNMASKED,  # while loop, no masks (fastest, H200; the default)
     "pipelined 64x32w4": FWD_PIPELINED,  # + `for` with 2-stage cp.async pipelining
     "pipelined 64x32w8 r128": dict(FWD_PIPELINED, num_warps=8, maxnreg=128),  # 2× the warps
     "pipelined 32x32w4 r128": dict(FWD_PIPELINED, BLOCK_D=32, maxnreg=128),  # 2× the programs
@@ -841,11 +846,11 @@ FWD_VARIANTS = {
 # b8 d2048 n16 l2048 bf16 (helper A4): 2x64w1 128 registers, no spill; 8x64w4 128 + 8 B spill.
 STATE_OUTER = dict(LAYOUT="state-outer", EVEN=True)
 BWD_VARIANTS = {
-    "default 32x16w2": DEFAULT_BWD,  # masks, plain run-time state loop (4.5 ms, H200)
-    "unmasked 32x16w2": dict(DEFAULT_BWD, EVEN=True),
-    "pipelined 32x16w2": dict(DEFAULT_BWD, STAGES=2),
-    "unmasked pipelined 32x16w2": dict(DEFAULT_BWD, EVEN=True, STAGES=2),
-    "unmasked pipelined 32x16w4": dict(DEFAULT_BWD, EVEN=True, STAGES=2, num_warps=4),
+    "runtime-loop 32x16w2": BWD_RUNTIME_LOOP,  # masks, plain run-time state loop (4.5 ms, H200)
+    "unmasked 32x16w2": dict(BWD_RUNTIME_LOOP, EVEN=True),
+    "pipelined 32x16w2": dict(BWD_RUNTIME_LOOP, STAGES=2),
+    "unmasked pipelined 32x16w2": dict(BWD_RUNTIME_LOOP, EVEN=True, STAGES=2),
+    "unmasked pipelined 32x16w4": dict(BWD_RUNTIME_LOOP, EVEN=True, STAGES=2, num_warps=4),
     "state-outer 2x64w1": dict(STATE_OUTER, BLOCK_D=2, BLOCK_L=64, num_warps=1),
     "state-outer 8x64w4": dict(STATE_OUTER, BLOCK_D=8, BLOCK_L=64, num_warps=4),
     "state-outer 2x64w1 flip3": dict(STATE_OUTER, BLOCK_D=2, BLOCK_L=64, num_warps=1,
@@ -1014,7 +1019,8 @@ def _backward(dout, u, delta, A, B, C, D, z, delta_bias, softplus, seq_idx, stat
               config=None):
     """Launch the backward. Returns du, ddelta, dA, dB, dC, dD, dz, ddelta_bias."""
     b, d, l, n, g = shape
-    picked = config(n) if callable(config) else config
+    picked = config if config is not None else CPU_BWD if device.interpreted() else BWD_CONFIG
+    picked = picked(n) if callable(picked) else picked
     if isinstance(picked, dict) and picked.get("LAYOUT") == "state-outer":
         return _backward_state_outer(dout, u, delta, A, B, C, D, z, delta_bias, softplus,
                                      seq_idx, states, shape, picked)
