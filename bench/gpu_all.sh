@@ -4,7 +4,7 @@
 # Usage on the device, from the repo root (carry .whl for the Jupyter wheels, .mamba_ref for mamba_ssm):
 #   bash bench/gpu_all.sh final | final2 | final3 | final4   # the calls BENCHMARKS.md records
 #   bash bench/gpu_all.sh SECTION... # prep build tests notebooks executed selective scans ssd
-#                                    # ssd_steps ssd_fused memory step model pack
+#                                    # ssd_steps ssd_acc nb11_check ssd_fused memory step model pack
 set -u
 OUT=${OUT:-/tmp/out}; LOG=$OUT/run; mkdir -p "$LOG"
 export PYTHONPATH=/tmp/site:$PWD MAMBALEARN_PROGRESS=0 MPLBACKEND=Agg PYTHONUNBUFFERED=1
@@ -31,14 +31,17 @@ subprocess.Popen([sys.executable, "-c", g["BUILD"], g["SRC"]], start_new_session
                  stdout=open(os.environ["OUT"] + "/run/build.log", "w"), stderr=subprocess.STDOUT)
 PY
       ;;
-    tests) step tests 260 python3 -m pytest -m gpu -v -p no:cacheprovider -n 6 --dist load \
+    tests) step tests "${TLIMIT:-260}" python3 -m pytest -m gpu -v -p no:cacheprovider -n 6 --dist load \
         --durations=15 tests ;;
-    notebooks) step notebooks 260 python3 -m pytest --nbval-lax --nbval-current-env -q \
-        -p no:cacheprovider -n 4 --dist loadfile --durations=0 --junitxml="$LOG/notebooks.xml" \
-        notebooks/0*.ipynb notebooks/12*.ipynb solutions ;;
+    notebooks) step notebooks "${TLIMIT:-260}" python3 -m pytest --nbval-lax --nbval-current-env \
+        -q -p no:cacheprovider -n 4 --dist loadfile --durations=0 --junitxml="$LOG/notebooks.xml" \
+        ${NBV:-notebooks/0*.ipynb notebooks/12*.ipynb solutions} ;;
     executed)  # the notebooks whose outputs we read (tables, figures), kept with their outputs
       step executed 270 env -u MPLBACKEND python3 bench/run_notebook.py "$LOG" ${NBS:-notebooks/1[013]*.ipynb} ;;
     ssd_steps) step ssd_steps 70 python3 -c "from mambalearn.bench import ssd, table; print(table(ssd.backward_steps(True)))" ;;
+    ssd_acc) step ssd_acc 60 python3 -c "from mambalearn.bench import ssd
+ssd.run(True, shapes=[dict(b=4, l=4096, **ssd.HEADS)], forward=False)" ;;
+    nb11_check) step nb11_check 130 python3 bench/gpu_ssd_fused.py --check-nb11 ;;
     ssd_fused) step ssd_fused 130 python3 bench/gpu_ssd_fused.py --limit 110 --json "$LOG/ssd_fused.json" ;;
     selective) step selective 200 python3 bench/gpu_selective_scan.py --stage final --limit 195 ;;
     scans|memory|ssd|step|model) step "bench_$1" "${LIMIT:-60}" python3 -m mambalearn bench "$1" \
@@ -55,8 +58,14 @@ PY
       section prep; NBS="notebooks/10_ssd.ipynb notebooks/11_fusing_ssd.ipynb" section executed
       LIMIT=170 section ssd; section ssd_steps; section ssd_fused
       LIMIT=150 section memory; section pack ;;
-    final4)  # the PyTorch scans (chapter 04) and whatever changed since
-      section prep; LIMIT=120 section scans; section pack ;;
+    final4)  # the PyTorch scans (chapter 04), and the changes since calls 1-3 checked
+      section prep; section nb11_check
+      export TLIMIT=150 NBV="notebooks/04*.ipynb notebooks/09*.ipynb notebooks/1[01]*.ipynb \
+        solutions/04*.ipynb solutions/09*.ipynb solutions/10*.ipynb"
+      section tests & section notebooks & wait
+      LIMIT=75 section scans; section ssd_acc
+      step selective 80 python3 bench/gpu_selective_scan.py --stage final --defaults --limit 75
+      section pack ;;
     final3)  # gpu tests, model training (13), then the Mamba-1 kernels against CUDA
       section prep; section build
       section tests & NBS=notebooks/13_model.ipynb section executed & wait

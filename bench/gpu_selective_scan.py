@@ -2,6 +2,7 @@
 
     PYTHONUNBUFFERED=1 python3 bench/gpu_selective_scan.py [--stage all|check|final] [--limit S]
     python3 bench/gpu_selective_scan.py --stage final --cpu-smoke   # control flow on a CPU
+    python3 bench/gpu_selective_scan.py --stage final --defaults    # the default kernels only
 
 --stage final (one short call, hard wall budget --limit): accuracy of the tuned kernel's fwd+bwd
 at b2 d512 n16 l2048 vs the fp32 oracle; the forward variants of ``FWD_VARIANTS`` (fwd, fwd+bwd)
@@ -373,12 +374,13 @@ def final(a):
     # 1. accuracy of the default tuned kernel, fwd + every gradient, vs the fp32 oracle
     acc = {}
     try:
-        fast = {"fwd": variants["unmasked 64x32w4"],
-                "bwd": bwd_variants["unmasked pipelined 32x16w2"]}
-        accuracy({"triton tuned (default)": T.selective_scan_fn,
-                  "unmasked fwd, unmasked pipelined bwd":
-                      lambda **k: T.selective_scan_fn(**k, config=fast)},
-                 acc_s, acc, device=dev, dtype=dtype)
+        old = {"fwd": variants["pipelined 64x32w4"],
+               "bwd": bwd_variants["runtime-loop 32x16w2"]}
+        fns = {"triton tuned (default)": T.selective_scan_fn}
+        if not a.defaults:
+            fns["pipelined fwd, runtime-loop bwd (the 2026-11-29 defaults)"] = (
+                lambda **k: T.selective_scan_fn(**k, config=old))
+        accuracy(fns, acc_s, acc, device=dev, dtype=dtype)
     except Exception as e:  # noqa: BLE001
         log(f"accuracy failed: {type(e).__name__}: {e}")
     report["accuracy"] = acc
@@ -404,6 +406,11 @@ def final(a):
         if gpu:
             torch.cuda.empty_cache()
         return row
+
+    if a.defaults:  # only the default kernels: the default forward's row, no backward sweep
+        variants = {k: v for k, v in variants.items() if v is T.DEFAULT_FWD or not gpu}
+        variants = dict(list(variants.items())[:1])
+        bwd_variants = {}
 
     # 2. the variants at the main shape (fwd, fwd+bwd with the default backward)
     x = inputs(**main_s, device=dev, dtype=dtype)
@@ -524,6 +531,8 @@ def main():
     ap.add_argument("--bwd", default=None, help="python list of bwd configs to sweep")
     ap.add_argument("--no-tests", action="store_true")
     ap.add_argument("--cpu-smoke", action="store_true", help="final stage on the CPU, tiny")
+    ap.add_argument("--defaults", action="store_true",
+                    help="final stage: accuracy and timing of the default kernels only")
     ap.add_argument("--build", action="store_true",
                     help="final stage: also build mamba_ssm in the background here")
     a = ap.parse_args()

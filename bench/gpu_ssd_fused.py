@@ -40,11 +40,56 @@ VARIANTS = {  # name -> ssd_fused_forward keyword arguments (chunk_size as "q")
 }
 
 
+NB11_CASE = """
+import time, torch
+from mambalearn import ssd
+from mambalearn.testing import assert_close, dot_dtype
+from mambalearn.triton import ssd_fused
+dev = "cuda" if torch.cuda.is_available() else "cpu"
+b, l, h, p, n, q = (2, 1000, 8, 64, 128, 256) if dev == "cuda" else (1, 70, 2, 16, 16, 32)
+gen = torch.Generator(device=dev).manual_seed(1)
+r = lambda *s: torch.randn(*s, generator=gen, device=dev)
+x, B, C = r(b, l, h, p), r(b, l, 1, n), r(b, l, 1, n)
+dt, A, D = r(b, l, h) - 1, -torch.rand(h, generator=gen, device=dev) - 0.5, r(h)
+h0 = r(b, h, p, n)
+want, want_f = ssd.mamba_chunk_scan_ref(*(t.double() for t in (x, dt, A, B, C)), q, D=D.double(),
+                                        initial_states=h0.double(), dt_softplus=True,
+                                        return_final_states=True)
+for rep in range(3):
+    t0 = time.time()
+    out, final = ssd_fused.ssd_fused_forward(x, dt, A, B, C, q, D=D, initial_states=h0,
+                                             dt_softplus=True, chunk_major=CHUNK_MAJOR)
+    torch.cuda.synchronize() if dev == "cuda" else None
+    print(f"chunk_major={CHUNK_MAJOR} call {rep}: {time.time() - t0:.2f} s", flush=True)
+assert_close(out, want, dtype=dot_dtype(out), norm=True)
+assert_close(final, want_f, dtype=dot_dtype(final), norm=True)
+print(f"chunk_major={CHUNK_MAJOR}: notebook 11's check passes", flush=True)
+"""
+
+
+def check_nb11(timeout=45):
+    """Notebook 11's correctness cell (fp32, g 1, D, initial states) for both ticket orders,
+    each in its own process under a timeout: a kernel that never returns shows as a timeout."""
+    import subprocess
+    import sys
+
+    for cm in (True, False):
+        try:
+            r = subprocess.run([sys.executable, "-c", NB11_CASE.replace("CHUNK_MAJOR", str(cm))],
+                               capture_output=True, text=True, timeout=timeout)
+            print(r.stdout + r.stderr[-1500:], f"rc={r.returncode}", flush=True)
+        except subprocess.TimeoutExpired:
+            print(f"chunk_major={cm}: TIMEOUT after {timeout} s (hung)", flush=True)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--limit", type=float, default=110)
     ap.add_argument("--json", default=None)
+    ap.add_argument("--check-nb11", action="store_true")
     a = ap.parse_args()
+    if a.check_nb11:
+        return check_nb11()
     t0 = time.time()
     gpu = torch.cuda.is_available()
     b, l, h, p, g, n = (4, 4096, 80, 64, 1, 128) if gpu else (1, 64, 2, 8, 1, 16)
