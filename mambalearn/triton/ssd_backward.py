@@ -17,26 +17,34 @@ Backwards, with dy = ∂loss/∂(Y_diag + Y_off):
  2. dstates   dH_c = Σ_t exp(a_t) dy_t C_tᵀ        (what Y_off sends to the state entering c)
  3. state passing reversed over chunks: 𝒢 after the last chunk = dfinal,
               dS_c = 𝒢_{c+1},  𝒢_c = dH_c + α_c 𝒢_{c+1},  dinitial_states = 𝒢_0,
-              ∂loss/∂a_last = ⟨H_{c+1}, 𝒢_{c+1}⟩   (a_last scales α_c H_c and all of S_c)
+              ∂loss/∂a_last ∋ ⟨α_c H_c, 𝒢_{c+1}⟩   (a_last also scales all of S_c: step 8)
  4. dCB       dCB_ts = Σ_heads (dy_t · x_s) Δ_s exp(a_t − a_s), s ≤ t    (a group's heads)
  5. dC        dC_t = Σ_heads exp(a_t) dy_t H_c + Σ_s dCB_ts B_s
  6. dB        dB_s = Σ_heads w_s x_s dS_c + Σ_t dCB_ts C_t
  7. dx        G_s = Σ_t P_ts dy_t + exp(a_last − a_s) dS_c B_s           (= ∂loss/∂(Δ_s x_s))
               dx_s = Δ_s G_s + D dy_s,  ∂loss/∂Δ_s at fixed a = x_s · G_s,  dD = Σ dy · x
  8. cumsum    a enters only through decays. exp(a_t − a_s) gives +E_ts to a_t and −E_ts to a_s,
-              E_ts = dP_ts P_ts; row sums Σ_s E_ts = dy_t · Y_diag_t, column sums
-              Σ_t E_ts = Δ_s x_s · (Pᵀ dy)_s. With Y_off and S_c alike:
-                ∂loss/∂a_t = dy_t · (Y_diag_t + Y_off_t) − Δ_t x_t · G_t
-                             + [t = last] ⟨H_{c+1}, 𝒢_{c+1}⟩
-              then a_t = Σ_{k≤t} Δ_k A, so with the reverse cumsum R_k = Σ_{t≥k} ∂loss/∂a_t:
+              E_ts = dP_ts P_ts (s < t; E_tt would add and take the same number). With Y_off
+              and S_c alike (v_s = w_s x_s · (dS_c B_s): −v_s at a_s, Σ_s v_s at a_last):
+                ∂loss/∂a_t = Σ_{s<t} E_ts − Σ_{t'>t} E_t't + dy_t · Y_off_t − v_t
+                             + [t = last] (⟨α_c H_c, 𝒢_{c+1}⟩ + Σ_s v_s)
+              The first pair equals dy_t · Y_diag_t − Δ_t x_t · (Pᵀdy)_t, and v and Σ v are
+              parts of Δ_t x_t · G_t and ⟨H_{c+1}, 𝒢_{c+1}⟩, but those are large numbers whose
+              difference is small (in the reverse cumsum below only the rectangle
+              Σ_{t≥k>s} E_ts and Σ_{s<k} v_s survive): computed from differently rounded
+              products (P and H cast to bf16 for tl.dot) they left a 6 % error in dA on a GPU.
+              So each pair comes from the same float32 numbers: step 4 takes the row and the
+              column sums of one float32 tile of E, step 7 writes v in float32 where it forms
+              dS_c B_s, and step 3 gives only ⟨α_c H_c, 𝒢_{c+1}⟩, which cancels nothing.
+              Then a_t = Σ_{k≤t} Δ_k A, so with the reverse cumsum R_k = Σ_{t≥k} ∂loss/∂a_t:
                 dΔ_k = x_k · G_k + A R_k,   dA = Σ Δ_k R_k,
               and Δ = clamp(softplus(dt + dt_bias)): ddt = dΔ · σ(dt + dt_bias) · 1[not clamped],
               d dt_bias = Σ_{b,l} ddt.
 
 Steps 4–6 sum over the heads of a group (B and C are shared by h/g heads): one program loops over
-those heads and owns its output tile, so there are no atomics. The dy · Y terms of step 8 are row
-sums of products steps 4 and 5 already form (Σ_s W_ts CB_ts and Σ_n C_t (dy_t H_c)), so Y itself
-is never recomputed — unless z is given: the gate needs u, which costs one forward chunk scan.
+those heads and owns its output tile, so there are no atomics. The a terms of step 8 are row (and column)
+sums of products steps 4 and 5 already form (E_ts = W_ts CB_ts and Σ_n C_t (dy_t H_c)), so Y
+itself is never recomputed — unless z is given: the gate needs u, which costs one forward chunk scan.
 
 Like mamba_ssm, the forward saves only its inputs; step 0 recomputes Δ, dA_cs, the passed states
 H_c (in x's dtype) and CB with the forward's kernels. Products are ``tl.dot`` with float32
@@ -202,7 +210,7 @@ def _state_passing_bwd_kernel(
     H_ptr, final_ptr,   # H_c entering each chunk (b, c, h, p·n), x's dtype; final (b, h, p·n) f32
     dA_cs_ptr, dfinal_ptr, seq_ptr,
     dinit_ptr,          # out: 𝒢_0 (b, h, p·n) f32
-    dlast_ptr,          # out: (b, h, c, nblocks) f32: this block's share of ⟨H_{c+1}, 𝒢_{c+1}⟩
+    dlast_ptr,          # out: (b, h, c, nblocks) f32: this block's share of ⟨α_c H_c, 𝒢_{c+1}⟩
     l, h, dim, nchunks, nblocks,
     Q: tl.constexpr, BLOCK: tl.constexpr,
     HAS_DFINAL: tl.constexpr, HAS_INIT: tl.constexpr, HAS_SEQ: tl.constexpr,
@@ -218,11 +226,7 @@ def _state_passing_bwd_kernel(
     c = nchunks - 1
     while c >= 0:  # `while`: the interpreter rejects range() over run-time bounds
         row = ((pid_b * nchunks + c) * h + pid_h).to(tl.int64)  # (b, c, h) row of dS and H
-        if c == nchunks - 1:  # H_{c+1}, the state leaving chunk c
-            H_next = tl.load(final_ptr + bh.to(tl.int64) * dim + offs, mask=ok, other=0.0)
-        else:
-            H_next = tl.load(H_ptr + (row + h) * dim + offs, mask=ok, other=0.0).to(tl.float32)
-        tl.store(dlast_ptr + (bh * nchunks + c) * nblocks + pid_d, tl.sum(H_next * G, axis=0))
+        H_c = tl.load(H_ptr + row * dim + offs, mask=ok, other=0.0).to(tl.float32)
         dH = tl.load(dS_ptr + row * dim + offs, mask=ok, other=0.0)
         tl.store(dS_ptr + row * dim + offs, G, mask=ok)  # dS_c = 𝒢_{c+1}
         alpha = tl.exp(tl.load(dA_cs_ptr + (bh * nchunks + c) * Q + Q - 1))  # exp(a_last)
@@ -230,6 +234,8 @@ def _state_passing_bwd_kernel(
             seq_end = tl.load(seq_ptr + pid_b * l + tl.minimum((c + 1) * Q, l) - 1)
             seq_before = tl.load(seq_ptr + pid_b * l + c * Q - 1, mask=c > 0, other=0)
             alpha = tl.where(seq_end == seq_before, alpha, 0.0)
+        # a_last's path through α_c H_c (its path through S_c is step 7's Σ_s v_s)
+        tl.store(dlast_ptr + (bh * nchunks + c) * nblocks + pid_d, alpha * tl.sum(H_c * G, axis=0))
         G = dH + alpha * G  # 𝒢_c
         c -= 1
     if HAS_INIT:
@@ -240,8 +246,10 @@ def state_passing_backward(dS, H, final, dA_cs, dfinal=None, seq_idx=None, l=Non
                            has_init=False):
     """Step 3, in place: dS (b, c, h, p, n) holds dH on entry and dS_c = 𝒢_{c+1} on return.
 
-    Returns (dlast (b, h, c) float32 = ∂loss/∂a_last of each chunk,
+    Returns (dlast (b, h, c) float32 = ⟨α_c H_c, 𝒢_{c+1}⟩, ∂loss/∂a_last of each chunk through
+             α_c H_c (the part through S_c is Σ_s v_s of step 7),
              dinitial_states (b, h, p, n) float32, or None without initial states).
+    ``final`` is not read (kept for the callers); H_c is the state entering chunk c.
     """
     b, c, h, p, n = dS.shape
     q, dim = dA_cs.shape[-1], p * n
@@ -266,7 +274,7 @@ def _dcb_kernel(
     dy_ptr, x_ptr, CB_ptr,          # dy, x (b, l, h, p); CB (b, c, g, q, q) f32
     dt_ptr, dA_cs_ptr, seq_ptr,     # Δ, dA_cs (b, h, c, q) f32
     dCB_ptr,                        # out: (b, c, g, nsplit, q, q) f32, blocks s ≤ t only
-    ddA_ptr,                        # out: (b, h, c, q, slots) f32; slot = s-block: Σ_s E_ts
+    ddA_ptr,                        # out: (b, h, c, q, slots) f32, slots < #blocks: Σ_s E_ts − Σ_t E_ts
     l, h, p, g, nchunks, heads_per_group, nsplit, slots,
     Q: tl.constexpr, HEADS: tl.constexpr,   # HEADS: heads per program = (h / g) / nsplit
     BLOCK_Q: tl.constexpr, BLOCK_P: tl.constexpr, HAS_SEQ: tl.constexpr,
@@ -282,6 +290,7 @@ def _dcb_kernel(
     t_t, t_s = pid_c * Q + offs_t, pid_c * Q + offs_s
     ok_t, ok_s = (offs_t < Q) & (t_t < l), (offs_s < Q) & (t_s < l)
     keep = (offs_t[:, None] >= offs_s[None, :]) & ok_t[:, None] & ok_s[None, :]  # causal
+    strict = offs_t[:, None] > offs_s[None, :]  # E_tt adds to a_t and takes from a_t: left out
     if HAS_SEQ:  # … and inside one packed sequence
         seq_t = tl.load(seq_ptr + pid_b * l + t_t, mask=ok_t, other=-1)
         seq_s = tl.load(seq_ptr + pid_b * l + t_s, mask=ok_s, other=-2)
@@ -302,8 +311,17 @@ def _dcb_kernel(
         decay = tl.exp(tl.where(keep, tl.minimum(a_t[:, None] - a_s[None, :], 0.0), -float("inf")))
         W = dyx * (decay * _row(dt_ptr + cs, offs_s, Q)[None, :])  # (T, S): this head's dCB
         acc += W
-        # E_ts = W_ts CB_ts = dP_ts P_ts; its row sums are this head's dy_t · Y_diag_t (step 8)
-        tl.store(ddA_ptr + (cs + offs_t) * slots + pid_s, tl.sum(W * cb, axis=1), mask=offs_t < Q)
+        # step 8: E_ts = W_ts CB_ts = dP_ts P_ts (s < t) goes to a_t with + and to a_s with −.
+        # Row and column sums of this one float32 tile, so that they cancel exactly where they
+        # should (in the reverse cumsum). Row r of block j: slot k < j holds the row sum over
+        # s-block k, slot k > j minus the column sum over t-block k, slot j both (diagonal block).
+        E = tl.where(strict, W * cb, 0.0)
+        rows, cols = tl.sum(E, axis=1), tl.sum(E, axis=0)  # Σ_s E_ts (at t), Σ_t E_ts (at s)
+        if pid_t == pid_s:
+            tl.store(ddA_ptr + (cs + offs_t) * slots + pid_t, rows - cols, mask=offs_t < Q)
+        else:
+            tl.store(ddA_ptr + (cs + offs_t) * slots + pid_s, rows, mask=offs_t < Q)
+            tl.store(ddA_ptr + (cs + offs_s) * slots + pid_t, -cols, mask=offs_s < Q)
     out = dCB_ptr + (pid * Q + offs_t[:, None]) * Q + offs_s[None, :]
     tl.store(out, acc, mask=(offs_t[:, None] < Q) & (offs_s[None, :] < Q))
 
@@ -323,7 +341,8 @@ def _head_splits(heads_per_group, programs):
 
 def dcb(dy, x, CB, dt_c, dA_cs, ddA, seq_idx=None, nsplit=1):
     """Step 4. dCB (b, c, g, nsplit, q, q) float32: its sum over the split axis is ∂loss/∂CB
-    (blocks above the diagonal are not written). Fills ddA[..., s-block] (row sums of E)."""
+    (blocks above the diagonal are not written). Fills ddA[..., :#blocks]: their sum over the
+    slots is Σ_{s<t} E_ts − Σ_{t'>t} E_t't = ∂⟨Y_diag, dy⟩/∂a_t (step 8)."""
     dy, x = dy.contiguous(), x.contiguous()
     b, l, h, p = x.shape
     c, g, q = CB.shape[1], CB.shape[2], CB.shape[3]
@@ -496,10 +515,11 @@ def _dx_kernel(
     dx_ptr,                         # out: (b, l, h, p) in x's dtype
     ddt_ptr,                        # out: (b, h, c, q) f32: x_s · G_s
     dD_ptr,                         # out: (b, c, h, s-blocks, p) f32: Σ_s dy_s x_s
+    v_ptr,                          # out: (b, h, c, q) f32: v_s = w_s x_s · (dS_c B_s) (step 8)
     l, h, p, g, nchunks, heads_per_group, stride_Dh, stride_Dp,
     n: tl.constexpr, Q: tl.constexpr,
     BLOCK_Q: tl.constexpr, BLOCK_P: tl.constexpr, BLOCK_N: tl.constexpr,
-    HAS_D: tl.constexpr, HAS_SEQ: tl.constexpr,
+    HAS_D: tl.constexpr, HAS_SEQ: tl.constexpr, HAS_V: tl.constexpr,
 ):
     pid_s, pid_bch = tl.program_id(0), tl.program_id(1)
     pid_b, pid_c, pid_h = _bch(pid_bch, h, nchunks)
@@ -547,9 +567,13 @@ def _dx_kernel(
     if HAS_SEQ:
         seq_last = tl.load(seq_ptr + pid_b * l + tl.minimum((pid_c + 1) * Q, l) - 1)
         decay_out = tl.where(seq_s == seq_last, decay_out, 0.0)
-    G += G_state * decay_out[:, None]  # G_s = ∂loss/∂(Δ_s x_s)
-    # 3. dx, x · G (for Δ and a, step 8), and dD
+    G_state *= decay_out[:, None]
+    G += G_state  # G_s = ∂loss/∂(Δ_s x_s)
+    # 3. dx, x · G (for Δ, step 8), v_s (for a, step 8) and dD
     x_s = _tile(x_ptr + xdy_base, t_s, ok_s, h * p, offs_p, p).to(tl.float32)  # (S, P)
+    if HAS_V:  # the chunk state's share of ∂a, from these very float32 numbers: −v_s at a_s,
+        # +Σ_s v_s at a_last
+        tl.store(v_ptr + cs + offs_s, dt_s * tl.sum(x_s * G_state, axis=1), mask=offs_s < Q)
     dx = G * dt_s[:, None]
     if HAS_D:  # out = y + D x
         dy_s = _tile(dy_ptr + xdy_base, t_s, ok_s, h * p, offs_p, p).to(tl.float32)
@@ -562,8 +586,9 @@ def _dx_kernel(
     tl.store(ddt_ptr + cs + offs_s, tl.sum(x_s * G, axis=1), mask=offs_s < Q)
 
 
-def dx_backward(x, dy, B, CB, dS, dt_c, dA_cs, D=None, seq_idx=None):
-    """Step 7. (dx (b, l, h, p) in x's dtype, x·G (b, h, c, q) float32, dD (D's shape) or None)."""
+def dx_backward(x, dy, B, CB, dS, dt_c, dA_cs, D=None, seq_idx=None, v=None):
+    """Step 7. (dx (b, l, h, p) in x's dtype, x·G (b, h, c, q) float32, dD (D's shape) or None).
+    If ``v`` (b, h, c, q) float32 is given, fills it with v_s = w_s x_s · (dS_c B_s) (step 8)."""
     x, dy, B = x.contiguous(), dy.contiguous(), B.contiguous()
     b, l, h, p = x.shape
     g, n = B.shape[2], B.shape[3]
@@ -578,9 +603,9 @@ def dx_backward(x, dy, B, CB, dS, dt_c, dA_cs, D=None, seq_idx=None):
     _dx_kernel[(nblk, b * c * h)](
         x, dy, B, CB, dS, dt_c, dA_cs, D if D is not None else dt_c,
         seq_idx if seq_idx is not None else dt_c, dx, ddt_x, dD if D is not None else dt_c,
-        l, h, p, g, c, h // g, *Dst,
+        v if v is not None else dt_c, l, h, p, g, c, h // g, *Dst,
         n=n, Q=q, BLOCK_Q=BQ, BLOCK_P=_p2(p), BLOCK_N=BN,
-        HAS_D=D is not None, HAS_SEQ=seq_idx is not None, **opts)
+        HAS_D=D is not None, HAS_SEQ=seq_idx is not None, HAS_V=v is not None, **opts)
     if D is not None:
         dD = dD.sum((0, 1, 3))  # (h, p)
         dD = dD.sum(-1) if D.ndim == 1 else dD
@@ -591,16 +616,17 @@ def dx_backward(x, dy, B, CB, dS, dt_c, dA_cs, D=None, seq_idx=None):
 # 8. chunk cumsum backward: ∂loss/∂a → reverse cumsum → dΔ, dA → softplus, clamp → ddt
 @triton.jit
 def _chunk_cumsum_bwd_kernel(
-    ddA_ptr,        # (b, h, c, q) f32: dy_t · Y_t, the first term of ∂loss/∂a_t
+    ddA_ptr,        # (b, h, c, q) f32: ∂loss/∂a_t through Y_diag and Y_off
     ddt_x_ptr,      # (b, h, c, q) f32: x_t · G_t = ∂loss/∂Δ_t at fixed a
-    dlast_ptr,      # (b, h, c) f32: ⟨H_{c+1}, 𝒢_{c+1}⟩
+    dlast_ptr,      # (b, h, c) f32: ⟨α_c H_c, 𝒢_{c+1}⟩
+    v_ptr,          # (b, h, c, q) f32: v_t = w_t x_t · (dS_c B_t), through S_c
     dt_c_ptr, dt_ptr, A_ptr, bias_ptr,   # Δ (b, h, c, q) f32; dt (b, l, h); A, dt_bias (h,)
     ddt_ptr,        # out: (b, l, h) f32, ∂loss/∂dt
     dA_ptr,         # out: (b, c, h) f32, this chunk's share of ∂loss/∂A
     l, h, nchunks, dt_min, dt_max,
     stride_dt_b, stride_dt_l, stride_dt_h,
     Q: tl.constexpr, BLOCK_H: tl.constexpr,
-    HAS_BIAS: tl.constexpr, SOFTPLUS: tl.constexpr, HAS_LIMIT: tl.constexpr,
+    HAS_BIAS: tl.constexpr, SOFTPLUS: tl.constexpr, HAS_LIMIT: tl.constexpr, HAS_V: tl.constexpr,
 ):
     pid_b, pid_c, pid_h = tl.program_id(0), tl.program_id(1), tl.program_id(2)
     offs_h = pid_h * BLOCK_H + tl.arange(0, BLOCK_H)
@@ -610,8 +636,12 @@ def _chunk_cumsum_bwd_kernel(
     rows = ((pid_b * h + offs_h[:, None]) * nchunks + pid_c) * Q + offs_t[None, :]  # (H, Q)
     delta = tl.load(dt_c_ptr + rows, mask=ok_h[:, None], other=0.0)
     g_delta = tl.load(ddt_x_ptr + rows, mask=ok_h[:, None], other=0.0)
-    da = tl.load(ddA_ptr + rows, mask=ok_h[:, None], other=0.0) - delta * g_delta  # ∂loss/∂a_t
+    da = tl.load(ddA_ptr + rows, mask=ok_h[:, None], other=0.0)  # ∂loss/∂a_t …
     dlast = tl.load(dlast_ptr + (pid_b * h + offs_h) * nchunks + pid_c, mask=ok_h, other=0.0)
+    if HAS_V:  # … through S_c: −v_t at a_t and +Σ v at a_last (a sum with no rounded partner)
+        v = tl.load(v_ptr + rows, mask=ok_h[:, None], other=0.0)
+        da -= v
+        dlast += tl.sum(v, axis=1)
     da += tl.where(offs_t[None, :] == Q - 1, dlast[:, None], 0.0)  # a_last = a_{q−1}: Δ = 0 past l
     R = tl.cumsum(da, axis=1, reverse=True)  # R_k = Σ_{t ≥ k} ∂loss/∂a_t = ∂loss/∂(Δ_k A)
     A = tl.load(A_ptr + offs_h, mask=ok_h, other=0.0).to(tl.float32)
@@ -635,18 +665,21 @@ def _chunk_cumsum_bwd_kernel(
 
 
 def chunk_cumsum_backward(ddA, ddt_x, dlast, dt_c, dt, A, dt_bias=None, dt_softplus=False,
-                          dt_limit=(0.0, float("inf"))):
-    """Step 8. (ddt (b, l, h) float32, dA (h,) float32, ddt_bias (h,) float32 or None)."""
+                          dt_limit=(0.0, float("inf")), v=None):
+    """Step 8. (ddt (b, l, h) float32, dA (h,) float32, ddt_bias (h,) float32 or None).
+
+    ∂loss/∂a_t = ddA_t − v_t + [t = last](dlast + Σ_s v_s); ddt_x is ∂loss/∂Δ at fixed a."""
     b, l, h = dt.shape
     c, q = dt_c.shape[2], dt_c.shape[3]
     ddt = torch.empty(b, l, h, device=dt.device, dtype=torch.float32)
     dA = torch.empty(b, c, h, device=dt.device, dtype=torch.float32)
     BLOCK_H = 1 if _INTERP else min(4, _p2(h, 1))
     _chunk_cumsum_bwd_kernel[(b, c, triton.cdiv(h, BLOCK_H))](
-        ddA, ddt_x, dlast, dt_c, dt, A, dt_bias if dt_bias is not None else A, ddt, dA,
+        ddA, ddt_x, dlast, v if v is not None else ddA, dt_c, dt, A,
+        dt_bias if dt_bias is not None else A, ddt, dA,
         l, h, c, float(dt_limit[0]), float(dt_limit[1]), *dt.stride(),
         Q=q, BLOCK_H=BLOCK_H, HAS_BIAS=dt_bias is not None, SOFTPLUS=dt_softplus,
-        HAS_LIMIT=tuple(dt_limit) != (0.0, float("inf")), num_warps=4)
+        HAS_LIMIT=tuple(dt_limit) != (0.0, float("inf")), HAS_V=v is not None, num_warps=4)
     return ddt, dA.sum((0, 1)), ddt.sum((0, 1)) if dt_bias is not None else None
 
 
@@ -691,12 +724,13 @@ def ssd_backward(dout, dfinal, x, dt, A, B, C, chunk_size, D=None, z=None, dt_bi
     dC = dC_backward(dy, H, C, B, dCB, dA_cs, ddA, nblk, seq_idx)  # (b, l, g, n) f32
     dB = dB_backward(x, dS, C, dCB, dt_c, dA_cs, seq_idx)  # (b, l, g, n) f32
     del dCB, H
-    # 7. x, and x · G for Δ and a
-    dx, ddt_x, dD = dx_backward(x, dy, B, CB, dS, dt_c, dA_cs, D, seq_idx)
+    # 7. x, x · G for Δ, and v for a
+    v = torch.empty(b, h, c, q, device=x.device, dtype=torch.float32)
+    dx, ddt_x, dD = dx_backward(x, dy, B, CB, dS, dt_c, dA_cs, D, seq_idx, v)
     del dS, CB
     # 8. through the cumsum and the dt transform
     ddt, dA, ddt_bias = chunk_cumsum_backward(ddA.sum(-1), ddt_x, dlast, dt_c, dt, A, dt_bias,
-                                              dt_softplus, dt_limit)
+                                              dt_softplus, dt_limit, v)
     cast = lambda grad, like: None if like is None else grad.to(like.dtype)
     return (dx, cast(ddt, dt), cast(dA, A), cast(dB, B), cast(dC, C), cast(dD, D), dz,
             cast(ddt_bias, dt_bias), cast(dinit, initial_states))
