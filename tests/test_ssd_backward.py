@@ -342,17 +342,24 @@ def cancellation_errors(backward, seed=1):
     out = ssd.mamba_chunk_scan_ref(x.double(), leaves[0], leaves[1], B.double(), C.double(), q,
                                    dt_bias=leaves[2], dt_softplus=True)
     (out * dout.double()).sum().backward()
-    return {k: rel_error(mine, ref.grad)
-            for k, mine, ref in zip(("dt", "A", "dt_bias"), (got[1], got[2], got[7]), leaves)}
+    err = {k: rel_error(mine, ref.grad)
+           for k, mine, ref in zip(("dt", "A", "dt_bias"), (got[1], got[2], got[7]), leaves,
+                                 strict=True)}
+    # d dt_bias = Σ_l ddt is itself a small remainder of a sum with both signs: measured against
+    # ‖ddt‖, what errors of ddt that do not add up coherently would leave
+    err["dt_bias/ddt"] = ((got[7].double() - leaves[2].grad).norm() / leaves[0].grad.norm()).item()
+    return err
 
 
 @pytest.mark.skipif(not SB._INTERP, reason="float16 rounding emulated in Triton's interpreter")
 def test_cancelling_terms_of_da_from_one_rounding():
     """∂loss/∂a_t = Σ_s E_ts − Σ_t' E_t't + (state terms) cancels to a small remainder in the
-    reverse cumsum. Computed as dy·Y_diag (float32 products) − Δx·(Pᵀdy) (P cast to the operand
-    dtype), as the first version did, the rounding of P became a 4e-3 error in dA here (and
-    6.5e-2 on an H200 in bf16); from one float32 tile it is at the float16 level."""
+    reverse cumsum. Computed as dy·Y_diag (float32 products) − Δx·G (P and H cast to the operand
+    dtype), as the first version did, those roundings left errors dA 3.9e-3, d dt_bias 2.2e-3
+    (7.5e-4 of ‖ddt‖) here, and 6.5e-2 on an H200 in bf16. From one float32 tile and v in float32:
+    2.3e-4, 9.2e-4 (3.1e-4), the float16 level of the other gradients (ddt 2.2e-4 both)."""
     err = cancellation_errors(SB.ssd_backward)
     assert err["A"] < 1e-3, err
     assert err["dt_bias"] < 1.5e-3, err
-    assert err["dt"] < 1e-3, err
+    assert err["dt_bias/ddt"] < 5e-4, err
+    assert err["dt"] < 5e-4, err

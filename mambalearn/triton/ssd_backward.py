@@ -42,9 +42,10 @@ Backwards, with dy = ∂loss/∂(Y_diag + Y_off):
               d dt_bias = Σ_{b,l} ddt.
 
 Steps 4–6 sum over the heads of a group (B and C are shared by h/g heads): one program loops over
-those heads and owns its output tile, so there are no atomics. The a terms of step 8 are row (and column)
-sums of products steps 4 and 5 already form (E_ts = W_ts CB_ts and Σ_n C_t (dy_t H_c)), so Y
-itself is never recomputed — unless z is given: the gate needs u, which costs one forward chunk scan.
+those heads and owns its output tile, so there are no atomics. The a terms of step 8 are row and
+column sums of products steps 4, 5 and 7 already form (E_ts = W_ts CB_ts, Σ_n C_t (dy_t H_c),
+dS_c B_s), so Y itself is never recomputed — unless z is given: the gate needs u, which costs one
+forward chunk scan.
 
 Like mamba_ssm, the forward saves only its inputs; step 0 recomputes Δ, dA_cs, the passed states
 H_c (in x's dtype) and CB with the forward's kernels. Products are ``tl.dot`` with float32
@@ -274,7 +275,7 @@ def _dcb_kernel(
     dy_ptr, x_ptr, CB_ptr,          # dy, x (b, l, h, p); CB (b, c, g, q, q) f32
     dt_ptr, dA_cs_ptr, seq_ptr,     # Δ, dA_cs (b, h, c, q) f32
     dCB_ptr,                        # out: (b, c, g, nsplit, q, q) f32, blocks s ≤ t only
-    ddA_ptr,                        # out: (b, h, c, q, slots) f32, slots < #blocks: Σ_s E_ts − Σ_t E_ts
+    ddA_ptr,                        # out: (b, h, c, q, slots) f32; Σ_s E_ts − Σ_t E_ts by block
     l, h, p, g, nchunks, heads_per_group, nsplit, slots,
     Q: tl.constexpr, HEADS: tl.constexpr,   # HEADS: heads per program = (h / g) / nsplit
     BLOCK_Q: tl.constexpr, BLOCK_P: tl.constexpr, HAS_SEQ: tl.constexpr,
