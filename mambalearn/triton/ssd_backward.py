@@ -536,9 +536,26 @@ def _dx_kernel(
     BC_base = pid_b.to(tl.int64) * l * g * n + pid_g * n
     if HAS_SEQ:
         seq_s = tl.load(seq_ptr + pid_b * l + t_s, mask=ok_s, other=-2)
-    # 1. diagonal block: Σ_{t ≥ s} P_ts dy_t with P_ts = CB_ts exp(a_t − a_s), read as Pᵀ (S, T)
-    CB_base = CB_ptr + ((pid_b * nchunks + pid_c) * g + pid_g) * Q * Q
+    # 1. chunk state (S_c = Σ_s w_s x_s B_sᵀ): exp(a_last − a_s) B_s dS_cᵀ, first, so that v_s
+    # is taken from it before the diagonal block is added (fewer live registers)
+    dS_base = dS_ptr + pid_bch.to(tl.int64) * p * n
     G = tl.zeros((BLOCK_Q, BLOCK_P), dtype=tl.float32)
+    for n0 in range(0, n, BLOCK_N):
+        offs_n = n0 + tl.arange(0, BLOCK_N)
+        B_s = _tile(B_ptr + BC_base, t_s, ok_s, g * n, offs_n, n)  # (S, N)
+        dST = _tile_T(dS_base, offs_p, offs_p < p, n, offs_n, n)  # (N, P) f32
+        G += tl.dot(B_s, dST.to(B_s.dtype))
+    decay_out = tl.exp(tl.minimum(a_last - a_s, 0.0))
+    if HAS_SEQ:
+        seq_last = tl.load(seq_ptr + pid_b * l + tl.minimum((pid_c + 1) * Q, l) - 1)
+        decay_out = tl.where(seq_s == seq_last, decay_out, 0.0)
+    G *= decay_out[:, None]
+    if HAS_V:  # the chunk state's share of ∂a, from these very float32 numbers: −v_s at a_s,
+        # +Σ_s v_s at a_last (step 8)
+        x_v = _tile(x_ptr + xdy_base, t_s, ok_s, h * p, offs_p, p).to(tl.float32)  # (S, P)
+        tl.store(v_ptr + cs + offs_s, dt_s * tl.sum(x_v * G, axis=1), mask=offs_s < Q)
+    # 2. diagonal block: Σ_{t ≥ s} P_ts dy_t with P_ts = CB_ts exp(a_t − a_s), read as Pᵀ (S, T)
+    CB_base = CB_ptr + ((pid_b * nchunks + pid_c) * g + pid_g) * Q * Q
     k0 = pid_s * BLOCK_Q
     while k0 < Q:
         offs_t = k0 + tl.arange(0, BLOCK_Q)
@@ -556,25 +573,8 @@ def _dx_kernel(
         dy_t = _tile(dy_ptr + xdy_base, t_t, ok_t, h * p, offs_p, p)  # (T, P)
         G += tl.dot(PT.to(dy_t.dtype), dy_t)  # (S, P)
         k0 += BLOCK_Q
-    # 2. chunk state (S_c = Σ_s w_s x_s B_sᵀ): exp(a_last − a_s) B_s dS_cᵀ
-    dS_base = dS_ptr + pid_bch.to(tl.int64) * p * n
-    G_state = tl.zeros((BLOCK_Q, BLOCK_P), dtype=tl.float32)
-    for n0 in range(0, n, BLOCK_N):
-        offs_n = n0 + tl.arange(0, BLOCK_N)
-        B_s = _tile(B_ptr + BC_base, t_s, ok_s, g * n, offs_n, n)  # (S, N)
-        dST = _tile_T(dS_base, offs_p, offs_p < p, n, offs_n, n)  # (N, P) f32
-        G_state += tl.dot(B_s, dST.to(B_s.dtype))
-    decay_out = tl.exp(tl.minimum(a_last - a_s, 0.0))
-    if HAS_SEQ:
-        seq_last = tl.load(seq_ptr + pid_b * l + tl.minimum((pid_c + 1) * Q, l) - 1)
-        decay_out = tl.where(seq_s == seq_last, decay_out, 0.0)
-    G_state *= decay_out[:, None]
-    G += G_state  # G_s = ∂loss/∂(Δ_s x_s)
-    # 3. dx, x · G (for Δ, step 8), v_s (for a, step 8) and dD
+    # 3. dx, x · G (for Δ, step 8) and dD;  G_s = ∂loss/∂(Δ_s x_s)
     x_s = _tile(x_ptr + xdy_base, t_s, ok_s, h * p, offs_p, p).to(tl.float32)  # (S, P)
-    if HAS_V:  # the chunk state's share of ∂a, from these very float32 numbers: −v_s at a_s,
-        # +Σ_s v_s at a_last
-        tl.store(v_ptr + cs + offs_s, dt_s * tl.sum(x_s * G_state, axis=1), mask=offs_s < Q)
     dx = G * dt_s[:, None]
     if HAS_D:  # out = y + D x
         dy_s = _tile(dy_ptr + xdy_base, t_s, ok_s, h * p, offs_p, p).to(tl.float32)
