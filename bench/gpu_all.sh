@@ -13,7 +13,7 @@ step() {  # step NAME SECONDS COMMAND...: run with a limit, log to $LOG/NAME.log
   local name=$1 limit=$2; shift 2
   local t0=$(date +%s)
   timeout -k 5 "$limit" "$@" > "$LOG/$name.log" 2>&1; local rc=$?
-  echo "=== $name rc=$rc $(( $(date +%s) - t0 ))s"; tail -n 30 "$LOG/$name.log" | cut -c1-220
+  echo "=== $name rc=$rc $(( $(date +%s) - t0 ))s"; tail -n "${TAIL:-30}" "$LOG/$name.log" | cut -c1-220
 }
 section() {
   case $1 in
@@ -58,18 +58,14 @@ ssd.run(True, shapes=[dict(b=4, l=4096, **ssd.HEADS)], forward=False)" ;;
       section prep; NBS="notebooks/10_ssd.ipynb notebooks/11_fusing_ssd.ipynb" section executed
       LIMIT=170 section ssd; section ssd_steps; section ssd_fused
       LIMIT=150 section memory; section pack ;;
-    final4)  # the PyTorch scans (chapter 04), and the changes since calls 1-3 checked
-      section prep; section nb11_check
-      export TLIMIT=150 NBV="notebooks/04*.ipynb notebooks/09*.ipynb notebooks/1[01]*.ipynb \
+    final4)  # the changes since calls 1-3 checked, the PyTorch scans (chapter 04) timed
+      section prep; export TAIL=14; section ssd_acc
+      export TLIMIT=110 NBV="notebooks/04*.ipynb notebooks/09*.ipynb notebooks/10*.ipynb \
         solutions/04*.ipynb solutions/09*.ipynb solutions/10*.ipynb"
-      section tests & section notebooks & wait
-      LIMIT=75 section scans; section ssd_acc
-      step selective 80 python3 bench/gpu_selective_scan.py --stage final --defaults --limit 75
+      section tests & section notebooks & section nb11_check & wait
+      LIMIT=70 section scans
+      step selective 70 python3 bench/gpu_selective_scan.py --stage final --defaults --limit 65
       section pack ;;
-    final3)  # gpu tests, model training (13), then the Mamba-1 kernels against CUDA
-      section prep; section build
-      section tests & NBS=notebooks/13_model.ipynb section executed & wait
-      section selective; section pack ;;
   esac
 }
 for s in "$@"; do section "$s"; done
