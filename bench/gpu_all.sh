@@ -63,8 +63,8 @@ ssd.run(True, shapes=[dict(b=4, l=4096, **ssd.HEADS)], forward=False)" ;;
       export TLIMIT=110 NBV="notebooks/04*.ipynb notebooks/09*.ipynb notebooks/10*.ipynb \
         solutions/04*.ipynb solutions/09*.ipynb solutions/10*.ipynb"
       section tests & section notebooks & section nb11_check & wait
-      LIMIT=70 section scans
-      step selective 70 python3 bench/gpu_selective_scan.py --stage final --defaults --limit 65
+      LIMIT=60 section scans
+      step selective 100 python3 bench/gpu_selective_scan.py --stage final --defaults --limit 100
       section pack ;;
   esac
 }
