@@ -1,0 +1,114 @@
+"""Argument checks and memory layouts of the tuned Mamba-1 selective scan (chapter 09).
+
+`check_args` applies ``mamba_ssm.selective_scan_fn``'s argument rules (shapes via
+`mambalearn.scan.sequential.check_inputs`: u, delta, z (b, d, l); A (d, n); B, C (b, n, l),
+(b, g, n, l) or fixed (d, n); D, delta_bias (d,)) and turns ``cu_seqlens`` into a ``seq_idx``
+(b = 1, l); `bc_layout` / `_bc_strides` hand B and C to the kernels, `flags` / `optional` build
+the kernels' switches and pointers, `finish_grads` returns the gradients in the arguments' shapes.
+Shared by the tuned launchers (`mambalearn.triton.selective_scan`) and the teaching ones.
+"""
+
+import torch
+
+from mambalearn import device
+from mambalearn.scan.sequential import check_inputs
+from mambalearn.utils import check_same_device
+
+DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+MAX_DSTATE = 256  # mamba_ssm's limit too; the n loop is unrolled, so compile time grows with n
+
+
+def _bc_strides(X):
+    """B/C strides for the kernels: (b, g, n) if variable (b, g, n, l), (d, n, 0) if fixed."""
+    if X.ndim == 2:
+        return X.stride(0), X.stride(1), 0
+    return X.stride(0), X.stride(1), X.stride(2)
+
+
+def bc_layout(X, upcast=False):
+    """B or C ready for a kernel: contiguous, (b, n, l) viewed as (b, 1, n, l); fp32 if upcast."""
+    X = X[:, None] if X.ndim == 3 else X  # (b, 1, n, l)
+    # (upcast: the few KB of B/C go to fp32 once here, instead of every thread converting the
+    # same broadcast values for every state inside the kernel)
+    return (X.float() if upcast else X).contiguous()
+
+
+def seq_idx_from_cu_seqlens(cu_seqlens, l):
+    """(1, l) int32 sequence index of each token from cumulative lengths [0, l₀, l₀+l₁, …, l]."""
+    if cu_seqlens.ndim != 1 or cu_seqlens.numel() < 2:
+        raise ValueError(f"cu_seqlens must be 1-D [0, …, l], got shape {tuple(cu_seqlens.shape)}")
+    if int(cu_seqlens[0]) != 0 or int(cu_seqlens[-1]) != l:
+        raise ValueError(f"cu_seqlens must start at 0 and end at l = {l}, got "
+                         f"{cu_seqlens[0].item()} … {cu_seqlens[-1].item()}")
+    lengths = cu_seqlens[1:] - cu_seqlens[:-1]
+    if (lengths < 0).any():
+        raise ValueError("cu_seqlens must be non-decreasing")
+    ids = torch.arange(len(lengths), device=cu_seqlens.device, dtype=torch.int32)
+    return ids.repeat_interleave(lengths.long())[None]  # (1, l)
+
+
+def check_args(u, delta, A, B, C, D, z, delta_bias, seq_idx, cu_seqlens):
+    """mamba_ssm's argument rules, with clear errors. Returns ((b, d, l, n, g), seq_idx int32)."""
+    if isinstance(A, torch.Tensor) and A.is_complex():
+        raise TypeError("complex A is not supported: this kernel covers real A (Mamba-1) only")
+    b, d, l, n = check_inputs(u, delta, A, B, C, D, z, delta_bias)
+    if u.dtype not in DTYPES:
+        raise TypeError(f"u must be float32, float16 or bfloat16, got {u.dtype}")
+    for name, X in (("delta", delta), ("z", z)):
+        if X is not None and X.dtype != u.dtype:
+            raise TypeError(f"{name} must have u's dtype {u.dtype}, got {X.dtype}")
+    for name, X in (("A", A), ("D", D), ("delta_bias", delta_bias)):
+        if X is not None and X.dtype != torch.float32:
+            raise TypeError(f"{name} must be float32 (as in mamba_ssm), got {X.dtype}")
+    for name, X in (("B", B), ("C", C)):
+        ok = (torch.float32,) if X.ndim == 2 else (u.dtype, torch.float32)
+        if X.dtype not in ok:
+            raise TypeError(f"{name} must have dtype in {list(ok)}, got {X.dtype}")
+    if n > MAX_DSTATE:
+        raise ValueError(f"dstate n = {n} is larger than the supported maximum {MAX_DSTATE}")
+    gB = B.shape[1] if B.ndim == 4 else 1
+    gC = C.shape[1] if C.ndim == 4 else 1
+    if B.ndim != 2 and C.ndim != 2 and gB != gC:
+        raise ValueError(f"B and C must have the same number of groups, got {gB} and {gC}")
+    if cu_seqlens is not None:
+        if seq_idx is not None:
+            raise ValueError("pass seq_idx or cu_seqlens, not both")
+        if b != 1:
+            raise ValueError(f"cu_seqlens packs sequences into one row: u must have b = 1, got {b}")
+        if not isinstance(cu_seqlens, torch.Tensor) or cu_seqlens.is_floating_point():
+            raise TypeError("cu_seqlens must be an integer tensor")
+        seq_idx = seq_idx_from_cu_seqlens(cu_seqlens.to(u.device), l)
+    if seq_idx is not None:
+        if not isinstance(seq_idx, torch.Tensor) or seq_idx.is_floating_point():
+            raise TypeError("seq_idx must be an integer tensor (b, l)")
+        if tuple(seq_idx.shape) != (b, l):
+            raise ValueError(f"seq_idx must have shape (b, l) = {(b, l)}, "
+                             f"got {tuple(seq_idx.shape)}")
+        seq_idx = seq_idx.to(torch.int32).contiguous()
+    check_same_device(u=u, delta=delta, A=A, B=B, C=C, D=D, z=z, delta_bias=delta_bias,
+                      seq_idx=seq_idx)
+    if not u.is_cuda and not device.interpreted():
+        raise ValueError("tensors are on the CPU but Triton is not in interpreter mode "
+                         "(TRITON_INTERPRET=1); move them to the GPU")
+    g = gB if B.ndim != 2 else gC  # groups of B/C (1 if both fixed)
+    return (b, d, l, n, g), seq_idx
+
+
+def flags(D, z, delta_bias, softplus, B, C, seq_idx):
+    """The compile-time switches both kernels take."""
+    return dict(HAS_D=D is not None, HAS_Z=z is not None, HAS_BIAS=delta_bias is not None,
+                SOFTPLUS=bool(softplus), VAR_B=B.ndim != 2, VAR_C=C.ndim != 2,
+                HAS_SEQ=seq_idx is not None)
+
+
+def optional(*tensors, dummy):
+    """Kernels need a pointer for every argument: ``dummy`` stands in for absent ones (unread)."""
+    return tuple(dummy if t is None else t for t in tensors)
+
+
+def finish_grads(du, ddelta, dA, dB, dC, dD, dz, dbias, B, C, D, delta_bias):
+    """Gradients in the shapes and dtypes of the arguments (None for absent ones)."""
+    dB = dB.reshape(B.shape).to(B.dtype)
+    dC = dC.reshape(C.shape).to(C.dtype)
+    return (du, ddelta, dA, dB, dC, dD if D is not None else None, dz,
+            dbias if delta_bias is not None else None)

@@ -1,0 +1,142 @@
+"""Launch configurations of the tuned Mamba-1 selective scan (chapter 09), and `_launch`.
+
+A configuration is a dict of tile and compile switches: BLOCK_D channels × BLOCK_L steps,
+num_warps, and optionally STAGES, EVEN, maxnreg, REV_LOADS, LAYOUT (the backward's kernel). Here:
+the autotuner's candidates (`fwd_configs`, `bwd_configs`), the measured defaults (DEFAULT_*),
+the named variants the GPU script times side by side (FWD_VARIANTS, BWD_VARIANTS), the
+interpreter's tiles (CPU_*), and `_launch`, which turns a configuration into a kernel launch.
+Which default applies to which n (FWD_CONFIG, BWD_CONFIG) is decided in
+`mambalearn.triton.selective_scan`, next to the launchers.
+"""
+
+import triton
+
+from mambalearn import device
+from mambalearn.triton.selective_scan_backward import _bwd_kernel
+from mambalearn.triton.selective_scan_forward import _fwd_kernel
+
+
+def fwd_configs():
+    """Candidate forward tiles (BLOCK_D channels × BLOCK_L steps, warps): 4–32 values a thread."""
+    out = []
+    for bl in (8, 16, 32):
+        for bd in (32, 64, 128):
+            for w in (1, 2, 4):
+                if 4 <= bd * bl // (32 * w) <= 32:
+                    out.append(dict(BLOCK_D=bd, BLOCK_L=bl, num_warps=w))
+    return out
+
+
+def bwd_configs():
+    """Candidate backward tiles (sub-blocks of BLOCK_L steps inside a chunk)."""
+    out = []
+    for bl in (8, 16, 32):
+        for bd in (16, 32, 64):
+            for w in (1, 2, 4):
+                if 4 <= bd * bl // (32 * w) <= 16:
+                    out.append(dict(BLOCK_D=bd, BLOCK_L=bl, num_warps=w))
+    return out
+
+
+def _autotuned(kernel, configs, **kw):
+    cfgs = [triton.Config({k: v for k, v in c.items() if k != "num_warps"},
+                          num_warps=c["num_warps"]) for c in configs]
+    return triton.autotune(cfgs, key=["l", "d", "dpg", "N", "CHUNK"], **kw)(kernel)
+
+
+_ZEROED = ["dB_ptr", "dC_ptr", "gbuf_ptr"]
+_fwd_autotuned = _autotuned(_fwd_kernel, fwd_configs())
+_bwd_autotuned = _autotuned(_bwd_kernel, bwd_configs(), reset_to_zero=_ZEROED)
+
+# Launch configuration: "auto" = autotune over the candidates (slow first call, one compile per
+# candidate), or a dict. CPU (interpreter): one small tile, nothing to tune.
+# Tiles: the fastest candidates of the H200 sweep of 2026-11-29 (bench/gpu_selective_scan.py,
+# docs/BENCHMARKS.md), b8 d2048 l2048 bf16; n64 only had the run-time-loop candidates.
+# Forward keys besides the tile: STAGES (> 0: pipelined `for` over time blocks), EVEN (False:
+# keep every mask even where the tile divides the tensor), maxnreg (registers per thread: ≤ 128
+# lets two 8-warp programs share an SM). The H200 run of the variants below (bench/gpu_all.sh
+# final, 2026-11-29, docs/BENCHMARKS.md) at b8 d2048 n16 l2048: unmasked while-loop 0.447 ms,
+# pipelined 0.483, masked 0.636, mamba_ssm CUDA 0.591. The default stays the pipelined one: it is
+# the variant whose full-size accuracy and gpu tests ran on the H200 in that call; the unmasked
+# while-loop one was timed there but checked only in the interpreter (switch once checked).
+FWD_MEASURED = dict(BLOCK_D=64, BLOCK_L=32, num_warps=4, STAGES=0, EVEN=False)
+FWD_PIPELINED = dict(BLOCK_D=64, BLOCK_L=32, num_warps=4, STAGES=2)
+FWD_UNMASKED = dict(FWD_MEASURED, EVEN=True)
+BWD_RUNTIME_LOOP = dict(BLOCK_D=32, BLOCK_L=16, num_warps=2)  # the default until 2026-11-30
+# defaults from the H200 runs of 2026-11-30 (docs/BENCHMARKS.md): the unmasked forward (0.447 ms
+# vs 0.484 pipelined) and the state-outer backward with three flips (fwd+bwd 3.18 ms vs 4.98)
+DEFAULT_FWD = FWD_UNMASKED
+DEFAULT_BWD = dict(LAYOUT="state-outer", EVEN=True, BLOCK_D=2, BLOCK_L=64, num_warps=1,
+                   REV_LOADS=False)
+DEFAULT_FWD_LARGE_N = dict(BLOCK_D=64, BLOCK_L=8, num_warps=2)
+DEFAULT_BWD_LARGE_N = dict(BLOCK_D=32, BLOCK_L=8, num_warps=1)
+# named forward variants (n ≤ UNROLL_MAX) the GPU script times side by side
+FWD_VARIANTS = {
+    "measured 64x32w4": FWD_MEASURED,  # while loop, masks (the 0.949 ms kernel)
+    "unmasked 64x32w4": FWD_UNMASKED,  # while loop, no masks (fastest, H200; the default)
+    "pipelined 64x32w4": FWD_PIPELINED,  # + `for` with 2-stage cp.async pipelining
+    "pipelined 64x32w8 r128": dict(FWD_PIPELINED, num_warps=8, maxnreg=128),  # 2× the warps
+    "pipelined 32x32w4 r128": dict(FWD_PIPELINED, BLOCK_D=32, maxnreg=128),  # 2× the programs
+}
+# named backward variants (n ≤ UNROLL_MAX; the run-time state loop) the GPU script times side
+# by side, each with the default forward. Keys besides the tile: EVEN (True: no masks where the
+# tile divides l and d/g; the backward's default is False), STAGES (> 0: the state loop is a
+# pipelined `tl.range`). Not yet timed (helper A3, 2026-11-29; bench/NOTES_selective_scan.md).
+# LAYOUT="state-outer": the other kernel (`_bwd_so_kernel`; BLOCK_L is the chunk, whatever the
+# config says; REV_LOADS=False: three flips per state instead of one). sm_90 compile at
+# b8 d2048 n16 l2048 bf16 (helper A4): 2x64w1 128 registers, no spill; 8x64w4 128 + 8 B spill.
+STATE_OUTER = dict(LAYOUT="state-outer", EVEN=True)
+BWD_VARIANTS = {
+    "runtime-loop 32x16w2": BWD_RUNTIME_LOOP,  # masks, plain run-time state loop (4.5 ms, H200)
+    "unmasked 32x16w2": dict(BWD_RUNTIME_LOOP, EVEN=True),
+    "pipelined 32x16w2": dict(BWD_RUNTIME_LOOP, STAGES=2),
+    "unmasked pipelined 32x16w2": dict(BWD_RUNTIME_LOOP, EVEN=True, STAGES=2),
+    "unmasked pipelined 32x16w4": dict(BWD_RUNTIME_LOOP, EVEN=True, STAGES=2, num_warps=4),
+    "state-outer 2x64w1": dict(STATE_OUTER, BLOCK_D=2, BLOCK_L=64, num_warps=1),
+    "state-outer 8x64w4": dict(STATE_OUTER, BLOCK_D=8, BLOCK_L=64, num_warps=4),
+    "state-outer 2x64w1 flip3": dict(STATE_OUTER, BLOCK_D=2, BLOCK_L=64, num_warps=1,
+                                     REV_LOADS=False),
+}
+# n > 16 (chunk 128): the state-outer kernel, timed by the GPU script next to DEFAULT_BWD_LARGE_N
+# (sm_90, n64: 1x128w1 96 registers, 4x128w4 164, no spills; helper A4, not yet timed)
+# (the first entry is the one the script times: 4× fewer dB/dC atomic adds than 1x128w1)
+BWD_VARIANTS_LARGE_N = {
+    "state-outer 4x128w4": dict(STATE_OUTER, BLOCK_D=4, BLOCK_L=128, num_warps=4),
+    "state-outer 1x128w1": dict(STATE_OUTER, BLOCK_D=1, BLOCK_L=128, num_warps=1),
+}
+CPU_FWD = dict(BLOCK_D=4, BLOCK_L=8, num_warps=1)
+CPU_BWD = dict(BLOCK_D=4, BLOCK_L=8, num_warps=1)
+
+
+def _numpy_breaks_range():
+    """NumPy ≥ 2.4: the interpreter cannot run a `for` with a run-time bound (triton#9171)."""
+    import numpy as np
+    return tuple(int(v) for v in np.__version__.split(".")[:2]) >= (2, 4)
+
+
+def _launch(kernel, autotuned, config, default, cpu_config, grid_fn, args, consts, even=None,
+            even_default=True):
+    """Launch ``kernel`` with ``config`` (None: ``default``, or ``cpu_config`` in the interpreter).
+
+    ``even`` = (l, channels per group): the EVEN_L / EVEN_D flags are set from the tile, unless
+    the config says ``EVEN=False`` (``even_default``: when the config does not say; the backward
+    passes False, so its configs without ``EVEN`` keep every mask, as before the flag existed).
+    """
+    if config is None:
+        config = cpu_config if device.interpreted() else default
+    if callable(config):
+        config = config(consts["N"])
+    if config == "auto":  # the autotuner's config supplies BLOCK_D, BLOCK_L and num_warps
+        autotuned[lambda meta: grid_fn(meta["BLOCK_D"])](*args, **consts)
+        return
+    config = dict(config)  # a config may also override UNROLL
+    keep_masks = not config.pop("EVEN", even_default)
+    if even is not None:
+        l, dpg = even
+        config.setdefault("EVEN_L", not keep_masks and l % config["BLOCK_L"] == 0)
+        config.setdefault("EVEN_D", not keep_masks and dpg % config["BLOCK_D"] == 0)
+        if device.interpreted() and config.get("STAGES", 0) and _numpy_breaks_range():
+            config["STAGES"] = 0  # same block body, `while` loop
+    if device.interpreted():
+        config.pop("maxnreg", None)  # a compile option the interpreter does not take
+    kernel[grid_fn(config["BLOCK_D"])](*args, **{**consts, **config})

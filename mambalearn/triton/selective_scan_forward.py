@@ -1,0 +1,214 @@
+"""The forward kernel of the tuned Mamba-1 selective scan (chapter 09), and the small jit helpers
+every tuned kernel uses (`_ld`, `_st`, `_load_bc`, `LOG2E`).
+
+    Ā_t = exp(Δ_t A)      h_t = Ā_t h_{t−1} + Δ_t B_t x_t      y_t = C_t h_t + D x_t
+    out_t = y_t · silu(z_t)
+
+Shapes: u, delta, z, out (b, d, l); A (d, n); B, C (b, g, n, l) or fixed (d, n); D, bias (d,);
+states (b, d, c, n) fp32, one per chunk of ``chunk_size(n)`` steps; last (b, d, n) fp32.
+
+How the kernel is laid out (the layout of the scan decides the speed, DESIGN.md §6):
+one program owns a tile of BLOCK_D channels of one batch row (and one group of B/C). It walks
+time in blocks of BLOCK_L steps; inside a block it loops over the n states (unrolled: the carry of
+each state lives in registers, which cannot be indexed at run time) and scans a 2-D
+(channels, time) tile with `tl.associative_scan` along time, combining with the one ⊗ of
+`mambalearn.ops`. The state entering a block is folded into the block's first step
+(b_0 ← Ā_0 h + b_0), so the scan result *is* h. y = Σ_n C_n h_n accumulates in registers; only u,
+Δ, B, C, z are read and only y is written, once. Every CHUNK steps the state (b, d, n) goes to
+memory for the backward: nothing of size (b, d, l, n) is ever stored.
+
+The launcher (`_forward`), the configurations and the public `selective_scan_fn` live in
+`mambalearn.triton.selective_scan`; the backward kernels in ``selective_scan_backward`` and
+``selective_scan_backward_state_outer``.
+"""
+
+import triton
+import triton.language as tl
+
+from mambalearn.triton.scan import combine_fn  # the ⊗ of chapter 03, jitted in chapter 08
+from mambalearn.triton.tile import column as _column
+from mambalearn.triton.tile import put_column as _put_column
+from mambalearn.triton.tile import seq_start as _is_start
+from mambalearn.triton.tile import softplus as _softplus
+
+LOG2E = tl.constexpr(1.4426950408889634)  # exp(x) = 2^(x·log2 e)
+
+
+# ---------------------------------------------------------------------------------------------
+# Small helpers of the tuned kernels (inlined by Triton); the ones shared with the teaching
+# kernel live in mambalearn.triton.tile.
+# ---------------------------------------------------------------------------------------------
+@triton.jit
+def _ld(ptr, mask, EVEN: tl.constexpr):
+    """tl.load, unmasked when the tile is known to lie inside the tensor (EVEN: no predicates,
+    no zero-filled registers before every load)."""
+    if EVEN:
+        return tl.load(ptr)
+    else:
+        return tl.load(ptr, mask=mask, other=0.0)
+
+
+@triton.jit
+def _st(ptr, value, mask, EVEN: tl.constexpr):
+    """tl.store, unmasked when the tile is known to lie inside the tensor."""
+    if EVEN:
+        tl.store(ptr, value)
+    else:
+        tl.store(ptr, value, mask=mask)
+
+
+@triton.jit
+def _load_bc(X_ptr, Xv_ptr, n, t, l, d_idx, d_mask, s0, s1, s2, VAR: tl.constexpr,
+             EVEN_L: tl.constexpr, EVEN_D: tl.constexpr):
+    """Row n of B or C: (1, BLOCK_L) if it varies with time (b, g, n, l), else (BLOCK_D, 1)."""
+    if VAR:
+        return _ld(Xv_ptr + n * s2 + t, t < l, EVEN_L).to(tl.float32)[None, :]
+    else:
+        return _ld(X_ptr + d_idx * s0 + n * s1, d_mask, EVEN_D).to(tl.float32)[:, None]
+
+
+# ---------------------------------------------------------------------------------------------
+# Forward.
+# ---------------------------------------------------------------------------------------------
+@triton.jit
+def _fwd_state_fast(n, A2_n, h_in, dt, dtx, start, t, l, d_idx, d_mask, cols, B_ptr, Bv_ptr,
+                    C_ptr, Cv_ptr, sB0, sB1, sB2, sC0, sC1, sC2, BLOCK_L: tl.constexpr,
+                    VAR_B: tl.constexpr, VAR_C: tl.constexpr, HAS_SEQ: tl.constexpr,
+                    EVEN_L: tl.constexpr, EVEN_D: tl.constexpr):
+    """One state n over one block, A·log2 e given (BLOCK_D,): returns (h (BLOCK_D, BLOCK_L),
+    C_n (broadcastable), h at the block's last step)."""
+    a = tl.exp2(dt * A2_n[:, None])  # Ā = exp(ΔA) = 2^(Δ·A·log2 e): the one exp per element
+    if HAS_SEQ:
+        a = tl.where(start, 0.0, a)  # a new sequence forgets the old state
+    Bn = _load_bc(B_ptr, Bv_ptr, n, t, l, d_idx, d_mask, sB0, sB1, sB2, VAR_B, EVEN_L, EVEN_D)
+    Cn = _load_bc(C_ptr, Cv_ptr, n, t, l, d_idx, d_mask, sC0, sC1, sC2, VAR_C, EVEN_L, EVEN_D)
+    bx = dtx * Bn  # B̄x
+    bx = tl.where(cols[None, :] == 0, a * h_in[:, None] + bx, bx)  # fold h_in into step 0
+    _, h = tl.associative_scan((a, bx), 1, combine_fn)  # (BLOCK_D, BLOCK_L)
+    return h, Cn, _column(h, cols, BLOCK_L - 1)
+
+
+@triton.jit
+def _fwd_block(t0, H, bias_v, D_v, u_ptr, delta_ptr, A_ptr, B_ptr, C_ptr, z_ptr, seq_ptr,
+               out_ptr, states_ptr, last_ptr, Bv_ptr, Cv_ptr, l, bi, d_idx, d_mask, bd_row, row,
+               st_row, cols, ncols, sB0, sB1, sB2, sC0, sC1, sC2,
+               N: tl.constexpr, BLOCK_L: tl.constexpr, CHUNK: tl.constexpr,
+               HAS_D: tl.constexpr, HAS_Z: tl.constexpr, HAS_BIAS: tl.constexpr,
+               SOFTPLUS: tl.constexpr, VAR_B: tl.constexpr, VAR_C: tl.constexpr,
+               HAS_SEQ: tl.constexpr, UNROLL: tl.constexpr, EVEN_L: tl.constexpr,
+               EVEN_D: tl.constexpr):
+    """The steps t0 … t0 + BLOCK_L − 1 of one channel tile, every state: returns the new carry H."""
+    EVEN: tl.constexpr = EVEN_L and EVEN_D
+    t = t0 + cols  # (BLOCK_L,)
+    mask = d_mask[:, None] & (t < l)[None, :]  # (BLOCK_D, BLOCK_L)
+    offs = row[:, None] + t[None, :]
+    x = _ld(u_ptr + offs, mask, EVEN).to(tl.float32)
+    dt = _ld(delta_ptr + offs, mask, EVEN).to(tl.float32)
+    if HAS_BIAS:
+        dt += bias_v[:, None]
+    if SOFTPLUS:  # once per (d, l), shared by every state
+        dt = _softplus(dt)
+    if not EVEN:
+        dt = tl.where(mask, dt, 0.0)  # Δ = 0 past the end: Ā = 1, B̄x = 0, the state holds
+    dtx = dt * x  # (BLOCK_D, BLOCK_L) Δ·x, shared by every state
+    start = _is_start(seq_ptr + bi * l, t, l, HAS_SEQ)[None, :]  # (1, BLOCK_L)
+    y = tl.zeros_like(x)  # (BLOCK_D, BLOCK_L) y = Σ_n C_n h_n, in registers
+    t1 = t0 + BLOCK_L
+    store_state = (t1 % CHUNK == 0) & (t1 < l)
+    if UNROLL:  # n ≤ UNROLL_MAX: unrolled, every state's carry in registers
+        for n in tl.static_range(N):
+            # (A as a register tile read once per program cost a layout conversion per state
+            # in the sm_90 compile: this load is an L1 hit, or a shared-memory read if STAGES)
+            A2_n = _ld(A_ptr + d_idx * N + n, d_mask, EVEN_D) * LOG2E
+            h, Cn, h_out = _fwd_state_fast(n, A2_n, _column(H, ncols, n), dt, dtx, start, t, l,
+                                           d_idx, d_mask, cols, B_ptr, Bv_ptr, C_ptr, Cv_ptr,
+                                           sB0, sB1, sB2, sC0, sC1, sC2, BLOCK_L, VAR_B, VAR_C,
+                                           HAS_SEQ, EVEN_L, EVEN_D)
+            H = _put_column(H, ncols, n, h_out)
+            y += h * Cn
+        if store_state:  # h before the next chunk, for the backward: one tile store (a
+            # store per state inside the loop cost 2 BAR.SYNC per state, layout conversions)
+            tl.store(states_ptr + st_row[:, None] + (t1 // CHUNK) * N + ncols[None, :], H,
+                     mask=d_mask[:, None] & (ncols[None, :] < N))
+    else:  # large n: a run-time loop (compile time), the carry kept in `last` (L1/L2)
+        for n in range(N):
+            A2_n = _ld(A_ptr + d_idx * N + n, d_mask, EVEN_D) * LOG2E
+            h_in = tl.load(last_ptr + bd_row * N + n, mask=d_mask, other=0.0)
+            h, Cn, h_out = _fwd_state_fast(n, A2_n, h_in, dt, dtx, start, t, l, d_idx, d_mask,
+                                           cols, B_ptr, Bv_ptr, C_ptr, Cv_ptr, sB0, sB1, sB2,
+                                           sC0, sC1, sC2, BLOCK_L, VAR_B, VAR_C, HAS_SEQ,
+                                           EVEN_L, EVEN_D)
+            tl.store(last_ptr + bd_row * N + n, h_out, mask=d_mask)
+            if store_state:
+                tl.store(states_ptr + st_row + (t1 // CHUNK) * N + n, h_out, mask=d_mask)
+            y += h * Cn
+        tl.debug_barrier()  # the next block reads carries other threads may have written
+    if HAS_D:
+        y += x * D_v[:, None]
+    if HAS_Z:
+        zz = _ld(z_ptr + offs, mask, EVEN).to(tl.float32)
+        y *= zz * tl.sigmoid(zz)
+    if EVEN:
+        tl.store(out_ptr + offs, y.to(out_ptr.dtype.element_ty))
+    else:
+        tl.store(out_ptr + offs, y.to(out_ptr.dtype.element_ty), mask=mask)
+    return H
+
+
+@triton.jit
+def _fwd_kernel(
+    u_ptr, delta_ptr, A_ptr, B_ptr, C_ptr, D_ptr, z_ptr, bias_ptr, seq_ptr,  # inputs
+    out_ptr, states_ptr, last_ptr,  # outputs: out (b,d,l), states (b,d,c,n) fp32, last (b,d,n)
+    l, d, dpg, g,  # length, channels, channels per group, groups
+    sB0, sB1, sB2, sC0, sC1, sC2,  # B/C strides: (b, g, n) if variable, (d, n, -) if fixed
+    N: tl.constexpr, NP: tl.constexpr,  # states, and n padded to a power of two
+    BLOCK_D: tl.constexpr, BLOCK_L: tl.constexpr, CHUNK: tl.constexpr,
+    HAS_D: tl.constexpr, HAS_Z: tl.constexpr, HAS_BIAS: tl.constexpr, SOFTPLUS: tl.constexpr,
+    VAR_B: tl.constexpr, VAR_C: tl.constexpr, HAS_SEQ: tl.constexpr, UNROLL: tl.constexpr,
+    EVEN_L: tl.constexpr = False,  # l % BLOCK_L == 0: no masks along time
+    EVEN_D: tl.constexpr = False,  # channels per group % BLOCK_D == 0: no masks along channels
+    STAGES: tl.constexpr = 0,  # > 0: a `for` over the time blocks whose loads Triton pipelines
+):                             # (STAGES deep, cp.async); 0: a `while` (the interpreter's path)
+    pid_bg, pid_d = tl.program_id(0), tl.program_id(1)
+    bi, gi = pid_bg // g, pid_bg % g  # batch row, group of B/C
+    d_loc = pid_d * BLOCK_D + tl.arange(0, BLOCK_D)  # channel inside its group
+    d_mask = d_loc < dpg
+    d_idx = gi * dpg + d_loc  # (BLOCK_D,) channel index
+    cols = tl.arange(0, BLOCK_L)  # (BLOCK_L,) step inside the block
+    ncols = tl.arange(0, NP)  # (NP,) state index
+    bd_row = (bi * d + d_idx).to(tl.int64)  # (BLOCK_D,) index of each (b, d) row
+    row = bd_row * l  # (BLOCK_D,) start of each row of u/delta/z/out
+    nchunks = tl.cdiv(l, CHUNK)
+    st_row = bd_row * nchunks * N  # (BLOCK_D,) rows of states
+    n_mask = d_mask[:, None] & (ncols[None, :] < N)  # (BLOCK_D, NP)
+    H = tl.zeros((BLOCK_D, NP), dtype=tl.float32)  # the carried state h, one column per n
+    bias_v = tl.zeros((BLOCK_D,), dtype=tl.float32)  # (BLOCK_D,) read once per program
+    if HAS_BIAS:
+        bias_v = _ld(bias_ptr + d_idx, d_mask, EVEN_D)
+    D_v = tl.zeros((BLOCK_D,), dtype=tl.float32)
+    if HAS_D:
+        D_v = _ld(D_ptr + d_idx, d_mask, EVEN_D)
+    Bv_ptr = B_ptr + bi * sB0 + gi * sB1
+    Cv_ptr = C_ptr + bi * sC0 + gi * sC1
+    if STAGES > 0:  # compiled: Triton's pipeliner issues block i + 1's loads during block i
+        for t0 in tl.range(0, l, BLOCK_L, num_stages=STAGES):
+            H = _fwd_block(t0, H, bias_v, D_v, u_ptr, delta_ptr, A_ptr, B_ptr, C_ptr, z_ptr,
+                           seq_ptr, out_ptr, states_ptr, last_ptr, Bv_ptr, Cv_ptr, l, bi, d_idx,
+                           d_mask, bd_row, row, st_row, cols, ncols, sB0, sB1, sB2, sC0, sC1, sC2,
+                           N, BLOCK_L, CHUNK, HAS_D, HAS_Z, HAS_BIAS, SOFTPLUS, VAR_B, VAR_C,
+                           HAS_SEQ, UNROLL, EVEN_L, EVEN_D)
+    else:
+        # (`while`, not `for t0 in range(0, l, BLOCK_L)`: Triton 3.6's interpreter cannot take
+        # a runtime `range` bound with NumPy ≥ 2.4, triton-lang/triton#9171; see triton/scan.py.
+        # Compiled, a `while` is never software-pipelined: every block waits for its loads.)
+        t0 = 0
+        while t0 < l:
+            t0 = tl.multiple_of(t0, BLOCK_L)  # a `while` hides that from the compiler
+            H = _fwd_block(t0, H, bias_v, D_v, u_ptr, delta_ptr, A_ptr, B_ptr, C_ptr, z_ptr,
+                           seq_ptr, out_ptr, states_ptr, last_ptr, Bv_ptr, Cv_ptr, l, bi, d_idx,
+                           d_mask, bd_row, row, st_row, cols, ncols, sB0, sB1, sB2, sC0, sC1, sC2,
+                           N, BLOCK_L, CHUNK, HAS_D, HAS_Z, HAS_BIAS, SOFTPLUS, VAR_B, VAR_C,
+                           HAS_SEQ, UNROLL, EVEN_L, EVEN_D)
+            t0 += BLOCK_L
+    if UNROLL:
+        tl.store(last_ptr + bd_row[:, None] * N + ncols[None, :], H, mask=n_mask)
