@@ -56,9 +56,8 @@ _bwd_autotuned = _autotuned(_bwd_kernel, bwd_configs(), reset_to_zero=_ZEROED)
 # keep every mask even where the tile divides the tensor), maxnreg (registers per thread: ≤ 128
 # lets two 8-warp programs share an SM). The H200 run of the variants below (bench/gpu_all.sh
 # final, 2026-11-29, docs/BENCHMARKS.md) at b8 d2048 n16 l2048: unmasked while-loop 0.447 ms,
-# pipelined 0.483, masked 0.636, mamba_ssm CUDA 0.591. The default stays the pipelined one: it is
-# the variant whose full-size accuracy and gpu tests ran on the H200 in that call; the unmasked
-# while-loop one was timed there but checked only in the interpreter (switch once checked).
+# pipelined 0.483, masked 0.636, mamba_ssm CUDA 0.591. The unmasked while-loop one became the
+# default once its full-size accuracy and the gpu tests ran with it on the H200 (2026-11-30).
 FWD_MEASURED = dict(BLOCK_D=64, BLOCK_L=32, num_warps=4, STAGES=0, EVEN=False)
 FWD_PIPELINED = dict(BLOCK_D=64, BLOCK_L=32, num_warps=4, STAGES=2)
 FWD_UNMASKED = dict(FWD_MEASURED, EVEN=True)
