@@ -8,7 +8,7 @@ and adds variable-length sequences packed in one row (``seq_idx`` or ``cu_seqlen
 mamba_ssm's Mamba-1 kernel lacks: where the sequence index changes, the state restarts (Ā_t = 0).
 
 This module is the public face: `selective_scan_fn`, the autograd Function, the launchers
-(`_forward`, `_backward`, `_backward_state_outer`) and which configuration applies to which n.
+(`_forward`, `_backward`) and which configuration applies to which n.
 The rest lives next to it, one concept per module, and is re-exported here:
 
     selective_scan_forward                the forward kernel (one pass, a state stored per chunk)
@@ -26,7 +26,6 @@ chapter walks through; these modules are the tuned one (autotuned tiles, exp2).
 import torch
 import triton
 
-from mambalearn import device
 from mambalearn.triton.selective_scan_args import (  # noqa: F401  (re-exported)
     DTYPES,
     MAX_DSTATE,
@@ -76,6 +75,7 @@ from mambalearn.triton.selective_scan_config import (  # noqa: F401  (re-exporte
     _numpy_breaks_range,
     bwd_configs,
     fwd_configs,
+    pick,
 )
 from mambalearn.triton.selective_scan_forward import (  # noqa: F401  (re-exported)
     LOG2E,
@@ -134,13 +134,19 @@ def _forward(u, delta, A, B, C, D, z, delta_bias, softplus, seq_idx, shape, conf
 
 def _backward(dout, u, delta, A, B, C, D, z, delta_bias, softplus, seq_idx, states, shape,
               config=None):
-    """Launch the backward. Returns du, ddelta, dA, dB, dC, dD, dz, ddelta_bias."""
+    """Launch the backward. Returns du, ddelta, dA, dB, dC, dD, dz, ddelta_bias.
+
+    Two kernels: the state-outer one (config LAYOUT="state-outer", the GPU default for n ≤ 16:
+    the tile is one chunk, BLOCK_L = chunk_size(n) whatever the config says, no replay pass) and
+    the run-time-loop one (sub-blocks of a chunk, replayed from the stored state into scratch).
+    """
     b, d, l, n, g = shape
-    picked = config if config is not None else CPU_BWD if device.interpreted() else BWD_CONFIG
-    picked = picked(n) if callable(picked) else picked
-    if isinstance(picked, dict) and picked.get("LAYOUT") == "state-outer":
-        return _backward_state_outer(dout, u, delta, A, B, C, D, z, delta_bias, softplus,
-                                     seq_idx, states, shape, picked)
+    picked = pick(config, BWD_CONFIG, CPU_BWD, n)
+    state_outer = isinstance(picked, dict) and picked.get("LAYOUT") == "state-outer"
+    q = chunk_size(n)
+    if state_outer and n > q:
+        raise ValueError(f"LAYOUT='state-outer' keeps the carries in the {q} columns of a tile: "
+                         f"needs n ≤ {q}, got n = {n}")
     u, delta, A, dout = u.contiguous(), delta.contiguous(), A.contiguous(), dout.contiguous()
     z = z.contiguous() if z is not None else None
     Bk, Ck = bc_layout(B, upcast=True), bc_layout(C, upcast=True)
@@ -155,61 +161,26 @@ def _backward(dout, u, delta, A, B, C, D, z, delta_bias, softplus, seq_idx, stat
     dBf_rows = torch.zeros((b, d, n) if B.ndim == 2 else (1,), **f32)
     dCf_rows = torch.zeros((b, d, n) if C.ndim == 2 else (1,), **f32)
     dD_rows, dbias_rows = torch.zeros((b, d), **f32), torch.zeros((b, d), **f32)
-    q = chunk_size(n)
-    scr = q // MIN_BLOCK_L  # sub-blocks of the smallest tile in one chunk
-    scratch = torch.empty((b, d, scr, n), **f32)
-    gbuf = torch.zeros((b, d, n), **f32)  # (used when the state loop is not unrolled)
+    gbuf = torch.zeros((b, d, n), **f32)  # the adjoint carried between chunks (or sub-blocks)
     dBs = _bc_strides(dB) if B.ndim != 2 else (0, 0, 0)
     dCs = _bc_strides(dC) if C.ndim != 2 else (0, 0, 0)
-    args = (u, delta, A, Bk, Ck, *optional(D, z, delta_bias, seq_idx, dummy=A), dout, states,
-            scratch, gbuf, du, ddelta, *optional(dz, dummy=A), dB, dC,
-            dA_rows, dBf_rows, dCf_rows, dD_rows, dbias_rows,
-            l, d, d // g, g, *_bc_strides(Bk), *_bc_strides(Ck), *dBs, *dCs)
-    consts = dict(N=n, NP=triton.next_power_of_2(n), CHUNK=q, SCR=scr, UNROLL=n <= BWD_UNROLL_MAX,
-                  **flags(D, z, delta_bias, softplus, B, C, seq_idx))
-    _launch(_bwd_kernel, _bwd_autotuned, config, BWD_CONFIG, CPU_BWD,
-            lambda bd: (b * g, triton.cdiv(d // g, bd)), args, consts, even=(l, d // g),
-            even_default=False)
-    dA = dA_rows.sum(0)
-    dB = dBf_rows.sum(0) if B.ndim == 2 else dB
-    dC = dCf_rows.sum(0) if C.ndim == 2 else dC
-    return finish_grads(du, ddelta, dA, dB, dC, dD_rows.sum(0), dz, dbias_rows.sum(0), B, C, D,
-                        delta_bias)
-
-
-def _backward_state_outer(dout, u, delta, A, B, C, D, z, delta_bias, softplus, seq_idx, states,
-                          shape, config):
-    """`_backward` with the state-outer kernel (config LAYOUT="state-outer"): the tile is one
-    chunk (BLOCK_L = chunk_size(n), whatever the config says): no scratch, no replay pass."""
-    b, d, l, n, g = shape
-    q = chunk_size(n)
-    if n > q:
-        raise ValueError(f"LAYOUT='state-outer' keeps the carries in the {q} columns of a tile: "
-                         f"needs n ≤ {q}, got n = {n}")
-    u, delta, A, dout = u.contiguous(), delta.contiguous(), A.contiguous(), dout.contiguous()
-    z = z.contiguous() if z is not None else None
-    Bk, Ck = bc_layout(B, upcast=True), bc_layout(C, upcast=True)
-    f32 = dict(device=u.device, dtype=torch.float32)
-    du, ddelta = torch.empty_like(u), torch.empty_like(delta)
-    dz = torch.empty_like(z) if z is not None else None
-    dB = torch.zeros(Bk.shape if B.ndim != 2 else (1,), **f32)  # atomic sums if variable
-    dC = torch.zeros(Ck.shape if C.ndim != 2 else (1,), **f32)
-    dA_rows = torch.zeros((b, d, n), **f32)  # per batch row, added over b below
-    dBf_rows = torch.zeros((b, d, n) if B.ndim == 2 else (1,), **f32)
-    dCf_rows = torch.zeros((b, d, n) if C.ndim == 2 else (1,), **f32)
-    dD_rows, dbias_rows = torch.zeros((b, d), **f32), torch.zeros((b, d), **f32)
-    dBs = _bc_strides(dB) if B.ndim != 2 else (0, 0, 0)
-    dCs = _bc_strides(dC) if C.ndim != 2 else (0, 0, 0)
-    gbuf = torch.zeros((b, d, n), **f32)  # the adjoint carried between chunks
-    args = (u, delta, A, Bk, Ck, *optional(D, z, delta_bias, seq_idx, dummy=A), dout, states,
-            gbuf, du, ddelta, *optional(dz, dummy=A), dB, dC, dA_rows, dBf_rows, dCf_rows, dD_rows,
-            dbias_rows, l, d, d // g, g, *_bc_strides(Bk), *_bc_strides(Ck), *dBs, *dCs)
-    config = {k: v for k, v in config.items() if k not in ("LAYOUT", "STAGES", "UNROLL")}
-    config["BLOCK_L"] = q
-    consts = dict(N=n, **flags(D, z, delta_bias, softplus, B, C, seq_idx))
-    _launch(_bwd_so_kernel, None, config, None, None,
-            lambda bd: (b * g, triton.cdiv(d // g, bd)), args, consts, even=(l, d // g),
-            even_default=False)
+    inputs = (u, delta, A, Bk, Ck, *optional(D, z, delta_bias, seq_idx, dummy=A), dout, states)
+    outputs = (gbuf, du, ddelta, *optional(dz, dummy=A), dB, dC, dA_rows, dBf_rows, dCf_rows,
+               dD_rows, dbias_rows, l, d, d // g, g, *_bc_strides(Bk), *_bc_strides(Ck), *dBs,
+               *dCs)
+    grid = lambda bd: (b * g, triton.cdiv(d // g, bd))
+    fl = flags(D, z, delta_bias, softplus, B, C, seq_idx)
+    if state_outer:
+        cfg = {k: v for k, v in picked.items() if k not in ("LAYOUT", "STAGES", "UNROLL")}
+        _launch(_bwd_so_kernel, None, dict(cfg, BLOCK_L=q), None, None, grid, inputs + outputs,
+                dict(N=n, **fl), even=(l, d // g), even_default=False)
+    else:
+        scr = q // MIN_BLOCK_L  # sub-blocks of the smallest tile in one chunk
+        scratch = torch.empty((b, d, scr, n), **f32)
+        consts = dict(N=n, NP=triton.next_power_of_2(n), CHUNK=q, SCR=scr,
+                      UNROLL=n <= BWD_UNROLL_MAX, **fl)
+        _launch(_bwd_kernel, _bwd_autotuned, config, BWD_CONFIG, CPU_BWD, grid,
+                inputs + (scratch,) + outputs, consts, even=(l, d // g), even_default=False)
     dB = dBf_rows.sum(0) if B.ndim == 2 else dB
     dC = dCf_rows.sum(0) if C.ndim == 2 else dC
     return finish_grads(du, ddelta, dA_rows.sum(0), dB, dC, dD_rows.sum(0), dz,

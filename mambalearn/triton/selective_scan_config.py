@@ -16,26 +16,20 @@ from mambalearn.triton.selective_scan_backward import _bwd_kernel
 from mambalearn.triton.selective_scan_forward import _fwd_kernel
 
 
+def _tiles(block_d, most_per_thread):
+    """Candidate tiles BLOCK_D channels × BLOCK_L steps with 4…most values per thread."""
+    return [dict(BLOCK_D=bd, BLOCK_L=bl, num_warps=w) for bl in (8, 16, 32) for bd in block_d
+            for w in (1, 2, 4) if 4 <= bd * bl // (32 * w) <= most_per_thread]
+
+
 def fwd_configs():
     """Candidate forward tiles (BLOCK_D channels × BLOCK_L steps, warps): 4–32 values a thread."""
-    out = []
-    for bl in (8, 16, 32):
-        for bd in (32, 64, 128):
-            for w in (1, 2, 4):
-                if 4 <= bd * bl // (32 * w) <= 32:
-                    out.append(dict(BLOCK_D=bd, BLOCK_L=bl, num_warps=w))
-    return out
+    return _tiles((32, 64, 128), 32)
 
 
 def bwd_configs():
     """Candidate backward tiles (sub-blocks of BLOCK_L steps inside a chunk)."""
-    out = []
-    for bl in (8, 16, 32):
-        for bd in (16, 32, 64):
-            for w in (1, 2, 4):
-                if 4 <= bd * bl // (32 * w) <= 16:
-                    out.append(dict(BLOCK_D=bd, BLOCK_L=bl, num_warps=w))
-    return out
+    return _tiles((16, 32, 64), 16)
 
 
 def _autotuned(kernel, configs, **kw):
@@ -80,10 +74,11 @@ FWD_VARIANTS = {
 # named backward variants (n ≤ UNROLL_MAX; the run-time state loop) the GPU script times side
 # by side, each with the default forward. Keys besides the tile: EVEN (True: no masks where the
 # tile divides l and d/g; the backward's default is False), STAGES (> 0: the state loop is a
-# pipelined `tl.range`). Not yet timed (helper A3, 2026-11-29; bench/NOTES_selective_scan.md).
+# pipelined `tl.range`). Timed on the H200 on 2026-11-30 (docs/BENCHMARKS.md): neither helps.
 # LAYOUT="state-outer": the other kernel (`_bwd_so_kernel`; BLOCK_L is the chunk, whatever the
 # config says; REV_LOADS=False: three flips per state instead of one). sm_90 compile at
 # b8 d2048 n16 l2048 bf16 (helper A4): 2x64w1 128 registers, no spill; 8x64w4 128 + 8 B spill.
+# H200 backward: 2x64w1 3.00 ms, 8x64w4 4.44, 2x64w1 flip3 2.69 (the default; run-time loop 4.50).
 STATE_OUTER = dict(LAYOUT="state-outer", EVEN=True)
 BWD_VARIANTS = {
     "runtime-loop 32x16w2": BWD_RUNTIME_LOOP,  # masks, plain run-time state loop (4.5 ms, H200)
@@ -97,7 +92,8 @@ BWD_VARIANTS = {
                                      REV_LOADS=False),
 }
 # n > 16 (chunk 128): the state-outer kernel, timed by the GPU script next to DEFAULT_BWD_LARGE_N
-# (sm_90, n64: 1x128w1 96 registers, 4x128w4 164, no spills; helper A4, not yet timed)
+# (sm_90, n64: 1x128w1 96 registers, 4x128w4 164, no spills; helper A4. H200, 4x128w4: fwd+bwd
+# 36.7 ms against 32.4 with DEFAULT_BWD_LARGE_N, so not the default)
 # (the first entry is the one the script times: 4× fewer dB/dC atomic adds than 1x128w1)
 BWD_VARIANTS_LARGE_N = {
     "state-outer 4x128w4": dict(STATE_OUTER, BLOCK_D=4, BLOCK_L=128, num_warps=4),
@@ -113,6 +109,14 @@ def _numpy_breaks_range():
     return tuple(int(v) for v in np.__version__.split(".")[:2]) >= (2, 4)
 
 
+def pick(config, default, cpu_config, n):
+    """The configuration that applies: ``config``, else ``default`` (``cpu_config`` in the
+    interpreter); a function of n is called with n."""
+    if config is None:
+        config = cpu_config if device.interpreted() else default
+    return config(n) if callable(config) else config
+
+
 def _launch(kernel, autotuned, config, default, cpu_config, grid_fn, args, consts, even=None,
             even_default=True):
     """Launch ``kernel`` with ``config`` (None: ``default``, or ``cpu_config`` in the interpreter).
@@ -121,10 +125,7 @@ def _launch(kernel, autotuned, config, default, cpu_config, grid_fn, args, const
     the config says ``EVEN=False`` (``even_default``: when the config does not say; the backward
     passes False, so its configs without ``EVEN`` keep every mask, as before the flag existed).
     """
-    if config is None:
-        config = cpu_config if device.interpreted() else default
-    if callable(config):
-        config = config(consts["N"])
+    config = pick(config, default, cpu_config, consts["N"])
     if config == "auto":  # the autotuner's config supplies BLOCK_D, BLOCK_L and num_warps
         autotuned[lambda meta: grid_fn(meta["BLOCK_D"])](*args, **consts)
         return
