@@ -25,7 +25,7 @@ import triton
 import triton.language as tl
 
 from mambalearn.triton.scan import combine_fn  # the ⊗ of chapter 03, jitted in chapter 08
-from mambalearn.triton.selective_scan_forward import LOG2E, _ld, _load_bc, _st
+from mambalearn.triton.selective_scan_forward import LOG2E, _fwd_state_fast, _ld, _load_bc, _st
 from mambalearn.triton.tile import column as _column
 from mambalearn.triton.tile import load_delta as _load_delta
 from mambalearn.triton.tile import put_column as _put_column
@@ -53,18 +53,13 @@ def _fwd_state(n, h_in, dt, dtx, start, t, l, d_idx, d_mask, cols, A_ptr, B_ptr,
                Cv_ptr, sB0, sB1, sB2, sC0, sC1, sC2, N: tl.constexpr, BLOCK_L: tl.constexpr,
                VAR_B: tl.constexpr, VAR_C: tl.constexpr, HAS_SEQ: tl.constexpr,
                EVEN_L: tl.constexpr, EVEN_D: tl.constexpr):
-    """One state n over one block: returns (C_n·h, h at the block's last step). (Backward's
-    replay; the forward kernel uses `_fwd_state_fast`.)"""
+    """One state n over one block: returns (C_n·h, h at the block's last step). The forward's
+    `_fwd_state_fast` with A[:, n] loaded here (the backward's replay)."""
     A2_n = _ld(A_ptr + d_idx * N + n, d_mask, EVEN_D) * LOG2E  # (BLOCK_D,)
-    a = tl.exp2(dt * A2_n[:, None])  # Ā = exp(ΔA) = 2^(Δ·A·log2 e)
-    if HAS_SEQ:
-        a = tl.where(start, 0.0, a)  # a new sequence forgets the old state
-    Bn = _load_bc(B_ptr, Bv_ptr, n, t, l, d_idx, d_mask, sB0, sB1, sB2, VAR_B, EVEN_L, EVEN_D)
-    Cn = _load_bc(C_ptr, Cv_ptr, n, t, l, d_idx, d_mask, sC0, sC1, sC2, VAR_C, EVEN_L, EVEN_D)
-    bx = dtx * Bn  # B̄x
-    bx = tl.where(cols[None, :] == 0, a * h_in[:, None] + bx, bx)  # fold h_in into step 0
-    _, h = tl.associative_scan((a, bx), 1, combine_fn)  # (BLOCK_D, BLOCK_L)
-    return h * Cn, _column(h, cols, BLOCK_L - 1)
+    h, Cn, h_last = _fwd_state_fast(n, A2_n, h_in, dt, dtx, start, t, l, d_idx, d_mask, cols,
+                                    B_ptr, Bv_ptr, C_ptr, Cv_ptr, sB0, sB1, sB2, sC0, sC1, sC2,
+                                    BLOCK_L, VAR_B, VAR_C, HAS_SEQ, EVEN_L, EVEN_D)
+    return h * Cn, h_last
 
 
 # ---------------------------------------------------------------------------------------------
@@ -176,6 +171,31 @@ def _bwd_delta(delta_ptr, bias_ptr, offs, mask, d_idx, d_mask, HAS_BIAS: tl.cons
 
 
 @triton.jit
+def _bwd_outputs(y, dx, ddt, x, dy, dout, zz, dt_raw, Dv, dD_acc, dbias_acc, offs, mask, du_ptr,
+                 ddelta_ptr, dz_ptr, HAS_D: tl.constexpr, HAS_Z: tl.constexpr,
+                 SOFTPLUS: tl.constexpr, EVEN: tl.constexpr):
+    """The per-step parts of both backward kernels, after the sums over states y = Σ C h,
+    dx = Σ gΔB, ddt = Σ ∂/∂Δ: the D skip, the gate (dz), softplus′; stores du, dΔ, dz.
+    Returns the updated row sums (dD_acc, dbias_acc)."""
+    if HAS_D:
+        y += x * Dv[:, None]
+        dx += dy * Dv[:, None]
+        dD_acc += tl.sum(dy * x, axis=1)
+    if HAS_Z:
+        sig = tl.sigmoid(zz)
+        dz = dout * y * sig * (1.0 + zz * (1.0 - sig))  # silu′(z) = σ(z)(1 + z(1 − σ(z)))
+        _st(dz_ptr + offs, dz.to(dz_ptr.dtype.element_ty), mask, EVEN)
+    if SOFTPLUS:
+        ddt *= tl.sigmoid(dt_raw)  # softplus′ = σ
+    if not EVEN:
+        ddt = tl.where(mask, ddt, 0.0)
+    dbias_acc += tl.sum(ddt, axis=1)
+    _st(du_ptr + offs, dx.to(du_ptr.dtype.element_ty), mask, EVEN)
+    _st(ddelta_ptr + offs, ddt.to(ddelta_ptr.dtype.element_ty), mask, EVEN)
+    return dD_acc, dbias_acc
+
+
+@triton.jit
 def _bwd_kernel(
     u_ptr, delta_ptr, A_ptr, B_ptr, C_ptr, D_ptr, z_ptr, bias_ptr, seq_ptr, dout_ptr, states_ptr,
     scratch_ptr,  # (b, d, SCR, n) fp32: the state entering each sub-block of the current chunk
@@ -279,7 +299,7 @@ def _bwd_kernel(
             start = _is_start(seq_ptr + bi * l, t, l, HAS_SEQ)[None, :]
             start_nx = _is_start(seq_ptr + bi * l, t + 1, l, HAS_SEQ)[None, :]
             dout = _ld(dout_ptr + offs, mask, EVEN).to(tl.float32)
-            dy = dout
+            dy, zz = dout, dout
             if HAS_Z:
                 zz = _ld(z_ptr + offs, mask, EVEN).to(tl.float32)
                 dy = dout * zz * tl.sigmoid(zz)  # ∂out/∂y = silu(z)
@@ -329,21 +349,9 @@ def _bwd_kernel(
                     ddt += ddtc
                 tl.debug_barrier()
             # 3. the per-step parts: D skip, gate, softplus
-            if HAS_D:
-                y += x * Dv[:, None]
-                dx += dy * Dv[:, None]
-                dD_acc += tl.sum(dy * x, axis=1)
-            if HAS_Z:
-                sig = tl.sigmoid(zz)
-                dz = dout * y * sig * (1.0 + zz * (1.0 - sig))  # silu′(z) = σ(z)(1 + z(1 − σ(z)))
-                _st(dz_ptr + offs, dz.to(dz_ptr.dtype.element_ty), mask, EVEN)
-            if SOFTPLUS:
-                ddt *= tl.sigmoid(dt_raw)  # softplus′ = σ
-            if not EVEN:
-                ddt = tl.where(mask, ddt, 0.0)
-            dbias_acc += tl.sum(ddt, axis=1)
-            _st(du_ptr + offs, dx.to(du_ptr.dtype.element_ty), mask, EVEN)
-            _st(ddelta_ptr + offs, ddt.to(ddelta_ptr.dtype.element_ty), mask, EVEN)
+            dD_acc, dbias_acc = _bwd_outputs(y, dx, ddt, x, dy, dout, zz, dt_raw, Dv, dD_acc,
+                                             dbias_acc, offs, mask, du_ptr, ddelta_ptr, dz_ptr,
+                                             HAS_D, HAS_Z, SOFTPLUS, EVEN)
             j -= 1
         tl.debug_barrier()  # the next chunk's step 1 overwrites the scratch
         c -= 1

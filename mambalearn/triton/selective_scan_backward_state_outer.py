@@ -10,14 +10,14 @@ row sums of dA (and of fixed dB/dC) sit in column n of a (BLOCK_D, BLOCK_L) regi
 n ≤ CHUNK). No state iteration waits for a load-add-store of its own.
 
 Shapes: as the run-time-loop kernel, without the scratch; gbuf (b, d, n) fp32 carries the adjoint
-between chunks. The launcher (`_backward_state_outer`) lives in `mambalearn.triton.selective_scan`.
+between chunks. Its launcher (`_backward`) lives in `mambalearn.triton.selective_scan`.
 """
 
 import triton
 import triton.language as tl
 
 from mambalearn.triton.scan import combine_fn  # the ⊗ of chapter 03, jitted in chapter 08
-from mambalearn.triton.selective_scan_backward import _bwd_delta, _reverse_scan
+from mambalearn.triton.selective_scan_backward import _bwd_delta, _bwd_outputs, _reverse_scan
 from mambalearn.triton.selective_scan_forward import LOG2E, _ld, _load_bc, _st
 from mambalearn.triton.tile import column as _column
 from mambalearn.triton.tile import load_delta as _load_delta
@@ -190,25 +190,16 @@ def _bwd_so_kernel(
         x = _ld(u_ptr + offs, mask, EVEN).to(tl.float32)
         dx = gB * dt  # Σ_n g Δ B_n
         ddt = gahA + gB * x  # Σ_n g (Ā h_{t−1} A_n + B_n x)
-        if HAS_D:
-            y += x * Dv[:, None]
-            dx += dy * Dv[:, None]
-            dD_acc += tl.sum(dy * x, axis=1)
+        dout, zz, dt_raw = dy, dy, dt
         if HAS_Z:
             dout = _ld(dout_ptr + offs, mask, EVEN).to(tl.float32)
             zz = _ld(z_ptr + offs, mask, EVEN).to(tl.float32)
-            sig = tl.sigmoid(zz)
-            dz = dout * y * sig * (1.0 + zz * (1.0 - sig))  # silu′(z) = σ(z)(1 + z(1 − σ(z)))
-            _st(dz_ptr + offs, dz.to(dz_ptr.dtype.element_ty), mask, EVEN)
         if SOFTPLUS:
             _, dt_raw = _bwd_delta(delta_ptr, bias_ptr, offs, mask, d_idx, d_mask, HAS_BIAS,
                                    SOFTPLUS, EVEN)
-            ddt *= tl.sigmoid(dt_raw)  # softplus′ = σ
-        if not EVEN:
-            ddt = tl.where(mask, ddt, 0.0)
-        dbias_acc += tl.sum(ddt, axis=1)
-        _st(du_ptr + offs, dx.to(du_ptr.dtype.element_ty), mask, EVEN)
-        _st(ddelta_ptr + offs, ddt.to(ddelta_ptr.dtype.element_ty), mask, EVEN)
+        dD_acc, dbias_acc = _bwd_outputs(y, dx, ddt, x, dy, dout, zz, dt_raw, Dv, dD_acc,
+                                         dbias_acc, offs, mask, du_ptr, ddelta_ptr, dz_ptr,
+                                         HAS_D, HAS_Z, SOFTPLUS, EVEN)
         tl.debug_barrier()  # the adjoints stored above are read by other threads next chunk
         c -= 1
     # 4. this program's sums over its batch row (the launcher adds the rows: no atomics)
