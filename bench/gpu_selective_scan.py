@@ -195,6 +195,7 @@ def accuracy(fns, s, out, device=None, dtype=None):
 
     from mambalearn.bench.selective_scan import inputs
     from mambalearn.scan.sequential import selective_scan_sequential
+    from mambalearn.testing import rel_error
     x = _inputs(s) if device is None else inputs(**s, device=device, dtype=dtype)
     dout = torch.randn_like(x["u"])
     names = list(x)
@@ -215,8 +216,7 @@ def accuracy(fns, s, out, device=None, dtype=None):
             log(f"accuracy {name} failed: {type(e).__name__}: {e}")
             continue
         keys = ["out"] + names
-        errs = {k: ((g - r).norm() / r.norm()).item()
-                for k, g, r in zip(keys, got, ref, strict=True)}
+        errs = {k: rel_error(g, r) for k, g, r in zip(keys, got, ref, strict=True)}
         out[name] = errs
         log(f"rel. error vs fp32 oracle, {name}: "
             + " ".join(f"{k} {v:.2e}" for k, v in errs.items()))

@@ -34,6 +34,7 @@ import torch
 
 from mambalearn import roofline
 from mambalearn.bench import _reference, peak_gb, time_ms
+from mambalearn.testing import rel_error
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 GPU_SHAPES = [(4, 4096), (1, 16384), (16, 1024)]  # (b, l) with h80 p64 n128 g1
@@ -101,7 +102,7 @@ def rel_err(a, b):
     """‖a − b‖ / ‖b‖; for tuples of tensors (gradients) the largest of them."""
     if isinstance(b, (tuple, list)):
         return max(rel_err(x, y) for x, y in zip(a, b, strict=True))
-    return ((a.double() - b.double()).norm() / b.double().norm()).item()
+    return rel_error(a, b)
 
 
 def _measure(fn, want=None, warmup=25, rep=100, keep=None):
