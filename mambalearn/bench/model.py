@@ -15,12 +15,11 @@ from mambalearn import model as M
 from mambalearn.testing import rel_error
 
 BLOCKS = {"mamba1": dict(d_state=16), "mamba2": dict(d_state=64, headdim=64, chunk_size=64)}
+TINY = {"mamba1": dict(d_state=4), "mamba2": dict(d_state=4, headdim=8, chunk_size=8)}  # CPU
 
 
 def _lm(block, gpu, device):
-    kw = dict(BLOCKS[block])
-    if not gpu:  # tiny: the interpreter runs the Triton backends
-        kw.update(d_state=4, headdim=8, chunk_size=8) if block == "mamba2" else kw.update(d_state=4)
+    kw = BLOCKS[block] if gpu else TINY[block]  # tiny: the interpreter runs the Triton backends
     torch.manual_seed(0)
     cfg = M.MambaConfig(vocab_size=256, d_model=256 if gpu else 16, n_layers=2, block=block, **kw)
     return M.MambaLM(cfg).to(device)
