@@ -4,7 +4,8 @@
 # Usage on the device, from the repo root (carry .whl for the Jupyter wheels, .mamba_ref for mamba_ssm):
 #   bash bench/gpu_all.sh final | final2 | final3 | final4   # the calls BENCHMARKS.md records
 #   bash bench/gpu_all.sh SECTION... # prep build tests notebooks executed selective scans ssd
-#                                    # ssd_steps ssd_acc nb11_check ssd_fused memory step model pack
+#                                    # ssd_steps ssd_acc nb11_check ssd_fused memory step model
+#                                    # profile (WL=workloads) wait_build experiments pack
 set -u
 OUT=${OUT:-/tmp/out}; LOG=$OUT/run; mkdir -p "$LOG"
 export PYTHONPATH=/tmp/site:$PWD MAMBALEARN_PROGRESS=0 MPLBACKEND=Agg PYTHONUNBUFFERED=1
@@ -46,6 +47,15 @@ ssd.run(True, shapes=[dict(b=4, l=4096, **ssd.HEADS)], forward=False)" ;;
     selective) step selective 200 python3 bench/gpu_selective_scan.py --stage final --limit 195 ;;
     scans|memory|ssd|step|model) step "bench_$1" "${LIMIT:-60}" python3 -m mambalearn bench "$1" \
         --json "$LOG/bench_$1.json" ;;
+    profile) step "profile_${WL// /_}" "${PLIMIT:-240}" python3 bench/gpu_profile.py ncu "$LOG/profile" $WL ;;
+    experiments) step experiments "${ELIMIT:-200}" python3 bench/gpu_experiments.py \
+        --limit "${ELIMIT:-200}" --json "$LOG/experiments.json" ;;
+    wait_build)  # until the background build has left its .so (or the limit)
+      for _ in $(seq 1 "${BLIMIT:-120}"); do
+        ls /tmp/ssbuild/selective_scan_cuda*.so >/dev/null 2>&1 && ! ls /tmp/ssbuild/lock \
+          >/dev/null 2>&1 && break; sleep 1; done
+      mkdir -p .mamba_ref/build && cp /tmp/ssbuild/selective_scan_cuda*.so .mamba_ref/build/ \
+        2>/dev/null && cp .mamba_ref/build/selective_scan_cuda*.so "$LOG/"; tail -3 "$LOG/build.log" ;;
     pack)  # at most 8 files come back: one archive
       mv "$OUT"/*.json "$OUT"/*.png "$LOG"/ 2>/dev/null
       tar czf "$OUT/results.tgz" -C "$OUT" run && rm -rf "$LOG" ;;
@@ -66,6 +76,11 @@ ssd.run(True, shapes=[dict(b=4, l=4096, **ssd.HEADS)], forward=False)" ;;
       LIMIT=60 section scans
       step selective 100 python3 bench/gpu_selective_scan.py --stage final --defaults --limit 100
       section pack ;;
+    profile1)  # 2026-11-30, session 2: profiles of ours and mamba_ssm's, the launch experiments
+      section prep; section build
+      WL="m1_16 m1_64 ssd ssdref" PLIMIT=260 section profile
+      section wait_build; ELIMIT=170 section experiments
+      WL="m1cuda_16 m1cuda_64" PLIMIT=80 section profile; section pack ;;
   esac
 }
 for s in "$@"; do section "$s"; done

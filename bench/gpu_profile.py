@@ -1,0 +1,112 @@
+"""Nsight Compute profiles of our kernels and mamba_ssm's, for the closing notes of chapters 09–11.
+
+    python3 bench/gpu_profile.py run WORKLOAD        # one workload, inside cudaProfilerStart/Stop
+    python3 bench/gpu_profile.py ncu OUTDIR WORKLOAD...  # each workload under ncu, then text reports
+
+Workloads (one forward + backward each, after a warm-up run outside the profiled range):
+    m1_16, m1_64        our Mamba-1 selective scan (default kernels), b8 d2048 n16/n64 l2048 bf16
+    m1cuda_16, m1cuda_64  mamba_ssm's CUDA selective scan at the same shapes (needs its build)
+    ssd, ssdref         our SSD (unfused forward + backward, then the fused forward) and
+                        mamba_ssm's Triton SSD, b4 l4096 h80 p64 n128 g1 chunk 256 bf16
+
+`ncu` runs with ``--clock-control none`` (METHOD.md: leave the clocks alone), only kernels whose name
+starts with "_" (Triton's) or contains "selective_scan" (CUDA's), and the sections that say where a
+kernel's time goes: speed of light, occupancy, launch, warp states (stall reasons), scheduler,
+pipes, memory, instruction mix, and the sampled stall locations. Per workload it writes
+OUTDIR/WORKLOAD.txt (ncu's details page) and OUTDIR/WORKLOAD.csv (raw metrics).
+"""
+
+import os
+import subprocess
+import sys
+import time
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
+sys.path.insert(0, ROOT)
+SECTIONS = ["SpeedOfLight", "Occupancy", "LaunchStats", "WarpStateStats", "SchedulerStats",
+            "ComputeWorkloadAnalysis", "MemoryWorkloadAnalysis", "InstructionStats",
+            "SourceCounters"]
+M1 = dict(b=8, d=2048, l=2048)
+SSD = dict(b=4, l=4096, h=80, p=64, g=1, n=128)
+
+
+def _workload(name):
+    """A closure that runs the workload once (forward and backward)."""
+    import torch
+
+    from mambalearn.bench.selective_scan import fwd_bwd, inputs, load_mamba_ssm
+    if name.startswith("m1"):
+        n = int(name.split("_")[1])
+        x = inputs(**M1, n=n, device=torch.device("cuda"))
+        if name.startswith("m1cuda"):
+            fn = load_mamba_ssm()
+            if fn is None:
+                raise SystemExit("mamba_ssm's CUDA extension is not built")
+        else:
+            from mambalearn.triton.selective_scan import selective_scan_fn as fn
+        return fwd_bwd(fn, x)
+    from mambalearn.bench.ssd import load_mamba_ssm_ssd, make_inputs
+    (x, dt, A, B, C), kw = make_inputs(**SSD)
+    leaves = [t.detach().requires_grad_() for t in (x, dt, A, B, C, kw["D"], kw["dt_bias"])]
+    if name == "ssdref":
+        fn = load_mamba_ssm_ssd()
+    else:
+        from mambalearn.triton.ssd import mamba_chunk_scan_combined as fn
+
+    def run():
+        out = fn(*leaves[:5], 256, D=leaves[5], dt_bias=leaves[6], dt_softplus=True)
+        torch.autograd.grad(out, leaves, torch.ones_like(out))
+        if name == "ssd":
+            with torch.no_grad():
+                fn(*leaves[:5], 256, D=leaves[5], dt_bias=leaves[6], dt_softplus=True, fused=True)
+    return run
+
+
+def run(name):
+    import torch
+    fn = _workload(name)
+    fn()  # compile, warm caches (not profiled)
+    torch.cuda.synchronize()
+    torch.cuda.profiler.start()
+    fn()
+    torch.cuda.synchronize()
+    torch.cuda.profiler.stop()
+
+
+def _ncu_binary():
+    import glob
+    import shutil
+    found = shutil.which("ncu") or sorted(glob.glob("/opt/nvidia/nsight-compute/*/ncu")
+                                          + glob.glob("/usr/local/cuda*/bin/ncu"))
+    return found if isinstance(found, str) else (found[-1] if found else "ncu")
+
+
+def ncu(outdir, names):
+    os.makedirs(outdir, exist_ok=True)
+    exe = _ncu_binary()
+    for name in names:
+        t0 = time.time()
+        rep = os.path.join(outdir, name)
+        cmd = [exe, "--clock-control", "none", "--profile-from-start", "off", "-f", "-o", rep,
+               "-k", "regex:^_|selective_scan", "--import-source", "no"]
+        cmd += [a for s in SECTIONS for a in ("--section", s)]
+        cmd += [sys.executable, os.path.abspath(__file__), "run", name]
+        r = subprocess.run(cmd, capture_output=True, text=True)
+        with open(rep + ".txt", "w") as f:
+            f.write(r.stdout[-20000:] + r.stderr[-5000:])
+            if os.path.exists(rep + ".ncu-rep"):
+                f.write(subprocess.run([exe, "-i", rep + ".ncu-rep", "--page", "details"],
+                                       capture_output=True, text=True).stdout)
+        if os.path.exists(rep + ".ncu-rep"):
+            with open(rep + ".csv", "w") as f:
+                f.write(subprocess.run([exe, "-i", rep + ".ncu-rep", "--page", "raw", "--csv"],
+                                       capture_output=True, text=True).stdout)
+            os.remove(rep + ".ncu-rep")
+        print(f"{name}: rc {r.returncode}, {time.time() - t0:.0f}s", flush=True)
+
+
+if __name__ == "__main__":
+    if sys.argv[1] == "run":
+        run(sys.argv[2])
+    else:
+        ncu(sys.argv[2], sys.argv[3:])
