@@ -55,7 +55,7 @@ ssd.run(True, shapes=[dict(b=4, l=4096, **ssd.HEADS)], forward=False)" ;;
         ls /tmp/ssbuild/selective_scan_cuda*.so >/dev/null 2>&1 && ! ls /tmp/ssbuild/lock \
           >/dev/null 2>&1 && break; sleep 1; done
       mkdir -p .mamba_ref/build && cp /tmp/ssbuild/selective_scan_cuda*.so .mamba_ref/build/ \
-        2>/dev/null && cp .mamba_ref/build/selective_scan_cuda*.so "$LOG/"; tail -3 "$LOG/build.log" ;;
+        2>/dev/null && cp .mamba_ref/build/selective_scan_cuda*.so "$OUT/"; tail -3 "$LOG/build.log" ;;
     pack)  # at most 8 files come back: one archive
       mv "$OUT"/*.json "$OUT"/*.png "$LOG"/ 2>/dev/null
       tar czf "$OUT/results.tgz" -C "$OUT" run && rm -rf "$LOG" ;;
@@ -80,6 +80,11 @@ ssd.run(True, shapes=[dict(b=4, l=4096, **ssd.HEADS)], forward=False)" ;;
       section prep; section build
       WL="m1_16 m1_64 ssd ssdref" PLIMIT=260 section profile
       section wait_build; ELIMIT=170 section experiments
+      WL="m1cuda_16 m1cuda_64" PLIMIT=80 section profile; section pack ;;
+    profile2)  # call 2: the same profiles of the new defaults, the register experiments
+      section prep; section build
+      WL="m1_16 m1_64 ssd ssdref" PLIMIT=260 section profile
+      section wait_build; ELIMIT=150 section experiments
       WL="m1cuda_16 m1cuda_64" PLIMIT=80 section profile; section pack ;;
   esac
 }

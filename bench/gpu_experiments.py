@@ -21,17 +21,37 @@ ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
 sys.path.insert(0, ROOT)
 
 SO = dict(LAYOUT="state-outer", EVEN=True, REV_LOADS=False)
-EXPERIMENTS = [  # label, n, forward config (None: default), backward config, chunk (None: default)
-    ("default", 16, None, None, None),
-    ("bwd so 1x64w1", 16, None, dict(SO, BLOCK_D=1, num_warps=1), None),
-    ("bwd so 2x64w1 r96", 16, None, dict(SO, BLOCK_D=2, num_warps=1, maxnreg=96), None),
-    ("bwd so 4x64w2", 16, None, dict(SO, BLOCK_D=4, num_warps=2), None),
-    ("default", 64, None, None, None),
-    ("bwd so 1x128w1", 64, None, dict(SO, BLOCK_D=1, num_warps=1), None),
-    ("bwd so 2x128w1", 64, None, dict(SO, BLOCK_D=2, num_warps=1), None),
-    ("chunk 64, bwd so 2x64w1", 64, None, dict(SO, BLOCK_D=2, num_warps=1), 64),
-    ("chunk 64, bwd so 1x64w1", 64, None, dict(SO, BLOCK_D=1, num_warps=1), 64),
-]
+RUN_LOOP = dict(BLOCK_D=32, BLOCK_L=8, num_warps=1)  # the run-time-loop backward (n64)
+F64 = dict(EVEN=True, UNROLL=False)  # the forward's run-time state loop, no masks
+EXPERIMENTS = {  # name -> rows: label, n, forward config (None: default), backward, chunk
+    "first": [  # 2026-11-30 session 2, call 1 (the defaults then: bwd 2x64w1, n64 run-time loop)
+        ("default", 16, None, None, None),
+        ("bwd so 1x64w1", 16, None, dict(SO, BLOCK_D=1, num_warps=1), None),
+        ("bwd so 2x64w1 r96", 16, None, dict(SO, BLOCK_D=2, num_warps=1, maxnreg=96), None),
+        ("bwd so 4x64w2", 16, None, dict(SO, BLOCK_D=4, num_warps=2), None),
+        ("default", 64, None, RUN_LOOP, None),
+        ("bwd so 1x128w1", 64, None, dict(SO, BLOCK_D=1, num_warps=1), None),
+        ("bwd so 2x128w1", 64, None, dict(SO, BLOCK_D=2, num_warps=1), None),
+        ("chunk 64, bwd so 2x64w1", 64, None, dict(SO, BLOCK_D=2, num_warps=1), 64),
+        ("chunk 64, bwd so 1x64w1", 64, None, dict(SO, BLOCK_D=1, num_warps=1), 64),
+    ],
+    "registers": [  # call 2: registers per thread against occupancy, n64 forward tiles
+        ("default (bwd r96)", 16, None, None, None),
+        ("bwd so 2x64w1 r80", 16, None, dict(SO, BLOCK_D=2, num_warps=1, maxnreg=80), None),
+        ("bwd so 2x64w1 r72", 16, None, dict(SO, BLOCK_D=2, num_warps=1, maxnreg=72), None),
+        ("bwd so 2x64w1 r64", 16, None, dict(SO, BLOCK_D=2, num_warps=1, maxnreg=64), None),
+        ("bwd so 2x64w1 r112", 16, None, dict(SO, BLOCK_D=2, num_warps=1, maxnreg=112), None),
+        ("default (bwd so 1x128w1)", 64, None, None, None),
+        ("bwd so 1x128w1 r80", 64, None, dict(SO, BLOCK_D=1, num_warps=1, maxnreg=80), None),
+        ("bwd so 1x128w1 r64", 64, None, dict(SO, BLOCK_D=1, num_warps=1, maxnreg=64), None),
+        ("fwd 64x16w2", 64, dict(F64, BLOCK_D=64, BLOCK_L=16, num_warps=2), None, None),
+        ("fwd 32x16w1", 64, dict(F64, BLOCK_D=32, BLOCK_L=16, num_warps=1), None, None),
+        ("fwd 64x32w8", 64, dict(F64, BLOCK_D=64, BLOCK_L=32, num_warps=8), None, None),
+        ("fwd 128x32w8", 64, dict(F64, BLOCK_D=128, BLOCK_L=32, num_warps=8), None, None),
+        ("fwd 64x32w4 r128", 64, dict(F64, BLOCK_D=64, BLOCK_L=32, num_warps=4, maxnreg=128),
+         None, None),
+    ],
+}
 
 
 def main():
@@ -40,6 +60,7 @@ def main():
     ap.add_argument("--json", default=os.path.join(os.environ.get("OUT", "/tmp/out"),
                                                    "experiments.json"))
     ap.add_argument("--cpu-smoke", action="store_true")
+    ap.add_argument("--set", default="registers", choices=sorted(EXPERIMENTS))
     a = ap.parse_args()
     t0 = time.time()
     import torch
@@ -70,7 +91,7 @@ def main():
         return run
 
     shapes = {}
-    for label, n, fcfg, bcfg, chunk in EXPERIMENTS:
+    for label, n, fcfg, bcfg, chunk in EXPERIMENTS[a.set]:
         if time.time() - t0 > a.limit - 30:
             print(f"skip {label} n{n}: budget", flush=True)
             continue
@@ -80,10 +101,9 @@ def main():
             refs[n] = grads(T.selective_scan_fn, shapes[n])
             if peer is not None:
                 rows.append(dict(label="mamba_ssm cuda", n=n, chunk="-", err=max(
-                    rel_error(g, r) for g, r in zip(grads(peer, shapes[n]), refs[n]))))
-                f = lambda: peer(**shapes[n], delta_softplus=True)
+                    rel_error(g, r) for g, r in zip(grads(peer, shapes[n]), refs[n], strict=True))))
                 with torch.no_grad():
-                    rows[-1]["fwd_ms"] = time_ms(f)
+                    rows[-1]["fwd_ms"] = time_ms(lambda x=shapes[n]: peer(**x, delta_softplus=True))
                 rows[-1]["fb_ms"] = time_ms(both(peer, shapes[n]))
                 rows[-1]["peak_gb"] = peak_gb(both(peer, shapes[n]))
                 print(rows[-1], flush=True)
@@ -91,13 +111,13 @@ def main():
         cfg = {"fwd": fcfg, "bwd": bcfg}
         if not gpu:  # the interpreter's tiles, every other key as on the GPU
             cfg = {k: dict(v, BLOCK_D=2, num_warps=1) if v else v for k, v in cfg.items()}
-        fn = lambda **k: T.selective_scan_fn(**k, config=cfg)
+        fn = (lambda c: lambda **k: T.selective_scan_fn(**k, config=c))(cfg)
         row = dict(label=label, n=n, chunk=chunk or default_chunk(n))
-        T.chunk_size = (lambda n_: chunk) if chunk else default_chunk
+        T.chunk_size = (lambda q: lambda n_: q)(chunk) if chunk else default_chunk
         try:
-            row["err"] = max(rel_error(g, r) for g, r in zip(grads(fn, x), refs[n]))
+            row["err"] = max(rel_error(g, r) for g, r in zip(grads(fn, x), refs[n], strict=True))
             with torch.no_grad():
-                row["fwd_ms"] = time_ms(lambda: fn(**x, delta_softplus=True))
+                row["fwd_ms"] = time_ms(lambda f=fn, x=x: f(**x, delta_softplus=True))
             row["fb_ms"] = time_ms(both(fn, x))
             row["peak_gb"] = peak_gb(both(fn, x))
         except Exception as e:  # noqa: BLE001 - one failing variant must not end the run

@@ -1,7 +1,7 @@
-"""Nsight Compute profiles of our kernels and mamba_ssm's, for the closing notes of chapters 09–11.
+"""Nsight Compute profiles of our kernels and mamba_ssm's (where chapters 09–11's time goes).
 
     python3 bench/gpu_profile.py run WORKLOAD        # one workload, inside cudaProfilerStart/Stop
-    python3 bench/gpu_profile.py ncu OUTDIR WORKLOAD...  # each workload under ncu, then text reports
+    python3 bench/gpu_profile.py ncu OUTDIR WORKLOAD...  # each under ncu, then text reports
 
 Workloads (one forward + backward each, after a warm-up run outside the profiled range):
     m1_16, m1_64        our Mamba-1 selective scan (default kernels), b8 d2048 n16/n64 l2048 bf16
@@ -9,11 +9,11 @@ Workloads (one forward + backward each, after a warm-up run outside the profiled
     ssd, ssdref         our SSD (unfused forward + backward, then the fused forward) and
                         mamba_ssm's Triton SSD, b4 l4096 h80 p64 n128 g1 chunk 256 bf16
 
-`ncu` runs with ``--clock-control none`` (METHOD.md: leave the clocks alone), only kernels whose name
-starts with "_" (Triton's) or contains "selective_scan" (CUDA's), and the sections that say where a
-kernel's time goes: speed of light, occupancy, launch, warp states (stall reasons), scheduler,
-pipes, memory, instruction mix, and the sampled stall locations. Per workload it writes
-OUTDIR/WORKLOAD.txt (ncu's details page) and OUTDIR/WORKLOAD.csv (raw metrics).
+`ncu` runs with ``--clock-control none`` (METHOD.md: leave the clocks alone), only kernels whose
+name starts with "_" (Triton's) or contains "selective_scan" (CUDA's), and the sections that say
+where a kernel's time goes: speed of light, occupancy, launch, warp states (stall reasons),
+scheduler, pipes, memory, instruction mix, and the sampled stall locations. Per workload it
+writes OUTDIR/WORKLOAD.txt (ncu's details page) and OUTDIR/WORKLOAD.csv (chosen raw metrics).
 """
 
 import os
@@ -73,6 +73,31 @@ def run(name):
     torch.cuda.profiler.stop()
 
 
+KEEP = ("Kernel Name", "gpu__time_duration.sum", "launch__registers_per_thread",
+        "launch__occupancy_limit_registers", "launch__grid_size", "launch__block_size",
+        "sm__throughput.avg.pct_of_peak_sustained_elapsed", "dram__bytes.sum",
+        "gpu__compute_memory_throughput.avg.pct_of_peak_sustained_elapsed",
+        "smsp__issue_active.avg.pct_of_peak_sustained_active", "smsp__inst_executed.sum",
+        "sm__warps_active.avg.pct_of_peak_sustained_active", "lts__t_sectors_op_red.sum",
+        "smsp__average_warp_latency_per_inst_issued.ratio")
+
+
+def _keep_columns(raw_csv, path):
+    """The raw page has thousands of metrics: keep KEEP, the stall reasons and the pipes."""
+    import csv
+    import io
+    rows = list(csv.reader(io.StringIO(raw_csv)))
+    if not rows:
+        return
+    keep = [i for i, h in enumerate(rows[0]) if h in KEEP
+            or (h.startswith("smsp__average_warps_issue_stalled_")
+                and h.endswith("per_issue_active.ratio"))
+            or (h.startswith("sm__inst_executed_pipe_")
+                and h.endswith("pct_of_peak_sustained_active"))]
+    with open(path, "w", newline="") as f:
+        csv.writer(f).writerows([r[i] for i in keep if i < len(r)] for r in rows)
+
+
 def _ncu_binary():
     import glob
     import shutil
@@ -93,14 +118,14 @@ def ncu(outdir, names):
         cmd += [sys.executable, os.path.abspath(__file__), "run", name]
         r = subprocess.run(cmd, capture_output=True, text=True)
         with open(rep + ".txt", "w") as f:
-            f.write(r.stdout[-20000:] + r.stderr[-5000:])
+            f.write(r.stdout[-4000:] + r.stderr[-4000:])
             if os.path.exists(rep + ".ncu-rep"):
                 f.write(subprocess.run([exe, "-i", rep + ".ncu-rep", "--page", "details"],
                                        capture_output=True, text=True).stdout)
         if os.path.exists(rep + ".ncu-rep"):
-            with open(rep + ".csv", "w") as f:
-                f.write(subprocess.run([exe, "-i", rep + ".ncu-rep", "--page", "raw", "--csv"],
-                                       capture_output=True, text=True).stdout)
+            raw = subprocess.run([exe, "-i", rep + ".ncu-rep", "--page", "raw", "--csv"],
+                                 capture_output=True, text=True).stdout
+            _keep_columns(raw, rep + ".csv")
             os.remove(rep + ".ncu-rep")
         print(f"{name}: rc {r.returncode}, {time.time() - t0:.0f}s", flush=True)
 

@@ -55,6 +55,7 @@ from mambalearn.triton.selective_scan_backward_state_outer import (  # noqa: F40
 from mambalearn.triton.selective_scan_config import (  # noqa: F401  (re-exported)
     _ZEROED,
     BWD_RUNTIME_LOOP,
+    BWD_RUNTIME_LOOP_LARGE_N,
     BWD_VARIANTS,
     BWD_VARIANTS_LARGE_N,
     CPU_BWD,
@@ -103,7 +104,14 @@ def chunk_size(n):
 
 # a config dict, a function of n returning one, or "auto" (autotune over fwd_/bwd_configs())
 FWD_CONFIG = lambda n: DEFAULT_FWD if n <= UNROLL_MAX else DEFAULT_FWD_LARGE_N
-BWD_CONFIG = lambda n: DEFAULT_BWD if n <= UNROLL_MAX else DEFAULT_BWD_LARGE_N
+
+
+def BWD_CONFIG(n):  # noqa: N802 (a module setting, like FWD_CONFIG)
+    """The default backward: state-outer (n ≤ 16: two channels a program; up to the chunk:
+    one), else the run-time state loop (state-outer keeps n row sums in the chunk's columns)."""
+    if n <= UNROLL_MAX:
+        return DEFAULT_BWD
+    return DEFAULT_BWD_LARGE_N if n <= chunk_size(n) else BWD_RUNTIME_LOOP_LARGE_N
 
 
 # ---------------------------------------------------------------------------------------------

@@ -59,12 +59,19 @@ BWD_RUNTIME_LOOP = dict(BLOCK_D=32, BLOCK_L=16, num_warps=2)  # the default unti
 # defaults from the H200 runs of 2026-11-30 (docs/BENCHMARKS.md): the unmasked forward (0.447 ms
 # vs 0.484 pipelined) and the state-outer backward with three flips (fwd+bwd 3.18 ms vs 4.98)
 DEFAULT_FWD = FWD_UNMASKED
+# maxnreg=96 (session 2 of 2026-11-30, bench/gpu_experiments.py): 96 registers and 17 spilled
+# values instead of 128 and none, 21 warps per SM instead of 16: backward 2.40 ms against 2.68
 DEFAULT_BWD = dict(LAYOUT="state-outer", EVEN=True, BLOCK_D=2, BLOCK_L=64, num_warps=1,
-                   REV_LOADS=False)
+                   REV_LOADS=False, maxnreg=96)
 # n > 16: the same tile with the run-time state loop (H200, b8 d2048 n64 l2048, 2026-11-30
 # calls 1-2: 2.89 ms against 7.9 for the 64×8 tile of the first sweep)
 DEFAULT_FWD_LARGE_N = FWD_UNMASKED
-DEFAULT_BWD_LARGE_N = dict(BLOCK_D=32, BLOCK_L=8, num_warps=1)
+# n > 16: the state-outer kernel with one channel per program, one atomic add per channel as
+# mamba_ssm's CUDA kernel does (same experiments, n64: backward 8.39 ms against 23.4 for the
+# run-time loop and 10.2 for 2 channels per program; peak 0.433 GB instead of 0.500: no scratch)
+BWD_RUNTIME_LOOP_LARGE_N = dict(BLOCK_D=32, BLOCK_L=8, num_warps=1)  # n > 128 (the old default)
+DEFAULT_BWD_LARGE_N = dict(LAYOUT="state-outer", EVEN=True, BLOCK_D=1, BLOCK_L=128, num_warps=1,
+                           REV_LOADS=False)
 # named forward variants (n ≤ UNROLL_MAX) the GPU script times side by side
 FWD_VARIANTS = {
     "measured 64x32w4": FWD_MEASURED,  # while loop, masks (the 0.949 ms kernel)
