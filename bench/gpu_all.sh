@@ -86,6 +86,10 @@ ssd.run(True, shapes=[dict(b=4, l=4096, **ssd.HEADS)], forward=False)" ;;
       WL="m1_16 m1_64 ssd ssdref" PLIMIT=260 section profile
       section wait_build; ELIMIT=150 section experiments
       WL="m1cuda_16 m1cuda_64" PLIMIT=80 section profile; section pack ;;
+    ssd_sweep)  # call 3: the backward's steps and launch settings (b4 l4096), the new state passing
+      section prep; step ssd_gpu_tests 120 python3 -m pytest -m gpu -q -p no:cacheprovider \
+        tests/test_ssd_backward.py
+      step ssd_sweep 300 python3 -m mambalearn.bench.ssd --backward --sweep; section pack ;;
   esac
 }
 for s in "$@"; do section "$s"; done

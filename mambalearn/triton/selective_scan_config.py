@@ -63,15 +63,16 @@ DEFAULT_FWD = FWD_UNMASKED
 # values instead of 128 and none, 21 warps per SM instead of 16: backward 2.40 ms against 2.68
 DEFAULT_BWD = dict(LAYOUT="state-outer", EVEN=True, BLOCK_D=2, BLOCK_L=64, num_warps=1,
                    REV_LOADS=False, maxnreg=96)
-# n > 16: the same tile with the run-time state loop (H200, b8 d2048 n64 l2048, 2026-11-30
-# calls 1-2: 2.89 ms against 7.9 for the 64×8 tile of the first sweep)
-DEFAULT_FWD_LARGE_N = FWD_UNMASKED
-# n > 16: the state-outer kernel with one channel per program, one atomic add per channel as
-# mamba_ssm's CUDA kernel does (same experiments, n64: backward 8.39 ms against 23.4 for the
-# run-time loop and 10.2 for 2 channels per program; peak 0.433 GB instead of 0.500: no scratch)
-BWD_RUNTIME_LOOP_LARGE_N = dict(BLOCK_D=32, BLOCK_L=8, num_warps=1)  # n > 128 (the old default)
+# n > 16 (H200, b8 d2048 n64 l2048, bench/gpu_experiments.py, session 2 of 2026-11-30):
+# forward: the same tile with the run-time state loop and 8 warps (184 registers): 2.79 ms, against
+# 2.89 with 4 warps and 7.9 with the 64×8 tile of the first sweep. Backward: the state-outer kernel
+# with one channel a program (one atomic add per channel, as mamba_ssm's CUDA kernel) and 80
+# registers: 8.12 ms, against 8.39 with its own 95, 10.2 with two channels, 23.4 with the run-time
+# loop; peak 0.433 GB instead of 0.500 (no scratch). Past n = 128 (> the chunk) the run-time loop.
+DEFAULT_FWD_LARGE_N = dict(FWD_UNMASKED, num_warps=8)
 DEFAULT_BWD_LARGE_N = dict(LAYOUT="state-outer", EVEN=True, BLOCK_D=1, BLOCK_L=128, num_warps=1,
-                           REV_LOADS=False)
+                           REV_LOADS=False, maxnreg=80)
+BWD_RUNTIME_LOOP_LARGE_N = dict(BLOCK_D=32, BLOCK_L=8, num_warps=1)  # the n64 default until then
 # named forward variants (n ≤ UNROLL_MAX) the GPU script times side by side
 FWD_VARIANTS = {
     "measured 64x32w4": FWD_MEASURED,  # while loop, masks (the 0.949 ms kernel)

@@ -85,12 +85,19 @@ def _state_passing_bwd_kernel(
     else:
         G = tl.zeros((BLOCK,), dtype=tl.float32)
     c = nchunks - 1
+    row = ((pid_b * nchunks + c) * h + pid_h).to(tl.int64)  # (b, c, h) row of dS and H
+    H_c = tl.load(H_ptr + row * dim + offs, mask=ok, other=0.0).to(tl.float32)
+    dH = tl.load(dS_ptr + row * dim + offs, mask=ok, other=0.0)
+    a_last = tl.load(dA_cs_ptr + (bh * nchunks + c) * Q + Q - 1)
     while c >= 0:  # `while`: the interpreter rejects range() over run-time bounds
-        row = ((pid_b * nchunks + c) * h + pid_h).to(tl.int64)  # (b, c, h) row of dS and H
-        H_c = tl.load(H_ptr + row * dim + offs, mask=ok, other=0.0).to(tl.float32)
-        dH = tl.load(dS_ptr + row * dim + offs, mask=ok, other=0.0)
+        # chunk c − 1's loads go out before chunk c's arithmetic: they do not depend on 𝒢, so
+        # the chain over chunks waits on one load latency in all, not one per chunk
+        row_nx = ((pid_b * nchunks + tl.maximum(c - 1, 0)) * h + pid_h).to(tl.int64)
+        H_nx = tl.load(H_ptr + row_nx * dim + offs, mask=ok, other=0.0).to(tl.float32)
+        dH_nx = tl.load(dS_ptr + row_nx * dim + offs, mask=ok, other=0.0)
+        a_nx = tl.load(dA_cs_ptr + (bh * nchunks + tl.maximum(c - 1, 0)) * Q + Q - 1)
         tl.store(dS_ptr + row * dim + offs, G, mask=ok)  # dS_c = 𝒢_{c+1}
-        alpha = tl.exp(tl.load(dA_cs_ptr + (bh * nchunks + c) * Q + Q - 1))  # exp(a_last)
+        alpha = tl.exp(a_last)  # α_c = exp(a_last of chunk c)
         if HAS_SEQ:  # the forward cut the chain where chunk c ends in a new sequence
             seq_end = tl.load(seq_ptr + pid_b * l + tl.minimum((c + 1) * Q, l) - 1)
             seq_before = tl.load(seq_ptr + pid_b * l + c * Q - 1, mask=c > 0, other=0)
@@ -98,6 +105,7 @@ def _state_passing_bwd_kernel(
         # a_last's path through α_c H_c (its path through S_c is step 7's Σ_s v_s)
         tl.store(dlast_ptr + (bh * nchunks + c) * nblocks + pid_d, alpha * tl.sum(H_c * G, axis=0))
         G = dH + alpha * G  # 𝒢_c
+        H_c, dH, a_last, row = H_nx, dH_nx, a_nx, row_nx
         c -= 1
     if HAS_INIT:
         tl.store(dinit_ptr + bh.to(tl.int64) * dim + offs, G, mask=ok)
@@ -114,7 +122,7 @@ def state_passing_backward(dS, H, final, dA_cs, dfinal=None, seq_idx=None, l=Non
     """
     b, c, h, p, n = dS.shape
     q, dim = dA_cs.shape[-1], p * n
-    BLOCK = 256 if _INTERP else 1024
+    BLOCK = 256  # one warp, 8 values a thread: the sum over the block needs no barrier
     nblocks = triton.cdiv(dim, BLOCK)
     dlast = torch.empty(b, h, c, nblocks, device=dS.device, dtype=torch.float32)
     dinit = torch.empty(b, h, p, n, device=dS.device, dtype=torch.float32) if has_init else None
@@ -124,5 +132,5 @@ def state_passing_backward(dS, H, final, dA_cs, dfinal=None, seq_idx=None, l=Non
         seq_idx if seq_idx is not None else dS, dinit if has_init else dS, dlast,
         l if l is not None else c * q, h, dim, c, nblocks,
         Q=q, BLOCK=BLOCK, HAS_DFINAL=dfin is not None, HAS_INIT=has_init,
-        HAS_SEQ=seq_idx is not None, num_warps=4)
+        HAS_SEQ=seq_idx is not None, num_warps=1)
     return dlast.sum(-1), dinit
