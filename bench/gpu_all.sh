@@ -90,6 +90,16 @@ ssd.run(True, shapes=[dict(b=4, l=4096, **ssd.HEADS)], forward=False)" ;;
       section prep; step ssd_gpu_tests 120 python3 -m pytest -m gpu -q -p no:cacheprovider \
         tests/test_ssd_backward.py
       step ssd_sweep 300 python3 -m mambalearn.bench.ssd --backward --sweep; section pack ;;
+    final5)  # call 4: everything changed in session 2 checked and timed with the chosen defaults
+      section prep; section build
+      export TLIMIT=240 NBV="notebooks/08*.ipynb notebooks/09*.ipynb notebooks/10*.ipynb \
+        notebooks/11*.ipynb solutions/08*.ipynb solutions/09*.ipynb solutions/10*.ipynb \
+        solutions/11*.ipynb"
+      section tests & section notebooks & wait
+      BLIMIT=150 section wait_build
+      step experiments 110 python3 bench/gpu_experiments.py --set defaults --limit 105 \
+        --json "$LOG/experiments.json"
+      LIMIT=230 section ssd; section pack ;;
   esac
 }
 for s in "$@"; do section "$s"; done

@@ -86,17 +86,20 @@ from mambalearn.triton.ssd_backward_states import (  # noqa: F401
 )
 from mambalearn.triton.ssd_backward_tiles import _INTERP, _blocks, _cfg
 
-# GPU launch settings per kernel, for the benchmark shape (q 256, p 64, n 128). Chosen from the
-# sm_90 build's register counts (`cuobjdump -res-usage`): no spills, ≥ 8 warps per SM
-# (_dcb with 4 warps spills; _dx with n in one 128-wide tile spills). Not yet swept on a GPU.
-# ``_cfg`` and ``_head_splits`` read these two from this module at each launch, so the
+# GPU launch settings per kernel, for the benchmark shape (q 256, p 64, n 128). First chosen from
+# the sm_90 build's register counts (`cuobjdump -res-usage`; _dcb with 4 warps spills, _dx with n
+# in one 128-wide tile spills), then swept on the H200 (below). ``_cfg`` and ``_head_splits`` read these two from this module at each launch, so the
 # benchmark's sweep (``SB.CONFIGS[kernel] = …``) and tests (``HEAD_SPLITS``) change them here.
+# The fastest of each step's sweep on the H200 (2026-11-30 session 2, call 3, b4 l4096 h80 p64
+# n128 q256 bf16; ms before → after): dstates 0.150 → 0.115, dCB 1.167 → 0.775 (maxnreg 128: two
+# 8-warp programs per SM instead of one at 178 registers, ncu), dC 0.302 → 0.239, dB 0.276 →
+# 0.247, dx 0.734 → 0.688 (maxnreg 80). docs/BENCHMARKS.md has the table.
 CONFIGS = dict(
-    dstates=dict(BLOCK_N=128, num_warps=8, num_stages=3),
-    dcb=dict(num_warps=8, num_stages=2),
-    dC=dict(BLOCK_N=64, num_warps=8, num_stages=2),
-    dB=dict(BLOCK_N=64, num_warps=8, num_stages=2),
-    dx=dict(BLOCK_N=64, num_warps=8, num_stages=2),
+    dstates=dict(BLOCK_N=128, num_warps=4, num_stages=3),
+    dcb=dict(num_warps=8, num_stages=2, maxnreg=128),
+    dC=dict(BLOCK_N=64, num_warps=8, num_stages=3),
+    dB=dict(BLOCK_N=64, num_warps=8, num_stages=3),
+    dx=dict(BLOCK_N=64, num_warps=8, num_stages=2, maxnreg=80),
 )
 HEAD_SPLITS = None  # steps 4–6: a group's heads split over this many programs (None: heuristic)
 

@@ -19,7 +19,7 @@ def _cfg(name, n=None):
 
     c = dict(ssd_backward.CONFIGS[name])
     bn = c.pop("BLOCK_N", None)
-    if _INTERP:
+    if _INTERP:  # (maxnreg, a compile option, is not for the interpreter either)
         return (_p2(n) if n else None), dict(num_warps=4, num_stages=1)
     return (min(bn, _p2(n)) if n and bn else bn), c
 
