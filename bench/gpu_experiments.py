@@ -56,6 +56,17 @@ EXPERIMENTS = {  # name -> rows: label, n, forward config (None: default), backw
         ("default", 64, None, None, None),
         ("default", 16, None, None, None, 8192),
     ],
+    "n64fwd": [  # call 5: the n64 forward with state n + 1's loads issued during state n
+        ("default (prefetch 64x32w8)", 64, None, None, None),
+        ("fwd 64x32w8 unroll 2", 64, dict(F64, BLOCK_D=64, BLOCK_L=32, num_warps=8,
+                                          STATE_UNROLL=2), None, None),
+        ("fwd 32x32w8 unroll 2", 64, dict(F64, BLOCK_D=32, BLOCK_L=32, num_warps=8,
+                                          STATE_UNROLL=2), None, None),
+        ("fwd 32x32w8", 64, dict(F64, BLOCK_D=32, BLOCK_L=32, num_warps=8), None, None),
+        ("fwd 32x32w4 unroll 2", 64, dict(F64, BLOCK_D=32, BLOCK_L=32, num_warps=4,
+                                          STATE_UNROLL=2), None, None),
+        ("default", 16, None, None, None),
+    ],
 }
 
 

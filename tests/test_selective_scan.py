@@ -214,6 +214,16 @@ def test_tuned_run_time_state_loop(monkeypatch, bc):
     testing.assert_close(out, ref, msg="packed, run-time state loop")
 
 
+@pytest.mark.parametrize("state_unroll", [1, 2])
+def test_run_time_state_loop_prefetch(state_unroll):
+    # the large-n forward issues state n + 1's loads during state n; STATE_UNROLL=2 takes two
+    # states a turn (n = 5: an odd count, the last turn has one); every output and gradient
+    x = make(2, 6, 21, 5, bc="grouped")
+    cfg = {"fwd": dict(tuned.CPU_FWD, UNROLL=False, STATE_UNROLL=state_unroll),
+           "bwd": tuned.CPU_BWD}
+    check_against_oracle(lambda **k: selective_scan_fn(**k, config=cfg), x)
+
+
 # ---------------------------------------------------------------------------------------------
 # Forward variants (FWD_VARIANTS: while / pipelined `for`, masks / EVEN, warps, maxnreg)
 # ---------------------------------------------------------------------------------------------

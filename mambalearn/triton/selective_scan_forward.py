@@ -71,21 +71,44 @@ def _load_bc(X_ptr, Xv_ptr, n, t, l, d_idx, d_mask, s0, s1, s2, VAR: tl.constexp
 # Forward.
 # ---------------------------------------------------------------------------------------------
 @triton.jit
+def _fwd_scan(A2_n, h_in, Bn, dt, dtx, start, cols, BLOCK_L: tl.constexpr,
+              HAS_SEQ: tl.constexpr):
+    """The scan of one state n over one block, its inputs given: A·log2 e (BLOCK_D,), the state
+    entering the block (BLOCK_D,), B_n (broadcastable). Returns h (BLOCK_D, BLOCK_L) and h at the
+    block's last step."""
+    a = tl.exp2(dt * A2_n[:, None])  # Ā = exp(ΔA) = 2^(Δ·A·log2 e): the one exp per element
+    if HAS_SEQ:
+        a = tl.where(start, 0.0, a)  # a new sequence forgets the old state
+    bx = dtx * Bn  # B̄x
+    bx = tl.where(cols[None, :] == 0, a * h_in[:, None] + bx, bx)  # fold h_in into step 0
+    _, h = tl.associative_scan((a, bx), 1, combine_fn)  # (BLOCK_D, BLOCK_L)
+    return h, _column(h, cols, BLOCK_L - 1)
+
+
+@triton.jit
 def _fwd_state_fast(n, A2_n, h_in, dt, dtx, start, t, l, d_idx, d_mask, cols, B_ptr, Bv_ptr,
                     C_ptr, Cv_ptr, sB0, sB1, sB2, sC0, sC1, sC2, BLOCK_L: tl.constexpr,
                     VAR_B: tl.constexpr, VAR_C: tl.constexpr, HAS_SEQ: tl.constexpr,
                     EVEN_L: tl.constexpr, EVEN_D: tl.constexpr):
     """One state n over one block, A·log2 e given (BLOCK_D,): returns (h (BLOCK_D, BLOCK_L),
     C_n (broadcastable), h at the block's last step)."""
-    a = tl.exp2(dt * A2_n[:, None])  # Ā = exp(ΔA) = 2^(Δ·A·log2 e): the one exp per element
-    if HAS_SEQ:
-        a = tl.where(start, 0.0, a)  # a new sequence forgets the old state
     Bn = _load_bc(B_ptr, Bv_ptr, n, t, l, d_idx, d_mask, sB0, sB1, sB2, VAR_B, EVEN_L, EVEN_D)
     Cn = _load_bc(C_ptr, Cv_ptr, n, t, l, d_idx, d_mask, sC0, sC1, sC2, VAR_C, EVEN_L, EVEN_D)
-    bx = dtx * Bn  # B̄x
-    bx = tl.where(cols[None, :] == 0, a * h_in[:, None] + bx, bx)  # fold h_in into step 0
-    _, h = tl.associative_scan((a, bx), 1, combine_fn)  # (BLOCK_D, BLOCK_L)
-    return h, Cn, _column(h, cols, BLOCK_L - 1)
+    h, h_last = _fwd_scan(A2_n, h_in, Bn, dt, dtx, start, cols, BLOCK_L, HAS_SEQ)
+    return h, Cn, h_last
+
+
+@triton.jit
+def _fwd_loads(n, A_ptr, last_ptr, bd_row, t, l, d_idx, d_mask, B_ptr, Bv_ptr, C_ptr, Cv_ptr,
+               sB0, sB1, sB2, sC0, sC1, sC2, N: tl.constexpr, VAR_B: tl.constexpr,
+               VAR_C: tl.constexpr, EVEN_L: tl.constexpr, EVEN_D: tl.constexpr):
+    """What state n reads in one block of the run-time state loop: A[:, n]·log2 e, its carry
+    (from ``last``), B_n, C_n. Nothing here depends on state n − 1, so it is issued one ahead."""
+    A2_n = _ld(A_ptr + d_idx * N + n, d_mask, EVEN_D) * LOG2E
+    h_in = tl.load(last_ptr + bd_row * N + n, mask=d_mask, other=0.0)
+    Bn = _load_bc(B_ptr, Bv_ptr, n, t, l, d_idx, d_mask, sB0, sB1, sB2, VAR_B, EVEN_L, EVEN_D)
+    Cn = _load_bc(C_ptr, Cv_ptr, n, t, l, d_idx, d_mask, sC0, sC1, sC2, VAR_C, EVEN_L, EVEN_D)
+    return A2_n, h_in, Bn, Cn
 
 
 @triton.jit
@@ -96,7 +119,7 @@ def _fwd_block(t0, H, bias_v, D_v, u_ptr, delta_ptr, A_ptr, B_ptr, C_ptr, z_ptr,
                HAS_D: tl.constexpr, HAS_Z: tl.constexpr, HAS_BIAS: tl.constexpr,
                SOFTPLUS: tl.constexpr, VAR_B: tl.constexpr, VAR_C: tl.constexpr,
                HAS_SEQ: tl.constexpr, UNROLL: tl.constexpr, EVEN_L: tl.constexpr,
-               EVEN_D: tl.constexpr):
+               EVEN_D: tl.constexpr, STATE_UNROLL: tl.constexpr):
     """The steps t0 … t0 + BLOCK_L − 1 of one channel tile, every state: returns the new carry H."""
     EVEN: tl.constexpr = EVEN_L and EVEN_D
     t = t0 + cols  # (BLOCK_L,)
@@ -131,17 +154,23 @@ def _fwd_block(t0, H, bias_v, D_v, u_ptr, delta_ptr, A_ptr, B_ptr, C_ptr, z_ptr,
             tl.store(states_ptr + st_row[:, None] + (t1 // CHUNK) * N + ncols[None, :], H,
                      mask=d_mask[:, None] & (ncols[None, :] < N))
     else:  # large n: a run-time loop (compile time), the carry kept in `last` (L1/L2)
-        for n in range(N):
-            A2_n = _ld(A_ptr + d_idx * N + n, d_mask, EVEN_D) * LOG2E
-            h_in = tl.load(last_ptr + bd_row * N + n, mask=d_mask, other=0.0)
-            h, Cn, h_out = _fwd_state_fast(n, A2_n, h_in, dt, dtx, start, t, l, d_idx, d_mask,
-                                           cols, B_ptr, Bv_ptr, C_ptr, Cv_ptr, sB0, sB1, sB2,
-                                           sC0, sC1, sC2, BLOCK_L, VAR_B, VAR_C, HAS_SEQ,
-                                           EVEN_L, EVEN_D)
+        # state n + 1's loads are issued before state n's scan (ncu, n64: without this the loop
+        # waited on them, long-scoreboard stalls first, 28 % issue; the last one reloads N − 1)
+        A2_n, h_in, Bn, Cn = _fwd_loads(0, A_ptr, last_ptr, bd_row, t, l, d_idx, d_mask, B_ptr,
+                                        Bv_ptr, C_ptr, Cv_ptr, sB0, sB1, sB2, sC0, sC1, sC2, N,
+                                        VAR_B, VAR_C, EVEN_L, EVEN_D)
+        # (STATE_UNROLL = 2: two states per iteration, their scans free to interleave)
+        for n in tl.range(N, loop_unroll_factor=STATE_UNROLL):
+            A2_nx, h_nx, B_nx, C_nx = _fwd_loads(tl.minimum(n + 1, N - 1), A_ptr, last_ptr,
+                                                 bd_row, t, l, d_idx, d_mask, B_ptr, Bv_ptr,
+                                                 C_ptr, Cv_ptr, sB0, sB1, sB2, sC0, sC1, sC2, N,
+                                                 VAR_B, VAR_C, EVEN_L, EVEN_D)
+            h, h_out = _fwd_scan(A2_n, h_in, Bn, dt, dtx, start, cols, BLOCK_L, HAS_SEQ)
             tl.store(last_ptr + bd_row * N + n, h_out, mask=d_mask)
             if store_state:
                 tl.store(states_ptr + st_row + (t1 // CHUNK) * N + n, h_out, mask=d_mask)
             y += h * Cn
+            A2_n, h_in, Bn, Cn = A2_nx, h_nx, B_nx, C_nx
         tl.debug_barrier()  # the next block reads carries other threads may have written
     if HAS_D:
         y += x * D_v[:, None]
@@ -167,6 +196,7 @@ def _fwd_kernel(
     VAR_B: tl.constexpr, VAR_C: tl.constexpr, HAS_SEQ: tl.constexpr, UNROLL: tl.constexpr,
     EVEN_L: tl.constexpr = False,  # l % BLOCK_L == 0: no masks along time
     EVEN_D: tl.constexpr = False,  # channels per group % BLOCK_D == 0: no masks along channels
+    STATE_UNROLL: tl.constexpr = 1,  # large n: unroll factor of the run-time loop over states
     STAGES: tl.constexpr = 0,  # > 0: a `for` over the time blocks whose loads Triton pipelines
 ):                             # (STAGES deep, cp.async); 0: a `while` (the interpreter's path)
     pid_bg, pid_d = tl.program_id(0), tl.program_id(1)
@@ -196,7 +226,7 @@ def _fwd_kernel(
                            seq_ptr, out_ptr, states_ptr, last_ptr, Bv_ptr, Cv_ptr, l, bi, d_idx,
                            d_mask, bd_row, row, st_row, cols, ncols, sB0, sB1, sB2, sC0, sC1, sC2,
                            N, BLOCK_L, CHUNK, HAS_D, HAS_Z, HAS_BIAS, SOFTPLUS, VAR_B, VAR_C,
-                           HAS_SEQ, UNROLL, EVEN_L, EVEN_D)
+                           HAS_SEQ, UNROLL, EVEN_L, EVEN_D, STATE_UNROLL)
     else:
         # (`while`, not `for t0 in range(0, l, BLOCK_L)`: Triton 3.6's interpreter cannot take
         # a runtime `range` bound with NumPy ≥ 2.4, triton-lang/triton#9171; see triton/scan.py.
@@ -208,7 +238,7 @@ def _fwd_kernel(
                            seq_ptr, out_ptr, states_ptr, last_ptr, Bv_ptr, Cv_ptr, l, bi, d_idx,
                            d_mask, bd_row, row, st_row, cols, ncols, sB0, sB1, sB2, sC0, sC1, sC2,
                            N, BLOCK_L, CHUNK, HAS_D, HAS_Z, HAS_BIAS, SOFTPLUS, VAR_B, VAR_C,
-                           HAS_SEQ, UNROLL, EVEN_L, EVEN_D)
+                           HAS_SEQ, UNROLL, EVEN_L, EVEN_D, STATE_UNROLL)
             t0 += BLOCK_L
     if UNROLL:
         tl.store(last_ptr + bd_row[:, None] * N + ncols[None, :], H, mask=n_mask)
