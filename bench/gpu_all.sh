@@ -92,9 +92,10 @@ ssd.run(True, shapes=[dict(b=4, l=4096, **ssd.HEADS)], forward=False)" ;;
       step ssd_sweep 300 python3 -m mambalearn.bench.ssd --backward --sweep; section pack ;;
     final5)  # call 4: everything changed in session 2 checked and timed with the chosen defaults
       section prep; section build
+      # (chapter 11 has no solutions notebook: a glob that matches nothing made pytest collect
+      # nothing in call 4, rc 5; the notebooks then ran alone, see BENCHMARKS.md)
       export TLIMIT=240 NBV="notebooks/08*.ipynb notebooks/09*.ipynb notebooks/10*.ipynb \
-        notebooks/11*.ipynb solutions/08*.ipynb solutions/09*.ipynb solutions/10*.ipynb \
-        solutions/11*.ipynb"
+        notebooks/11*.ipynb solutions/08*.ipynb solutions/09*.ipynb solutions/10*.ipynb"
       section tests & section notebooks & wait
       BLIMIT=150 section wait_build
       step experiments 110 python3 bench/gpu_experiments.py --set defaults --limit 105 \
