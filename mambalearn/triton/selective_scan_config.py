@@ -65,7 +65,8 @@ DEFAULT_BWD = dict(LAYOUT="state-outer", EVEN=True, BLOCK_D=2, BLOCK_L=64, num_w
                    REV_LOADS=False, maxnreg=96)
 # n > 16 (H200, b8 d2048 n64 l2048, bench/gpu_experiments.py, session 2 of 2026-11-30):
 # forward: the same tile with the run-time state loop and 8 warps (184 registers): 2.79 ms, against
-# 2.89 with 4 warps and 7.9 with the 64×8 tile of the first sweep. Backward: the state-outer kernel
+# 2.89 with 4 warps and 7.9 with the 64×8 tile of the first sweep; 2.48 ms once each state's loads
+# were issued during the state before (call 5; 191 registers). Backward: the state-outer kernel
 # with one channel a program (one atomic add per channel, as mamba_ssm's CUDA kernel) and 80
 # registers: 8.12 ms, against 8.39 with its own 95, 10.2 with two channels, 23.4 with the run-time
 # loop; peak 0.433 GB instead of 0.500 (no scratch). Past n = 128 (> the chunk) the run-time loop.

@@ -159,7 +159,8 @@ def _fwd_block(t0, H, bias_v, D_v, u_ptr, delta_ptr, A_ptr, B_ptr, C_ptr, z_ptr,
         A2_n, h_in, Bn, Cn = _fwd_loads(0, A_ptr, last_ptr, bd_row, t, l, d_idx, d_mask, B_ptr,
                                         Bv_ptr, C_ptr, Cv_ptr, sB0, sB1, sB2, sC0, sC1, sC2, N,
                                         VAR_B, VAR_C, EVEN_L, EVEN_D)
-        # (STATE_UNROLL = 2: two states per iteration, their scans free to interleave)
+        # (STATE_UNROLL = 2: two states a turn, their scans free to interleave; on the H200 at n64
+        # slower, 2.87 ms against 2.48 with 1: 255 registers)
         for n in tl.range(N, loop_unroll_factor=STATE_UNROLL):
             A2_nx, h_nx, B_nx, C_nx = _fwd_loads(tl.minimum(n + 1, N - 1), A_ptr, last_ptr,
                                                  bd_row, t, l, d_idx, d_mask, B_ptr, Bv_ptr,
