@@ -104,8 +104,8 @@ BWD_VARIANTS = {
 }
 # n > 16 (chunk 128): state-outer tiles the GPU script (`--stage final`) times (sm_90, n64: 1x128w1
 # 96 registers, 4x128w4 164, no spills). H200: 4x128w4 fwd+bwd 36.7 ms (first session); 1x128w1,
-# one atomic add per channel as in the CUDA kernel, 11.3 ms: with maxnreg 80 it is DEFAULT_BWD_LARGE_N
-# (the first entry is the one the script times)
+# one atomic add per channel as in the CUDA kernel, 11.3 ms: with maxnreg 80 it is the default
+# DEFAULT_BWD_LARGE_N (the first entry is the one the script times)
 BWD_VARIANTS_LARGE_N = {
     "state-outer 4x128w4": dict(STATE_OUTER, BLOCK_D=4, BLOCK_L=128, num_warps=4),
     "state-outer 1x128w1": dict(STATE_OUTER, BLOCK_D=1, BLOCK_L=128, num_warps=1),
