@@ -70,6 +70,16 @@ def test_state_outer_large_n(name, monkeypatch):
     check(tuned.BWD_VARIANTS_LARGE_N[name], make(1, 3, 70, 17, ("shared", "grouped"), g=1))
 
 
+def test_default_backward_by_n(monkeypatch):
+    # the GPU defaults: state-outer up to n = the chunk (n ≤ 16: two channels a program, else
+    # one), the run-time state loop past it; the boundary n = chunk runs and matches the oracle
+    assert tuned.BWD_CONFIG(16) is tuned.DEFAULT_BWD
+    assert tuned.BWD_CONFIG(17) is tuned.BWD_CONFIG(128) is tuned.DEFAULT_BWD_LARGE_N
+    assert tuned.BWD_CONFIG(129) is tuned.BWD_CONFIG(256) is tuned.BWD_RUNTIME_LOOP_LARGE_N
+    monkeypatch.setattr(tuned, "chunk_size", lambda n: 32)  # every column holds a row sum
+    check(tuned.DEFAULT_BWD_LARGE_N, make(1, 2, 40, 32, ("grouped", "shared"), g=1))
+
+
 def test_state_outer_packed_sequences():
     # seq_idx: Ā = 0 where a sequence starts, in the forward and the time-reversed adjoint
     cfg = tuned.BWD_VARIANTS[SMALL_N[0]]
