@@ -65,8 +65,7 @@ def _dx_kernel(
         offs_t = k0 + tl.arange(0, BLOCK_Q)
         t_t = pid_c * Q + offs_t
         ok_t = (offs_t < Q) & (t_t < l)
-        cbT = tl.load(CB_base + offs_t[None, :] * Q + offs_s[:, None],
-                      mask=(offs_t[None, :] < Q) & (offs_s[:, None] < Q), other=0.0)  # (S, T)
+        cbT = _tile_T(CB_base, offs_t, offs_t < Q, Q, offs_s, Q)  # (S, T)
         keep = offs_t[None, :] >= offs_s[:, None]
         if HAS_SEQ:
             seq_t = tl.load(seq_ptr + pid_b * l + t_t, mask=ok_t, other=-1)

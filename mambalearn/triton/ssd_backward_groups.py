@@ -39,9 +39,8 @@ def _dcb_kernel(
         seq_t = tl.load(seq_ptr + pid_b * l + t_t, mask=ok_t, other=-1)
         seq_s = tl.load(seq_ptr + pid_b * l + t_s, mask=ok_s, other=-2)
         keep = keep & (seq_t[:, None] == seq_s[None, :])
-    cb = tl.load(CB_ptr + (((pid_b * nchunks + pid_c) * g + pid_g) * Q + offs_t[:, None]) * Q
-                 + offs_s[None, :], mask=(offs_t[:, None] < Q) & (offs_s[None, :] < Q),
-                 other=0.0)  # (T, S) f32
+    cb = _tile(CB_ptr + ((pid_b * nchunks + pid_c) * g + pid_g) * Q * Q, offs_t, offs_t < Q, Q,
+               offs_s, Q)  # (T, S) f32
     xdy_base = pid_b.to(tl.int64) * l * h * p
     acc = tl.zeros((BLOCK_Q, BLOCK_Q), dtype=tl.float32)
     for i in range(HEADS):  # the heads of this group (and split): they all share CB
@@ -139,8 +138,7 @@ def _dC_kernel(
         offs_s = k0 + tl.arange(0, BLOCK_Q)
         t_s = pid_c * Q + offs_s
         ok_s = (offs_s < Q) & (t_s < l)
-        dcb = tl.load(dCB_base + offs_t[:, None] * Q + offs_s[None, :],
-                      mask=(offs_t[:, None] < Q) & (offs_s[None, :] < Q), other=0.0)  # (T, S)
+        dcb = _tile(dCB_base, offs_t, offs_t < Q, Q, offs_s, Q)  # (T, S)
         B_s = _tile(B_ptr + BC_base, t_s, ok_s, g * n, offs_n, n).to(tl.float32)  # (S, N)
         acc += tl.dot(dcb, B_s)  # float32 operands (tf32 on a GPU): dCB sums many heads
         k0 += BLOCK_Q
@@ -210,8 +208,7 @@ def _dB_kernel(
         offs_t = k0 + tl.arange(0, BLOCK_Q)
         t_t = pid_c * Q + offs_t
         ok_t = (offs_t < Q) & (t_t < l)
-        dcbT = tl.load(dCB_base + offs_t[None, :] * Q + offs_s[:, None],
-                       mask=(offs_t[None, :] < Q) & (offs_s[:, None] < Q), other=0.0)  # (S, T)
+        dcbT = _tile_T(dCB_base, offs_t, offs_t < Q, Q, offs_s, Q)  # (S, T)
         C_t = _tile(C_ptr + BC_base, t_t, ok_t, g * n, offs_n, n).to(tl.float32)  # (T, N)
         acc += tl.dot(dcbT, C_t)
         k0 += BLOCK_Q
