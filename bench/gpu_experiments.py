@@ -82,7 +82,7 @@ def main():
     import torch
 
     from mambalearn.bench import peak_gb, time_ms
-    from mambalearn.bench.selective_scan import inputs, load_mamba_ssm
+    from mambalearn.bench.selective_scan import fwd_bwd, inputs, load_mamba_ssm
     from mambalearn.testing import rel_error
     from mambalearn.triton import selective_scan as T
     gpu = torch.cuda.is_available() and not a.cpu_smoke
@@ -95,16 +95,6 @@ def main():
         out = fn(**leaves, delta_softplus=True)
         out.backward(torch.ones_like(out))
         return [out] + [v.grad for v in leaves.values()]
-
-    def both(fn, x):
-        leaves = {k: v.detach().requires_grad_() for k, v in x.items()}
-
-        def run():
-            out = fn(**leaves, delta_softplus=True)
-            out.backward(torch.ones_like(out))
-            for v in leaves.values():
-                v.grad = None
-        return run
 
     shapes = {}
     for label, n, fcfg, bcfg, chunk, *more in EXPERIMENTS[a.set]:
@@ -124,8 +114,8 @@ def main():
                 with torch.no_grad():
                     rows[-1]["fwd_ms"] = time_ms(
                         lambda x=shapes[key]: peer(**x, delta_softplus=True))
-                rows[-1]["fb_ms"] = time_ms(both(peer, shapes[key]))
-                rows[-1]["peak_gb"] = peak_gb(both(peer, shapes[key]))
+                rows[-1]["fb_ms"] = time_ms(fwd_bwd(peer, shapes[key]))
+                rows[-1]["peak_gb"] = peak_gb(fwd_bwd(peer, shapes[key]))
                 print(rows[-1], flush=True)
         x = shapes[key]
         if len(shapes) > 1:  # keep one shape's inputs on the GPU at a time
@@ -142,8 +132,8 @@ def main():
             row["err"] = max(rel_error(g, r) for g, r in errs)
             with torch.no_grad():
                 row["fwd_ms"] = time_ms(lambda f=fn, x=x: f(**x, delta_softplus=True))
-            row["fb_ms"] = time_ms(both(fn, x))
-            row["peak_gb"] = peak_gb(both(fn, x))
+            row["fb_ms"] = time_ms(fwd_bwd(fn, x))
+            row["peak_gb"] = peak_gb(fwd_bwd(fn, x))
         except Exception as e:  # noqa: BLE001 - one failing variant must not end the run
             row["error"] = f"{type(e).__name__}: {e}"[:200]
         T.chunk_size = default_chunk
