@@ -59,8 +59,8 @@ BWD_RUNTIME_LOOP = dict(BLOCK_D=32, BLOCK_L=16, num_warps=2)  # the default unti
 # defaults from the H200 runs of 2026-11-30 (docs/BENCHMARKS.md): the unmasked forward (0.447 ms
 # vs 0.484 pipelined) and the state-outer backward with three flips (fwd+bwd 3.18 ms vs 4.98)
 DEFAULT_FWD = FWD_UNMASKED
-# maxnreg=96 (session 2 of 2026-11-30, bench/gpu_experiments.py): 96 registers and 17 spilled
-# values instead of 128 and none, 21 warps per SM instead of 16: backward 2.40 ms against 2.68
+# maxnreg=96 (session 2 of 2026-11-30, bench/gpu_experiments.py): 96 registers and 17 spill
+# loads instead of 128 and none, 21 warps per SM instead of 16: backward 2.40 ms against 2.68
 DEFAULT_BWD = dict(LAYOUT="state-outer", EVEN=True, BLOCK_D=2, BLOCK_L=64, num_warps=1,
                    REV_LOADS=False, maxnreg=96)
 # n > 16 (H200, b8 d2048 n64 l2048, bench/gpu_experiments.py, session 2 of 2026-11-30):
