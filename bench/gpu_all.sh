@@ -5,7 +5,7 @@
 #   bash bench/gpu_all.sh final | final2 | final3 | final4   # the calls BENCHMARKS.md records
 #   bash bench/gpu_all.sh SECTION... # prep build tests notebooks executed selective scans ssd
 #                                    # ssd_steps ssd_acc nb11_check ssd_fused memory step model
-#                                    # profile (WL=workloads) wait_build experiments pack
+#                                    # profile (WL=workloads) wait_build experiments (SET=…) pack
 set -u
 OUT=${OUT:-/tmp/out}; LOG=$OUT/run; mkdir -p "$LOG"
 export PYTHONPATH=/tmp/site:$PWD MAMBALEARN_PROGRESS=0 MPLBACKEND=Agg PYTHONUNBUFFERED=1
@@ -49,7 +49,7 @@ ssd.run(True, shapes=[dict(b=4, l=4096, **ssd.HEADS)], forward=False)" ;;
         --json "$LOG/bench_$1.json" ;;
     profile) step "profile_${WL// /_}" "${PLIMIT:-240}" python3 bench/gpu_profile.py ncu "$LOG/profile" $WL ;;
     experiments) step experiments "${ELIMIT:-200}" python3 bench/gpu_experiments.py \
-        --limit "${ELIMIT:-200}" --json "$LOG/experiments.json" ;;
+        --set "${SET:-registers}" --limit "${ELIMIT:-200}" --json "$LOG/experiments.json" ;;
     wait_build)  # until the background build has left its .so (or the limit)
       for _ in $(seq 1 "${BLIMIT:-120}"); do
         ls /tmp/ssbuild/selective_scan_cuda*.so >/dev/null 2>&1 && ! ls /tmp/ssbuild/lock \
@@ -76,15 +76,12 @@ ssd.run(True, shapes=[dict(b=4, l=4096, **ssd.HEADS)], forward=False)" ;;
       LIMIT=60 section scans
       step selective 100 python3 bench/gpu_selective_scan.py --stage final --defaults --limit 100
       section pack ;;
-    profile1)  # 2026-11-30, session 2: profiles of ours and mamba_ssm's, the launch experiments
+    profile1|profile2)  # 2026-11-30, session 2, calls 1 and 2: ncu profiles of ours and mamba_ssm's,
+      # then the experiment set of that call (`first`, then `registers` with the new defaults)
+      if [ "$1" = profile1 ]; then export SET=first; else export SET=registers; fi
       section prep; section build
       WL="m1_16 m1_64 ssd ssdref" PLIMIT=260 section profile
-      section wait_build; ELIMIT=170 section experiments
-      WL="m1cuda_16 m1cuda_64" PLIMIT=80 section profile; section pack ;;
-    profile2)  # call 2: the same profiles of the new defaults, the register experiments
-      section prep; section build
-      WL="m1_16 m1_64 ssd ssdref" PLIMIT=260 section profile
-      section wait_build; ELIMIT=150 section experiments
+      section wait_build; ELIMIT=160 section experiments
       WL="m1cuda_16 m1cuda_64" PLIMIT=80 section profile; section pack ;;
     ssd_sweep)  # call 3: the backward's steps and launch settings (b4 l4096), the new state passing
       section prep; step ssd_gpu_tests 120 python3 -m pytest -m gpu -q -p no:cacheprovider \
@@ -98,8 +95,7 @@ ssd.run(True, shapes=[dict(b=4, l=4096, **ssd.HEADS)], forward=False)" ;;
         notebooks/11*.ipynb solutions/08*.ipynb solutions/09*.ipynb solutions/10*.ipynb"
       section tests & section notebooks & wait
       BLIMIT=150 section wait_build
-      step experiments 110 python3 bench/gpu_experiments.py --set defaults --limit 105 \
-        --json "$LOG/experiments.json"
+      SET=defaults ELIMIT=105 section experiments
       LIMIT=230 section ssd; section pack ;;
   esac
 }
