@@ -106,7 +106,7 @@ def chunk_size(n):
 FWD_CONFIG = lambda n: DEFAULT_FWD if n <= UNROLL_MAX else DEFAULT_FWD_LARGE_N
 
 
-def BWD_CONFIG(n):  # noqa: N802 (a module setting, like FWD_CONFIG)
+def BWD_CONFIG(n):  # (upper case: a module setting like FWD_CONFIG; bench scripts replace it)
     """The default backward: state-outer (n ≤ 16: two channels a program; up to the chunk:
     one), else the run-time state loop (state-outer keeps n row sums in the chunk's columns)."""
     if n <= UNROLL_MAX:
