@@ -36,7 +36,7 @@ test: $(STAMP) browser  ## everything: unit, property, notebooks, grading, slide
 
 exercises: $(STAMP)  ## regenerate exercises/ from solutions/
 	@for f in solutions/*.ipynb; do \
-	  $(PY) -m mambalearn.grade make-exercise $$f exercises/$$(basename $$f) && echo "exercises/$$(basename $$f)"; done
+	  $(PY) -m mambalearn.classroom.grade make-exercise $$f exercises/$$(basename $$f) && echo "exercises/$$(basename $$f)"; done
 
 grade: $(STAMP)  ## make grade NB=student.ipynb | make grade CLASS=submissions/ [OUT=grades.csv]
 	@test -n "$(NB)$(CLASS)" || (echo "usage: make grade NB=notebook.ipynb | make grade CLASS=dir [OUT=grades.csv]" && exit 2)
@@ -49,10 +49,10 @@ browser:  ## Debian's chromium and npm, for the browser tests and offline decks 
 	@bash tools/browser-deps.sh
 
 slides: $(STAMP) $(if $(OFFLINE),browser)  ## slides/NN_name.slides.html; OFFLINE=1: local assets + PDFs
-	$(PY) -m mambalearn.slides notebooks/*.ipynb --out slides $(if $(OFFLINE),--offline --pdf,)
+	$(PY) -m mambalearn.classroom.slides notebooks/*.ipynb --out slides $(if $(OFFLINE),--offline --pdf,)
 
 site: $(STAMP)  ## execute every chapter into site/ (static HTML, figures); OFFLINE=1: local MathJax
-	$(PY) -m mambalearn.site notebooks/*.ipynb --out site --jobs $(JOBS) $(if $(OFFLINE),--offline,)
+	$(PY) -m mambalearn.classroom.site notebooks/*.ipynb --out site --jobs $(JOBS) $(if $(OFFLINE),--offline,)
 
 bench: $(STAMP)  ## time every backend (GPU: DESIGN.md §6 shapes; CPU: interpreter, tiny)
 	$(PY) -m mambalearn bench --json bench-results.json

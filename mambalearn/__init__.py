@@ -27,8 +27,8 @@ from mambalearn import device  # noqa: F401  (on a CPU: TRITON_INTERPRET=1 befor
 __version__ = "0.1.0"
 
 _SUBMODULES = {
-    "autograd", "check", "device", "discretize", "doctor", "grade", "inference", "model", "ops",
-    "roofline", "scan", "ssd", "testing", "triton", "utils",
+    "autograd", "check", "classroom", "device", "discretize", "doctor", "inference", "model", "ops",
+    "roofline", "scan", "ssd", "testing", "timing", "triton", "utils",
 }
 
 

@@ -23,7 +23,7 @@ def main(argv=None):
 
         return 0 if doctor.main() else 1
     if cmd == "grade":
-        from mambalearn import grade
+        from mambalearn.classroom import grade
 
         return grade.main(rest)
     if cmd == "bench":

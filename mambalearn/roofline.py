@@ -250,7 +250,7 @@ def measure_naive(b, d, l, n, machine=None, device=None):
     u, delta = torch.randn(b, d, l, device=device), torch.rand(b, d, l, device=device) * 0.1
     A = -torch.rand(d, n, device=device) - 0.5
     B, C = torch.randn(b, n, l, device=device), torch.randn(b, n, l, device=device)
-    from mambalearn.bench import time_ms
+    from mambalearn.timing import time_ms
 
     ms = time_ms(lambda: naive_selective_scan(u, delta, A, B, C), warmup=1, rep=5)
     kw = dict(in_bytes=4, z=False, D=False, softplus=False)

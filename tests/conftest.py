@@ -19,7 +19,7 @@ def pytest_collection_modifyitems(config, items):
 def require_chromium():
     """Skip a browser test where Debian's chromium is missing (`make browser` installs it), except
     in CI, where a missing browser must fail rather than pass silently."""
-    from mambalearn import slides_offline
+    from mambalearn.classroom import slides_offline
 
     try:
         return slides_offline.chromium()

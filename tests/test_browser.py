@@ -24,7 +24,7 @@ import nbformat
 import psutil  # comes with ipykernel
 import pytest
 
-from mambalearn import slides_offline
+from mambalearn.classroom import slides_offline
 
 from conftest import require_chromium  # noqa: E402
 

@@ -11,9 +11,9 @@ import triton
 import triton.language as tl
 
 from mambalearn import check
-from mambalearn.triton import selective_scan as tuned
-from mambalearn.triton.selective_scan import selective_scan_fn
-from mambalearn.triton.selective_scan_teaching import (
+from mambalearn.triton.selective_scan import tuned
+from mambalearn.triton.selective_scan.tuned import selective_scan_fn
+from mambalearn.triton.selective_scan.teaching import (
     column,
     combine_fn,
     load_bc,

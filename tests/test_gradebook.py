@@ -15,7 +15,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from mambalearn import grade
+from mambalearn.classroom import grade
 
 ROOT = Path(__file__).resolve().parent.parent
 CH01 = "01_discretization.ipynb"

@@ -7,7 +7,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from mambalearn import grade
+from mambalearn.classroom import grade
 
 ROOT = Path(__file__).resolve().parent.parent
 SOLUTIONS = sorted((ROOT / "solutions").glob("*.ipynb"))

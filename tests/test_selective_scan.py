@@ -9,9 +9,9 @@ import torch
 
 from mambalearn import testing
 from mambalearn.scan.sequential import selective_scan_sequential
-from mambalearn.triton import selective_scan as tuned
-from mambalearn.triton.selective_scan import selective_scan_fn
-from mambalearn.triton.selective_scan_teaching import selective_scan_teaching
+from mambalearn.triton.selective_scan import tuned
+from mambalearn.triton.selective_scan.tuned import selective_scan_fn
+from mambalearn.triton.selective_scan.teaching import selective_scan_teaching
 
 IMPLS = {"tuned": selective_scan_fn, "teaching": selective_scan_teaching}
 GPU = torch.cuda.is_available()

@@ -11,8 +11,8 @@ import torch
 
 from mambalearn import testing
 from mambalearn.scan.sequential import selective_scan_sequential
-from mambalearn.triton import selective_scan as tuned
-from mambalearn.triton.selective_scan import selective_scan_fn
+from mambalearn.triton.selective_scan import tuned
+from mambalearn.triton.selective_scan.tuned import selective_scan_fn
 
 GPU = torch.cuda.is_available()
 DEV = "cuda" if GPU else "cpu"

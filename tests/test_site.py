@@ -5,7 +5,7 @@ from pathlib import Path
 
 import nbformat
 
-from mambalearn import site, slides_offline
+from mambalearn.classroom import site, slides_offline
 
 ROOT = Path(__file__).resolve().parent.parent
 CH01 = ROOT / "notebooks" / "01_discretization.ipynb"

@@ -13,7 +13,7 @@ ROOT = Path(__file__).resolve().parent.parent
 def test_chapter_01_deck(tmp_path):
     nb_path = ROOT / "notebooks" / "01_discretization.ipynb"
     # a subprocess: a kernel started from inside a pytest worker that already ran nbval can hang
-    subprocess.run([sys.executable, "-m", "mambalearn.slides", str(nb_path), "--out", str(tmp_path)],
+    subprocess.run([sys.executable, "-m", "mambalearn.classroom.slides", str(nb_path), "--out", str(tmp_path)],
                    check=True, timeout=600)
     html = (tmp_path / "01_discretization.slides.html").read_text()
     kinds = [c.metadata["slideshow"]["slide_type"] for c in nbformat.read(nb_path, as_version=4).cells]

@@ -12,7 +12,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from mambalearn import slides, slides_offline
+from mambalearn.classroom import slides, slides_offline
 
 from conftest import require_chromium  # noqa: E402
 

@@ -1,4 +1,4 @@
-"""The Triton SSD backward (mambalearn.triton.ssd_backward) against autograd (chapter 10).
+"""The Triton SSD backward (mambalearn.triton.ssd.backward) against autograd (chapter 10).
 
 Each backward kernel is checked against autograd through the PyTorch piece of the chunked oracle it
 differentiates (float64), and the whole ``mamba_chunk_scan_combined`` backward against the
@@ -13,8 +13,8 @@ import torch.nn.functional as F
 
 from mambalearn import ssd
 from mambalearn.testing import assert_close, dot_dtype, rel_error
-from mambalearn.triton import ssd as T
-from mambalearn.triton import ssd_backward as SB
+from mambalearn.triton.ssd import forward as T
+from mambalearn.triton.ssd import backward as SB
 
 dev = "cuda" if torch.cuda.is_available() else "cpu"
 SIZES = dict(b=2, l=40, h=4, p=8, g=2, n=16, q=16)  # c = 3 chunks, the last one half empty

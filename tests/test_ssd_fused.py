@@ -4,8 +4,8 @@ import pytest
 import torch
 
 from mambalearn.testing import assert_close
-from mambalearn.triton import ssd as T
-from mambalearn.triton.ssd_fused import ssd_fused_forward
+from mambalearn.triton.ssd import forward as T
+from mambalearn.triton.ssd.fused import ssd_fused_forward
 from tests.test_ssd_triton import dev, make, ref
 
 

@@ -9,7 +9,7 @@ import torch.nn.functional as F
 
 from mambalearn import ssd
 from mambalearn.testing import assert_close
-from mambalearn.triton import ssd as T
+from mambalearn.triton.ssd import forward as T
 
 dev = "cuda" if torch.cuda.is_available() else "cpu"
 

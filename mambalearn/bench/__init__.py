@@ -4,45 +4,18 @@ Each topic is a submodule with ``run(gpu: bool) -> list[dict]``; a row has at le
 ``topic, backend, shape, ms`` and may add ``ratio`` (to mamba_ssm, same run), ``floor_pct`` and
 ``peak_gb``. On a CPU the topics time tiny shapes through Triton's interpreter and say so.
 With ``--json FILE`` the rows go to FILE and a bar chart of them to FILE with ``.png``.
-Shared helpers: :func:`time_ms` (``triton.testing.do_bench`` median on a GPU, a wall clock on a
-CPU) and :func:`peak_gb` (``torch.cuda.max_memory_allocated`` beyond what was allocated before).
+Timers come from `mambalearn.timing` (a utility the chapters use too).
 """
 
 import importlib
 import json
 import pkgutil
-import time
 
 import torch
 
-TOPICS = [m.name for m in pkgutil.iter_modules(__path__) if not m.name.startswith("_")]
+from mambalearn.timing import peak_gb, time_ms  # noqa: F401  (the topics' timers)
 
-
-def time_ms(fn, warmup=25, rep=100):
-    """Median milliseconds of ``fn()``; GPU: CUDA events via ``triton.testing.do_bench``."""
-    if torch.cuda.is_available():
-        import triton.testing
-
-        return triton.testing.do_bench(fn, warmup=warmup, rep=rep, return_mode="median")
-    fn()  # compile / warm caches
-    times = []
-    for _ in range(3):
-        t = time.perf_counter()
-        fn()
-        times.append((time.perf_counter() - t) * 1e3)
-    return sorted(times)[1]
-
-
-def peak_gb(fn):
-    """Peak GPU memory of ``fn()`` beyond what was allocated before it, in GB (None on CPU)."""
-    if not torch.cuda.is_available():
-        return None
-    torch.cuda.synchronize()
-    torch.cuda.reset_peak_memory_stats()
-    before = torch.cuda.memory_allocated()
-    fn()
-    torch.cuda.synchronize()
-    return (torch.cuda.max_memory_allocated() - before) / 1e9
+TOPICS = [m.name for m in pkgutil.iter_modules(__path__) if not (m.ispkg or m.name.startswith("_"))]
 
 
 class Rows(list):

@@ -6,7 +6,7 @@ Shapes (DESIGN.md §6): b8 d2048 n16 l2048 bf16 with z, D, delta_bias and softpl
 l8192 and at n64. Backends: the sequential oracle, the PyTorch scans (Blelloch, Hillis–Steele,
 chunked), the chunked-recompute autograd wrapper (chapter 07), our Triton teaching and tuned
 kernels, and ``mamba_ssm``'s CUDA kernel when its extension ``selective_scan_cuda`` can be
-imported (built from ``.mamba_ref`` by ``bench/gpu_selective_scan.py``). The slow PyTorch
+imported (built from ``.mamba_ref`` by ``mambalearn/bench/gpu/selective_scan.py``). The slow PyTorch
 backends run at the first shape only.
 
 Each row: time (median of ``triton.testing.do_bench``), ratio to mamba_ssm measured in the same
@@ -45,7 +45,7 @@ def load_mamba_ssm():
         found = sorted(glob.glob(os.path.join(REF, "build", "selective_scan_cuda*.so")))
         if not found:
             print("mamba_ssm: no selective_scan_cuda extension "
-                  "(bench/gpu_selective_scan.py builds it)")
+                  "(mambalearn/bench/gpu/selective_scan.py builds it)")
             return None
         spec = importlib.util.spec_from_file_location("selective_scan_cuda", found[0])
         mod = importlib.util.module_from_spec(spec)
@@ -77,8 +77,8 @@ def inputs(b, d, n, l, device, dtype=torch.bfloat16, seed=0):
 
 def backends(first_shape, n=16):
     """name → fn(**inputs, delta_softplus=True); the PyTorch scans only at the first shape."""
-    from mambalearn.triton.selective_scan import selective_scan_fn
-    from mambalearn.triton.selective_scan_teaching import selective_scan_teaching
+    from mambalearn.triton.selective_scan.tuned import selective_scan_fn
+    from mambalearn.triton.selective_scan.teaching import selective_scan_teaching
 
     out = {}
     if first_shape:

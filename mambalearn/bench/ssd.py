@@ -4,11 +4,11 @@ Backends (chapters 10–11):
     mamba_ssm               ``mamba_ssm.ops.triton.ssd_combined.mamba_chunk_scan_combined`` (pure Triton),
                             imported from its source tree through stub packages when available
     ours unfused            ``mambalearn.triton.ssd.mamba_chunk_scan_combined`` (five stages)
-    ours fused qQ S state   ``mambalearn.triton.ssd_fused.ssd_fused_forward`` (one launch), chunk Q,
+    ours fused qQ S state   ``mambalearn.triton.ssd.fused.ssd_fused_forward`` (one launch), chunk Q,
                             passed states in S = fp32 / fp16
 Forward+backward rows time ``out = f(...)`` and ``torch.autograd.grad(out, [x, dt, A, B, C, D,
 dt_bias], dout)`` and record the peak memory beyond the inputs (``peak_gb``), for mamba_ssm, ours
-(Triton backward, ``mambalearn.triton.ssd_backward``) and, at the first shape only (it is slow),
+(Triton backward, ``mambalearn.triton.ssd.backward``) and, at the first shape only (it is slow),
 ours with the PyTorch-recompute oracle backward (``ssd.BACKWARD = "reference"``). Their
 ``rel_err`` is the largest relative error of the seven gradients against that oracle's.
 ``backward_steps`` times each step of our backward alone (where the time goes).
@@ -62,8 +62,8 @@ def shape_name(b, l, h, p, g, n, q, dtype):
 
 def forward_fns(theirs, q, fused_chunks=(256, 128)):
     """{backend: f(x, dt, A, B, C, **kw) -> out} for the forward rows."""
-    from mambalearn.triton.ssd import mamba_chunk_scan_combined as ours
-    from mambalearn.triton.ssd_fused import ssd_fused_forward
+    from mambalearn.triton.ssd.forward import mamba_chunk_scan_combined as ours
+    from mambalearn.triton.ssd.fused import ssd_fused_forward
 
     fns = {}
     if theirs is not None:
@@ -79,7 +79,7 @@ def forward_fns(theirs, q, fused_chunks=(256, 128)):
 def fwd_bwd(fn, args, kw, dout, backward="triton"):
     """A closure timing one forward and the gradients of x, dt, A, B, C, D, dt_bias.
     ``backward`` sets ``mambalearn.triton.ssd.BACKWARD`` during our forward (read there)."""
-    from mambalearn.triton import ssd as T
+    from mambalearn.triton.ssd import forward as T
 
     leaves = [t.detach().clone().requires_grad_() for t in args]
     D, bias = (kw[k].detach().clone().requires_grad_() for k in ("D", "dt_bias"))
@@ -176,7 +176,7 @@ def run(gpu, shapes=None, chunk=None, fused_chunks=None, dtype=None, device=None
 def _fwd_bwd_rows(args, kw, q, name, theirs, oracle):
     """fwd+bwd rows: the oracle backward first (only if ``oracle``: it is slow; its gradients are
     the reference of rel_err), then mamba_ssm, then ours."""
-    from mambalearn.triton.ssd import mamba_chunk_scan_combined as ours
+    from mambalearn.triton.ssd.forward import mamba_chunk_scan_combined as ours
 
     dout = torch.randn_like(args[0])
     rows, keep, ref_ms = [], [], None
@@ -224,8 +224,8 @@ def backward_steps(gpu, shape=None, chunk=None, device=None, sweep=False):
     ``sweep=True`` also times the launch settings of ``SWEEP`` and 1, 2, 4 head splits in steps
     4–6 (rows "sweep …"); the module's settings are restored afterwards."""
     from mambalearn.bench import time_ms
-    from mambalearn.triton import ssd as T
-    from mambalearn.triton import ssd_backward as SB
+    from mambalearn.triton.ssd import forward as T
+    from mambalearn.triton.ssd import backward as SB
 
     dev = device or ("cuda" if gpu else "cpu")
     s = shape or (dict(b=4, l=4096, **HEADS) if gpu else dict(b=1, l=40, h=2, p=8, g=1, n=8))
@@ -297,8 +297,8 @@ def precision(gpu, chunks=(128, 256), tols=(0.0, 1e-3, 1e-2), shape=None):
 
     Returns {"fp32 q256": {"tol 0": share, ...}, ...}; the unfused kernel runs at the same chunk size.
     """
-    from mambalearn.triton.ssd import mamba_chunk_scan_combined as ours
-    from mambalearn.triton.ssd_fused import ssd_fused_forward
+    from mambalearn.triton.ssd.forward import mamba_chunk_scan_combined as ours
+    from mambalearn.triton.ssd.fused import ssd_fused_forward
 
     dev = "cuda" if gpu else "cpu"
     s = shape or (dict(b=4, l=4096, **HEADS) if gpu else dict(b=1, l=128, h=2, p=16, g=1, n=16))

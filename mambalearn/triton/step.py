@@ -132,7 +132,7 @@ def _state_update_kernel(
 def _tile(p, n):
     """(BLOCK_P, num_warps): ~1024 state values (4 KB fp32) per tile, 2 warps, a tile per program.
 
-    From a CUDA-graph-timed sweep on an H200 at b64 h80 p64 n128 fp32 (bench/gpu_step.py tune,
+    From a CUDA-graph-timed sweep on an H200 at b64 h80 p64 n128 fp32 (mambalearn/bench/gpu/step.py tune,
     docs/BENCHMARKS.md, 2026-11-29): BLOCK_P 8 × 2 warps 0.085 ms; 16 × 4 0.088; 32 × 8 0.085;
     persistent grids (2–8 programs per SM, pipelined 1–3 stages) 0.092–0.16 ms. No autotuning:
     autotuning would run the in-place update several times.

@@ -1,6 +1,6 @@
 """Device script, chapters 12–13: the decode-step kernel at the real shape, the model per token.
 
-    PYTHONUNBUFFERED=1 python3 bench/gpu_step.py [all|tune]   (on the H200; writes $OUT/step.json)
+    PYTHONUNBUFFERED=1 python3 mambalearn/bench/gpu/step.py [all|tune]   (on the H200; writes $OUT/step.json)
 
 ``all`` (default) runs sections 1–5 below; ``tune`` runs 1, a CUDA-graph-timed sweep that also
 tries a persistent, pipelined grid (2b), the bench rows with the sweep's best tile, and section 5
@@ -21,7 +21,7 @@ import sys
 import time
 import traceback
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", ".."))
 
 import torch  # noqa: E402
 

@@ -1,8 +1,8 @@
 """Device script for chapter 09's selective scan (run on the H200 through the `run` tool).
 
-    PYTHONUNBUFFERED=1 python3 bench/gpu_selective_scan.py [--stage all|check|final] [--limit S]
-    python3 bench/gpu_selective_scan.py --stage final --cpu-smoke   # control flow on a CPU
-    python3 bench/gpu_selective_scan.py --stage final --defaults    # the default kernels only
+    PYTHONUNBUFFERED=1 python3 mambalearn/bench/gpu/selective_scan.py [--stage all|check|final] [--limit S]
+    python3 mambalearn/bench/gpu/selective_scan.py --stage final --cpu-smoke   # control flow on a CPU
+    python3 mambalearn/bench/gpu/selective_scan.py --stage final --defaults    # the default kernels only
 
 --stage final (one short call, hard wall budget --limit): accuracy of the tuned kernel's fwd+bwd
 at b2 d512 n16 l2048 vs the fp32 oracle; the forward variants of ``FWD_VARIANTS`` (fwd, fwd+bwd)
@@ -33,7 +33,7 @@ import subprocess
 import sys
 import time
 
-ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))
 sys.path.insert(0, ROOT)
 OUT = os.environ.get("OUT", "/tmp/out")
 REF = os.path.join(ROOT, ".mamba_ref")
@@ -116,13 +116,13 @@ def _warm(job):
     try:
         import torch
 
-        from mambalearn.triton import selective_scan as T
+        from mambalearn.triton.selective_scan import tuned as T
         x = _inputs(s)
         shape = (s["b"], s["d"], s["l"], s["n"], 1)
         args = [x[k] for k in ("u", "delta", "A", "B", "C", "D", "z", "delta_bias")]
         if kind == "teach":
             from mambalearn.bench.selective_scan import fwd_bwd
-            from mambalearn.triton.selective_scan_teaching import selective_scan_teaching
+            from mambalearn.triton.selective_scan.teaching import selective_scan_teaching
             fwd_bwd(selective_scan_teaching, x)()
         elif kind == "fwd":
             T.FWD_CONFIG = cfg
@@ -244,8 +244,8 @@ def plot(rows, path):
 
 def check(report, a):
     """Tuned and teaching kernels vs the fp32 oracle at b8 d2048 n16 l2048, then gpu tests."""
-    from mambalearn.triton import selective_scan as T
-    from mambalearn.triton.selective_scan_teaching import selective_scan_teaching
+    from mambalearn.triton.selective_scan import tuned as T
+    from mambalearn.triton.selective_scan.teaching import selective_scan_teaching
     accuracy({"triton tuned": T.selective_scan_fn, "triton teaching": selective_scan_teaching},
              MAIN, report["accuracy"])
     json.dump(report, open(os.path.join(OUT, "selective_scan_check.json"), "w"), indent=1)
@@ -309,7 +309,7 @@ def _final_warm(job):
         import torch
 
         from mambalearn.bench.selective_scan import fwd_bwd, inputs
-        from mambalearn.triton import selective_scan as T
+        from mambalearn.triton.selective_scan import tuned as T
         dev = torch.device("cuda" if gpu else "cpu")
         x = inputs(**s, device=dev, dtype=torch.bfloat16 if gpu else torch.float32)
         fwd_bwd(lambda **k: T.selective_scan_fn(**k, config=cfg), x)()
@@ -326,7 +326,7 @@ def final(a):
 
     from mambalearn.bench import peak_gb, time_ms
     from mambalearn.bench.selective_scan import fwd_bwd, inputs
-    from mambalearn.triton import selective_scan as T
+    from mambalearn.triton.selective_scan import tuned as T
     gpu = torch.cuda.is_available() and not a.cpu_smoke
     dev = torch.device("cuda" if gpu else "cpu")
     dtype = torch.bfloat16 if gpu else torch.float32
@@ -548,7 +548,7 @@ def main():
 
     import torch
     report["device"] = torch.cuda.get_device_name()
-    from mambalearn.triton import selective_scan as T
+    from mambalearn.triton.selective_scan import tuned as T
     fwd_cfgs = eval(a.fwd) if a.fwd else FWD16
     bwd_cfgs = eval(a.bwd) if a.bwd else BWD16
     n64 = dict(MAIN, n=64)
@@ -572,7 +572,7 @@ def main():
 
     finish_build(build, left() - 110)
     from mambalearn.bench import selective_scan as S
-    from mambalearn.triton.selective_scan_teaching import selective_scan_teaching
+    from mambalearn.triton.selective_scan.teaching import selective_scan_teaching
     fns = {"triton tuned": T.selective_scan_fn, "triton teaching": selective_scan_teaching}
     peer = S.load_mamba_ssm()
     if peer is not None:

@@ -2,8 +2,8 @@
 # The lead's device runs: GPU tests, notebooks under nbval, and the bench topics, each under its own
 # time limit so one slow part cannot starve the rest; logs and JSON go to $OUT/run/.
 # Usage on the device, from the repo root (carry .whl for the Jupyter wheels, .mamba_ref for mamba_ssm):
-#   bash bench/gpu_all.sh final | final2 | final3 | final4   # the calls BENCHMARKS.md records
-#   bash bench/gpu_all.sh SECTION... # prep build tests notebooks executed selective scans ssd
+#   bash mambalearn/bench/gpu/all.sh final | final2 | final3 | final4   # the calls BENCHMARKS.md records
+#   bash mambalearn/bench/gpu/all.sh SECTION... # prep build tests notebooks executed selective scans ssd
 #                                    # ssd_steps ssd_acc nb11_check ssd_fused memory step model
 #                                    # profile (WL=workloads) wait_build experiments (SET=…) pack
 set -u
@@ -26,7 +26,7 @@ section() {
     build)  # mamba_ssm's CUDA selective scan, sm_90 only, in the background (CPU work)
       python3 - <<'PY'
 import os, runpy, subprocess, sys
-g = runpy.run_path("bench/gpu_selective_scan.py", run_name="build_only")
+g = runpy.run_path("mambalearn/bench/gpu/selective_scan.py", run_name="build_only")
 subprocess.Popen([sys.executable, "-c", g["BUILD"], g["SRC"]], start_new_session=True,
                  env=dict(os.environ, MAX_JOBS="10", TORCH_CUDA_ARCH_LIST="9.0"),
                  stdout=open(os.environ["OUT"] + "/run/build.log", "w"), stderr=subprocess.STDOUT)
@@ -38,17 +38,17 @@ PY
         -q -p no:cacheprovider -n 4 --dist loadfile --durations=0 --junitxml="$LOG/notebooks.xml" \
         ${NBV:-notebooks/0*.ipynb notebooks/12*.ipynb solutions} ;;
     executed)  # the notebooks whose outputs we read (tables, figures), kept with their outputs
-      step executed 270 env -u MPLBACKEND python3 bench/run_notebook.py "$LOG" ${NBS:-notebooks/1[013]*.ipynb} ;;
+      step executed 270 env -u MPLBACKEND python3 mambalearn/bench/gpu/run_notebook.py "$LOG" ${NBS:-notebooks/1[013]*.ipynb} ;;
     ssd_steps) step ssd_steps 70 python3 -c "from mambalearn.bench import ssd, table; print(table(ssd.backward_steps(True)))" ;;
     ssd_acc) step ssd_acc 60 python3 -c "from mambalearn.bench import ssd
 ssd.run(True, shapes=[dict(b=4, l=4096, **ssd.HEADS)], forward=False)" ;;
-    nb11_check) step nb11_check 130 python3 bench/gpu_ssd_fused.py --check-nb11 ;;
-    ssd_fused) step ssd_fused 130 python3 bench/gpu_ssd_fused.py --limit 110 --json "$LOG/ssd_fused.json" ;;
-    selective) step selective 200 python3 bench/gpu_selective_scan.py --stage final --limit 195 ;;
+    nb11_check) step nb11_check 130 python3 mambalearn/bench/gpu/ssd_fused.py --check-nb11 ;;
+    ssd_fused) step ssd_fused 130 python3 mambalearn/bench/gpu/ssd_fused.py --limit 110 --json "$LOG/ssd_fused.json" ;;
+    selective) step selective 200 python3 mambalearn/bench/gpu/selective_scan.py --stage final --limit 195 ;;
     scans|memory|ssd|step|model) step "bench_$1" "${LIMIT:-60}" python3 -m mambalearn bench "$1" \
         --json "$LOG/bench_$1.json" ;;
-    profile) step "profile_${WL// /_}" "${PLIMIT:-240}" python3 bench/gpu_profile.py ncu "$LOG/profile" $WL ;;
-    experiments) step experiments "${ELIMIT:-200}" python3 bench/gpu_experiments.py \
+    profile) step "profile_${WL// /_}" "${PLIMIT:-240}" python3 mambalearn/bench/gpu/profile.py ncu "$LOG/profile" $WL ;;
+    experiments) step experiments "${ELIMIT:-200}" python3 mambalearn/bench/gpu/experiments.py \
         --set "${SET:-registers}" --limit "${ELIMIT:-200}" --json "$LOG/experiments.json" ;;
     wait_build)  # until the background build has left its .so (or the limit)
       for _ in $(seq 1 "${BLIMIT:-120}"); do
@@ -74,7 +74,7 @@ ssd.run(True, shapes=[dict(b=4, l=4096, **ssd.HEADS)], forward=False)" ;;
         solutions/04*.ipynb solutions/09*.ipynb solutions/10*.ipynb"
       section tests & section notebooks & section nb11_check & wait
       LIMIT=60 section scans
-      step selective 100 python3 bench/gpu_selective_scan.py --stage final --defaults --limit 100
+      step selective 100 python3 mambalearn/bench/gpu/selective_scan.py --stage final --defaults --limit 100
       section pack ;;
     profile1|profile2)  # 2026-11-30, session 2, calls 1 and 2: ncu profiles of ours and mamba_ssm's,
       # then the experiment set of that call (`first`, then `registers` with the new defaults)

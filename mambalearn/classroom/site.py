@@ -1,11 +1,11 @@
 """A rendered reading copy: every chapter executed and written as static HTML, figures included.
 
-    python -m mambalearn.site notebooks/*.ipynb --out site [--offline] [--jobs 2]
+    python -m mambalearn.classroom.site notebooks/*.ipynb --out site [--offline] [--jobs 2]
 
 For students who want to read before they run anything: ``site/index.html`` lists the chapters,
 ``site/NN_name.html`` is each one executed top to bottom (nbconvert's ``lab`` template; figures are
 PNGs embedded in the page, so a page is one file). ``--offline`` serves MathJax, require.js and the
-widget manager from ``site/vendor`` (``mambalearn.slides_offline``) instead of CDNs. A chapter that
+widget manager from ``site/vendor`` (``mambalearn.classroom.slides_offline``) instead of CDNs. A chapter that
 raises stops nothing else, but the build reports it and exits 1: the site never shows a traceback.
 """
 
@@ -32,14 +32,14 @@ def render(notebook, out_dir, offline=False, timeout=300):
     """Execute ``notebook`` and write ``out_dir/<name>.html``; returns (path, title)."""
     from nbconvert import HTMLExporter
 
-    from mambalearn.slides import execute
+    from mambalearn.classroom.slides import execute
 
     notebook, out_dir = Path(notebook), Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     nb = execute(nbformat.read(notebook, as_version=4), notebook.parent, timeout)
     exporter = HTMLExporter(template_name="lab", embed_images=True)
     if offline:
-        from mambalearn import slides_offline
+        from mambalearn.classroom import slides_offline
 
         slides_offline.configure(exporter, out_dir)
     body, _ = exporter.from_notebook_node(nb, resources={"metadata": {"name": notebook.stem}})
@@ -78,7 +78,7 @@ def build(notebooks, out_dir, offline=False, jobs=2, timeout=300):
             return None, (Path(nb).name, why)
 
     if offline:  # copy the vendor folder once, before the workers need it
-        from mambalearn import slides_offline
+        from mambalearn.classroom import slides_offline
 
         slides_offline.install(out_dir)
     with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:

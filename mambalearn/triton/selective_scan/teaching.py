@@ -26,9 +26,9 @@ import triton
 import triton.language as tl
 
 from mambalearn import device
-from mambalearn.triton import selective_scan as tuned
+from mambalearn.triton.selective_scan import tuned
 from mambalearn.triton.scan import combine_fn  # the ⊗ of chapter 03, jitted in chapter 08
-from mambalearn.triton.tile import column, load_delta, put_column, seq_start, softplus  # noqa: F401
+from mambalearn.triton.selective_scan.tile import column, load_delta, put_column, seq_start, softplus  # noqa: F401
 
 CHUNK = 32  # steps between stored states = the backward's time tile
 GPU_FWD = dict(BLOCK_D=64, BLOCK_L=16, num_warps=4)  # one readable choice, not tuned

@@ -1,7 +1,7 @@
 """Nsight Compute profiles of our kernels and mamba_ssm's (where chapters 09–11's time goes).
 
-    python3 bench/gpu_profile.py run WORKLOAD        # one workload, inside cudaProfilerStart/Stop
-    python3 bench/gpu_profile.py ncu OUTDIR WORKLOAD...  # each under ncu, then text reports
+    python3 mambalearn/bench/gpu/profile.py run WORKLOAD        # one workload, inside cudaProfilerStart/Stop
+    python3 mambalearn/bench/gpu/profile.py ncu OUTDIR WORKLOAD...  # each under ncu, then text reports
 
 Workloads (one forward + backward each, after a warm-up run outside the profiled range):
     m1_16, m1_64        our Mamba-1 selective scan (default kernels), b8 d2048 n16/n64 l2048 bf16
@@ -21,7 +21,7 @@ import subprocess
 import sys
 import time
 
-ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))
 sys.path.insert(0, ROOT)
 SECTIONS = ["SpeedOfLight", "Occupancy", "LaunchStats", "WarpStateStats", "SchedulerStats",
             "ComputeWorkloadAnalysis", "MemoryWorkloadAnalysis", "InstructionStats",
@@ -43,7 +43,7 @@ def _workload(name):
             if fn is None:
                 raise SystemExit("mamba_ssm's CUDA extension is not built")
         else:
-            from mambalearn.triton.selective_scan import selective_scan_fn as fn
+            from mambalearn.triton.selective_scan.tuned import selective_scan_fn as fn
         return fwd_bwd(fn, x)
     from mambalearn.bench.ssd import load_mamba_ssm_ssd, make_inputs
     (x, dt, A, B, C), kw = make_inputs(**SSD)
@@ -51,7 +51,7 @@ def _workload(name):
     if name == "ssdref":
         fn = load_mamba_ssm_ssd()
     else:
-        from mambalearn.triton.ssd import mamba_chunk_scan_combined as fn
+        from mambalearn.triton.ssd.forward import mamba_chunk_scan_combined as fn
 
     def run():
         out = fn(*leaves[:5], 256, D=leaves[5], dt_bias=leaves[6], dt_softplus=True)

@@ -1,6 +1,6 @@
 """Chapter 11's single-launch SSD forward: its launch options side by side on the GPU (one call).
 
-    PYTHONUNBUFFERED=1 python3 bench/gpu_ssd_fused.py [--limit S] [--json FILE]
+    PYTHONUNBUFFERED=1 python3 mambalearn/bench/gpu/ssd_fused.py [--limit S] [--json FILE]
 
 At b4 l4096 h80 p64 n128 g1 bf16 (DESIGN §6), same inputs for all: mamba_ssm's
 ``mamba_chunk_scan_combined`` (when its source tree is there), our unfused five-stage forward, and
@@ -18,8 +18,8 @@ import torch
 from mambalearn.bench import time_ms
 from mambalearn.bench.ssd import load_mamba_ssm_ssd, make_inputs
 from mambalearn.testing import rel_error
-from mambalearn.triton import ssd as unfused
-from mambalearn.triton.ssd_fused import ssd_fused_forward
+from mambalearn.triton.ssd import forward as unfused
+from mambalearn.triton.ssd.fused import ssd_fused_forward
 
 F32, F16 = torch.float32, torch.float16
 VARIANTS = {  # name -> ssd_fused_forward keyword arguments (chunk_size as "q")
@@ -44,7 +44,7 @@ NB11_CASE = """
 import time, torch
 from mambalearn import ssd
 from mambalearn.testing import assert_close, dot_dtype
-from mambalearn.triton import ssd_fused
+from mambalearn.triton.ssd import fused as ssd_fused
 dev = "cuda" if torch.cuda.is_available() else "cpu"
 b, l, h, p, n, q = (2, 1000, 8, 64, 128, 256) if dev == "cuda" else (1, 70, 2, 16, 16, 32)
 gen = torch.Generator(device=dev).manual_seed(1)

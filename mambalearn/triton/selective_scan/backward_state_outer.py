@@ -17,11 +17,11 @@ import triton
 import triton.language as tl
 
 from mambalearn.triton.scan import combine_fn  # the ⊗ of chapter 03, jitted in chapter 08
-from mambalearn.triton.selective_scan_backward import _bwd_delta, _bwd_outputs, _reverse_scan
-from mambalearn.triton.selective_scan_forward import LOG2E, _ld, _load_bc, _st
-from mambalearn.triton.tile import column as _column
-from mambalearn.triton.tile import load_delta as _load_delta
-from mambalearn.triton.tile import seq_start as _is_start
+from mambalearn.triton.selective_scan.backward import _bwd_delta, _bwd_outputs, _reverse_scan
+from mambalearn.triton.selective_scan.forward import LOG2E, _ld, _load_bc, _st
+from mambalearn.triton.selective_scan.tile import column as _column
+from mambalearn.triton.selective_scan.tile import load_delta as _load_delta
+from mambalearn.triton.selective_scan.tile import seq_start as _is_start
 
 
 @triton.jit

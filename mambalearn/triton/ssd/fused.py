@@ -44,7 +44,7 @@ import triton
 import triton.language as tl
 
 from mambalearn import device, ssd
-from mambalearn.triton.ssd import _p2
+from mambalearn.triton.ssd.forward import _p2
 
 _INTERP = device.interpreted()
 

@@ -12,8 +12,8 @@ Which default applies to which n (FWD_CONFIG, BWD_CONFIG) is decided in
 import triton
 
 from mambalearn import device
-from mambalearn.triton.selective_scan_backward import _bwd_kernel
-from mambalearn.triton.selective_scan_forward import _fwd_kernel
+from mambalearn.triton.selective_scan.backward import _bwd_kernel
+from mambalearn.triton.selective_scan.forward import _fwd_kernel
 
 
 def _tiles(block_d, most_per_thread):
@@ -44,11 +44,11 @@ _bwd_autotuned = _autotuned(_bwd_kernel, bwd_configs(), reset_to_zero=_ZEROED)
 
 # Launch configuration: "auto" = autotune over the candidates (slow first call, one compile per
 # candidate), or a dict. CPU (interpreter): one small tile, nothing to tune.
-# Tiles: the fastest candidates of the H200 sweep of 2026-11-29 (bench/gpu_selective_scan.py,
+# Tiles: the fastest candidates of the H200 sweep of 2026-11-29 (mambalearn/bench/gpu/selective_scan.py,
 # docs/BENCHMARKS.md), b8 d2048 l2048 bf16; n64 only had the run-time-loop candidates.
 # Forward keys besides the tile: STAGES (> 0: pipelined `for` over time blocks), EVEN (False:
 # keep every mask even where the tile divides the tensor), maxnreg (registers per thread: ≤ 128
-# lets two 8-warp programs share an SM). The H200 run of the variants below (bench/gpu_all.sh
+# lets two 8-warp programs share an SM). The H200 run of the variants below (mambalearn/bench/gpu/all.sh
 # final, 2026-11-29, docs/BENCHMARKS.md) at b8 d2048 n16 l2048: unmasked while-loop 0.447 ms,
 # pipelined 0.483, masked 0.636, mamba_ssm CUDA 0.591. The unmasked while-loop one became the
 # default once its full-size accuracy and the gpu tests ran with it on the H200 (2026-11-30).
@@ -59,11 +59,11 @@ BWD_RUNTIME_LOOP = dict(BLOCK_D=32, BLOCK_L=16, num_warps=2)  # the default unti
 # defaults from the H200 runs of 2026-11-30 (docs/BENCHMARKS.md): the unmasked forward (0.447 ms
 # vs 0.484 pipelined) and the state-outer backward with three flips (fwd+bwd 3.18 ms vs 4.98)
 DEFAULT_FWD = FWD_UNMASKED
-# maxnreg=96 (session 2 of 2026-11-30, bench/gpu_experiments.py): 96 registers and 17 spill
+# maxnreg=96 (session 2 of 2026-11-30, mambalearn/bench/gpu/experiments.py): 96 registers and 17 spill
 # loads instead of 128 and none, 21 warps per SM instead of 16: backward 2.40 ms against 2.68
 DEFAULT_BWD = dict(LAYOUT="state-outer", EVEN=True, BLOCK_D=2, BLOCK_L=64, num_warps=1,
                    REV_LOADS=False, maxnreg=96)
-# n > 16 (H200, b8 d2048 n64 l2048, bench/gpu_experiments.py, session 2 of 2026-11-30):
+# n > 16 (H200, b8 d2048 n64 l2048, mambalearn/bench/gpu/experiments.py, session 2 of 2026-11-30):
 # forward: the same tile with the run-time state loop and 8 warps (184 registers): 2.79 ms, against
 # 2.89 with 4 warps and 7.9 with the 64×8 tile of the first sweep; 2.48 ms once each state's loads
 # were issued during the state before (call 5; 191 registers). Backward: the state-outer kernel

@@ -26,7 +26,7 @@ chapter walks through; these modules are the tuned one (autotuned tiles, exp2).
 import torch
 import triton
 
-from mambalearn.triton.selective_scan_args import (  # noqa: F401  (re-exported)
+from mambalearn.triton.selective_scan.interface import (  # noqa: F401  (re-exported)
     DTYPES,
     MAX_DSTATE,
     _bc_strides,
@@ -37,7 +37,7 @@ from mambalearn.triton.selective_scan_args import (  # noqa: F401  (re-exported)
     optional,
     seq_idx_from_cu_seqlens,
 )
-from mambalearn.triton.selective_scan_backward import (  # noqa: F401  (re-exported)
+from mambalearn.triton.selective_scan.backward import (  # noqa: F401  (re-exported)
     _bwd_delta,
     _bwd_grad_state,
     _bwd_kernel,
@@ -46,13 +46,13 @@ from mambalearn.triton.selective_scan_backward import (  # noqa: F401  (re-expor
     _fwd_state,
     _reverse_scan,
 )
-from mambalearn.triton.selective_scan_backward_state_outer import (  # noqa: F401
+from mambalearn.triton.selective_scan.backward_state_outer import (  # noqa: F401
     _bwd_so_kernel,
     _so_atomic,
     _so_load_state,
     _so_state,
 )
-from mambalearn.triton.selective_scan_config import (  # noqa: F401  (re-exported)
+from mambalearn.triton.selective_scan.config import (  # noqa: F401  (re-exported)
     _ZEROED,
     BWD_RUNTIME_LOOP,
     BWD_RUNTIME_LOOP_LARGE_N,
@@ -78,7 +78,7 @@ from mambalearn.triton.selective_scan_config import (  # noqa: F401  (re-exporte
     fwd_configs,
     pick,
 )
-from mambalearn.triton.selective_scan_forward import (  # noqa: F401  (re-exported)
+from mambalearn.triton.selective_scan.forward import (  # noqa: F401  (re-exported)
     LOG2E,
     _fwd_block,
     _fwd_kernel,

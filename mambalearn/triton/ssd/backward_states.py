@@ -1,14 +1,14 @@
 """Steps 2–3 of the SSD backward (chapter 10): dstates, the gradient Y_off sends to the state
 entering each chunk, and the state passing run backwards over the chunks. The derivation is the
-docstring of ``mambalearn.triton.ssd_backward``.
+docstring of ``mambalearn.triton.ssd.backward``.
 """
 
 import torch
 import triton
 import triton.language as tl
 
-from mambalearn.triton.ssd import _p2
-from mambalearn.triton.ssd_backward_tiles import _INTERP, _bch, _blocks, _cfg, _row, _tile, _tile_T
+from mambalearn.triton.ssd.forward import _p2
+from mambalearn.triton.ssd.backward_tiles import _INTERP, _bch, _blocks, _cfg, _row, _tile, _tile_T
 
 
 # ---------------------------------------------------------------------------------------------

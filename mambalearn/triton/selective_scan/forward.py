@@ -26,17 +26,17 @@ import triton
 import triton.language as tl
 
 from mambalearn.triton.scan import combine_fn  # the ⊗ of chapter 03, jitted in chapter 08
-from mambalearn.triton.tile import column as _column
-from mambalearn.triton.tile import put_column as _put_column
-from mambalearn.triton.tile import seq_start as _is_start
-from mambalearn.triton.tile import softplus as _softplus
+from mambalearn.triton.selective_scan.tile import column as _column
+from mambalearn.triton.selective_scan.tile import put_column as _put_column
+from mambalearn.triton.selective_scan.tile import seq_start as _is_start
+from mambalearn.triton.selective_scan.tile import softplus as _softplus
 
 LOG2E = tl.constexpr(1.4426950408889634)  # exp(x) = 2^(x·log2 e)
 
 
 # ---------------------------------------------------------------------------------------------
 # Small helpers of the tuned kernels (inlined by Triton); the ones shared with the teaching
-# kernel live in mambalearn.triton.tile.
+# kernel live in mambalearn.triton.selective_scan.tile.
 # ---------------------------------------------------------------------------------------------
 @triton.jit
 def _ld(ptr, mask, EVEN: tl.constexpr):

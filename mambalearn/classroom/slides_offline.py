@@ -1,7 +1,7 @@
 """Offline decks: reveal.js, MathJax, require.js, jQuery, fonts and the widget manager, all local.
 
-    python -m mambalearn.slides_offline fetch          # npm packages -> build/vendor (once)
-    python -m mambalearn.slides_offline pdf slides/01_discretization.slides.html
+    python -m mambalearn.classroom.slides_offline fetch          # npm packages -> build/vendor (once)
+    python -m mambalearn.classroom.slides_offline pdf slides/01_discretization.slides.html
 
 ``fetch`` runs ``npm pack`` for the pinned packages below (the registry's tarballs, checked against
 the sha512 recorded here) and unpacks them under ``build/vendor/`` (git-ignored; never committed).

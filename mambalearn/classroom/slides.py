@@ -1,10 +1,10 @@
 """Slides from the chapter notebooks: execute each one, then nbconvert's reveal.js exporter.
 
-    python -m mambalearn.slides notebooks/*.ipynb --out slides [--offline] [--pdf]
+    python -m mambalearn.classroom.slides notebooks/*.ipynb --out slides [--offline] [--pdf]
 
 The deck follows each cell's ``slideshow.slide_type`` (slide, subslide, fragment, skip, notes).
 ``--offline`` points reveal.js, MathJax, require.js, jQuery, fonts and the widget manager at copies
-under ``<out>/vendor`` (``mambalearn.slides_offline``) so a deck opens without a network.
+under ``<out>/vendor`` (``mambalearn.classroom.slides_offline``) so a deck opens without a network.
 ``--pdf`` also prints each deck to ``<out>/<name>.pdf`` through headless Chromium's print view.
 """
 
@@ -33,7 +33,7 @@ def execute(nb, cwd, timeout=300, attempts=2):
     with tempfile.TemporaryDirectory() as tmp:
         src, out = Path(tmp) / "in.ipynb", Path(tmp) / "out.ipynb"
         nbformat.write(nb, src)
-        cmd = [sys.executable, "-m", "mambalearn.slides", "--run-one", str(src), str(cwd), str(out),
+        cmd = [sys.executable, "-m", "mambalearn.classroom.slides", "--run-one", str(src), str(cwd), str(out),
                str(timeout)]
         for attempt in range(1, attempts + 1):
             try:
@@ -65,7 +65,7 @@ def export(notebook, out_dir, offline=False, timeout=300):
     nb = execute(nbformat.read(notebook, as_version=4), notebook.parent, timeout)
     exporter = SlidesExporter()
     if offline:
-        from mambalearn import slides_offline
+        from mambalearn.classroom import slides_offline
 
         slides_offline.configure(exporter, out_dir)
     body, _ = exporter.from_notebook_node(nb)
@@ -89,7 +89,7 @@ def main(argv=None):
         deck = export(nb, args.out, args.offline)
         print(deck)
         if args.pdf:
-            from mambalearn import slides_offline
+            from mambalearn.classroom import slides_offline
 
             print(slides_offline.pdf(deck))
 

@@ -1,6 +1,6 @@
 """Exercise notebooks: generate them from solutions, and grade a student's copy.
 
-    python -m mambalearn.grade make-exercise solutions/01_x.ipynb exercises/01_x.ipynb
+    python -m mambalearn.classroom.grade make-exercise solutions/01_x.ipynb exercises/01_x.ipynb
     python -m mambalearn grade my_01_x.ipynb [--pristine exercises/01_x.ipynb] [--timeout 120]
     python -m mambalearn grade --class submissions/ --out grades.csv [--jobs 2]
 
@@ -14,7 +14,7 @@ shipped (pristine) exercise, taking from the submission only the cells marked as
 deleted comes back as shipped. Then ``pytest --nbval-lax`` executes it with a per-cell timeout,
 and every check cell (nbgrader ``grade: true``) is one task: passed or failed, with the reason.
 The whole run also has a wall-clock limit; past it, pytest and the kernel are killed together.
-A whole class (one folder per student) is graded by ``mambalearn.gradebook``.
+A whole class (one folder per student) is graded by ``mambalearn.classroom.gradebook``.
 """
 
 import argparse
@@ -229,14 +229,14 @@ def main(argv=None):
                    "(default: exercises/<same name> of this repository)")
     p.add_argument("--timeout", type=int, default=120, help="seconds per cell (default 120)")
     p.add_argument("--class", dest="class_dir", metavar="DIR",
-                   help="grade every student folder under DIR (see mambalearn.gradebook)")
+                   help="grade every student folder under DIR (see mambalearn.classroom.gradebook)")
     p.add_argument("--out", default="grades.csv", help="gradebook CSV (default grades.csv)")
     p.add_argument("--jobs", type=int, default=2, help="notebooks graded at once with --class")
     p.add_argument("--exercises", metavar="DIR", help="shipped exercises for --class "
                    "(default: exercises/ of this repository)")
     args = p.parse_args(argv)
     if args.class_dir:
-        from mambalearn import gradebook
+        from mambalearn.classroom import gradebook
 
         return gradebook.main(args)
     if not args.notebook:

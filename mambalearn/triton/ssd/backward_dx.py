@@ -1,13 +1,13 @@
 """Step 7 of the SSD backward (chapter 10): dx, with x · G for dΔ, dD, and v for step 8. The
-derivation is the docstring of ``mambalearn.triton.ssd_backward``.
+derivation is the docstring of ``mambalearn.triton.ssd.backward``.
 """
 
 import torch
 import triton
 import triton.language as tl
 
-from mambalearn.triton.ssd import _p2
-from mambalearn.triton.ssd_backward_tiles import _bch, _blocks, _cfg, _row, _tile, _tile_T
+from mambalearn.triton.ssd.forward import _p2
+from mambalearn.triton.ssd.backward_tiles import _bch, _blocks, _cfg, _row, _tile, _tile_T
 
 
 # ---------------------------------------------------------------------------------------------

@@ -1,14 +1,14 @@
 """Steps 1 and 8 of the SSD backward (chapter 10), the two ends of the chain: the gate
 (dy and dz from dout) and the chunk cumsum backward (∂loss/∂a → dΔ, dA → ddt, d dt_bias). The
-derivation is the docstring of ``mambalearn.triton.ssd_backward``.
+derivation is the docstring of ``mambalearn.triton.ssd.backward``.
 """
 
 import torch
 import triton
 import triton.language as tl
 
-from mambalearn.triton.ssd import _p2
-from mambalearn.triton.ssd_backward_tiles import _INTERP
+from mambalearn.triton.ssd.forward import _p2
+from mambalearn.triton.ssd.backward_tiles import _INTERP
 
 
 # ---------------------------------------------------------------------------------------------

@@ -4,7 +4,7 @@ Run on the GPU machine from the repo root, with ``.mamba_ref`` carried (or ``MAM
 a ``mamba_ssm`` package directory):
 
     python3 -m pytest tests/test_ssd_triton.py tests/test_ssd_fused.py -q -p no:cacheprovider
-    PYTHONUNBUFFERED=1 python3 bench/gpu_ssd.py
+    PYTHONUNBUFFERED=1 python3 mambalearn/bench/gpu/ssd.py
 
 Prints rows as they are measured, the precision table, and the table of rows last; writes everything
 to ``$OUT/ssd.json``. The same timings: ``python3 -m mambalearn bench ssd``.

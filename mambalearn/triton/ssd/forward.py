@@ -15,7 +15,7 @@ initial state belonging to sequence 0, tails shorter than a chunk) are mamba_ssm
 
 Backward: ``mamba_chunk_scan_combined`` saves only its inputs (as mamba_ssm does). With
 ``BACKWARD = "triton"`` (the default) the backward recomputes stages 1–4 with these kernels and
-runs the Triton backward kernels of ``mambalearn.triton.ssd_backward`` (the gradients derived
+runs the Triton backward kernels of ``mambalearn.triton.ssd.backward`` (the gradients derived
 there). With ``BACKWARD = "reference"`` it recomputes the chunked PyTorch oracle
 (``mambalearn.ssd.mamba_chunk_scan_ref``) in float32 under autograd instead, ``BACKWARD_HEADS``
 heads at a time (so the (b, heads, c, q, q) decay blocks exist for a few heads at once): the slow
@@ -410,7 +410,7 @@ class _SSDFn(torch.autograd.Function):
     def forward(ctx, x, dt, A, B, C, chunk_size, D, z, dt_bias, initial_states, seq_idx,
                 dt_softplus, dt_limit, fused):
         if fused:
-            from mambalearn.triton.ssd_fused import ssd_fused_forward
+            from mambalearn.triton.ssd.fused import ssd_fused_forward
             out, final = ssd_fused_forward(x, dt, A, B, C, chunk_size, D, z, dt_bias,
                                            initial_states, seq_idx, dt_softplus, dt_limit)
         else:
@@ -427,7 +427,7 @@ class _SSDFn(torch.autograd.Function):
     def backward(ctx, dout, dfinal):
         if ctx.backward_kind == "reference":
             return _reference_backward(ctx, dout, dfinal)
-        from mambalearn.triton.ssd_backward import ssd_backward
+        from mambalearn.triton.ssd.backward import ssd_backward
 
         x, dt, A, B, C, D, z, dt_bias, h0, seq_idx = ctx.saved_tensors
         chunk_size, dt_softplus, dt_limit = ctx.args

@@ -25,12 +25,12 @@ import triton
 import triton.language as tl
 
 from mambalearn.triton.scan import combine_fn  # the ⊗ of chapter 03, jitted in chapter 08
-from mambalearn.triton.selective_scan_forward import LOG2E, _fwd_state_fast, _ld, _load_bc, _st
-from mambalearn.triton.tile import column as _column
-from mambalearn.triton.tile import load_delta as _load_delta
-from mambalearn.triton.tile import put_column as _put_column
-from mambalearn.triton.tile import seq_start as _is_start
-from mambalearn.triton.tile import softplus as _softplus
+from mambalearn.triton.selective_scan.forward import LOG2E, _fwd_state_fast, _ld, _load_bc, _st
+from mambalearn.triton.selective_scan.tile import column as _column
+from mambalearn.triton.selective_scan.tile import load_delta as _load_delta
+from mambalearn.triton.selective_scan.tile import put_column as _put_column
+from mambalearn.triton.selective_scan.tile import seq_start as _is_start
+from mambalearn.triton.selective_scan.tile import softplus as _softplus
 
 
 # ---------------------------------------------------------------------------------------------

@@ -57,20 +57,20 @@ Organised like mamba_ssm's ``ssd_combined._mamba_chunk_scan_combined_bwd`` (not 
 import torch
 import triton
 
-from mambalearn.triton import ssd as fwd
+from mambalearn.triton.ssd import forward as fwd
 
 # Each step lives in a module of its own, kernel then launcher: 1 and 8 in ssd_backward_cumsum,
 # 2–3 in ssd_backward_states, 4–6 in ssd_backward_groups, 7 in ssd_backward_dx; launch settings and
 # tile helpers in ssd_backward_tiles. Re-exported here, where callers, tests and the benchmark
 # look for them (``SB.dcb``, ``SB._blocks``, ``SB._dx_kernel``, …).
-from mambalearn.triton.ssd_backward_cumsum import (  # noqa: F401
+from mambalearn.triton.ssd.backward_cumsum import (  # noqa: F401
     _chunk_cumsum_bwd_kernel,
     _gate_bwd_kernel,
     chunk_cumsum_backward,
     gate_backward,
 )
-from mambalearn.triton.ssd_backward_dx import _dx_kernel, dx_backward  # noqa: F401
-from mambalearn.triton.ssd_backward_groups import (  # noqa: F401
+from mambalearn.triton.ssd.backward_dx import _dx_kernel, dx_backward  # noqa: F401
+from mambalearn.triton.ssd.backward_groups import (  # noqa: F401
     _dB_kernel,
     _dC_kernel,
     _dcb_kernel,
@@ -78,13 +78,13 @@ from mambalearn.triton.ssd_backward_groups import (  # noqa: F401
     dC_backward,
     dcb,
 )
-from mambalearn.triton.ssd_backward_states import (  # noqa: F401
+from mambalearn.triton.ssd.backward_states import (  # noqa: F401
     _dstates_kernel,
     _state_passing_bwd_kernel,
     dstates,
     state_passing_backward,
 )
-from mambalearn.triton.ssd_backward_tiles import _INTERP, _blocks, _cfg
+from mambalearn.triton.ssd.backward_tiles import _INTERP, _blocks, _cfg
 
 # GPU launch settings per kernel, for the benchmark shape (q 256, p 64, n 128). First chosen from
 # the sm_90 build's register counts (`cuobjdump -res-usage`; _dcb with 4 warps spills, _dx with n

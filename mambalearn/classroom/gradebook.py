@@ -7,7 +7,7 @@ works too). A notebook is matched to the shipped exercise of the same name, else
 the same ``NN_`` chapter number (``01_discretization (1).ipynb`` still counts). Every exercise that
 any student submitted is graded for every student; a missing one scores 0, "not submitted".
 
-Each notebook is graded by ``mambalearn.grade.grade`` in its own process group (pytest and a
+Each notebook is graded by ``mambalearn.classroom.grade.grade`` in its own process group (pytest and a
 kernel), ``jobs`` at a time, with a per-cell timeout and a wall-clock limit per notebook: a
 submission that hangs, crashes its kernel or is not valid JSON fails its own tasks and nothing else.
 
@@ -24,7 +24,7 @@ from pathlib import Path
 
 import nbformat
 
-from mambalearn import grade as _grade
+from mambalearn.classroom import grade as _grade
 
 
 def _chapter(name):
@@ -129,7 +129,7 @@ def table(rows, columns):
 
 
 def main(args):
-    """``mambalearn grade --class``: parsed arguments from ``mambalearn.grade.main``."""
+    """``mambalearn grade --class``: parsed arguments from ``mambalearn.classroom.grade.main``."""
     if not Path(args.class_dir).is_dir():
         print(f"error: --class {args.class_dir} is not a folder", file=sys.stderr)
         return 2

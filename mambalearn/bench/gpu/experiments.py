@@ -1,7 +1,7 @@
 """Mamba-1 launch experiments on the GPU, each checked against the default kernels, in one call.
 
-    PYTHONUNBUFFERED=1 python3 bench/gpu_experiments.py [--limit S] [--json FILE]
-    python3 bench/gpu_experiments.py --cpu-smoke      # control flow in the interpreter, tiny
+    PYTHONUNBUFFERED=1 python3 mambalearn/bench/gpu/experiments.py [--limit S] [--json FILE]
+    python3 mambalearn/bench/gpu/experiments.py --cpu-smoke      # control flow in the interpreter, tiny
 
 Every row of ``EXPERIMENTS``: forward and forward+backward median ms, peak GB of fwd+bwd, and the
 largest relative error of out and of the eight gradients against the default kernels on the same
@@ -17,7 +17,7 @@ import os
 import sys
 import time
 
-ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))
 sys.path.insert(0, ROOT)
 
 SO = dict(LAYOUT="state-outer", EVEN=True, REV_LOADS=False)
@@ -84,7 +84,7 @@ def main():
     from mambalearn.bench import peak_gb, time_ms
     from mambalearn.bench.selective_scan import fwd_bwd, inputs, load_mamba_ssm
     from mambalearn.testing import rel_error
-    from mambalearn.triton import selective_scan as T
+    from mambalearn.triton.selective_scan import tuned as T
     gpu = torch.cuda.is_available() and not a.cpu_smoke
     dev, dtype = ("cuda", torch.bfloat16) if gpu else ("cpu", torch.float32)
     default_chunk = T.chunk_size

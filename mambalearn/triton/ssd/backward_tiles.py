@@ -1,13 +1,13 @@
 """Shared pieces of the SSD backward's kernels (chapter 10): the launch settings of each kernel
 and the ``@triton.jit`` helpers that read tiles of (…, steps, features) tensors and split program
-ids. The derivation of the steps is the docstring of ``mambalearn.triton.ssd_backward``.
+ids. The derivation of the steps is the docstring of ``mambalearn.triton.ssd.backward``.
 """
 
 import triton
 import triton.language as tl
 
 from mambalearn import device
-from mambalearn.triton.ssd import _p2
+from mambalearn.triton.ssd.forward import _p2
 
 _INTERP = device.interpreted()
 
@@ -15,7 +15,7 @@ _INTERP = device.interpreted()
 def _cfg(name, n=None):
     """(BLOCK_N, launch options) of one kernel; the interpreter takes the whole n and one stage.
     Reads ``ssd_backward.CONFIGS`` at each call: the benchmark's sweep changes it at run time."""
-    from mambalearn.triton import ssd_backward  # here, not on top: that module imports this one
+    from mambalearn.triton.ssd import backward as ssd_backward  # here, not on top: that module imports this one
 
     c = dict(ssd_backward.CONFIGS[name])
     bn = c.pop("BLOCK_N", None)

@@ -1,14 +1,14 @@
 """Steps 4–6 of the SSD backward (chapter 10): dCB, dC and dB, the gradients of C Bᵀ, C and B.
 B and C are shared by a group's heads, so one program loops over those heads and owns its output
-tile (no atomics). The derivation is the docstring of ``mambalearn.triton.ssd_backward``.
+tile (no atomics). The derivation is the docstring of ``mambalearn.triton.ssd.backward``.
 """
 
 import torch
 import triton
 import triton.language as tl
 
-from mambalearn.triton.ssd import _p2
-from mambalearn.triton.ssd_backward_tiles import _bcgs, _blocks, _cfg, _row, _tile, _tile_T
+from mambalearn.triton.ssd.forward import _p2
+from mambalearn.triton.ssd.backward_tiles import _bcgs, _blocks, _cfg, _row, _tile, _tile_T
 
 
 # ---------------------------------------------------------------------------------------------
