@@ -35,7 +35,7 @@ import tarfile
 import tempfile
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 VENDOR = Path(os.environ.get("MAMBALEARN_VENDOR", REPO / "build" / "vendor"))
 CHROMIUM = os.environ.get("MAMBALEARN_CHROMIUM", "/usr/bin/chromium")
 CHROMIUM_ARGS = ["--no-sandbox", "--headless", "--disable-gpu", "--disable-background-networking",
