@@ -3,14 +3,24 @@ PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
+NEWEST_STAMP = $(NEWEST)/.installed
 TORCH_VERSION  := 2.13.0
 TRITON_VERSION := 3.6.0
+# The newest Triton on the package index when last checked (and the numpy it runs with): the
+# kernel tests also run under it, in a second venv ($(NEWEST)). pyproject.toml's range ends there.
+TRITON_NEWEST  := 3.9.0
+NUMPY_NEWEST   := 2.4.6
+NEWEST := .venv-newest
 TORCH_CPU_INDEX ?= https://download.pytorch.org/whl/cpu
 JOBS   ?= 2
 NB     ?=
 PIP    := $(PY) -m pip install -q --disable-pip-version-check
 # Tests run headless and quiet; `make lab` keeps the user's settings (figures need the inline backend).
 TEST_ENV := MAMBALEARN_PROGRESS=0 MPLBACKEND=Agg
+
+# The Triton-kernel tests (run under the pinned and under the newest Triton).
+KERNEL_TESTS = $(wildcard tests/test_selective_scan*.py tests/test_ssd_*.py tests/test_step.py \
+  tests/test_triton_scan.py tests/test_check_ch08.py tests/test_check_ch09.py tests/test_mamba3*.py)
 
 .PHONY: lab test test-browser browser exercises grade slides site bench doctor clean
 
@@ -26,13 +36,33 @@ $(STAMP): pyproject.toml constraints.txt
 	$(PIP) -c constraints.txt -e '.[dev]'
 	@touch $(STAMP)
 
+# torch as above (CPU build), the newest Triton and numpy, pytest; mambalearn from the work tree.
+$(NEWEST_STAMP): constraints.txt Makefile
+	@test -x $(NEWEST)/bin/python || $(PYTHON) -m venv $(NEWEST)
+	@grep -v -E '^(numpy|triton)==' constraints.txt > $(NEWEST)/constraints.txt
+	@if $(NEWEST)/bin/python -c "import torch" 2>/dev/null; then :; \
+	elif nvidia-smi -L >/dev/null 2>&1; then $(NEWEST)/bin/python -m pip install -q \
+	  --disable-pip-version-check -c $(NEWEST)/constraints.txt torch==$(TORCH_VERSION); \
+	else $(NEWEST)/bin/python -m pip install -q --disable-pip-version-check --no-deps --no-index \
+	  torch==$(TORCH_VERSION)+cpu 2>/dev/null || $(NEWEST)/bin/python -m pip install -q \
+	  --disable-pip-version-check --no-deps torch==$(TORCH_VERSION)+cpu --index-url $(TORCH_CPU_INDEX); fi
+	$(NEWEST)/bin/python -m pip install -q --disable-pip-version-check -c $(NEWEST)/constraints.txt \
+	  triton==$(TRITON_NEWEST) numpy==$(NUMPY_NEWEST) pytest pytest-xdist hypothesis \
+	  filelock sympy networkx jinja2 fsspec typing-extensions setuptools
+	@touch $(NEWEST_STAMP)
+
 lab: $(STAMP)  ## JupyterLab opened on notebooks/ (exercises/ beside it), localhost only, token auth on
 	$(VENV)/bin/jupyter lab --ip=127.0.0.1 --no-browser --ServerApp.root_dir=. \
 	  --LabApp.default_url=/lab/tree/notebooks $(if $(filter 0,$(shell id -u)),--allow-root,)
 
-test: $(STAMP) browser  ## everything: unit, property, notebooks, grading, slides, browser, env sync
+test: $(STAMP) $(NEWEST_STAMP) browser  ## everything: lint, layers, unit, property, notebooks, grading, slides, browser, newest Triton
+	$(PY) -m ruff check mambalearn tests tools
+	$(VENV)/bin/lint-imports --no-cache
 	$(TEST_ENV) $(PY) -m pytest -n $(JOBS) --dist loadfile --nbval-lax --nbval-current-env \
 	  --nbval-cell-timeout=900 -p no:cacheprovider tests notebooks solutions
+	@echo "== the Triton-kernel tests again under Triton $(TRITON_NEWEST) (numpy $(NUMPY_NEWEST))"
+	$(TEST_ENV) PYTHONPATH=$(CURDIR) $(NEWEST)/bin/python -m pytest -n $(JOBS) --dist loadfile \
+	  -p no:cacheprovider $(KERNEL_TESTS)
 
 exercises: $(STAMP)  ## regenerate exercises/ from solutions/
 	@for f in solutions/*.ipynb; do \
@@ -61,4 +91,4 @@ doctor: $(STAMP)
 	$(PY) -m mambalearn doctor
 
 clean:
-	rm -rf $(VENV) slides site bench-results.json
+	rm -rf $(VENV) $(NEWEST) slides site bench-results.json

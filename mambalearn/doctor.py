@@ -8,10 +8,40 @@ import platform
 import sys
 
 
-def _line(ok, what, fix=""):
-    mark = "ok " if ok else "FAIL"
+def _line(ok, what, fix="", warn=False):
+    mark = "ok " if ok else ("warn" if warn else "FAIL")
     print(f"[{mark}] {what}" + ("" if ok or not fix else f"\n       fix: {fix}"))
-    return ok
+    return ok or warn
+
+
+def tested_range(name):
+    """The version specifier of ``name`` that mambalearn's metadata declares (pyproject.toml's
+    tested range), or None where the package metadata is not installed."""
+    from importlib import metadata
+
+    try:
+        from packaging.requirements import Requirement
+    except ImportError:
+        return None
+    try:
+        requires = metadata.requires("mambalearn") or []
+    except metadata.PackageNotFoundError:
+        return None
+    for text in requires:
+        req = Requirement(text)
+        if req.name == name:
+            return req.specifier
+    return None
+
+
+def _version_line(name, version):
+    """ok when ``version`` lies in the tested range, else a warning naming the range."""
+    spec = tested_range(name)
+    if spec is None or spec.contains(version.split("+")[0], prereleases=True):
+        return _line(True, f"{name} {version}" + (f" (tested: {spec})" if spec else ""))
+    return _line(False, f"{name} {version} is outside the tested range {spec}",
+                 f"expect surprises, or install a tested version (README, Tested combinations): "
+                 f"pip install '{name}{spec}'", warn=True)
 
 
 def _loop_scan(a, b, reverse):
@@ -32,7 +62,8 @@ def main():
         import torch
     except ImportError as e:
         return not _line(False, f"import torch/numpy: {e}", "run `make lab` (it installs them)")
-    ok &= _line(True, f"torch {torch.__version__}, numpy {numpy.__version__}")
+    ok &= _version_line("torch", torch.__version__)
+    ok &= _line(True, f"numpy {numpy.__version__}")
     linux = sys.platform.startswith("linux")
     ok &= _line(linux, f"platform {sys.platform}",
                 "Triton is Linux-only: use WSL2 on Windows or a Linux machine (chapters 01-07 run anywhere)")
@@ -42,7 +73,8 @@ def main():
         return not _line(False, "import triton", "pip install triton (Linux), or `make lab`")
     from mambalearn import device
 
-    _line(True, f"triton {triton.__version__}; {device.describe()}")
+    ok &= _version_line("triton", triton.__version__)
+    _line(True, device.describe())
     if not device.HAS_GPU and not device.interpreted():
         ok &= _line(False, "no GPU and TRITON_INTERPRET is not 1",
                     "unset TRITON_INTERPRET (mambalearn sets it to 1 when there is no GPU)")
