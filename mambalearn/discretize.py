@@ -1,4 +1,5 @@
-"""Chapter 01 — from the continuous SSM h′(t) = A h(t) + B x(t) to a recurrence h_t = Ā h_{t−1} + B̄ x_t.
+"""Chapter 01 — from the continuous SSM h′(t) = A h(t) + B x(t) to a recurrence
+h_t = Ā h_{t−1} + B̄ x_t.
 
 Zero-order hold (ZOH) assumes x is constant over each step of length Δ and solves the ODE exactly:
 
@@ -36,14 +37,19 @@ def _check(A, B, delta):
 def zoh(A, B, delta):
     """Exact zero-order hold: Ā = exp(ΔA), B̄ = (ΔA)⁻¹(exp(ΔA) − I)ΔB.
 
-    Diagonal A uses ``expm1(ΔA)/A``-style arithmetic; full A the Van Loan block exponential.
-    Returns (A_bar, B_bar). Reference: Gu et al., S4 / Mamba §2 eq. (4).
+    Diagonal A uses ``expm1(ΔA)/A``-style arithmetic (the limit 1 where ΔA = 0: an integrator);
+    full A the Van Loan block exponential. Returns (A_bar, B_bar).
+    Shapes: A (n,) diagonal or (n, n); B (n,); delta a float or a tensor of shape s, > 0 →
+        A_bar s + (n,) or s + (n, n), B_bar s + (n,).
+
+    Reference: Gu et al., S4 / Mamba §2 eq. (4).
     """
     delta = _check(A, B, delta)
     if A.ndim == 1:
         dA = delta[..., None] * A  # s + (n,)
         # (exp(x) − 1)/x with x = ΔA; where x == 0 the limit is 1 (expm1 keeps small x exact)
-        phi = torch.where(dA == 0, torch.ones_like(dA), torch.expm1(dA) / torch.where(dA == 0, 1, dA))
+        safe = torch.where(dA == 0, torch.ones_like(dA), dA)
+        phi = torch.where(dA == 0, torch.ones_like(dA), torch.expm1(dA) / safe)
         return torch.exp(dA), phi * delta[..., None] * B
     n = A.shape[0]
     M = A.new_zeros(*delta.shape, n + 1, n + 1)  # s + (n+1, n+1)
@@ -54,7 +60,13 @@ def zoh(A, B, delta):
 
 
 def zoh_simplified(A, B, delta):
-    """Mamba's discretization: Ā = exp(ΔA) exactly, B̄ = ΔB (first order in Δ)."""
+    """Mamba's discretization: Ā = exp(ΔA) exactly, B̄ = ΔB (first order in Δ).
+
+    Shapes: A (n,) diagonal or (n, n); B (n,); delta a float or a tensor of shape s, > 0 →
+        A_bar s + (n,) or s + (n, n), B_bar s + (n,).
+
+    Reference: Mamba §3.5 and ``mamba_ssm.selective_scan_ref`` (deltaB_u = Δ·B·u).
+    """
     delta = _check(A, B, delta)
     if A.ndim == 1:
         A_bar = torch.exp(delta[..., None] * A)
@@ -64,7 +76,11 @@ def zoh_simplified(A, B, delta):
 
 
 def euler(A, B, delta):
-    """Forward Euler: Ā = I + ΔA, B̄ = ΔB — first order, and unstable once Δ·|A| > 2."""
+    """Forward Euler: Ā = I + ΔA, B̄ = ΔB — first order, and unstable once Δ·|A| > 2.
+
+    Shapes: A (n,) diagonal or (n, n); B (n,); delta a float or a tensor of shape s, > 0 →
+        A_bar s + (n,) or s + (n, n), B_bar s + (n,).
+    """
     delta = _check(A, B, delta)
     if A.ndim == 1:
         return 1 + delta[..., None] * A, delta[..., None] * B
@@ -73,7 +89,13 @@ def euler(A, B, delta):
 
 
 def bilinear(A, B, delta):
-    """Bilinear (Tustin) transform used by S4: Ā = (I − ΔA/2)⁻¹(I + ΔA/2), B̄ = (I − ΔA/2)⁻¹ΔB."""
+    """Bilinear (Tustin) transform used by S4: Ā = (I − ΔA/2)⁻¹(I + ΔA/2), B̄ = (I − ΔA/2)⁻¹ΔB.
+
+    Shapes: A (n,) diagonal or (n, n); B (n,); delta a float or a tensor of shape s, > 0 →
+        A_bar s + (n,) or s + (n, n), B_bar s + (n,).
+
+    Reference: Gu et al., S4 §2 (the bilinear method).
+    """
     delta = _check(A, B, delta)
     if A.ndim == 1:
         dA = delta[..., None] * A
@@ -90,7 +112,10 @@ def _step(A_bar, h):
 
 
 def ssm_kernel(A_bar, B_bar, C, length):
-    """The LTI convolution kernel K = (C·B̄, C·Ā·B̄, …, C·Ā^{L−1}·B̄).  Shapes: → (length,)."""
+    """The LTI convolution kernel K = (C·B̄, C·Ā·B̄, …, C·Ā^{L−1}·B̄).
+
+    Shapes: A_bar (n,) or (n, n); B_bar (n,); C (n,); length an int ≥ 1 → K (length,).
+    """
     check_tensor("A_bar", A_bar, ndim=(1, 2))
     check_tensor("B_bar", B_bar, shape=(A_bar.shape[0],))
     check_tensor("C", C, shape=(A_bar.shape[0],))
@@ -104,7 +129,10 @@ def ssm_kernel(A_bar, B_bar, C, length):
 
 
 def recurrence(A_bar, B_bar, C, x):
-    """The slow oracle: h_t = Ā h_{t−1} + B̄ x_t, y_t = C h_t, h_{−1} = 0.  x: (..., l) → y (..., l)."""
+    """The slow oracle: h_t = Ā h_{t−1} + B̄ x_t, y_t = C h_t, h_{−1} = 0.
+
+    Shapes: A_bar (n,) or (n, n); B_bar (n,); C (n,); x (..., l) → y (..., l).
+    """
     check_tensor("A_bar", A_bar, ndim=(1, 2))
     check_tensor("B_bar", B_bar, shape=(A_bar.shape[0],))
     check_tensor("C", C, shape=(A_bar.shape[0],))
@@ -121,7 +149,9 @@ def recurrence(A_bar, B_bar, C, x):
 def causal_conv(K, x):
     """y = K * x (causal): y_t = Σ_{k≤t} K_k x_{t−k}, through the FFT in O(l log l).
 
-    Zero-padding to 2l turns the FFT's circular convolution into a linear one.  x: (..., l).
+    Zero-padding to 2l turns the FFT's circular convolution into a linear one.
+
+    Shapes: K (k,) with k ≥ l; x (..., l) → y (..., l).
     """
     check_tensor("K", K, ndim=1)
     check_tensor("x", x)

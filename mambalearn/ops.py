@@ -24,6 +24,8 @@ def combine_elementwise(a_l, u_l, a_r, u_r):
     Only ``*`` and ``+``: the same function is jitted as the ``combine_fn`` of
     ``tl.associative_scan`` in ``mambalearn.triton.scan`` and works on tensors, floats and
     ``fractions.Fraction``.
+
+    Shapes: a_l, u_l, a_r, u_r broadcastable to one shape s (scalars too) → two tensors of s.
     """
     return a_r * a_l, a_r * u_l + u_r
 
@@ -35,7 +37,8 @@ def _is_matrix(A, u):
 def combine(left, right):
     """(A_l, u_l) then (A_r, u_r): returns (A_r·A_l, A_r·u_l + u_r). ``left`` is the earlier step.
 
-    Shapes: elementwise A and u of broadcastable shapes, or full A ``(..., n, n)`` with u ``(..., n)``.
+    Shapes: elementwise A and u of broadcastable shapes, or full A ``(..., n, n)`` with
+    u ``(..., n)``; the result has the shapes of the inputs.
     """
     (A_l, u_l), (A_r, u_r) = left, right
     if _is_matrix(A_r, u_r):
@@ -44,7 +47,10 @@ def combine(left, right):
 
 
 def identity(A, u):
-    """The identity step (I, 0) shaped like the step (A, u): combine(identity, x) == x."""
+    """The identity step (I, 0) shaped like the step (A, u): combine(identity, x) == x.
+
+    Shapes: as (A, u): A (...) or (..., n, n), u (...) or (..., n).
+    """
     import torch
 
     if _is_matrix(A, u):
@@ -54,7 +60,10 @@ def identity(A, u):
 
 
 def apply(step, h):
-    """Run one (possibly composed) step on a state: A·h + u."""
+    """Run one (possibly composed) step on a state: A·h + u.
+
+    Shapes: step = (A, u) as in :func:`combine`; h shaped like u → shaped like u.
+    """
     A, u = step
     if _is_matrix(A, u):
         return (A @ h[..., None])[..., 0] + u
@@ -66,6 +75,8 @@ def fold(steps, op=combine):
 
     ``steps`` is a non-empty sequence of (A, u) pairs, earliest first. ``op`` lets the checkers fold
     with a student's operator.
+
+    Shapes: every step (A, u) as in :func:`combine`, all alike → one step of those shapes.
     """
     steps = list(steps)
     if not steps:
