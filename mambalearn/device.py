@@ -60,4 +60,5 @@ def describe():
     if HAS_GPU:
         return f"GPU: {torch.cuda.get_device_name()} (Triton compiles for it)"
     where = "Linux" if sys.platform.startswith("linux") else sys.platform
-    return f"CPU on {where}: Triton kernels run in the interpreter (TRITON_INTERPRET=1), small sizes"
+    return (f"CPU on {where}: Triton kernels run in the interpreter (TRITON_INTERPRET=1), "
+            "small sizes")

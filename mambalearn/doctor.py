@@ -66,7 +66,8 @@ def main():
     ok &= _line(True, f"numpy {numpy.__version__}")
     linux = sys.platform.startswith("linux")
     ok &= _line(linux, f"platform {sys.platform}",
-                "Triton is Linux-only: use WSL2 on Windows or a Linux machine (chapters 01-07 run anywhere)")
+                "Triton is Linux-only: use WSL2 on Windows or a Linux machine "
+                "(chapters 01-07 run anywhere)")
     try:
         import triton
     except ImportError:

@@ -27,7 +27,7 @@ GRAD_TOLERANCES = {
 
 
 def dot_dtype(x):
-    """The precision a Triton matmul kernel really computed ``x`` in: "tf32" for float32 on a GPU."""
+    """The precision a Triton matmul really computed ``x`` in: "tf32" for float32 on a GPU."""
     return "tf32" if x.dtype == torch.float32 and x.is_cuda else x.dtype
 
 
@@ -78,7 +78,8 @@ def assert_close(actual, expected, *, dtype=None, grad=False, msg=None, rtol=Non
             bad = (~torch.isclose(a, e, rtol=rtol, atol=atol, equal_nan=True)).nonzero()
             if len(bad):
                 i = tuple(bad[0].tolist())
-                lines.append(f"first wrong index {i}: expected {e[i].item():.6g}, got {a[i].item():.6g}")
+                lines.append(f"first wrong index {i}: expected {e[i].item():.6g}, "
+                             f"got {a[i].item():.6g}")
         return "\n".join(lines + [m])
 
     torch.testing.assert_close(a, e, rtol=rtol, atol=atol, msg=report)

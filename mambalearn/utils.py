@@ -32,7 +32,9 @@ def check_tensor(name, x, ndim=None, dtypes=None, shape=None):
     if ndim is not None and x.ndim not in ((ndim,) if isinstance(ndim, int) else ndim):
         raise ValueError(f"{name} must have {ndim} dimensions, got shape {tuple(x.shape)}")
     if shape is not None:
-        if x.ndim != len(shape) or any(s is not None and s != t for s, t in zip(shape, x.shape)):
+        wrong = x.ndim != len(shape) or any(
+            s is not None and s != t for s, t in zip(shape, x.shape, strict=True))
+        if wrong:
             want = tuple("*" if s is None else s for s in shape)
             raise ValueError(f"{name} must have shape {want}, got {tuple(x.shape)}")
     return x

@@ -77,7 +77,8 @@ def test_zero_eigenvalue_is_handled_by_the_block_exponential():
     integrand = torch.linalg.matrix_exp(s[:, None, None] * A) @ B
     assert_close(B_bar, torch.trapezoid(integrand, s, dim=0), rtol=1e-8, atol=1e-10)
     assert torch.isfinite(A_bar).all()
-    diag_A_bar, diag_B_bar = discretize.zoh(torch.tensor([0.0, -1.0], **f64), torch.ones(2, **f64), 0.5)
+    diag_A_bar, diag_B_bar = discretize.zoh(torch.tensor([0.0, -1.0], **f64), torch.ones(2, **f64),
+                                            0.5)
     assert_close(diag_B_bar[0], torch.tensor(0.5, **f64))  # a = 0: B̄ = ΔB exactly
 
 
@@ -100,7 +101,8 @@ def test_bilinear_matches_formula_and_other_methods_converge():
     assert_close(A_bar, inv @ (eye + 0.15 * A))
     assert_close(B_bar, inv @ (0.3 * B))
     # every method approaches exact ZOH as Δ → 0, at its order
-    for method, order in [(discretize.euler, 2), (discretize.bilinear, 3), (discretize.zoh_simplified, 2)]:
+    orders = [(discretize.euler, 2), (discretize.bilinear, 3), (discretize.zoh_simplified, 2)]
+    for method, order in orders:
         errs = [(method(A, B, d)[1] - discretize.zoh(A, B, d)[1]).abs().max() for d in (1e-2, 1e-3)]
         assert 10 ** (order - 0.3) < errs[0] / errs[1] < 10 ** (order + 0.3), method.__name__
 
@@ -117,7 +119,8 @@ def test_convolution_equals_recurrence(length):
         assert_close(discretize.causal_conv(K, x), discretize.recurrence(A_bar, B_bar, C, x))
 
 
-@pytest.mark.parametrize("fn", [discretize.zoh, discretize.bilinear, discretize.zoh_simplified, discretize.euler])
+@pytest.mark.parametrize("fn", [discretize.zoh, discretize.bilinear, discretize.zoh_simplified,
+                                discretize.euler])
 def test_bad_input_raises_clear_errors(fn):
     A, B = -torch.ones(3), torch.ones(3)
     with pytest.raises(ValueError, match="delta"):

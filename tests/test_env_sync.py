@@ -1,12 +1,12 @@
 """environment.yml (conda-forge) lists the same dependencies as pyproject.toml."""
 
 import re
-import pytest
-
-tomllib = pytest.importorskip("tomllib")  # Python 3.11+
 from pathlib import Path
 
-import yaml  # noqa: E402
+import pytest
+import yaml
+
+tomllib = pytest.importorskip("tomllib")  # Python 3.11+
 
 ROOT = Path(__file__).resolve().parent.parent
 CONDA_NAME = {"torch": "pytorch"}  # PyPI name -> conda-forge name where they differ

@@ -6,7 +6,8 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-NOTEBOOKS = sorted(p for d in ("notebooks", "solutions", "exercises") for p in (ROOT / d).glob("*.ipynb"))
+NOTEBOOKS = sorted(p for d in ("notebooks", "solutions", "exercises")
+                   for p in (ROOT / d).glob("*.ipynb"))
 spec = importlib.util.spec_from_file_location("nbtool", ROOT / "tools" / "nb.py")
 nbtool = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(nbtool)

@@ -65,7 +65,8 @@ def test_fold_needs_steps():
 
 WRONG = {
     "swapped order": lambda l, r: ops.combine(r, l),
-    "A_1 u_2 instead of A_2 u_1": lambda l, r: (r[0] @ l[0], (l[0] @ r[1][..., None])[..., 0] + l[1]),
+    "A_1 u_2 instead of A_2 u_1":
+        lambda l, r: (r[0] @ l[0], (l[0] @ r[1][..., None])[..., 0] + l[1]),
     "drops A_l from the product": lambda l, r: (r[0], (r[0] @ l[1][..., None])[..., 0] + r[1]),
 }
 

@@ -45,7 +45,8 @@ def normalise(nb):
         if cell.cell_type == "code":
             cell.outputs, cell.execution_count = [], None
     nb.metadata.pop("jupytext", None)
-    nb.metadata["kernelspec"] = {"display_name": "Python 3", "language": "python", "name": "python3"}
+    nb.metadata["kernelspec"] = {"display_name": "Python 3", "language": "python",
+                                 "name": "python3"}
     return nb
 
 
@@ -65,7 +66,7 @@ def build(src, out):
     if len(nb.cells) != len(slide_types):
         raise ValueError(f"{src}: every cell needs a '# %%' marker (got {len(nb.cells)} cells, "
                          f"{len(slide_types)} markers); no code before the first marker")
-    for cell, kind in zip(nb.cells, slide_types):
+    for cell, kind in zip(nb.cells, slide_types, strict=True):
         cell.metadata["slideshow"] = {"slide_type": kind}
     nbformat.write(normalise(nb), out)
     problems = check(out)
@@ -94,7 +95,8 @@ def check(path):
             problems.append(f"{path} cell {i}: slideshow.slide_type missing or invalid ({kind!r})")
         if cell.cell_type == "code" and cell.outputs:
             problems.append(f"{path} cell {i}: has outputs (commit notebooks without outputs)")
-        if cell.cell_type == "code" and "BEGIN SOLUTION" in cell.source and not cell.metadata.get("nbgrader", {}).get("solution"):
+        solution = cell.metadata.get("nbgrader", {}).get("solution")
+        if cell.cell_type == "code" and "BEGIN SOLUTION" in cell.source and not solution:
             problems.append(f"{path} cell {i}: solution markers but no `solution` tag")
     return problems
 

@@ -3,7 +3,7 @@
     sequential    selective_scan_sequential — the oracle (chapter 02)
     hillis_steele hillis_steele_scan        — depth log l, work l·log l (chapter 04)
     blelloch      blelloch_scan             — depth 2·log l, work O(l) (chapter 04)
-    selective     selective_scan_parallel   — discretize → any scan above → C contraction (chapter 04)
+    selective     selective_scan_parallel   — discretize → a scan above → C contraction (chapter 04)
     chunked       chunked_scan              — scans in chunks, carries between them (chapter 06)
 """
 
