@@ -11,6 +11,7 @@ the interpreter, and each gets a stand-in here (test code only; the library neve
 einops, imported but unused by the kernels, is stubbed if missing. None if the source is absent.
 """
 
+# ruff: noqa: I001  (mambalearn.device must set TRITON_INTERPRET before triton is imported)
 import importlib
 import sys
 import types
@@ -18,11 +19,11 @@ import types
 import numpy as np
 import torch
 
-from mambalearn import device  # noqa: F401  (TRITON_INTERPRET before triton on a CPU)
+from mambalearn import device  # noqa: F401
 from mambalearn.bench import _reference
 
-import triton  # noqa: E402,I001
-import triton.language as tl  # noqa: E402
+import triton
+import triton.language as tl
 
 KERNELS = ("angle_dt", "mamba3_siso_fwd", "mamba3_siso_bwd", "mamba3_siso_step")
 PKG = "mamba_ssm.ops.triton.mamba3"

@@ -3,7 +3,7 @@
 Unrolling the recurrence of ``sequential`` (α_t = exp(ADT_t), c_t = Σ_{r≤t} ADT_r):
 
     y_t = Σ_{s<t} (q_t·k_s) e^{c_t − c_s} w_s v_s + γ_t (q_t·k_t) v_t
-    w_s = γ_s + (1 − λ_{s+1}) Δ_{s+1}      (β_{s+1} = (1 − λ_{s+1}) Δ_{s+1} α_{s+1}: its α is the decay)
+    w_s = γ_s + (1 − λ_{s+1}) Δ_{s+1}     (β_{s+1} = (1 − λ_{s+1}) Δ_{s+1} α_{s+1}; α is decay)
 
 so Mamba-3 is Mamba-2's quadratic form y = (L ∘ q kᵀ) v with Δ_s replaced by the weight w_s and a
 different diagonal, γ_t instead of w_t. Everything of chapter 10 carries over: diagonal blocks,
@@ -46,7 +46,7 @@ def mamba3_siso_chunked(Q, K, V, ADT, DT, Trap, Q_bias, K_bias, Angles, D=None, 
     """Mamba-3 SISO by chunks of q steps (module docstring): O(l·q) work, matmuls on q×q blocks.
 
         1. diagonal blocks   y_diag = (L ∘ q kᵀ) v,  L_ts = e^{c_t − c_s} w_s (s < t), γ_t (s = t)
-        2. chunk states      S_c = Σ_{s∈c} e^{c_end − c_s} w_s v_s k_sᵀ                (b, c, h, p, n)
+        2. chunk states      S_c = Σ_{s∈c} e^{c_end − c_s} w_s v_s k_sᵀ          (b, c, h, p, n)
         3. state passing     H_c = (e^{ΣADT}, S) ⊗ … over chunks (``ops.combine``)
         4. off-diagonal      y_off_t = e^{c_t} H_c q_t
 
@@ -54,7 +54,7 @@ def mamba3_siso_chunked(Q, K, V, ADT, DT, Trap, Q_bias, K_bias, Angles, D=None, 
     with autograd. Matches ``mamba3_siso_combined`` (no cu_seqlens).
     """
     x = prepare(Q, K, V, ADT, DT, Trap, Q_bias, K_bias, Angles, D, Z, Input_States)
-    q_, k_, v, f = x["q"], x["k"], x["v"], x["f"]
+    q_, k_, v = x["q"], x["k"], x["v"]
     b, l, h, n = q_.shape
     p, qs = v.shape[-1], int(chunk_size)
     if qs < 1:

@@ -34,7 +34,10 @@ TWO_PI = 2 * math.pi
 
 def check_inputs(Q, K, V, ADT, DT, Trap, Q_bias, K_bias, Angles, D=None, Z=None,
                  Input_States=None):
-    """Raise a clear error unless the arguments have mamba_ssm's layouts; returns (b, l, h, p, g, n, na)."""
+    """Raise a clear error unless the arguments have mamba_ssm's layouts.
+
+    Returns (b, l, h, p, g, n, na).
+    """
     check_tensor("V", V, ndim=4)
     b, l, h, p = V.shape
     if l == 0:
@@ -165,7 +168,7 @@ def mamba3_siso_sequential(Q, K, V, ADT, DT, Trap, Q_bias, K_bias, Angles, D=Non
     by step, ``mamba3_siso_step``.
     """
     x = prepare(Q, K, V, ADT, DT, Trap, Q_bias, K_bias, Angles, D, Z, Input_States)
-    q, k, v, f = x["q"], x["k"], x["v"], x["f"]
+    q, k, v = x["q"], x["k"], x["v"]
     b, l, h, n = q.shape
     p, na = v.shape[-1], x["angles"].shape[-1]
     alpha, beta, gamma = trapezoid_coefficients(x["adt"], x["dt"], x["trap"])  # (b, h, l) each
