@@ -7,5 +7,6 @@
 
 from mambalearn import device  # noqa: F401  (TRITON_INTERPRET before any kernel module)
 from mambalearn.triton.mamba3.interface import mamba3_siso_combined
+from mambalearn.triton.mamba3.step import mamba3_mimo_step, mamba3_siso_step
 
-__all__ = ["mamba3_siso_combined"]
+__all__ = ["mamba3_mimo_step", "mamba3_siso_combined", "mamba3_siso_step"]
