@@ -14,7 +14,7 @@ import triton.language as tl
 
 from mambalearn import device  # noqa: F401  (TRITON_INTERPRET before @triton.jit)
 
-PI = 3.141592653589793
+PI = tl.constexpr(3.141592653589793)  # a global a kernel may read
 
 
 @triton.jit

@@ -91,24 +91,27 @@ def _mamba3_fwd_kernel(
             tl.store(theta_chunks_ptr + (row * n_chunks + ci) * na + offs_j, theta0,
                      mask=offs_j < na)
 
-        # 2. per-step scalars, angles, rotated q and k (in registers only)
+        # 2. per-step scalars, angles, rotated q and k (in registers only). The order keeps few
+        # (Q, J) tiles alive at once: each of q, k is rotated as soon as it is loaded, q·k (the
+        # same rotated or not) is taken in float32, then both drop to the matmul dtype.
         dt, adt, lam, gamma, w = chunk_scalars(dt_ptr, adt_ptr, trap_ptr, offs_t, l)
         theta, tanh_a, turn = chunk_angles(ang_ptr, h * na, offs_t, offs_j, l, na, dt, theta0)
         cos, sin = tl.cos(theta), tl.sin(theta)
         qe, qo = load_pairs(Q_ptr + qk_ptr, Qb_ptr + hi * n, g * n, offs_t, offs_j, l, half)
-        ke, ko = load_pairs(K_ptr + qk_ptr, Kb_ptr + hi * n, g * n, offs_t, offs_j, l, half)
-        qk = tl.sum(qe * ke + qo * ko, axis=1) * gamma  # (Q,): the diagonal γ_t q_t·k_t
         qe, qo = rotate(qe, qo, cos, sin)
+        ke, ko = load_pairs(K_ptr + qk_ptr, Kb_ptr + hi * n, g * n, offs_t, offs_j, l, half)
         ke, ko = rotate(ke, ko, cos, sin)
+        qk = tl.sum(qe * ke + qo * ko, axis=1) * gamma  # (Q,): the diagonal γ_t q_t·k_t
+        qe, qo, ke, ko = qe.to(DOT), qo.to(DOT), ke.to(DOT), ko.to(DOT)
         v = tl.load(V_ptr + v_ptr + offs_t[:, None] * h * p + offs_p[None, :], mask=mask_tp,
                     other=0.0)  # (Q, P)
         cs = tl.cumsum(adt, axis=0)  # (Q,): log-decay from the chunk start
         cs_end = tl.sum(adt, axis=0)
 
         # 3. outputs: the entering state, the in-chunk quadratic form, the diagonal and D
-        y = tl.dot(qe.to(DOT), tl.trans(Se).to(DOT)) + tl.dot(qo.to(DOT), tl.trans(So).to(DOT))
+        y = tl.dot(qe, tl.trans(Se).to(DOT)) + tl.dot(qo, tl.trans(So).to(DOT))
         y = y * tl.exp(cs)[:, None]  # (Q, P)
-        s = tl.dot(qe.to(DOT), tl.trans(ke).to(DOT)) + tl.dot(qo.to(DOT), tl.trans(ko).to(DOT))
+        s = tl.dot(qe, tl.trans(ke)) + tl.dot(qo, tl.trans(ko))
         s = s * causal_decay(cs, Q) * w[None, :]  # (Q, Q): strictly causal, weight w_s
         y += tl.dot(s.to(DOT), v.to(DOT))
         y += (D + qk)[:, None] * v.to(tl.float32)
@@ -121,14 +124,15 @@ def _mamba3_fwd_kernel(
 
         # 4. the state leaving the chunk: decay what came in, add this chunk's weighted inputs
         vw = v.to(tl.float32) * (tl.exp(cs_end - cs) * w)[:, None]  # (Q, P)
-        Se = Se * tl.exp(cs_end) + tl.dot(tl.trans(vw).to(DOT), ke.to(DOT))  # (P, J)
-        So = So * tl.exp(cs_end) + tl.dot(tl.trans(vw).to(DOT), ko.to(DOT))
+        vw = tl.trans(vw).to(DOT)  # (P, Q)
+        Se = Se * tl.exp(cs_end) + tl.dot(vw, ke)  # (P, J)
+        So = So * tl.exp(cs_end) + tl.dot(vw, ko)
         theta0 = theta0 + turn
         theta0 = theta0 - 6.283185307179586 * tl.floor(theta0 / 6.283185307179586)
         if RETURN_FINAL:  # the last step's rotated k: the next call pays its (1 − λ)Δ half
             last = offs_t == l - 1
-            k_e = tl.sum(tl.where(last[:, None], ke, 0.0), axis=0)  # (J,), 0 if not here
-            k_o = tl.sum(tl.where(last[:, None], ko, 0.0), axis=0)
+            k_e = tl.sum(tl.where(last[:, None], ke.to(tl.float32), 0.0), axis=0)  # (J,)
+            k_o = tl.sum(tl.where(last[:, None], ko.to(tl.float32), 0.0), axis=0)
             if (ci + 1) * Q >= l:
                 tl.store(k_out_ptr + row * n + 2 * offs_j, k_e, mask=mask_j)
                 tl.store(k_out_ptr + row * n + 2 * offs_j + 1, k_o, mask=mask_j)
