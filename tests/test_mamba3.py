@@ -205,3 +205,17 @@ def test_decode_cost_intensity_grows_with_rank():
     siso, mimo = S.decode_cost(64, 80, 64, 128), S.decode_cost(64, 80, 64, 128, rank=4)
     assert mimo.bytes < 1.05 * siso.bytes  # the same state, a little more input
     assert mimo.intensity > 3 * siso.intensity
+
+
+def test_parity_needs_the_rotation():
+    """One Mamba-3 layer learns running parity with rotations, and cannot without (seed 0)."""
+    from mambalearn.mamba3 import tasks
+
+    torch.set_num_threads(1)
+    test = tasks.parity_batch(256, 16, torch.Generator().manual_seed(99))
+    acc = {}
+    for rotate in (True, False):
+        m = tasks.parity_model(rotate, seed=0)
+        tasks.train_parity(m, steps=200, seed=0)
+        acc[rotate] = tasks.accuracy(m, *test)
+    assert acc[True] > 0.95 and acc[False] < 0.75, acc
