@@ -211,11 +211,15 @@ def test_parity_needs_the_rotation():
     """One Mamba-3 layer learns running parity with rotations, and cannot without (seed 0)."""
     from mambalearn.mamba3 import tasks
 
-    torch.set_num_threads(1)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # tiny tensors: threads only fight over two cores
     test = tasks.parity_batch(256, 16, torch.Generator().manual_seed(99))
     acc = {}
-    for rotate in (True, False):
-        m = tasks.parity_model(rotate, seed=0)
-        tasks.train_parity(m, steps=200, seed=0)
-        acc[rotate] = tasks.accuracy(m, *test)
+    try:
+        for rotate in (True, False):
+            m = tasks.parity_model(rotate, seed=0)
+            tasks.train_parity(m, steps=200, seed=0)
+            acc[rotate] = tasks.accuracy(m, *test)
+    finally:
+        torch.set_num_threads(threads)
     assert acc[True] > 0.95 and acc[False] < 0.75, acc
