@@ -1,7 +1,7 @@
 """Chapter 15's kernels against the oracle and against mamba_ssm's own Mamba-3 Triton kernels.
 
 On a CPU the kernels run in Triton's interpreter at tiny sizes; mamba_ssm's kernels too, through
-``mamba3_reference`` (which works around the interpreter's bf16 matmul). mamba_ssm's backward
+``mambalearn.bench.mamba3`` (which works around the interpreter's bf16 matmul). mamba_ssm's backward
 refuses CPU tensors, so gradients against it are GPU tests.
 """
 
@@ -9,10 +9,10 @@ import pytest
 import torch
 
 from mambalearn import mamba3
+from mambalearn.bench.mamba3 import load, patch_bf16_dot
 from mambalearn.mamba3 import step as S
 from mambalearn.testing import assert_close, rel_error
 from mambalearn.triton.mamba3 import mamba3_mimo_step, mamba3_siso_combined, mamba3_siso_step
-from tests.mamba3_reference import load, patch_bf16_dot
 from tests.test_mamba3 import NAMES, make
 
 GPU = torch.cuda.is_available()
@@ -177,14 +177,13 @@ def test_siso_step_matches_mamba_ssm(monkeypatch):
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_fwd_bwd_match_mamba_ssm_on_gpu(ref_combined, dtype):
-    """At a model's size (h 32, n 128, p 64, q 64): outputs and every gradient of ours and of
-    mamba_ssm against the float64 oracle (chunked autograd) on the bf16-rounded inputs."""
-    kw = on(make(b=2, l=300, h=8, g=1, n=128, p=64, na=32, seed=3), torch.bfloat16)
-    kw = on(kw, dtype)
-    ref = {k: v.double().cpu() for k, v in kw.items()}
-    want = grads(mamba3.mamba3_siso_chunked, ref, seed=2, chunk_size=64)
-    ours = grads(mamba3_siso_combined, kw, seed=2, chunk_size=64)
-    theirs = grads(ref_combined, kw, seed=2, chunk_size=64)
-    for name, a, b, w in zip(NAMES, ours, theirs, want, strict=True):
-        e_ours, e_theirs = rel_error(a, w), rel_error(b, w)
-        assert e_ours < max(2 * e_theirs, 1e-2), f"d{name}: ours {e_ours:.2e} theirs {e_theirs:.2e}"
+    """At a model's size (n 128, p 64, q 64, l 1000): the output and every gradient of ours and of
+    mamba_ssm against the float64 oracle (chunked autograd) on the same bf16-rounded inputs."""
+    from mambalearn.bench.mamba3 import AGREE, agreement
+
+    rows = agreement(AGREE, dtype, ref_combined)
+    for r in rows:
+        print(dtype, r)
+        assert r["mamba_ssm"] < 5e-2, f"mamba_ssm's {r['what']} is not what the oracle says"
+        bound = 1e-3 if dtype == torch.float32 else max(2 * r["mamba_ssm"], 1e-2)
+        assert r["ours"] < bound, r

@@ -29,6 +29,7 @@ import triton.language as tl
 
 from mambalearn import device  # noqa: F401  (TRITON_INTERPRET before @triton.jit)
 from mambalearn.triton.mamba3.common import (
+    SIZES,
     blocks,
     causal_decay,
     chunk_angles,
@@ -67,7 +68,7 @@ def _rotated_q(Q_ptr, Qb_ptr, ang_ptr, dt_ptr, adt_ptr, trap_ptr, theta0, offs_t
     return qe, qo, adt
 
 
-@triton.jit
+@triton.jit(do_not_specialize=SIZES)
 def _bwd_state_kernel(
     Q_ptr, Qb_ptr, Ang_ptr, ADT_ptr, DT_ptr, Trap_ptr, Z_ptr, dOut_ptr, theta_chunks_ptr,
     dS_final_ptr,  # (b, h, p, n) or None: the gradient of the final ssm state
@@ -112,7 +113,7 @@ def _bwd_state_kernel(
     tl.store(dS0_ptr + row * p * n + s_offs + 1, dSo, mask=mask_pj)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=SIZES)
 def _bwd_chunk_kernel(
     Q_ptr, K_ptr, V_ptr, ADT_ptr, DT_ptr, Trap_ptr, Qb_ptr, Kb_ptr, Ang_ptr, D_ptr, Z_ptr,
     dOut_ptr, dk_final_ptr,  # dout (b, l, h, p); the final k state's gradient (b, h, n) or None

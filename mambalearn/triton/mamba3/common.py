@@ -15,6 +15,10 @@ import triton.language as tl
 from mambalearn import device  # noqa: F401  (TRITON_INTERPRET before @triton.jit)
 
 PI = tl.constexpr(3.141592653589793)  # a global a kernel may read
+# The length is a run-time int Triton should not specialise on (it would compile again for every
+# l that is or is not a multiple of 16); the model's sizes (h, p, n, …) keep their specialisation,
+# which lets loads with strides h·p or g·n be vectorised.
+SIZES = ["l", "n_chunks"]
 
 
 @triton.jit

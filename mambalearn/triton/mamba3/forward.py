@@ -22,6 +22,7 @@ import triton.language as tl
 
 from mambalearn import device  # noqa: F401  (TRITON_INTERPRET before @triton.jit)
 from mambalearn.triton.mamba3.common import (
+    SIZES,
     causal_decay,
     chunk_angles,
     chunk_scalars,
@@ -30,7 +31,7 @@ from mambalearn.triton.mamba3.common import (
 )
 
 
-@triton.jit
+@triton.jit(do_not_specialize=SIZES)
 def _mamba3_fwd_kernel(
     Q_ptr, K_ptr, V_ptr, ADT_ptr, DT_ptr, Trap_ptr, Qb_ptr, Kb_ptr, Ang_ptr, D_ptr, Z_ptr,
     ang0_ptr, S0_ptr, k0_ptr, v0_ptr,  # Input_States (angle, ssm, k, v), if HAS_INIT
