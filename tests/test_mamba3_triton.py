@@ -11,7 +11,7 @@ import torch
 from mambalearn import mamba3
 from mambalearn.bench.mamba3 import load, patch_bf16_dot
 from mambalearn.mamba3 import step as S
-from mambalearn.testing import assert_close, rel_error
+from mambalearn.testing import assert_close, dot_dtype, rel_error
 from mambalearn.triton.mamba3 import mamba3_mimo_step, mamba3_siso_combined, mamba3_siso_step
 from tests.test_mamba3 import NAMES, make
 
@@ -27,6 +27,13 @@ def on(kw, dtype=torch.float32):
     if "Input_States" in kw:
         out["Input_States"] = tuple(s.to(DEV, torch.float32) for s in kw["Input_States"])
     return out
+
+
+def close(got, want, **kw):
+    """assert_close for a kernel's matmul results: on a GPU float32 products are tf32, so the
+    tf32 row and the whole-tensor (norm) test; in the interpreter plain float32."""
+    assert_close(got, want, dtype=dot_dtype(got), norm=got.is_cuda and got.dtype == torch.float32,
+                 **kw)
 
 
 def oracle(kw, **extra):
@@ -60,7 +67,7 @@ def test_forward_matches_the_oracle(size):
     kw = on(make(**size))
     got = mamba3_siso_combined(**kw, chunk_size=16, return_final_states=True)
     for x, y in zip(got, oracle(kw, return_final_states=True), strict=True):
-        assert_close(x, y)
+        close(x, y)
 
 
 def test_forward_without_D_Z_and_non_contiguous_inputs():
@@ -69,7 +76,7 @@ def test_forward_without_D_Z_and_non_contiguous_inputs():
     kw["V"] = kw["V"].transpose(0, 1).contiguous().transpose(0, 1)  # same values, other strides
     kw["Angles"] = kw["Angles"][..., ::2].repeat_interleave(2, -1)  # a non-trivial view
     assert not kw["V"].is_contiguous()
-    assert_close(mamba3_siso_combined(**kw, chunk_size=16), oracle(kw))
+    close(mamba3_siso_combined(**kw, chunk_size=16), oracle(kw))
 
 
 def test_backward_matches_autograd_of_the_oracle():
@@ -77,7 +84,7 @@ def test_backward_matches_autograd_of_the_oracle():
     want = grads(mamba3.mamba3_siso_chunked, kw, seed=1, chunk_size=5)  # float64 autograd
     got = grads(mamba3_siso_combined, on(kw), seed=1, chunk_size=16)
     for name, a, b in zip(NAMES + ("angle0", "ssm0", "k0", "v0"), got, want, strict=True):
-        assert_close(a, b, grad=True, msg=f"d{name}")
+        close(a, b, grad=True, msg=f"d{name}")
 
 
 def test_bfloat16_inputs(monkeypatch):
@@ -185,5 +192,5 @@ def test_fwd_bwd_match_mamba_ssm_on_gpu(ref_combined, dtype):
     for r in rows:
         print(dtype, r)
         assert r["mamba_ssm"] < 5e-2, f"mamba_ssm's {r['what']} is not what the oracle says"
-        bound = 1e-3 if dtype == torch.float32 else max(2 * r["mamba_ssm"], 1e-2)
+        bound = 5e-3 if dtype == torch.float32 else max(2 * r["mamba_ssm"], 1e-2)  # tf32, bf16
         assert r["ours"] < bound, r

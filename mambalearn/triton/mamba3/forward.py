@@ -73,12 +73,12 @@ def _mamba3_fwd_kernel(
         Se = tl.load(S0_ptr + row * p * n + s_offs, mask=mask_pj, other=0.0).to(tl.float32)
         So = tl.load(S0_ptr + row * p * n + s_offs + 1, mask=mask_pj, other=0.0).to(tl.float32)
         theta0 = tl.load(ang0_ptr + row * na + offs_j, mask=offs_j < na, other=0.0)
-        ke = tl.load(k0_ptr + row * n + 2 * offs_j, mask=mask_j, other=0.0).to(tl.float32)
-        ko = tl.load(k0_ptr + row * n + 2 * offs_j + 1, mask=mask_j, other=0.0).to(tl.float32)
+        k0e = tl.load(k0_ptr + row * n + 2 * offs_j, mask=mask_j, other=0.0).to(tl.float32)
+        k0o = tl.load(k0_ptr + row * n + 2 * offs_j + 1, mask=mask_j, other=0.0).to(tl.float32)
         v0 = tl.load(v0_ptr + row * p + offs_p, mask=mask_p, other=0.0).to(tl.float32)
         owe = (1.0 - tl.sigmoid(tl.load(trap_ptr).to(tl.float32))) * tl.load(dt_ptr)
-        Se += owe * v0[:, None] * ke[None, :]
-        So += owe * v0[:, None] * ko[None, :]
+        Se += owe * v0[:, None] * k0e[None, :]
+        So += owe * v0[:, None] * k0o[None, :]
 
     ci = 0
     while ci < n_chunks:  # a while loop: Triton 3.6's interpreter needs it for run-time bounds
