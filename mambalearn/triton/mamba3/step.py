@@ -13,7 +13,7 @@ import triton.language as tl
 
 from mambalearn import device  # noqa: F401  (TRITON_INTERPRET before @triton.jit)
 from mambalearn.mamba3.sequential import check_inputs
-from mambalearn.triton.mamba3.common import PI, rotate
+from mambalearn.triton.mamba3.common import PI
 
 
 @triton.jit
@@ -22,56 +22,53 @@ def _siso_step_kernel(
     ang_ptr, S_ptr, kst_ptr, vst_ptr,  # the cache: angle (b, h, na), ssm (b, h, p, n), k, v
     Out_ptr, ang_out_ptr, S_out_ptr, k_out_ptr,  # out (b, h, p) and the new cache entries
     h, g, p, n, na, tiles_p,
-    BLOCK_P: tl.constexpr, J: tl.constexpr, HAS_D: tl.constexpr, HAS_Z: tl.constexpr,
+    BLOCK_P: tl.constexpr, BLOCK_N: tl.constexpr, HAS_D: tl.constexpr, HAS_Z: tl.constexpr,
 ):
     pid = tl.program_id(0)
     pp, hi, bi = pid % tiles_p, (pid // tiles_p) % h, pid // (tiles_p * h)
     row = bi.to(tl.int64) * h + hi
-    half = n // 2
-    offs_j = tl.arange(0, J)
+    offs_n = tl.arange(0, BLOCK_N)  # state columns, in their own (interleaved) order
     offs_p = pp * BLOCK_P + tl.arange(0, BLOCK_P)
-    mask_j, mask_p = offs_j < half, offs_p < p
-    mask_a = offs_j < na
-    # 1. the token's q and k, turned by θ = θ_prev + Δ π tanh(a) (every tile recomputes them)
-    qk_base = (bi * g + hi // (h // g)) * n
-    qe = tl.load(Q_ptr + qk_base + 2 * offs_j, mask=mask_j, other=0.0).to(tl.float32)
-    qo = tl.load(Q_ptr + qk_base + 2 * offs_j + 1, mask=mask_j, other=0.0).to(tl.float32)
-    ke = tl.load(K_ptr + qk_base + 2 * offs_j, mask=mask_j, other=0.0).to(tl.float32)
-    ko = tl.load(K_ptr + qk_base + 2 * offs_j + 1, mask=mask_j, other=0.0).to(tl.float32)
-    qe += tl.load(Qb_ptr + hi * n + 2 * offs_j, mask=mask_j, other=0.0)
-    qo += tl.load(Qb_ptr + hi * n + 2 * offs_j + 1, mask=mask_j, other=0.0)
-    ke += tl.load(Kb_ptr + hi * n + 2 * offs_j, mask=mask_j, other=0.0)
-    ko += tl.load(Kb_ptr + hi * n + 2 * offs_j + 1, mask=mask_j, other=0.0)
+    mask_n, mask_p = offs_n < n, offs_p < p
+    # 1. the token's q and k, turned by θ = θ_prev + Δ π tanh(a), kept in the state's column
+    # order: column c pairs with c ^ 1, so R(θ)x = x cos θ + (∓ x_{c^1}) sin θ, one gather each
+    partner = offs_n ^ 1
+    sign = tl.where(offs_n % 2 == 0, -1.0, 1.0)  # (x₀, x₁) ↦ (x₀ c − x₁ s, x₁ c + x₀ s)
+    j = offs_n // 2  # the pair, and its angle
+    rot = mask_n & (j < na)
     dt = tl.load(DT_ptr + row).to(tl.float32)
-    a = tl.load(Ang_ptr + row * na + offs_j, mask=mask_a, other=0.0).to(tl.float32)
-    theta = tl.load(ang_ptr + row * na + offs_j, mask=mask_a, other=0.0).to(tl.float32)
+    a = tl.load(Ang_ptr + row * na + j, mask=rot, other=0.0).to(tl.float32)
+    theta = tl.load(ang_ptr + row * na + j, mask=rot, other=0.0).to(tl.float32)
     theta += PI * (2.0 * tl.sigmoid(2.0 * a) - 1.0) * dt  # tanh(a) through the sigmoid
     theta = theta - 2.0 * PI * tl.floor(theta / (2.0 * PI))
-    cos, sin = tl.cos(theta), tl.sin(theta)
-    qe, qo = rotate(qe, qo, cos, sin)
-    ke, ko = rotate(ke, ko, cos, sin)
+    cos, sin = tl.cos(theta), sign * tl.sin(theta)
+    qk_base = (bi * g + hi // (h // g)) * n
+    q = tl.load(Q_ptr + qk_base + offs_n, mask=mask_n, other=0.0).to(tl.float32) \
+        + tl.load(Qb_ptr + hi * n + offs_n, mask=mask_n, other=0.0)
+    qp = tl.load(Q_ptr + qk_base + partner, mask=mask_n, other=0.0).to(tl.float32) \
+        + tl.load(Qb_ptr + hi * n + partner, mask=mask_n, other=0.0)
+    k = tl.load(K_ptr + qk_base + offs_n, mask=mask_n, other=0.0).to(tl.float32) \
+        + tl.load(Kb_ptr + hi * n + offs_n, mask=mask_n, other=0.0)
+    kp = tl.load(K_ptr + qk_base + partner, mask=mask_n, other=0.0).to(tl.float32) \
+        + tl.load(Kb_ptr + hi * n + partner, mask=mask_n, other=0.0)
+    q, k = q * cos + qp * sin, k * cos + kp * sin  # (BLOCK_N,) each
     if pp == 0:  # one tile per head writes the per-head cache entries
-        tl.store(ang_out_ptr + row * na + offs_j, theta, mask=mask_a)
-        tl.store(k_out_ptr + row * n + 2 * offs_j, ke, mask=mask_j)
-        tl.store(k_out_ptr + row * n + 2 * offs_j + 1, ko, mask=mask_j)
+        tl.store(ang_out_ptr + row * na + j, theta, mask=rot & (offs_n % 2 == 0))
+        tl.store(k_out_ptr + row * n + offs_n, k, mask=mask_n)
     # 2. the trapezoid: α, β = (1 − λ)Δα on the previous token, γ = λΔ on this one
     lam = tl.sigmoid(tl.load(Trap_ptr + row).to(tl.float32))
     alpha = tl.exp(tl.load(ADT_ptr + row).to(tl.float32))
     beta, gamma = (1.0 - lam) * dt * alpha, lam * dt
-    kpe = tl.load(kst_ptr + row * n + 2 * offs_j, mask=mask_j, other=0.0).to(tl.float32)
-    kpo = tl.load(kst_ptr + row * n + 2 * offs_j + 1, mask=mask_j, other=0.0).to(tl.float32)
+    k_prev = tl.load(kst_ptr + row * n + offs_n, mask=mask_n, other=0.0).to(tl.float32)
     vp = tl.load(vst_ptr + row * p + offs_p, mask=mask_p, other=0.0).to(tl.float32)
     v = tl.load(V_ptr + row * p + offs_p, mask=mask_p, other=0.0).to(tl.float32)
-    # 3. the state tile: read once, updated in registers, written once
-    mask_s = mask_p[:, None] & mask_j[None, :]
-    s_offs = row * p * n + offs_p[:, None] * n + 2 * offs_j[None, :]  # (BLOCK_P, J)
-    Se = tl.load(S_ptr + s_offs, mask=mask_s, other=0.0, eviction_policy="evict_first")
-    So = tl.load(S_ptr + s_offs + 1, mask=mask_s, other=0.0, eviction_policy="evict_first")
-    Se = alpha * Se + (beta * vp)[:, None] * kpe[None, :] + (gamma * v)[:, None] * ke[None, :]
-    So = alpha * So + (beta * vp)[:, None] * kpo[None, :] + (gamma * v)[:, None] * ko[None, :]
-    tl.store(S_out_ptr + s_offs, Se, mask=mask_s)
-    tl.store(S_out_ptr + s_offs + 1, So, mask=mask_s)
-    y = tl.sum(Se * qe[None, :] + So * qo[None, :], axis=1)  # (BLOCK_P,)
+    # 3. the state tile: one contiguous read, updated in registers, one write
+    mask_s = mask_p[:, None] & mask_n[None, :]
+    s_offs = row * p * n + offs_p[:, None] * n + offs_n[None, :]  # (BLOCK_P, BLOCK_N)
+    S = tl.load(S_ptr + s_offs, mask=mask_s, other=0.0, eviction_policy="evict_first")
+    S = alpha * S + (beta * vp)[:, None] * k_prev[None, :] + (gamma * v)[:, None] * k[None, :]
+    tl.store(S_out_ptr + s_offs, S, mask=mask_s)
+    y = tl.sum(S * q[None, :], axis=1)  # (BLOCK_P,)
     if HAS_D:
         y += tl.load(D_ptr + hi).to(tl.float32) * v
     if HAS_Z:
@@ -112,7 +109,7 @@ def mamba3_siso_step(Q, K, V, ADT, DT, Trap, Q_bias, K_bias, Angles, D=None, Z=N
         c(Q), c(K), c(V), c(ADT), c(DT), c(Trap), c(Q_bias), c(K_bias), c(Angles), c(D), c(Z),
         c(st[0]), c(st[1]), c(st[2]), c(st[3]), out, ang_out, S_out, k_out,
         h, g, p, n, na, tiles_p,
-        BLOCK_P=bp, J=triton.next_power_of_2(max(n // 2, 1)), HAS_D=D is not None,
+        BLOCK_P=bp, BLOCK_N=triton.next_power_of_2(n), HAS_D=D is not None,
         HAS_Z=Z is not None, num_warps=2,
     )
     return out, [ang_out, S_out, k_out, V]
