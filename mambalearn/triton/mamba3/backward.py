@@ -8,7 +8,9 @@ reversed), so
 1. ``_bwd_state_kernel`` — a program per (head, batch) walks the chunks in reverse carrying only
    dS (p × n); it stores the dS that *leaves* every chunk, and the one entering the first
    (the gradient of Input_States' ssm). It needs q and dy per chunk, nothing else.
-2. ``_bwd_chunk_kernel`` — a program per (chunk, head, batch), all independent: with
+2. ``_bwd_chunk_kernel`` — a program per (chunk, head, batch), all independent, launched twice
+   (``PART`` 0: dz, dv, dADT, dw, dγ, dD; 1: dq, dk, dθ, the bias sums) so that each launch holds
+   half the accumulators; both recompute the chunk. With
    P = q kᵀ ∘ L ∘ w the in-chunk matrix and u_s = e^{c_end − c_s} w_s,
 
     dq  = (dy vᵀ ∘ L ∘ w) k + e^{c} dy S₀ + γ (dy·v) k           (rotated frame, then R(θ)ᵀ)
@@ -17,8 +19,9 @@ reversed), so
     dw_s = Σ_t (q kᵀ ∘ L ∘ dy vᵀ)_ts + e^{c_end − c_s} v_s·(dS k_s)
     dc  → dADT (a reverse cumsum inside the chunk),  dθ per step
 
-Splitting keeps the tiles alive in one program few (the single-pass version spilled kilobytes of
-registers on sm_90) and gives b·h·c programs instead of b·h. The cheap per-step arithmetic that
+Splitting keeps the tiles alive in one program few (the single-pass version spilled 5.7 KB of
+registers per thread on sm_90 at chunk 64; now 1.7 KB and 0.6 KB for the two parts, 0.6 KB and
+0.15 KB at chunk 32) and gives b·h·c programs instead of b·h. The cheap per-step arithmetic that
 couples neighbouring steps or all steps — dDT and dTrap (w_s mixes steps s and s + 1), the
 reverse cumsum of dθ over l into dAngles — runs in PyTorch in :func:`launch_backward`.
 """
@@ -124,6 +127,7 @@ def _bwd_chunk_kernel(
     l, h, g, p, n, na, n_chunks,
     Q: tl.constexpr, J: tl.constexpr, P: tl.constexpr,
     HAS_D: tl.constexpr, HAS_Z: tl.constexpr, HAS_DK: tl.constexpr, DOT: tl.constexpr,
+    PART: tl.constexpr,  # 0: dz, dv, dADT, dw, dγ, dD; 1: dq, dk, dθ, the bias sums
 ):
     ci = tl.program_id(0)
     hi = tl.program_id(1)
@@ -145,8 +149,8 @@ def _bwd_chunk_kernel(
     if HAS_D:
         D = tl.load(D_ptr + hi).to(tl.float32)
 
-    # 1. recompute the chunk: scalars, angles, rotated q and k, the in-chunk matrix. The
-    # gradients are then formed one at a time (dv, dq, dk) so few (Q, ·) tiles live at once.
+    # 1. recompute the chunk: scalars, angles, rotated q and k, the decay matrix. Then one of two
+    # halves of the gradients (PART): each launch keeps half the accumulators in registers.
     dt, adt, lam, gamma, w = chunk_scalars(DT_ptr + row * l, ADT_ptr + row * l,
                                            Trap_ptr + row * l, offs_t, l)
     theta0 = tl.load(theta_chunks_ptr + chunk * na + offs_j, mask=offs_j < na, other=0.0)
@@ -165,59 +169,93 @@ def _bwd_chunk_kernel(
     e = tl.exp(cs_end - cs)
     u = e * w  # (Q,): the weight of step s in the state leaving the chunk
     L = causal_decay(cs, Q) * w[None, :]  # (Q, Q): e^{c_t − c_s} w_s below the diagonal
-    s = tl.dot(qe, tl.trans(ke)) + tl.dot(qo, tl.trans(ko))  # (Q, Q)
-
-    # 2. through the gate: y (recomputed) · silu(z)
     dy = tl.load(dOut_ptr + tp, mask=mask_tp, other=0.0).to(tl.float32)
+    z = tl.zeros([Q, P], dtype=tl.float32)
     if HAS_Z:
-        Se = tl.load(S_chunks_ptr + s_offs, mask=mask_pj, other=0.0).to(DOT)
-        So = tl.load(S_chunks_ptr + s_offs + 1, mask=mask_pj, other=0.0).to(DOT)
-        y = tl.dot(qe, tl.trans(Se)) + tl.dot(qo, tl.trans(So))
-        y = y * ec[:, None] + tl.dot((s * L).to(DOT), v) + (D + gamma * qk)[:, None] * v
         z = tl.load(Z_ptr + tp, mask=mask_tp, other=0.0).to(tl.float32)
+    dqk = tl.sum(dy * z * tl.sigmoid(z) * v.to(tl.float32), axis=1) if HAS_Z else \
+        tl.sum(dy * v.to(tl.float32), axis=1)  # (Q,): dy_t·v_t after the gate
+    if PART == 0:
+        _values_part(dy, z, v, qe, qo, ke, ko, qk, L, w, e, u, ec, cs, cs_end, gamma, D, rows, dqk,
+                     S_chunks_ptr, dS_chunks_ptr, s_offs, mask_pj, tp, mask_tp, mask_t,
+                     dZ_ptr, dV_ptr, dADT_ptr + row * l + offs_t, dW_ptr + row * l + offs_t,
+                     dG_ptr + row * l + offs_t, dD_ptr + chunk, Q, HAS_Z, DOT)
+    else:
+        if HAS_Z:
+            dy = dy * z * tl.sigmoid(z)
+        _keys_part(dy, v, qe, qo, ke, ko, L, u, ec, gamma * dqk, theta, S_chunks_ptr,
+                   dS_chunks_ptr, s_offs, mask_pj, offs_t, offs_j, l, half, na, row, n, h, chunk,
+                   (bi * l * h + hi) * n, (bi * l * h + hi) * na, dk_final_ptr, dQ_ptr, dK_ptr,
+                   dth_ptr, dQb_ptr, dKb_ptr, HAS_DK, DOT)
+
+
+@triton.jit
+def _values_part(dy, z, v, qe, qo, ke, ko, qk, L, w, e, u, ec, cs, cs_end, gamma, D, rows, dqk,
+                 S_chunks_ptr, dS_chunks_ptr, s_offs, mask_pj, tp, mask_tp, mask_t,
+                 dZ_ptr, dV_ptr, dADT_ptr, dW_ptr, dG_ptr, dD_ptr, Q: tl.constexpr,
+                 HAS_Z: tl.constexpr, DOT: tl.constexpr):
+    """Part 0 of a chunk's backward: dz, dv, and the gradients of the weights and decays."""
+    # both states first: Σ dS ∘ S₀ (c_end scales S₀) in float32, then only as matmul operands
+    Se = tl.load(S_chunks_ptr + s_offs, mask=mask_pj, other=0.0)
+    So = tl.load(S_chunks_ptr + s_offs + 1, mask=mask_pj, other=0.0)
+    dSe = tl.load(dS_chunks_ptr + s_offs, mask=mask_pj, other=0.0)
+    dSo = tl.load(dS_chunks_ptr + s_offs + 1, mask=mask_pj, other=0.0)
+    dc_end = tl.exp(cs_end) * tl.sum(tl.sum(dSe * Se + dSo * So, axis=1), axis=0)
+    Se, So, dSe, dSo = Se.to(DOT), So.to(DOT), dSe.to(DOT), dSo.to(DOT)
+    s = tl.dot(qe, tl.trans(ke)) + tl.dot(qo, tl.trans(ko))  # (Q, Q)
+    ys = (tl.dot(qe, tl.trans(Se)) + tl.dot(qo, tl.trans(So))) * ec[:, None]  # (Q, P)
+    if HAS_Z:  # through the gate: y (recomputed) · silu(z)
+        y = ys + tl.dot((s * L).to(DOT), v) + (D + gamma * qk)[:, None] * v.to(tl.float32)
         sig = tl.sigmoid(z)
         tl.store(dZ_ptr + tp, dy * y * sig * (1.0 + z * (1.0 - sig)), mask=mask_tp)
         dy = dy * z * sig
     dyd = dy.to(DOT)
-    dqk = tl.sum(dy * v.to(tl.float32), axis=1)  # (Q,): dy_t·v_t, the diagonal's gradient
-    diag = (gamma * dqk)[:, None]
-
-    # 3. dv, and the weights' and decays' gradients of the in-chunk form
-    dyv = tl.dot(dyd, tl.trans(v))  # (Q, Q): dy_t·v_s
-    G = s * dyv * causal_decay(cs, Q)  # ∂loss/∂w_s summed over t, before w
+    # the in-chunk form: dw_s = Σ_t (q kᵀ ∘ e^{c_t − c_s} ∘ dy vᵀ)_ts, and ∂/∂(c_t − c_s)
+    G = s * tl.dot(dyd, tl.trans(v)) * causal_decay(cs, Q)
     dw = tl.sum(G, axis=0)
-    Gw = G * w[None, :]  # ∂loss/∂(c_t − c_s)
-    dc = tl.sum(Gw, axis=1) - tl.sum(Gw, axis=0)
+    Gw = G * w[None, :]
+    dc = tl.sum(Gw, axis=1) - tl.sum(Gw, axis=0) + tl.sum(dy * ys, axis=1)
     dv = tl.dot(tl.trans(s * L).to(DOT), dyd) + (D + gamma * qk)[:, None] * dy  # (Q, P)
-    dSe = tl.load(dS_chunks_ptr + s_offs, mask=mask_pj, other=0.0).to(DOT)
-    dSo = tl.load(dS_chunks_ptr + s_offs + 1, mask=mask_pj, other=0.0).to(DOT)
-    kdS = tl.dot(ke, tl.trans(dSe)) + tl.dot(ko, tl.trans(dSo))  # (Q, P): dS k_s
+    # the state leaving the chunk: v_s·(dS k_s) feeds dv, dw and the decays
+    kdS = tl.dot(ke, tl.trans(dSe)) + tl.dot(ko, tl.trans(dSo))  # (Q, P)
     dv += u[:, None] * kdS
     tl.store(dV_ptr + tp, dv, mask=mask_tp)
-    vdSk = tl.sum(v.to(tl.float32) * kdS, axis=1)  # (Q,): v_s·(dS k_s)
+    vdSk = tl.sum(v.to(tl.float32) * kdS, axis=1)  # (Q,)
     dw += e * vdSk
     dc -= u * vdSk
+    dc_end += tl.sum(u * vdSk, axis=0)
+    dc += tl.where(rows == Q - 1, dc_end, 0.0)  # c_end is c of the chunk's last row
+    tl.store(dADT_ptr, tl.cumsum(dc, axis=0, reverse=True), mask=mask_t)
+    tl.store(dW_ptr, dw, mask=mask_t)
+    tl.store(dG_ptr, dqk * qk, mask=mask_t)
+    tl.store(dD_ptr, tl.sum(tl.where(mask_t, dqk, 0.0), axis=0))
 
-    # 4. dq (rotated frame): the in-chunk form and the entering state S₀; then dθ's q part and
-    # R(θ)ᵀ = R(−θ). The diagonal uses the unrotated q·k, so it joins after dθ (R(θ)ᵀ k_rot = k).
-    dP = (dyv * L).to(DOT)
-    Se = tl.load(S_chunks_ptr + s_offs, mask=mask_pj, other=0.0)
-    So = tl.load(S_chunks_ptr + s_offs + 1, mask=mask_pj, other=0.0)
-    ys = tl.dot(qe, tl.trans(Se).to(DOT)) + tl.dot(qo, tl.trans(So).to(DOT))
-    dc += tl.sum(dy * ys, axis=1) * ec
-    dqe = tl.dot(dP, ke) + ec[:, None] * tl.dot(dyd, Se.to(DOT))  # (Q, J)
-    dqo = tl.dot(dP, ko) + ec[:, None] * tl.dot(dyd, So.to(DOT))
+
+@triton.jit
+def _keys_part(dy, v, qe, qo, ke, ko, L, u, ec, diag, theta, S_chunks_ptr, dS_chunks_ptr,
+               s_offs, mask_pj, offs_t, offs_j, l, half, na, row, n, h, chunk, qh, ah,
+               dk_final_ptr, dQ_ptr, dK_ptr, dth_ptr, dQb_ptr, dKb_ptr,
+               HAS_DK: tl.constexpr, DOT: tl.constexpr):
+    """Part 1 of a chunk's backward: dq, dk (rotated frame), dθ, then R(θ)ᵀ and the bias sums.
+
+    The diagonal uses the unrotated q·k, so it joins after dθ, in the rotated frame
+    (R(θ)ᵀ k_rot = k)."""
+    dyd = dy.to(DOT)
+    dP = (tl.dot(dyd, tl.trans(v)) * L).to(DOT)  # (Q, Q): dy_t·v_s e^{c_t − c_s} w_s
+    Se = tl.load(S_chunks_ptr + s_offs, mask=mask_pj, other=0.0).to(DOT)
+    So = tl.load(S_chunks_ptr + s_offs + 1, mask=mask_pj, other=0.0).to(DOT)
+    dqe = tl.dot(dP, ke) + ec[:, None] * tl.dot(dyd, Se)  # (Q, J)
+    dqo = tl.dot(dP, ko) + ec[:, None] * tl.dot(dyd, So)
     dth = dqo * qe.to(tl.float32) - dqe * qo.to(tl.float32)  # (Q, J)
-    dqe, dqo = rotate(dqe + diag * ke.to(tl.float32), dqo + diag * ko.to(tl.float32),
-                      tl.cos(theta), -tl.sin(theta))
-    qh = (bi * l * h + hi) * n
+    dqe, dqo = rotate(dqe + diag[:, None] * ke.to(tl.float32),
+                      dqo + diag[:, None] * ko.to(tl.float32), tl.cos(theta), -tl.sin(theta))
     _store_pairs(dQ_ptr + qh, h * n, offs_t, offs_j, l, half, dqe, dqo)
-    keep = mask_t[:, None]
+    mask_j, keep = offs_j < half, (offs_t < l)[:, None]
     tl.store(dQb_ptr + chunk * n + 2 * offs_j, tl.sum(tl.where(keep, dqe, 0.0), 0), mask=mask_j)
     tl.store(dQb_ptr + chunk * n + 2 * offs_j + 1, tl.sum(tl.where(keep, dqo, 0.0), 0),
              mask=mask_j)
-
-    # 5. dk (rotated frame): the in-chunk form and the state leaving the chunk
+    dSe = tl.load(dS_chunks_ptr + s_offs, mask=mask_pj, other=0.0).to(DOT)
+    dSo = tl.load(dS_chunks_ptr + s_offs + 1, mask=mask_pj, other=0.0).to(DOT)
     dP = tl.trans(dP)
     dke = tl.dot(dP, qe) + u[:, None] * tl.dot(v, dSe)
     dko = tl.dot(dP, qo) + u[:, None] * tl.dot(v, dSo)
@@ -228,25 +266,14 @@ def _bwd_chunk_kernel(
         dko += tl.where(last, tl.load(dk_final_ptr + row * n + 2 * offs_j + 1, mask=mask_j,
                                       other=0.0)[None, :], 0.0)
     dth += dko * ke.to(tl.float32) - dke * ko.to(tl.float32)
-    tl.store(dth_ptr + (bi * l * h + hi) * na + offs_t[:, None] * h * na + offs_j[None, :], dth,
-             mask=mask_t[:, None] & (offs_j[None, :] < na))
-    dke, dko = rotate(dke + diag * qe.to(tl.float32), dko + diag * qo.to(tl.float32),
-                      tl.cos(theta), -tl.sin(theta))
+    tl.store(dth_ptr + ah + offs_t[:, None] * h * na + offs_j[None, :], dth,
+             mask=keep & (offs_j[None, :] < na))
+    dke, dko = rotate(dke + diag[:, None] * qe.to(tl.float32),
+                      dko + diag[:, None] * qo.to(tl.float32), tl.cos(theta), -tl.sin(theta))
     _store_pairs(dK_ptr + qh, h * n, offs_t, offs_j, l, half, dke, dko)
     tl.store(dKb_ptr + chunk * n + 2 * offs_j, tl.sum(tl.where(keep, dke, 0.0), 0), mask=mask_j)
     tl.store(dKb_ptr + chunk * n + 2 * offs_j + 1, tl.sum(tl.where(keep, dko, 0.0), 0),
              mask=mask_j)
-
-    # 6. the decays: c_end also scales S₀ and every input into the leaving state
-    dSe = tl.load(dS_chunks_ptr + s_offs, mask=mask_pj, other=0.0)
-    dSo = tl.load(dS_chunks_ptr + s_offs + 1, mask=mask_pj, other=0.0)
-    dc_end = tl.exp(cs_end) * tl.sum(tl.sum(dSe * Se + dSo * So, axis=1), axis=0)
-    dc_end += tl.sum(u * vdSk, axis=0)
-    dc += tl.where(rows == Q - 1, dc_end, 0.0)  # c_end is c of the chunk's last row
-    tl.store(dADT_ptr + row * l + offs_t, tl.cumsum(dc, axis=0, reverse=True), mask=mask_t)
-    tl.store(dW_ptr + row * l + offs_t, dw, mask=mask_t)
-    tl.store(dG_ptr + row * l + offs_t, dqk * qk, mask=mask_t)
-    tl.store(dD_ptr + chunk, tl.sum(tl.where(mask_t, dqk, 0.0), axis=0))
 
 
 def _trapezoid_grads(DT, Trap, dG, dW, dDTa, d_owe):
@@ -305,14 +332,15 @@ def launch_backward(x, d_out, finals, S_chunks, theta_chunks, chunk_size):
     dQh, dKh, dV, dZ = new(b, l, h, n), new(b, l, h, n), new(b, l, h, p), new(b, l, h, p)
     dADT, dW, dG = new(b, h, l), new(b, h, l), new(b, h, l)
     dth, dQb, dKb, dD = new(b, l, h, na), new(b, h, c, n), new(b, h, c, n), new(b, h, c)
-    _bwd_chunk_kernel[(c, h, b)](
-        x["Q"], x["K"], V, x["ADT"], x["DT"], x["Trap"], x["Q_bias"], x["K_bias"], x["Angles"],
-        x["D"], x["Z"], d_out, dkf, S_chunks, theta_chunks, dS_chunks,
-        dQh, dKh, dV, dZ, dADT, dW, dG, dth, dQb, dKb, dD,
-        l, h, g, p, n, na, c,
-        Q=Qc, J=J, P=P, HAS_D=x["D"] is not None, HAS_Z=x["Z"] is not None,
-        HAS_DK=dkf is not None, DOT=dot, num_warps=warps,
-    )
+    for part in (0, 1):  # the same recomputation, two halves of the gradients
+        _bwd_chunk_kernel[(c, h, b)](
+            x["Q"], x["K"], V, x["ADT"], x["DT"], x["Trap"], x["Q_bias"], x["K_bias"],
+            x["Angles"], x["D"], x["Z"], d_out, dkf, S_chunks, theta_chunks, dS_chunks,
+            dQh, dKh, dV, dZ, dADT, dW, dG, dth, dQb, dKb, dD,
+            l, h, g, p, n, na, c,
+            Q=Qc, J=J, P=P, HAS_D=x["D"] is not None, HAS_Z=x["Z"] is not None,
+            HAS_DK=dkf is not None, DOT=dot, PART=part, num_warps=warps,
+        )
     # 3. what couples steps: the angles' reverse cumsum, the trapezoid's two-step weights
     dAng, dDTa, dth0 = _angle_grads(x["Angles"], x["DT"], dth, finals["angle"])
     states = x["states"]
