@@ -107,6 +107,37 @@ def bilinear(A, B, delta):
     return A_bar, B_bar
 
 
+def exp_trapezoidal(A, B, delta, lam=0.5, taps=False):
+    """Mamba-3's exponential-trapezoidal rule: Ā = exp(ΔA) exact, the input integral by a trapezoid.
+
+    Over one step the exact solution is h_t = exp(ΔA) h_{t−1} + ∫₀^Δ exp((Δ−τ)A) B x(t−Δ+τ) dτ.
+    Exponential-Euler (Mamba-1/2, ``zoh_simplified``) keeps only the right end of that integral,
+    Δ·B x_t; the trapezoid weighs both ends, the left one carried through exp(ΔA):
+
+        h_t = Ā h_{t−1} + B̄₀ x_{t−1} + B̄₁ x_t,   B̄₀ = (1 − λ) Δ exp(ΔA) B,   B̄₁ = λ Δ B
+
+    λ = 1 is exponential-Euler again; λ = ½ the classical trapezoid, second order (local error
+    O(Δ³) against O(Δ²)). Mamba-3 learns λ_t ∈ (0, 1) per token (a sigmoid of ``trap``).
+    With ``taps=False`` returns (A_bar, B_bar) for an input held over the step (x_{t−1} = x_t,
+    what ZOH assumes and the other functions of this module return): B̄ = B̄₀ + B̄₁. With
+    ``taps=True`` returns (A_bar, B_bar_prev, B_bar_cur). Shapes as the module docstring.
+    Reference: Lahoti et al., Mamba-3 (arXiv 2603.15569), §3.1.
+    """
+    delta = _check(A, B, delta)
+    lam = torch.as_tensor(lam, dtype=A.dtype, device=A.device)
+    if not bool(((lam >= 0) & (lam <= 1)).all()):
+        raise ValueError("lam (the trapezoid weight λ) must lie in [0, 1]")
+    lam = lam[..., None] if lam.ndim else lam  # broadcasts like delta
+    if A.ndim == 1:
+        A_bar = torch.exp(delta[..., None] * A)  # s + (n,)
+        B_prev = (1 - lam) * delta[..., None] * A_bar * B
+    else:
+        A_bar = torch.linalg.matrix_exp(delta[..., None, None] * A)  # s + (n, n)
+        B_prev = (1 - lam) * delta[..., None] * (A_bar @ B)
+    B_cur = lam * delta[..., None] * B
+    return (A_bar, B_prev, B_cur) if taps else (A_bar, B_prev + B_cur)
+
+
 def _step(A_bar, h):
     return A_bar * h if A_bar.ndim == 1 else A_bar @ h
 

@@ -1,0 +1,273 @@
+"""Bench topic ``mamba3``: chapter 15's kernels against mamba_ssm's own Mamba-3 Triton kernels.
+
+Rows: forward and forward+backward of ``mamba3_siso_combined`` (ours at chunk 32 and 64, theirs at
+64, bf16, b8 l2048 h32 p64 n128, one Q/K head, 32 angles, with D and Z), their agreement with
+the float64 oracle, and the decode steps — SISO ours and theirs, MIMO ours at ranks 1–8 (mamba_ssm's
+MIMO step is CuTe DSL, not runnable here) — with bytes, FLOPs and the byte floor of each.
+
+Loading mamba_ssm's kernels (``load``): on a GPU ``_reference.load``, with each autotuner cut to
+the configs with num_stages 2, num_warps 4 or 8, no maxnreg and chunk 64 where the chunk is tuned
+(``trim``; the full lists are 27–81 configs per kernel, minutes of compiling on a fresh machine).
+On a CPU three things stand in the way of Triton's interpreter, and each gets a stand-in here:
+- its utils use PTX inline assembly (cos.approx, tanh.approx): a stub module with the same names,
+  jitted from tl.cos / tl.sin / tl.sigmoid, replaces it;
+- its autotuners benchmark configs, which needs a GPU driver: one config is kept;
+- the interpreter's ``tl.dot`` multiplies bfloat16 *bit patterns* as integers (mamba_ssm casts
+  every input to bf16): ``patch_bf16_dot`` widens bf16 operands to float32 first (as the
+  interpreter already does for fp8), within a ``monkeypatch``.
+einops, imported but unused by the kernels, is stubbed if missing. None if the source is absent.
+"""
+
+# ruff: noqa: I001  (mambalearn.device must set TRITON_INTERPRET before triton is imported)
+import importlib
+import sys
+import types
+
+import numpy as np
+import torch
+
+from mambalearn import device as _device  # noqa: F401
+from mambalearn.bench import _reference
+
+import triton
+import triton.language as tl
+
+KERNELS = ("angle_dt", "mamba3_siso_fwd", "mamba3_siso_bwd", "mamba3_siso_step")
+PKG = "mamba_ssm.ops.triton.mamba3"
+
+
+@triton.jit
+def cos_approx(x):
+    return tl.cos(x)
+
+
+@triton.jit
+def sin_approx(x):
+    return tl.sin(x)
+
+
+@triton.jit
+def tanh_approx(x):
+    return 2.0 * tl.sigmoid(2.0 * x) - 1.0
+
+
+@triton.jit
+def sech2_approx(x):
+    t = 2.0 * tl.sigmoid(2.0 * x) - 1.0
+    return 1.0 - t * t
+
+
+@triton.jit
+def sigmoid_approx(x):
+    return tl.sigmoid(x)
+
+
+@triton.jit
+def silu(x):
+    return x * tl.sigmoid(x)
+
+
+def _cpu_utils():
+    """A stand-in for mamba_ssm's utils module: the same names, no inline assembly."""
+    mod = types.ModuleType(f"{PKG}.utils")
+    for fn in (cos_approx, sin_approx, tanh_approx, sech2_approx, sigmoid_approx, silu):
+        setattr(mod, fn.fn.__name__, fn)
+    return mod
+
+
+def patch_bf16_dot(monkeypatch):
+    """Make the interpreter's tl.dot widen bfloat16 operands to float32 (triton 3.6–3.9 bug)."""
+    from triton.runtime import interpreter as I
+
+    original = I.InterpreterBuilder.create_dot
+
+    def create_dot(self, a, b, d, input_precision, max_num_imprecise_acc):
+        def widen(x):
+            if x.dtype.scalar == tl.bfloat16:
+                f = I._convert_float(x.data, tl.bfloat16, tl.float32, None).view(np.float32)
+                return I.TensorHandle(f.reshape(x.data.shape), tl.float32)
+            return x
+        return original(self, widen(a), widen(b), d, input_precision, max_num_imprecise_acc)
+
+    monkeypatch.setattr(I.InterpreterBuilder, "create_dot", create_dot)
+
+
+def load(name="mamba3_siso_combined", module="mamba3_siso_combined"):
+    """mamba_ssm's ``name`` from ``ops/triton/mamba3/<module>``, or None if not importable."""
+    if torch.cuda.is_available():
+        fn = _reference.load(f"ops.triton.mamba3.{module}", name)
+        if fn is not None:
+            for kernel_module in KERNELS:
+                trim(importlib.import_module(f"{PKG}.{kernel_module}"))
+        return fn
+    if _reference.load("ops.triton.mamba3.utils", "silu") is None:  # absent: the reason printed
+        return None
+    sys.modules.setdefault("einops", types.SimpleNamespace(rearrange=None, repeat=None))
+    sys.modules[f"{PKG}.utils"] = _cpu_utils()
+    for kernel_module in KERNELS:
+        trim(importlib.import_module(f"{PKG}.{kernel_module}"), keep=1)
+    return getattr(importlib.import_module(f"{PKG}.{module}"), name)
+
+
+def trim(mod, keep=None):
+    """Cut every autotuner of ``mod`` to num_stages 2, num_warps 4/8, no maxnreg, chunk 64
+    (or to its first ``keep`` configs: the interpreter cannot benchmark any)."""
+    for obj in vars(mod).values():
+        if not isinstance(obj, triton.runtime.autotuner.Autotuner):
+            continue
+        if keep:
+            obj.configs = obj.configs[:keep]
+            continue
+        ok = [c for c in obj.configs if c.num_stages == 2 and c.num_warps in (4, 8)
+              and getattr(c, "maxnreg", None) is None and c.kwargs.get("CHUNK_SIZE", 64) == 64]
+        obj.configs = ok or obj.configs[:1]
+
+
+# ---------------------------------------------------------------------------------------------
+# shapes, inputs, the measurements
+
+SHAPE = dict(b=8, l=2048, h=32, g=1, n=128, p=64, na=32)  # mamba_ssm's tuned case, 32 angles
+DECODE = dict(b=64, h=64, p=64, n=128)  # state 134 MB float32
+AGREE = dict(b=2, l=1000, h=16, g=1, n=128, p=64, na=32)  # l = 1000: a partial last chunk
+
+
+def inputs(b, l, h, g, n, p, na, dtype=torch.bfloat16, device=None, seed=0, grad=False):
+    """Random Mamba-3 SISO inputs in mamba_ssm's layouts, as its Mamba3 module makes them
+    (ADT, DT, the biases and D float32; Δ ≈ softplus of a normal, A ≈ −softplus)."""
+    device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+    gen = torch.Generator(device=device).manual_seed(seed)
+    r = lambda *s: torch.randn(*s, generator=gen, device=device)
+    DT = torch.nn.functional.softplus(r(b, h, l) - 3.0)
+    kw = dict(Q=r(b, l, g, n).to(dtype), K=r(b, l, g, n).to(dtype), V=r(b, l, h, p).to(dtype),
+              ADT=-torch.nn.functional.softplus(r(b, h, l)) * DT, DT=DT, Trap=r(b, h, l).to(dtype),
+              Q_bias=1 + 0.1 * r(h, n), K_bias=1 + 0.1 * r(h, n), Angles=r(b, l, h, na).to(dtype),
+              D=r(h), Z=r(b, l, h, p).to(dtype))
+    return {k: v.requires_grad_(grad) for k, v in kw.items()}
+
+
+def scan_cost(b, l, h, g, n, p, na, in_bytes=2):
+    """Bytes a fused forward must move: Q, K, V, Z, Trap, Angles in, out written; ADT, DT fp32."""
+    from mambalearn.roofline import Cost
+
+    elems = 2 * b * l * g * n + 3 * b * l * h * p + b * l * h * na + b * h * l
+    return Cost(bytes=in_bytes * elems + 8 * b * h * l)
+
+
+def _fwd_bwd(fn, kw, chunk):
+    def run():
+        out = fn(**kw, chunk_size=chunk)
+        out.backward(torch.ones_like(out))
+    return run
+
+
+def timings(shape=SHAPE, chunks=(32, 64), theirs=None):
+    """Rows of forward and forward+backward milliseconds, ours at ``chunks`` and mamba_ssm's."""
+    from mambalearn.roofline import floor
+    from mambalearn.timing import time_ms
+    from mambalearn.triton.mamba3 import mamba3_siso_combined
+
+    kw = inputs(**shape, grad=True)
+    name = "b{b} l{l} h{h} p{p} n{n}".format(**shape)
+    byte_floor = floor(scan_cost(**shape))["floor_ms"]
+    rows, ref_ms = [], {}
+    backends = [("mamba_ssm", theirs, 64)] if theirs else []
+    backends += [(f"ours q{c}", mamba3_siso_combined, c) for c in chunks]
+    for backend, fn, chunk in backends:
+        with torch.no_grad():
+            fwd = time_ms(lambda fn=fn, chunk=chunk: fn(**kw, chunk_size=chunk))
+        both = time_ms(_fwd_bwd(fn, kw, chunk))
+        for what, ms in (("fwd", fwd), ("fwd+bwd", both)):
+            ref_ms.setdefault(what, ms if backend == "mamba_ssm" else None)
+            ratio = ms / ref_ms[what] if ref_ms.get(what) else None
+            rows.append(dict(topic="mamba3", backend=f"{backend} {what}", shape=name, ms=ms,
+                             ratio=ratio, floor_pct=100 * byte_floor / ms if what == "fwd"
+                             else None))
+    return rows
+
+
+def agreement(shape, dtype, theirs=None, chunk=64):
+    """Relative errors (‖a − e‖/‖e‖) of outputs and gradients vs the float64 oracle (chunked
+    autograd on the device), ours and mamba_ssm's, on the bf16-rounded inputs in ``dtype``."""
+    from mambalearn import mamba3
+    from mambalearn.testing import rel_error
+    from mambalearn.triton.mamba3 import mamba3_siso_combined
+
+    base = inputs(**shape, dtype=torch.bfloat16)  # rounded once: every side sees the same values
+    names = list(base)
+    results = {}
+    for who, fn, dt in (("oracle", mamba3.mamba3_siso_chunked, torch.float64),
+                        ("ours", mamba3_siso_combined, dtype), ("mamba_ssm", theirs, dtype)):
+        if fn is None:
+            continue
+        cast = lambda v, dt=dt: dt if dt == torch.float64 or v.dtype == torch.bfloat16 \
+            else torch.float32  # ADT, DT, biases, D stay float32 on the kernels' side
+        kw = {k: v.detach().to(cast(v)).requires_grad_() for k, v in base.items()}
+        out = fn(**kw, chunk_size=chunk)
+        g = torch.Generator(device=out.device).manual_seed(1)
+        out.backward(torch.randn(out.shape, generator=g, device=out.device).to(out.dtype))
+        results[who] = [out] + [kw[k].grad for k in names]
+    rows = []
+    for i, what in enumerate(["out"] + [f"d{k}" for k in names]):
+        rows.append({"what": what, **{who: rel_error(r[i], results["oracle"][i])
+                                      for who, r in results.items() if who != "oracle"}})
+    return rows
+
+
+def decode(shape=DECODE, ranks=(1, 2, 4, 8), theirs_step=None):
+    """Rows of decode-step milliseconds: SISO ours (and mamba_ssm's), MIMO ours at ``ranks``."""
+    from mambalearn.mamba3.step import decode_cost
+    from mambalearn.roofline import floor
+    from mambalearn.timing import time_ms
+    from mambalearn.triton.mamba3 import mamba3_mimo_step, mamba3_siso_step
+
+    b, h, p, n = shape["b"], shape["h"], shape["p"], shape["n"]
+    name = f"b{b} h{h} p{p} n{n}"
+    kw = inputs(b, 1, h, 1, n, p, 32)
+    one = {k: (v[:, 0] if k in ("Q", "K", "V", "Angles", "Z") else
+               v[..., 0] if k in ("ADT", "DT", "Trap") else v) for k, v in kw.items()}
+    dev = one["V"].device
+    states = [torch.zeros(b, h, 32, device=dev), torch.randn(b, h, p, n, device=dev),
+              torch.randn(b, h, n, device=dev), torch.randn(b, h, p, device=dev)]
+    rows = []
+    siso = decode_cost(b, h, p, n)
+    backends = [("mamba_ssm siso", theirs_step)] if theirs_step else []
+    ref = None
+    for backend, fn in backends + [("ours siso", mamba3_siso_step)]:
+        ms = time_ms(lambda fn=fn: fn(**one, Input_States=states))
+        ref = ref or ms  # mamba_ssm's, when it ran first
+        rows.append(dict(topic="mamba3", backend=backend, shape=name, ms=ms,
+                         ratio=ms / ref if theirs_step and backend.startswith("ours") else None,
+                         floor_pct=100 * floor(siso)["floor_ms"] / ms,
+                         gflops=siso.flops / ms / 1e6, intensity=siso.intensity))
+    state = torch.randn(b, h, p, n, device=dev)
+    for r in ranks:
+        cost = decode_cost(b, h, p, n, rank=r)
+        m = lambda *s: torch.randn(*s, device=dev, dtype=torch.bfloat16)
+        a = dict(Bstate=m(b, r, h, n), Xstate=m(b, h, p), A=-torch.rand(b, h, device=dev),
+                 B=m(b, r, h, n), C=m(b, r, h, n), D=torch.randn(h, device=dev), x=m(b, h, p),
+                 dt=torch.rand(b, h, device=dev), trap=torch.rand(b, h, device=dev),
+                 xproj=m(r, h, p), outproj=m(r, h, p), z=m(b, h, p), zproj=m(r, h, p))
+        ms = time_ms(lambda a=a: mamba3_mimo_step(state, **a))
+        rows.append(dict(topic="mamba3", backend=f"ours mimo r{r}", shape=name, ms=ms,
+                         floor_pct=100 * floor(cost)["floor_ms"] / ms,
+                         gflops=cost.flops / ms / 1e6, intensity=cost.intensity))
+    return rows
+
+
+def run(gpu):
+    """The bench topic: timings and decode rows (GPU), or one tiny interpreted call (CPU)."""
+    from mambalearn.bench import Rows
+
+    rows = Rows()
+    if not gpu:
+        from mambalearn.timing import time_ms
+        from mambalearn.triton.mamba3 import mamba3_siso_combined
+
+        kw = inputs(1, 32, 2, 1, 16, 16, 4, dtype=torch.float32, device="cpu")
+        rows.append(dict(topic="mamba3", backend="ours (interpreter)", shape="b1 l32 h2 p16 n16",
+                         ms=time_ms(lambda: mamba3_siso_combined(**kw, chunk_size=16))))
+        return rows
+    for row in timings(theirs=load()) + decode(theirs_step=load("mamba3_siso_step",
+                                                                 "mamba3_siso_step")):
+        rows.append(row)
+    return rows
