@@ -18,9 +18,8 @@ whichever chapters' modules exist: the sequential oracle (chapter 02), Blelloch 
 kernel (10). Decoding uses ``mambalearn.inference`` (the cache) and the state-update kernel of
 ``mambalearn.triton.step`` (or its oracle).
 
-A Mamba-3 block (chapter 15; ``Mamba3Mixer``) drops the convolution, normalises B and C and adds
-biases to them, learns a data-dependent A, a trapezoid weight λ and rotation angles per token, and
-runs ``mambalearn.mamba3``'s scan (sequential, chunked, or the Triton kernel).
+Later chapters plug their blocks in without this module knowing them: ``register_block(name,
+mixer, backends)`` (chapter 15's Mamba-3 block registers itself from ``mambalearn.mamba3.mixer``).
 
 The selective-copying task (``selective_copying``) scatters m data tokens at random positions in
 a sequence of blanks; after a separator the model must emit them in order. Where the tokens are
@@ -59,12 +58,6 @@ BACKENDS = {
         "sequential": ("mambalearn.ssd", "ssd_sequential"),
         "chunked": ("mambalearn.ssd", "mamba_chunk_scan_ref"),
         "triton": ("mambalearn.triton.ssd", "mamba_chunk_scan_combined"),
-    },
-    # Mamba-3 functions have mamba3_siso_combined's signature (chapter 15)
-    "mamba3": {
-        "sequential": ("mambalearn.mamba3", "mamba3_siso_sequential"),
-        "chunked": ("mambalearn.mamba3", "mamba3_siso_chunked"),
-        "triton": ("mambalearn.triton.mamba3", "mamba3_siso_combined"),
     },
 }
 
@@ -145,15 +138,13 @@ class MambaConfig:
     d_conv: int = 4  # k
     expand: int = 2  # d = expand · d_model
     dt_rank: int = 0  # r; 0 = ⌈d_model / 16⌉ as in Mamba
-    block: str = "mamba1"  # or "mamba2", "mamba3"
+    block: str = "mamba1"  # or "mamba2", or a name a later chapter registers (register_block)
     headdim: int = 16  # p (Mamba-2)
     ngroups: int = 1  # g (Mamba-2)
     chunk_size: int = 16  # q (Mamba-2 chunked/triton backends)
     selective: bool = True  # False: Δ, B, C do not depend on the input (an LTI SSM)
     backend: str = "sequential"
     step_backend: str = "auto"  # "oracle" | "triton" | "auto" (triton on a GPU)
-    rope_fraction: float = 0.5  # Mamba-3: share of the n state columns that rotate
-    rotate: bool = True  # Mamba-3: data-dependent rotations (a complex state); False = real
 
 
 class RMSNorm(nn.Module):
@@ -329,99 +320,6 @@ class Mamba2Mixer(nn.Module):
                         dtype=state_dtype))
 
 
-class Mamba3Mixer(nn.Module):
-    """in_proj → [z, x, B, C, Δ, A, λ, angles]; RMSNorm(B), RMSNorm(C) + biases → Mamba-3 SISO
-    (exponential-trapezoidal, rotating B and C) → y · silu(z) → out_proj. No convolution.
-
-    The cache's ``conv_state`` slot (Mamba-3 has no conv) holds the small per-head states
-    [θ, k_prev, v_prev] as one (b, h, na + n + p) float32 tensor; ``ssm_state`` is (b, h, p, n).
-    As ``mamba_ssm.modules.mamba3.Mamba3`` (SISO, is_outproj_norm=False).
-    """
-
-    A_FLOOR = 1e-4
-
-    def __init__(self, cfg):
-        super().__init__()
-        self.cfg = cfg
-        d, n, g = cfg.expand * cfg.d_model, cfg.d_state, cfg.ngroups
-        if d % cfg.headdim:
-            raise ValueError(f"expand·d_model = {d} must be a multiple of headdim = {cfg.headdim}")
-        self.h = d // cfg.headdim
-        self.na = max(1, int(n * cfg.rope_fraction) // 2)  # rotating column pairs
-        self.split = [d, d, g * n, g * n, self.h, self.h, self.h, self.na]
-        self.in_proj = nn.Linear(cfg.d_model, sum(self.split), bias=False)
-        self.dt_bias = nn.Parameter(_dt_bias_init(self.h))
-        self.B_bias, self.C_bias = (nn.Parameter(torch.ones(self.h, n)) for _ in range(2))
-        self.B_norm, self.C_norm = RMSNorm(n), RMSNorm(n)
-        self.D = nn.Parameter(torch.ones(self.h))
-        self.out_proj = nn.Linear(d, cfg.d_model, bias=False)
-
-    def _inputs(self, proj, mask=None):
-        """The scan's arguments from in_proj's output (…, total) with a time axis at dim 1."""
-        cfg, h, n = self.cfg, self.h, self.cfg.d_state
-        z, x, B, C, dd_dt, dd_A, trap, ang = proj.split(self.split, dim=-1)
-        sh = proj.shape[:-1]  # (b, l)
-        x, z = x.reshape(*sh, h, cfg.headdim), z.reshape(*sh, h, cfg.headdim)  # (b, l, h, p)
-        B = self.B_norm(B.reshape(*sh, cfg.ngroups, n))  # (b, l, g, n)
-        C = self.C_norm(C.reshape(*sh, cfg.ngroups, n))
-        A = (-F.softplus(dd_A.float())).clamp(max=-self.A_FLOOR)  # (b, l, h): A < 0 per token
-        DT = F.softplus(dd_dt.float() + self.dt_bias)  # (b, l, h)
-        if mask is not None:  # padding: Δ = 0 keeps the state, v = 0 leaves no trapezoid half
-            DT, x = DT * mask[..., None], x * mask[..., None, None]
-        angles = ang.float()[..., None, :].expand(*sh, h, self.na)  # (b, l, h, na)
-        if not cfg.rotate:  # the real-state ablation: no rotation at all
-            angles = torch.zeros_like(angles)
-        t = lambda X: X.transpose(1, 2)  # (b, l, h) → (b, h, l)
-        return dict(Q=C, K=B, V=x, ADT=t(A * DT), DT=t(DT), Trap=t(trap.float()),
-                    Q_bias=self.C_bias, K_bias=self.B_bias, Angles=angles, D=self.D, Z=z)
-
-    def _split_cache(self, cache):
-        n, p = self.cfg.d_state, self.cfg.headdim
-        small = cache.conv_state  # (b, h, na + n + p)
-        ang, k, v = small.split([self.na, n, p], dim=-1)
-        return ang, k, v
-
-    def forward(self, hidden, cache=None, mask=None, seq_idx=None):
-        if seq_idx is not None:
-            raise ValueError("seq_idx (packed sequences) is not supported by the Mamba-3 block")
-        kw = self._inputs(self.in_proj(hidden), mask)
-        fn = resolve(self.cfg.backend, "mamba3")
-        if self.cfg.backend != "sequential":
-            kw["chunk_size"] = self.cfg.chunk_size
-        if cache is None:
-            y = fn(**kw)
-        else:
-            ang, k, v = self._split_cache(cache)
-            y, ang, ssm, k, v = fn(**kw, Input_States=(ang, cache.ssm_state, k, v),
-                                   return_final_states=True)
-            cache.conv_state.copy_(torch.cat([ang, k.float(), v.float()], dim=-1))
-            cache.ssm_state.copy_(ssm)
-        return self.out_proj(y.flatten(2))  # (b, l, d_model)
-
-    def step(self, hidden, cache):
-        """One token: the decode step of ``mambalearn.mamba3.step`` (or its Triton kernel)."""
-        from mambalearn.mamba3.step import mamba3_siso_step_ref
-
-        kw = self._inputs(self.in_proj(hidden)[:, None])
-        one = {k: (v[:, 0] if k in ("Q", "K", "V", "Angles", "Z") else
-                   v[..., 0] if k in ("ADT", "DT", "Trap") else v) for k, v in kw.items()}
-        step = mamba3_siso_step_ref
-        if self.cfg.step_backend == "triton" or (self.cfg.step_backend == "auto"
-                                                 and hidden.device.type == "cuda"):
-            from mambalearn.triton.mamba3 import mamba3_siso_step as step
-        ang, k, v = self._split_cache(cache)
-        y, (ang, ssm, k, v) = step(**one, Input_States=(ang, cache.ssm_state, k, v))
-        cache.conv_state.copy_(torch.cat([ang, k.float(), v.float()], dim=-1))
-        cache.ssm_state.copy_(ssm)
-        return self.out_proj(y.flatten(1).to(hidden.dtype))
-
-    def empty_cache(self, batch, device, state_dtype=torch.float32):
-        cfg = self.cfg
-        small = torch.zeros(batch, self.h, self.na + cfg.d_state + cfg.headdim, device=device)
-        return LayerCache(small, torch.zeros(batch, self.h, cfg.headdim, cfg.d_state,
-                                             device=device, dtype=state_dtype))
-
-
 def _conv_segments(x, weight, bias, seq_idx):
     """Causal depthwise conv whose taps stop at sequence boundaries (packed sequences)."""
     k = weight.shape[1]
@@ -432,14 +330,25 @@ def _conv_segments(x, weight, bias, seq_idx):
     return (win * same[:, None] * weight[:, None, :]).sum(-1) + bias[:, None]  # (b, d, l)
 
 
+MIXERS = {"mamba1": Mamba1Mixer, "mamba2": Mamba2Mixer}  # block name -> mixer class
+
+
+def register_block(name, mixer, backends):
+    """Make ``MambaConfig(block=name)`` build ``mixer(cfg)``, its scan chosen from ``backends``
+    ({backend name: (module, function)}, as in ``BACKENDS``). How a later chapter adds a block."""
+    MIXERS[name], BACKENDS[name] = mixer, dict(backends)
+
+
 class Block(nn.Module):
     """x ← x + mixer(RMSNorm(x)) (pre-norm residual, as in Mamba)."""
 
     def __init__(self, cfg):
         super().__init__()
         self.norm = RMSNorm(cfg.d_model)
-        mixers = {"mamba1": Mamba1Mixer, "mamba2": Mamba2Mixer, "mamba3": Mamba3Mixer}
-        self.mixer = mixers[cfg.block](cfg)
+        if cfg.block not in MIXERS:
+            raise ValueError(f"unknown block {cfg.block!r}; registered: {sorted(MIXERS)} (a later "
+                             "chapter's block registers itself on import, e.g. mambalearn.mamba3)")
+        self.mixer = MIXERS[cfg.block](cfg)
 
     def forward(self, x, cache=None, **kw):
         return x + self.mixer(self.norm(x), cache, **kw)  # (b, l, d_model)

@@ -80,6 +80,22 @@ def test_the_chapter_map_knows_every_course_module():
         assert chapter_of(module) is not None, f"{module}: add it to CHAPTER or ANYWHERE"
 
 
+def test_every_module_stands_in_a_layer_of_the_contract():
+    # import-linter only checks the modules its layers name: a new module outside them would
+    # escape the rule, so each one must fall under a layer of pyproject.toml's contract.
+    tomllib = pytest.importorskip("tomllib")
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]
+    layers = next(c["layers"] for c in config["contracts"] if c["type"] == "layers")
+    named = {m.strip() for layer in layers for m in re.split(r"[|:]", layer)}
+    for path in (ROOT / "mambalearn").rglob("*.py"):
+        parts = path.relative_to(ROOT).with_suffix("").parts
+        if parts[-1] == "__init__":
+            continue  # a package's face: its names are checked where they are defined
+        module = ".".join(parts)
+        assert any(module == m or module.startswith(m + ".") for m in named), \
+            f"{module} is in no layer of pyproject.toml's import-linter contract"
+
+
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: f"{p.parent.name}/{p.name}")
 def test_a_notebook_imports_only_its_own_and_earlier_chapters(path):
     chapter = int(path.name[:2])

@@ -20,7 +20,11 @@ def one_thread():
 
 def tiny(block, seed=0, **kw):
     torch.manual_seed(seed)
-    return M.MambaLM(M.MambaConfig(block=block, **{**TINY, **kw})).eval()
+    if block == "mamba3":  # chapter 15's block, registered with the model on import
+        from mambalearn.mamba3.mixer import Mamba3Config as config
+    else:
+        config = M.MambaConfig
+    return M.MambaLM(config(block=block, **{**TINY, **kw})).eval()
 
 
 @pytest.mark.parametrize("block", ["mamba1", "mamba2"])
@@ -132,7 +136,12 @@ def test_tiny_model_learns_selective_copying_on_cpu():
     assert hist["seconds"] < 60
 
 
-# --- the Mamba-3 block (chapter 15) -----------------------------------------------------------
+# --- the Mamba-3 block (chapter 15), registered with the model ----------------------------------
+
+
+def test_an_unregistered_block_is_a_clear_error():
+    with pytest.raises(ValueError, match="unknown block 'mamba9'"):
+        M.MambaLM(M.MambaConfig(block="mamba9"))
 
 
 def test_mamba3_prefill_then_decode_equals_full_pass():
@@ -147,9 +156,9 @@ def test_mamba3_prefill_then_decode_equals_full_pass():
 
 
 def test_mamba3_backends_agree_and_the_rotation_matters():
+    m = tiny("mamba3", seed=10, d_state=8, chunk_size=16)
     names = M.available_backends("mamba3")
     assert {"sequential", "chunked"} <= set(names)
-    m = tiny("mamba3", seed=10, d_state=8, chunk_size=16)
     tokens = torch.randint(0, 12, (2, 19), generator=torch.Generator().manual_seed(11))
     with torch.no_grad():
         want = m.set_backend("sequential")(tokens)

@@ -5,11 +5,13 @@
     chunked      ``mamba3_siso_chunked``: chapter 10's chunked algorithm with the trapezoid weight
     step         the decode step, SISO (``mamba3_siso_step_ref``) and MIMO, with their costs
     tasks        parity: a task a real diagonal state cannot solve and a rotating one can
+    mixer        the Mamba-3 block of chapter 13's model (``Mamba3Config``; registers itself)
 
 Glossary (mamba_ssm's names → the course's letters): Q = C, K = B, V = x, ADT = Δ·A, DT = Δ,
 Trap = logit of the trapezoid weight λ, Angles = the raw rotation rates ω (θ = Σ Δ·π·tanh(ω)).
 """
 
+from mambalearn.mamba3 import mixer  # noqa: F401  (registers the "mamba3" block with the model)
 from mambalearn.mamba3.chunked import mamba3_siso_chunked, trapezoid_weights
 from mambalearn.mamba3.sequential import (
     angle_cumsum,

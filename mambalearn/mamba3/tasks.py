@@ -18,6 +18,7 @@ import torch
 import torch.nn.functional as F
 
 from mambalearn import model as M
+from mambalearn.mamba3.mixer import Mamba3Config
 
 
 def parity_batch(batch, length, generator=None, device="cpu"):
@@ -33,8 +34,8 @@ def parity_model(rotate=True, seed=0, dt=1.0, **cfg):
     """
     torch.manual_seed(seed)
     base = dict(vocab_size=2, d_model=16, n_layers=1, d_state=4, headdim=8, expand=2,
-                block="mamba3", backend="chunked", chunk_size=16, rope_fraction=1.0)
-    lm = M.MambaLM(M.MambaConfig(**{**base, **cfg}, rotate=rotate))
+                backend="chunked", chunk_size=16, rope_fraction=1.0)
+    lm = M.MambaLM(Mamba3Config(**{**base, **cfg}, rotate=rotate))
     for layer in lm.layers:
         with torch.no_grad():  # softplus⁻¹(dt)
             layer.mixer.dt_bias.fill_(dt + torch.log(-torch.expm1(torch.tensor(-dt))).item())
