@@ -57,3 +57,21 @@ def test_bad_arguments():
     with pytest.raises(TypeError):
         compiled.compile_for(_exp_kernel, ["x_ptr"])
     assert compiled.opcode_counts("        /*0010*/  @P0 MUFU.EX2 R1, R2 ;") == {"MUFU": 1}
+
+
+def test_a_library_kernel_by_name_scan_becomes_shuffles():
+    """tl.associative_scan: warp shuffles inside a warp, shared memory + barriers across warps."""
+    from mambalearn.triton import scan as S
+
+    sig = {"a_ptr": "*fp32", "b_ptr": "*fp32", "h_ptr": "*fp32", "l": "i32",
+           **{f"stride_{t}{d}": "i32" for t in "abh" for d in "rl"},
+           "BLOCK_L": "constexpr", "REVERSE": "constexpr"}
+    one, four = compiled.compile_all(S._scan_blocked_kernel, sig, [
+        dict(constexprs=dict(BLOCK_L=256, REVERSE=False), num_warps=w) for w in (1, 4)])
+    assert one.opcodes()["SHFL"] > 0 and "BAR" not in one.opcodes()
+    assert four.opcodes()["BAR"] > 0 and four.opcodes()["STS"] > 0 and four.shared_bytes > 0
+
+
+def test_a_wrong_signature_names_the_arguments():
+    with pytest.raises(RuntimeError, match="kernel's arguments"):
+        compiled.compile_for(_exp_kernel, {"x_ptr": "*fp32", "BLOCK": "constexpr"}, {"BLOCK": 64})
