@@ -114,7 +114,9 @@ def occupancy(gpu, num_warps, registers, shared_bytes=0):
         "warps": gpu.warps_per_sm // num_warps,
         "blocks": gpu.blocks_per_sm,
         "registers": PARTITIONS * warps_per_partition // num_warps,
-        "shared": gpu.shared_per_sm // _round_up(shared_bytes + gpu.shared_reserved, SHARED_UNIT),
+        # at least one 128-byte unit: a program that needs none is never limited by shared memory
+        "shared": gpu.shared_per_sm // _round_up(max(shared_bytes + gpu.shared_reserved, 1),
+                                                 SHARED_UNIT),
     }
     blocks = min(limits.values())
     return {"blocks": blocks, "warps": blocks * num_warps,
