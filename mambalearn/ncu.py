@@ -76,7 +76,11 @@ def load(path):
 
 
 def top(row, key="stalls", k=3):
-    """The ``k`` largest entries of ``row[key]`` (``"stalls"`` or ``"pipes"``), largest first."""
+    """The ``k`` largest entries of ``row[key]`` (``"stalls"`` or ``"pipes"``), largest first.
+
+    Among stalls, "selected" is left out: it is the one cycle of issuing itself (always 1.0).
+    """
     if key not in ("stalls", "pipes"):
         raise ValueError(f"key must be 'stalls' or 'pipes', got {key!r}")
-    return sorted(row[key].items(), key=lambda kv: -kv[1])[:k]
+    items = [kv for kv in row[key].items() if not (key == "stalls" and kv[0] == "selected")]
+    return sorted(items, key=lambda kv: -kv[1])[:k]
