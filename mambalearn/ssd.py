@@ -49,7 +49,9 @@ def segsum(x):
 
 
 def check_inputs(x, dt, A, B, C):
-    """Raise a clear error unless the arguments have mamba_ssm's SSD layouts; returns (b, l, h, p, g, n)."""
+    """Raise a clear error unless the arguments have mamba_ssm's SSD layouts.
+
+    Returns (b, l, h, p, g, n)."""
     check_tensor("x", x, ndim=4)
     b, l, h, p = x.shape
     if l == 0:
@@ -61,7 +63,8 @@ def check_inputs(x, dt, A, B, C):
     check_tensor("B", B, shape=(b, l, None, None))
     check_tensor("C", C, shape=(b, l, g, n))
     if g == 0 or h % g:
-        raise ValueError(f"B and C have g = {g} groups, which must divide the number of heads h = {h}")
+        raise ValueError(f"B and C have g = {g} groups, which must divide the number of heads "
+                         f"h = {h}")
     check_same_device(x=x, dt=dt, A=A, B=B, C=C)
     return b, l, h, p, g, n
 
@@ -91,7 +94,7 @@ def ssd_quadratic(x, dt, A, B, C):
 
 
 def ssd_sequential(x, dt, A, B, C, initial_states=None):
-    """h_t = exp(Δ_t A) h_{t−1} + Δ_t x_t B_tᵀ, y_t = h_t C_t: chapter 02's loop with A scalar per head.
+    """h_t = exp(Δ_t A) h_{t−1} + Δ_t x_t B_tᵀ, y_t = h_t C_t: chapter 02's loop, A scalar per head.
 
     The (b, l, h, p) layout becomes chapter 02's (b, d, l) with d = h·p channels; every channel of
     head i gets the same A_i on all n states and the same Δ, and reads B/C group i // (h // g).
@@ -116,8 +119,8 @@ def ssd_sequential(x, dt, A, B, C, initial_states=None):
 def ssd_chunked(x, dt, A, B, C, chunk_size, initial_states=None, seq_idx=None):
     """The chunked SSD algorithm: y = (L ∘ C Bᵀ)(Δx) with L split into q×q blocks.
 
-        1. diagonal blocks:   y_diag[c] = (L_c ∘ C_c B_cᵀ)(Δx)_c                    (quadratic, in-chunk)
-        2. chunk states:      S_c = Σ_{s∈c} exp(ΣΔA_{s+1..end}) Δ_s x_s B_sᵀ           (b, c, h, p, n)
+        1. diagonal blocks:   y_diag[c] = (L_c ∘ C_c B_cᵀ)(Δx)_c             (quadratic, in-chunk)
+        2. chunk states:      S_c = Σ_{s∈c} exp(ΣΔA_{s+1..end}) Δ_s x_s B_sᵀ    (b, c, h, p, n)
         3. state passing:     H_c = exp(ΣΔA over chunk c−1) H_{c−1} + S_{c−1}        (a scan over c)
         4. off-diagonal:      y_off[c]_t = exp(ΣΔA_{start..t}) H_c C_t
 
@@ -224,7 +227,8 @@ def check_extras(b, l, h, p, n, D=None, z=None, dt_bias=None, initial_states=Non
         if not isinstance(seq_idx, torch.Tensor) or seq_idx.is_floating_point():
             raise TypeError("seq_idx must be an integer tensor (b, l)")
         if tuple(seq_idx.shape) != (b, l):
-            raise ValueError(f"seq_idx must have shape (b, l) = {(b, l)}, got {tuple(seq_idx.shape)}")
+            raise ValueError(f"seq_idx must have shape (b, l) = {(b, l)}, "
+                             f"got {tuple(seq_idx.shape)}")
 
 
 def finish(y, x, D=None, z=None):
