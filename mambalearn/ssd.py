@@ -23,6 +23,8 @@ group h // (h_total / g). Glossary: see ``mambalearn/__init__.py``.
     ssd_chunked          the four-step chunked algorithm (the oracle of the Triton kernels)
     mamba_chunk_scan_ref mamba_chunk_scan_combined's full signature (D, z, dt_bias, softplus,
                          initial_states, seq_idx, final states) on top of ssd_chunked
+    linear_attention     y_t = Σ_{s≤t} (q_t·k_s) v_s: SSD with decay 1 (ΔA = 0) and Δ = 1
+    simple_gla           flash-linear-attention's simple GLA as a loop: the same recurrence
 """
 
 import torch
@@ -258,3 +260,44 @@ def mamba_chunk_scan_ref(x, dt, A, B, C, chunk_size, D=None, z=None, dt_bias=Non
     y, final = ssd_chunked(x, delta, A, B, C, chunk_size, initial_states, seq_idx)
     out = finish(y, x, D, z).to(x.dtype)  # (b, l, h, p)
     return (out, final) if return_final_states else out
+
+
+def linear_attention(q, k, v):
+    """y_t = Σ_{s≤t} (q_t · k_s) v_s: causal linear attention (no feature map, no normalizer).
+
+    SSD with decay ā = e^{ΔA} = 1 (A = 0: L is the causal mask of ones) and Δ = 1 is exactly
+    this with q = C, k = B, v = x — "SSD with A = 1 is linear attention", A meaning the decay.
+
+    Shapes: q, k (b, l, h, n); v (b, l, h, p) → (b, l, h, p).
+    """
+    check_tensor("q", q, ndim=4)
+    check_tensor("k", k, shape=tuple(q.shape))
+    check_tensor("v", v, shape=tuple(q.shape[:3]) + (None,))
+    scores = torch.einsum("bthn,bshn->bhts", q, k).tril()  # (b, h, l, l), causal
+    return torch.einsum("bhts,bshp->bthp", scores, v)  # (b, l, h, p)
+
+
+def simple_gla(q, k, v, g, scale=1.0, initial_state=None):
+    """S_t = e^{g_t} S_{t−1} + k_t v_tᵀ,  o_t = scale · S_tᵀ q_t: simple gated linear attention.
+
+    flash-linear-attention's ``chunk_simple_gla`` computes this recurrence (its oracle is
+    ``naive_recurrent_simple_gla``); it is SSD's with q = C, k = B, v = Δ x, g = Δ A and
+    S = hᵀ, and scale = 1 (FLA's default scale is n^{-1/2}).
+
+    Shapes (FLA's layout): q, k (b, l, h, n); v (b, l, h, p); g (b, l, h) log-decays;
+    initial_state (b, h, n, p) → (o (b, l, h, p), final state S (b, h, n, p)), float32/64.
+    """
+    check_tensor("q", q, ndim=4)
+    b, l, h, n = q.shape
+    check_tensor("k", k, shape=(b, l, h, n))
+    check_tensor("v", v, shape=(b, l, h, None))
+    check_tensor("g", g, shape=(b, l, h))
+    f = _dtype(q, k, v, g)
+    S = q.new_zeros(b, h, n, v.shape[-1], dtype=f) if initial_state is None else \
+        initial_state.to(f).clone()
+    outs = []
+    for t in range(l):
+        kv = k[:, t, :, :, None].to(f) * v[:, t, :, None, :].to(f)  # (b, h, n, p)
+        S = torch.exp(g[:, t].to(f))[..., None, None] * S + kv
+        outs.append(scale * torch.einsum("bhn,bhnp->bhp", q[:, t].to(f), S))
+    return torch.stack(outs, dim=1), S  # (b, l, h, p), (b, h, n, p)

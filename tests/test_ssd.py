@@ -142,3 +142,66 @@ def test_each_step_backward_equals_autograd_of_its_step():
     want = _autograd(ssd_grad.state_passing, (S, cs, H0), (dH_in, dH_fin))
     for a, e in zip((dS, dcs, dH0), want, strict=True):
         assert_close(a, e)
+
+
+# ---- linear attention and simple GLA; packed sequences two ways ------------------------------
+
+from mambalearn import ssd_packed  # noqa: E402
+
+
+def test_ssd_with_decay_one_is_linear_attention():
+    x, dt, A, B, C = inputs(2, 19, 4, 3, 2, 5)
+    ones, zero = torch.ones_like(dt), torch.zeros_like(A)  # Δ = 1, A = 0: every ā = e^0 = 1
+    per_head = lambda X: X.repeat_interleave(2, dim=2)  # 2 groups → 4 heads
+    assert_close(ssd.ssd_quadratic(x, ones, zero, B, C),
+                 ssd.linear_attention(per_head(C), per_head(B), x))
+
+
+def test_ssd_is_simple_gla():
+    x, dt, A, B, C = inputs(2, 23, 4, 3, 2, 5)
+    h0 = torch.randn(2, 4, 3, 5, dtype=f64)  # (b, h, p, n)
+    y, last = ssd.ssd_sequential(x, dt, A, B, C, h0)
+    per_head = lambda X: X.repeat_interleave(2, dim=2)
+    o, S = ssd.simple_gla(per_head(C), per_head(B), dt[..., None] * x, dt * A,
+                          initial_state=h0.transpose(-1, -2))
+    assert_close(o, y)
+    assert_close(S.transpose(-1, -2), last)
+
+
+def test_simple_gla_matches_fla_when_installed():
+    naive = pytest.importorskip("fla.ops.simple_gla.naive")
+    q, k = torch.randn(1, 9, 2, 4), torch.randn(1, 9, 2, 4)
+    v, g = torch.randn(1, 9, 2, 3), -torch.rand(1, 9, 2)
+    o, S = naive.naive_recurrent_simple_gla(q, k, v, g)
+    o2, S2 = ssd.simple_gla(q, k, v, g, scale=4 ** -0.5)
+    assert_close(o2, o)
+    assert_close(S2, S)
+
+
+@pytest.mark.parametrize("lens, q", [([5, 1, 13, 8], 4), ([16, 16], 8), ([3], 8), ([7, 0, 9], 5)])
+def test_pseudo_chunks_equal_seq_idx_masking(lens, q):
+    l = sum(lens)
+    x, dt, A, B, C = inputs(1, l, 4, 3, 2, 5)
+    cu = torch.tensor([0] + lens).cumsum(0)
+    seq_idx = torch.repeat_interleave(torch.arange(len(lens)), torch.tensor(lens))[None]
+    y_mask, _ = ssd.ssd_chunked(x, dt, A, B, C, q, seq_idx=seq_idx)
+    y_pseudo, finals = ssd_packed.ssd_pseudo_chunked(x, dt, A, B, C, q, cu)
+    assert_close(y_pseudo, y_mask)
+    for i, (a, e) in enumerate(zip(cu[:-1].tolist(), cu[1:].tolist(), strict=True)):
+        if e > a:  # each sequence's final state, as if it ran alone
+            _, last = ssd.ssd_sequential(x[:, a:e], dt[:, a:e], A, B[:, a:e], C[:, a:e])
+            assert_close(finals[i], last[0], msg=f"sequence {i}")
+
+
+def test_logical_chunks_and_costs_by_hand():
+    pieces = ssd_packed.logical_chunks([0, 5, 6, 19], 4)  # lengths 5, 1, 13 in chunks of 4
+    assert pieces == [(0, 4, 0), (4, 5, 0), (5, 6, 1), (6, 8, 2), (8, 12, 2), (12, 16, 2),
+                      (16, 19, 2)]
+    cost = ssd_packed.packed_costs([0, 5, 6, 19], 4, h=2, p=3, n=5)
+    assert cost["masking"] == {"chunks": 5, "diag_macs": 5 * 16 * 2 * 8}
+    assert cost["pseudo"]["chunks"] == 7
+    assert cost["pseudo"]["diag_macs"] == (16 + 1 + 1 + 4 + 16 + 16 + 9) * 2 * 8
+    with pytest.raises(ValueError):
+        ssd_packed.logical_chunks([1, 5], 4)
+    with pytest.raises(ValueError, match="b = 1"):
+        ssd_packed.ssd_pseudo_chunked(*inputs(2, 8, 2, 2, 1, 3), 4, [0, 8])
