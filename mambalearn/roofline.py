@@ -137,14 +137,21 @@ def decode_cost(b, h, p, n, state_bytes=4, in_bytes=2):
                 flops=5 * state, exps=b * h)
 
 
-def floor(cost, machine=H200):
-    """The time each ceiling allows (ms) and the binding one: dict(bytes_ms, …, floor_ms, bound)."""
-    terms = {
+def _times(cost, machine):
+    return {
         "bytes_ms": cost.bytes / machine.bandwidth * 1e3,
         "flops_ms": cost.flops / machine.flops * 1e3,
         "matmul_ms": cost.matmul_flops / machine.matmul_flops * 1e3,
         "exps_ms": cost.exps / machine.exps * 1e3,
     }
+
+
+def floor(cost, machine=H200):
+    """The time each ceiling allows (ms) and the binding one: dict(bytes_ms, …, floor_ms, bound).
+
+        t_unit = count / rate · 10³ ms,   floor = max over bytes, flops, matmul, exps
+    """
+    terms = _times(cost, machine)
     bound = max(terms, key=terms.get)
     return {**terms, "floor_ms": terms[bound], "bound": bound[:-3]}
 
@@ -281,11 +288,12 @@ def placement(cost, ms, machine=H200):
     """
     if not ms > 0:
         raise ValueError(f"ms must be a positive time, got {ms!r}")
-    f = floor(cost, machine)
-    unit = max(("flops", "matmul", "exps"), key=lambda u: f[f"{u}_ms"])
-    t_c = f[f"{unit}_ms"]
-    return {"x": t_c / f["bytes_ms"], "y": t_c / ms, "unit": unit,
-            "pct_of_floor": 100.0 * f["floor_ms"] / ms, "bound": f["bound"]}
+    t = _times(cost, machine)
+    unit = max(("flops", "matmul", "exps"), key=lambda u: t[f"{u}_ms"])
+    t_c = t[f"{unit}_ms"]
+    bound = "bytes" if t["bytes_ms"] >= t_c else unit
+    return {"x": t_c / t["bytes_ms"], "y": t_c / ms, "unit": unit,
+            "pct_of_floor": 100.0 * max(t["bytes_ms"], t_c) / ms, "bound": bound}
 
 
 # Measured on the H200, copied from docs/BENCHMARKS.md (section named in "source"); the cost is

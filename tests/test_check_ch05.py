@@ -177,6 +177,17 @@ def test_checks_keep_their_oracle_when_the_library_is_hidden(monkeypatch):
     check.occupancy(lambda *a: occ(*a))
     check.scan_floors(scan_right)
     check.ssd_floors(ssd_right)
+    check.roofline_point(point_right)
+
+
+def point_right(cost, ms, m):
+    """A student's roofline_point, written without the library."""
+    t_b = cost.bytes / m.bandwidth * 1e3
+    t = {"flops": cost.flops / m.flops * 1e3, "matmul": cost.matmul_flops / m.matmul_flops * 1e3,
+         "exps": cost.exps / m.exps * 1e3}
+    unit = max(t, key=t.get)
+    return {"x": t[unit] / t_b, "y": t[unit] / ms, "unit": unit,
+            "pct_of_floor": 100 * max(t_b, t[unit]) / ms}
 
 
 def _hidden(*args, **kwargs):
