@@ -216,7 +216,7 @@ def roofline_point(fn):
     that ran ``ms`` on the roofline of its busiest compute unit."""
     g = _core.generator()
     seed = f" [seed {g.initial_seed()}]"
-    costs = [R.selective_scan_cost(8, 2048, 2048, 16), R.ssd_cost(4, 4096, 80, 64, 128, 256),
+    costs = [_scan_cost(8, 2048, 2048, 16), _ssd_cost(4, 4096, 80, 64, 128, 256),
              R.decode_cost(64, 80, 64, 128), R.Cost(bytes=1e9, flops=2e12),
              R.Cost(bytes=1.0, exps=1.0, matmul_flops=3.0, flops=2.0)]
     costs += [R.Cost(bytes=float(torch.rand((), generator=g)) * 1e10 + 1,
