@@ -13,12 +13,20 @@ For the selective scan with N = b·d·l·n state elements and M = b·d·l inputs
     naive loop     + Ā, B̄x (2N written, 2N read); per step h read, written, read for y:
                                                               + 7·N·s_state
 
-so materializing (b, d, l, n) tensors multiplies the bytes by about 1.5·n·s_state/s_in: a factor
-that grows with the state size, not a constant (at n = 16, bf16 inputs, fp32 states: ~50×).
+so materializing (b, d, l, n) tensors multiplies the bytes by about 1.5·n·s_state/s_in. Both
+counts grow linearly in l, so the factor does not depend on the sequence length: it grows with
+the state size n and with the ratio of state to input bytes (at n = 16, bf16 inputs, fp32
+states: ~50×; with fp32 inputs ~25×).
+
+A roofline puts a measured kernel on one picture whatever unit binds it: with T_b = bytes / BW
+and T_c the largest compute term (FMA, tensor cores or exps), x = T_c / T_b is its intensity in
+units of that unit's ridge point and y = T_c / t the fraction of that unit's peak it reached;
+the roof is y = min(1, x), and floor / t is the fraction of its floor (:func:`placement`).
 
     Cost, Machine, H200                 the numbers and the reference machine
     selective_scan_cost, ssd_cost, decode_cost
     floor, BENCHMARKS, benchmark_floors, percent_of_floor
+    placement, MEASURED, measured_placements   the course's kernels on the roofline
     measure_copy_bandwidth, measure_launch_overhead, this_machine
     naive_selective_scan, measure_naive  the (b, d, l, n)-materializing scan and its bandwidth
 """
@@ -67,15 +75,16 @@ def sfu_exp_rate(multiprocessors, clock_hz=1.98e9, per_clock=16):
     return multiprocessors * per_clock * clock_hz
 
 
-# Reference figures, not measured by this module: the copy bandwidth is the one DESIGN.md §6 records
-# (H200, 2026-11-29); the bf16 matmul rate was measured on an H200 of this workplace (8192³,
-# random data, 2026-10-28); fp32 FMA rate from the datasheet; exp rate = 132 SMs × 16 × 1.98 GHz
-# (the clock nvidia-smi read under load on that machine).
+# Reference figures, not measured by this module: the copy bandwidth of the project's first H200
+# measurement (2026-11-29; docs/BENCHMARKS.md's runs measured 4.13 TB/s on that day's later run and
+# state every floor against 4.25); the bf16 matmul rate was measured on an H200 of this workplace
+# (8192³, random data, 2026-10-28); fp32 FMA rate from the datasheet; exp rate = 132 SMs × 16 ×
+# 1.98 GHz (the clock nvidia-smi read under load on that machine).
 H200 = Machine(
     name="NVIDIA H200 (reference figures)", bandwidth=4.25e12, flops=67e12, matmul_flops=788e12,
     exps=sfu_exp_rate(132), launch_s=None,
-    source="copy BW measured 2026-11-29 (DESIGN §6); bf16 matmul measured; fp32 datasheet; "
-           "exp = 132 SM × 16/clk × 1.98 GHz")
+    source="copy BW measured 2026-11-29 (docs/BENCHMARKS.md); bf16 matmul measured; "
+           "fp32 datasheet; exp = 132 SM × 16/clk × 1.98 GHz")
 
 
 def selective_scan_cost(b, d, l, n, *, impl="fused", in_bytes=2, state_bytes=4, z=True, D=True,
@@ -128,19 +137,26 @@ def decode_cost(b, h, p, n, state_bytes=4, in_bytes=2):
                 flops=5 * state, exps=b * h)
 
 
-def floor(cost, machine=H200):
-    """The time each ceiling allows (ms) and the binding one: dict(bytes_ms, …, floor_ms, bound)."""
-    terms = {
+def _times(cost, machine):
+    return {
         "bytes_ms": cost.bytes / machine.bandwidth * 1e3,
         "flops_ms": cost.flops / machine.flops * 1e3,
         "matmul_ms": cost.matmul_flops / machine.matmul_flops * 1e3,
         "exps_ms": cost.exps / machine.exps * 1e3,
     }
+
+
+def floor(cost, machine=H200):
+    """The time each ceiling allows (ms) and the binding one: dict(bytes_ms, …, floor_ms, bound).
+
+        t_unit = count / rate · 10³ ms,   floor = max over bytes, flops, matmul, exps
+    """
+    terms = _times(cost, machine)
     bound = max(terms, key=terms.get)
     return {**terms, "floor_ms": terms[bound], "bound": bound[:-3]}
 
 
-# The benchmark shapes of DESIGN.md §6 (bf16 inputs, fp32 states, unless the name says fp32).
+# The benchmark shapes of docs/BENCHMARKS.md (bf16 inputs, fp32 states, unless the name says fp32).
 BENCHMARKS = {
     "mamba1 fwd b8 d2048 n16 l2048": lambda: selective_scan_cost(8, 2048, 2048, 16),
     "mamba1 fwd+bwd b8 d2048 n16 l2048": lambda: selective_scan_cost(8, 2048, 2048, 16,
@@ -259,3 +275,58 @@ def measure_naive(b, d, l, n, machine=None, device=None):
     return {"ms": ms, "GB": naive.bytes / 1e9, "GBps": naive.bytes / ms / 1e6,
             "bandwidth_pct": 100 * naive.bytes / (ms * 1e-3) / machine.bandwidth,
             "fused_floor_ms": fused, "x_floor": ms / fused, "launches": naive.launches}
+
+
+def placement(cost, ms, machine=H200):
+    """Where a kernel that took ``ms`` sits on the roofline of its busiest compute unit.
+
+        T_b = bytes / BW,  T_c = max(flops / FLOP/s, matmul / matmul FLOP/s, exps / exp/s)
+        x = T_c / T_b  (intensity / ridge),  y = T_c / t  (share of the unit's peak) ≤ min(1, x)
+
+    Returns dict(x, y, unit ("flops", "matmul" or "exps"), pct_of_floor = 100 · floor / t,
+    bound ("bytes" or the unit)). x < 1: memory bound, the roof is the bandwidth line.
+    """
+    if not ms > 0:
+        raise ValueError(f"ms must be a positive time, got {ms!r}")
+    t = _times(cost, machine)
+    unit = max(("flops", "matmul", "exps"), key=lambda u: t[f"{u}_ms"])
+    t_c = t[f"{unit}_ms"]
+    bound = "bytes" if t["bytes_ms"] >= t_c else unit
+    return {"x": t_c / t["bytes_ms"], "y": t_c / ms, "unit": unit,
+            "pct_of_floor": 100.0 * max(t["bytes_ms"], t_c) / ms, "bound": bound}
+
+
+# Measured on the H200, copied from docs/BENCHMARKS.md (section named in "source"); the cost is
+# this module's model of the same shape. Mamba-1: b8 d2048 n16, bf16, z, D, delta_bias, softplus.
+_CALL4 = "BENCHMARKS.md, 2026-11-30 second session, 'The targets, call 4'"
+MEASURED = [
+    dict(name="naive scan (ch05, fp32)", ms=133.7, cost=lambda: selective_scan_cost(
+        8, 2048, 2048, 16, impl="naive", in_bytes=4, z=False, D=False, softplus=False),
+         source="BENCHMARKS.md, 2026-11-29, 'Memory and recomputation'"),
+    dict(name="Mamba-1 fwd l2048, ours (ch09)", ms=0.446,
+         cost=lambda: selective_scan_cost(8, 2048, 2048, 16), source=_CALL4),
+    dict(name="Mamba-1 fwd l2048, mamba_ssm", ms=0.592,
+         cost=lambda: selective_scan_cost(8, 2048, 2048, 16), source=_CALL4),
+    dict(name="Mamba-1 fwd l8192, ours", ms=1.741,
+         cost=lambda: selective_scan_cost(8, 2048, 8192, 16), source=_CALL4),
+    dict(name="Mamba-1 fwd+bwd l2048, ours", ms=2.842,
+         cost=lambda: selective_scan_cost(8, 2048, 2048, 16, backward=True), source=_CALL4),
+    dict(name="Mamba-1 fwd+bwd l2048, mamba_ssm", ms=2.921,
+         cost=lambda: selective_scan_cost(8, 2048, 2048, 16, backward=True), source=_CALL4),
+    dict(name="SSD fwd, ours unfused (ch10)", ms=0.715,
+         cost=lambda: ssd_cost(4, 4096, 80, 64, 128, 256), source=_CALL4),
+    dict(name="SSD fwd, mamba_ssm", ms=0.692, cost=lambda: ssd_cost(4, 4096, 80, 64, 128, 256),
+         source="BENCHMARKS.md, 2026-11-29, 'Mamba-2 SSD (chapters 10-11), forward'"),
+    dict(name="SSD fwd, ours fused q128 fp16 state (ch11)", ms=0.677,
+         cost=lambda: ssd_cost(4, 4096, 80, 64, 128, 128), source=_CALL4),
+    dict(name="decode step b64, ours (ch12)", ms=0.085, cost=lambda: decode_cost(64, 80, 64, 128),
+         source="BENCHMARKS.md, 'Decode step and model' (2026-11-29, CUDA-graph timing)"),
+    dict(name="decode step b64, mamba_ssm", ms=0.098, cost=lambda: decode_cost(64, 80, 64, 128),
+         source="BENCHMARKS.md, 'Decode step and model' (2026-11-29, CUDA-graph timing)"),
+]
+
+
+def measured_placements(machine=H200):
+    """:func:`placement` of every kernel in :data:`MEASURED`: one row each, with its source."""
+    return [{"name": m["name"], "ms": m["ms"], "source": m["source"],
+             **placement(m["cost"](), m["ms"], machine)} for m in MEASURED]

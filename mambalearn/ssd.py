@@ -23,6 +23,8 @@ group h // (h_total / g). Glossary: see ``mambalearn/__init__.py``.
     ssd_chunked          the four-step chunked algorithm (the oracle of the Triton kernels)
     mamba_chunk_scan_ref mamba_chunk_scan_combined's full signature (D, z, dt_bias, softplus,
                          initial_states, seq_idx, final states) on top of ssd_chunked
+    linear_attention     y_t = Σ_{s≤t} (q_t·k_s) v_s: SSD with decay 1 (ΔA = 0) and Δ = 1
+    simple_gla           flash-linear-attention's simple GLA as a loop: the same recurrence
 """
 
 import torch
@@ -49,7 +51,9 @@ def segsum(x):
 
 
 def check_inputs(x, dt, A, B, C):
-    """Raise a clear error unless the arguments have mamba_ssm's SSD layouts; returns (b, l, h, p, g, n)."""
+    """Raise a clear error unless the arguments have mamba_ssm's SSD layouts.
+
+    Returns (b, l, h, p, g, n)."""
     check_tensor("x", x, ndim=4)
     b, l, h, p = x.shape
     if l == 0:
@@ -61,7 +65,8 @@ def check_inputs(x, dt, A, B, C):
     check_tensor("B", B, shape=(b, l, None, None))
     check_tensor("C", C, shape=(b, l, g, n))
     if g == 0 or h % g:
-        raise ValueError(f"B and C have g = {g} groups, which must divide the number of heads h = {h}")
+        raise ValueError(f"B and C have g = {g} groups, which must divide the number of heads "
+                         f"h = {h}")
     check_same_device(x=x, dt=dt, A=A, B=B, C=C)
     return b, l, h, p, g, n
 
@@ -91,7 +96,7 @@ def ssd_quadratic(x, dt, A, B, C):
 
 
 def ssd_sequential(x, dt, A, B, C, initial_states=None):
-    """h_t = exp(Δ_t A) h_{t−1} + Δ_t x_t B_tᵀ, y_t = h_t C_t: chapter 02's loop with A scalar per head.
+    """h_t = exp(Δ_t A) h_{t−1} + Δ_t x_t B_tᵀ, y_t = h_t C_t: chapter 02's loop, A scalar per head.
 
     The (b, l, h, p) layout becomes chapter 02's (b, d, l) with d = h·p channels; every channel of
     head i gets the same A_i on all n states and the same Δ, and reads B/C group i // (h // g).
@@ -116,8 +121,8 @@ def ssd_sequential(x, dt, A, B, C, initial_states=None):
 def ssd_chunked(x, dt, A, B, C, chunk_size, initial_states=None, seq_idx=None):
     """The chunked SSD algorithm: y = (L ∘ C Bᵀ)(Δx) with L split into q×q blocks.
 
-        1. diagonal blocks:   y_diag[c] = (L_c ∘ C_c B_cᵀ)(Δx)_c                    (quadratic, in-chunk)
-        2. chunk states:      S_c = Σ_{s∈c} exp(ΣΔA_{s+1..end}) Δ_s x_s B_sᵀ           (b, c, h, p, n)
+        1. diagonal blocks:   y_diag[c] = (L_c ∘ C_c B_cᵀ)(Δx)_c             (quadratic, in-chunk)
+        2. chunk states:      S_c = Σ_{s∈c} exp(ΣΔA_{s+1..end}) Δ_s x_s B_sᵀ    (b, c, h, p, n)
         3. state passing:     H_c = exp(ΣΔA over chunk c−1) H_{c−1} + S_{c−1}        (a scan over c)
         4. off-diagonal:      y_off[c]_t = exp(ΣΔA_{start..t}) H_c C_t
 
@@ -224,7 +229,8 @@ def check_extras(b, l, h, p, n, D=None, z=None, dt_bias=None, initial_states=Non
         if not isinstance(seq_idx, torch.Tensor) or seq_idx.is_floating_point():
             raise TypeError("seq_idx must be an integer tensor (b, l)")
         if tuple(seq_idx.shape) != (b, l):
-            raise ValueError(f"seq_idx must have shape (b, l) = {(b, l)}, got {tuple(seq_idx.shape)}")
+            raise ValueError(f"seq_idx must have shape (b, l) = {(b, l)}, "
+                             f"got {tuple(seq_idx.shape)}")
 
 
 def finish(y, x, D=None, z=None):
@@ -254,3 +260,44 @@ def mamba_chunk_scan_ref(x, dt, A, B, C, chunk_size, D=None, z=None, dt_bias=Non
     y, final = ssd_chunked(x, delta, A, B, C, chunk_size, initial_states, seq_idx)
     out = finish(y, x, D, z).to(x.dtype)  # (b, l, h, p)
     return (out, final) if return_final_states else out
+
+
+def linear_attention(q, k, v):
+    """y_t = Σ_{s≤t} (q_t · k_s) v_s: causal linear attention (no feature map, no normalizer).
+
+    SSD with decay ā = e^{ΔA} = 1 (A = 0: L is the causal mask of ones) and Δ = 1 is exactly
+    this with q = C, k = B, v = x — "SSD with A = 1 is linear attention", A meaning the decay.
+
+    Shapes: q, k (b, l, h, n); v (b, l, h, p) → (b, l, h, p).
+    """
+    check_tensor("q", q, ndim=4)
+    check_tensor("k", k, shape=tuple(q.shape))
+    check_tensor("v", v, shape=tuple(q.shape[:3]) + (None,))
+    scores = torch.einsum("bthn,bshn->bhts", q, k).tril()  # (b, h, l, l), causal
+    return torch.einsum("bhts,bshp->bthp", scores, v)  # (b, l, h, p)
+
+
+def simple_gla(q, k, v, g, scale=1.0, initial_state=None):
+    """S_t = e^{g_t} S_{t−1} + k_t v_tᵀ,  o_t = scale · S_tᵀ q_t: simple gated linear attention.
+
+    flash-linear-attention's ``chunk_simple_gla`` computes this recurrence (its oracle is
+    ``naive_recurrent_simple_gla``); it is SSD's with q = C, k = B, v = Δ x, g = Δ A and
+    S = hᵀ, and scale = 1 (FLA's default scale is n^{-1/2}).
+
+    Shapes (FLA's layout): q, k (b, l, h, n); v (b, l, h, p); g (b, l, h) log-decays;
+    initial_state (b, h, n, p) → (o (b, l, h, p), final state S (b, h, n, p)), float32/64.
+    """
+    check_tensor("q", q, ndim=4)
+    b, l, h, n = q.shape
+    check_tensor("k", k, shape=(b, l, h, n))
+    check_tensor("v", v, shape=(b, l, h, None))
+    check_tensor("g", g, shape=(b, l, h))
+    f = _dtype(q, k, v, g)
+    S = q.new_zeros(b, h, n, v.shape[-1], dtype=f) if initial_state is None else \
+        initial_state.to(f).clone()
+    outs = []
+    for t in range(l):
+        kv = k[:, t, :, :, None].to(f) * v[:, t, :, None, :].to(f)  # (b, h, n, p)
+        S = torch.exp(g[:, t].to(f))[..., None, None] * S + kv
+        outs.append(scale * torch.einsum("bhn,bhnp->bhp", q[:, t].to(f), S))
+    return torch.stack(outs, dim=1), S  # (b, l, h, p), (b, h, n, p)

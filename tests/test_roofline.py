@@ -72,3 +72,32 @@ def test_measurements_are_plausible_on_this_machine():
     assert 0 < roofline.measure_launch_overhead(launches=100) < 1e-2
     row = roofline.measure_naive(1, 4, 16, 2)
     assert row["ms"] > 0 and row["x_floor"] > 1 and row["launches"] == 4 * 16 + 4
+
+
+def test_placement_by_hand():
+    m = roofline.H200
+    cost = roofline.Cost(bytes=m.bandwidth * 1e-3, exps=m.exps * 2e-3)  # 1 ms bytes, 2 ms exps
+    p = roofline.placement(cost, 4.0)  # ran 4 ms
+    assert p["unit"] == "exps" and p["bound"] == "exps"
+    assert math.isclose(p["x"], 2.0) and math.isclose(p["y"], 0.5)
+    assert math.isclose(p["pct_of_floor"], 50.0)
+    mem = roofline.placement(roofline.Cost(bytes=m.bandwidth * 1e-3, flops=m.flops * 0.25e-3),
+                             2.0)
+    assert mem["bound"] == "bytes" and math.isclose(mem["x"], 0.25)
+    assert math.isclose(mem["pct_of_floor"], 50.0) and math.isclose(mem["y"], 0.125)
+    with pytest.raises(ValueError):
+        roofline.placement(cost, 0.0)
+
+
+def test_measured_kernels_sit_under_the_roof():
+    """No recorded time may beat the model's floor: y ≤ min(1, x) for every measured kernel."""
+    rows = roofline.measured_placements()
+    assert len(rows) == len(roofline.MEASURED) >= 10
+    for r in rows:
+        assert 0 < r["y"] <= min(1.0, r["x"]) + 1e-9, r
+        assert 0 < r["pct_of_floor"] <= 100, r
+        assert "BENCHMARKS.md" in r["source"]
+    by = {r["name"]: r for r in rows}
+    assert by["Mamba-1 fwd l2048, ours (ch09)"]["unit"] == "exps"
+    assert by["SSD fwd, ours unfused (ch10)"]["unit"] == "matmul"
+    assert by["decode step b64, ours (ch12)"]["bound"] == "bytes"
