@@ -23,10 +23,10 @@ import torch
 import torch.nn.functional as F
 
 from mambalearn.parallel import wire
-from mambalearn.parallel.wire import requires_grad
 from mambalearn.parallel.exchange import SummaryScan, Tie
 from mambalearn.parallel.reshard import GatherTime, Reshard, from_root, select_groups
 from mambalearn.parallel.summary import fix_up, shard_decay
+from mambalearn.parallel.wire import requires_grad
 
 
 def resolve_mamba1(backend, device):
@@ -83,7 +83,7 @@ def _local_error(rank, u, delta, A, B, C, D, z, delta_bias, initial_state):
     return err
 
 
-def _meta(u, A, B, C, D, z, delta_bias, softplus, initial_state, last, offset, backend):
+def _meta(u, delta, A, B, C, D, z, delta_bias, softplus, initial_state, last, offset, backend):
     layout = lambda X: (X.ndim, X.shape[1] if X.ndim == 4 else 0)
     return dict(l=u.shape[-1], b=u.shape[0], d=u.shape[1], n=A.shape[1], dtype=str(u.dtype),
                 B=layout(B), C=layout(C), D=D is not None, z=z is not None,
@@ -120,7 +120,7 @@ def selective_scan_cp(u, delta, A, B, C, D=None, z=None, delta_bias=None, delta_
     comm = wire.comm_for(group, algorithm)
     fn = resolve_mamba1(backend, u.device)
     err = _local_error(comm.rank, u, delta, A, B, C, D, z, delta_bias, initial_state)
-    meta = {} if err else _meta(u, A, B, C, D, z, delta_bias, delta_softplus, initial_state,
+    meta = {} if err else _meta(u, delta, A, B, C, D, z, delta_bias, delta_softplus, initial_state,
                                 return_last_state, offset, backend)
     metas = wire.agree(comm, meta, err, same=SAME)
     wire.check_split(metas)
