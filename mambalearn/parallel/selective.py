@@ -58,11 +58,11 @@ def scan_from(fn, u, delta, A, B, C, D, z, delta_bias, softplus, h0):
 
 def carry_in(y, last, u, delta, A, C, z, delta_bias, softplus, H):
     """From a zero-start scan's pre-gate output y and last state to the scan from H, then gate."""
-    from mambalearn.scan.sequential import effective_delta
+    from mambalearn.scan.sequential import compute_dtype, effective_delta
 
-    dt = effective_delta(delta, delta_bias, softplus, torch.float32)  # (b, d, l)
+    dt = effective_delta(delta, delta_bias, softplus, compute_dtype(u, delta, A))  # (b, d, l)
     y, last = fix_up(y, last, dt, A, C, H)  # (b, d, l), (b, d, n)
-    return (y if z is None else y * F.silu(z.float())).to(u.dtype), last
+    return (y if z is None else y * F.silu(z.to(y.dtype))).to(u.dtype), last
 
 
 def _check_last(fn, last, *inputs):
