@@ -35,11 +35,13 @@ from mambalearn.timing import time_ms  # noqa: E402
 
 BUDGET_S = 55.0  # stop timing new rows after this (the call's limit is the lead's)
 LENGTHS = (8192, 16384, 32768, 65536)
+MAMBA1 = dict(b=2, d=2048, n=16)
+SSD = dict(b=1, h=80, p=64, n=128, g=1, chunk=256)
 T0 = time.monotonic()
 
 
-def _mamba1_inputs(l, b=2, d=2048, n=16, dev="cuda"):
-    bf = dict(device=dev, dtype=torch.bfloat16)
+def _mamba1_inputs(l, b=2, d=2048, n=16, dev="cuda", dtype=torch.bfloat16):
+    bf = dict(device=dev, dtype=dtype)
     f32 = dict(device=dev, dtype=torch.float32)
     x = dict(u=torch.randn(b, d, l, **bf), delta=torch.randn(b, d, l, **bf) * 0.5,
              A=-torch.rand(d, n, **f32) - 0.5, B=torch.randn(b, n, l, **bf),
@@ -48,8 +50,8 @@ def _mamba1_inputs(l, b=2, d=2048, n=16, dev="cuda"):
     return x, torch.randn(b, d, n, **f32)
 
 
-def _ssd_inputs(l, b=1, h=80, p=64, n=128, g=1, dev="cuda"):
-    bf = dict(device=dev, dtype=torch.bfloat16)
+def _ssd_inputs(l, b=1, h=80, p=64, n=128, g=1, chunk=256, dev="cuda", dtype=torch.bfloat16):
+    bf = dict(device=dev, dtype=dtype)
     f32 = dict(device=dev, dtype=torch.float32)
     x = dict(x=torch.randn(b, l, h, p, **bf), dt=torch.randn(b, l, h, **bf) * 0.5,
              A=-torch.rand(h, **f32) - 0.5, B=torch.randn(b, l, g, n, **bf),
@@ -84,7 +86,7 @@ def _times(call, x, h0, with_h0=True):
     return t
 
 
-def mamba1_rows(rows):
+def mamba1_rows(rows, lengths=LENGTHS, dims=MAMBA1, dev="cuda"):
     from mambalearn.triton.selective_scan import selective_scan_fn
 
     has_h0 = takes_initial_state(selective_scan_fn)
@@ -93,68 +95,74 @@ def mamba1_rows(rows):
         kw = {} if h0 is None else dict(initial_state=h0)
         return selective_scan_fn(**x, delta_softplus=True, return_last_state=True, **kw)
 
-    for l in LENGTHS:
-        x, h0 = _mamba1_inputs(l)
-        _emit(rows, dict(model="mamba1", shape="b2 d2048 n16 bf16", tokens=l,
+    for l in lengths:
+        x, h0 = _mamba1_inputs(l, dev=dev, **dims)
+        _emit(rows, dict(model="mamba1", shape=_name(dims), tokens=l,
                          initial_state_supported=has_h0, **_times(call, x, h0, has_h0)))
         if _late():
             break
 
 
-def ssd_rows(rows):
+def ssd_rows(rows, lengths=LENGTHS, dims=SSD, dev="cuda"):
     from mambalearn.triton.ssd import mamba_chunk_scan_combined
 
     def call(x, h0):
-        return mamba_chunk_scan_combined(**x, chunk_size=256, initial_states=h0, dt_softplus=True,
-                                         return_final_states=True)
+        return mamba_chunk_scan_combined(**x, chunk_size=dims["chunk"], initial_states=h0,
+                                         dt_softplus=True, return_final_states=True)
 
-    for l in LENGTHS:
-        x, h0 = _ssd_inputs(l)
-        _emit(rows, dict(model="ssd", shape="b1 h80 p64 n128 g1 chunk256 bf16", tokens=l,
+    for l in lengths:
+        x, h0 = _ssd_inputs(l, dev=dev, **dims)
+        _emit(rows, dict(model="ssd", shape=_name(dims), tokens=l,
                          **_times(call, x, h0)))
         if _late():
             break
 
 
-def rank_scan_rows(rows):
+def rank_scan_rows(rows, ranks=(8, 64, 1024), m1=MAMBA1, s=SSD, dev="cuda"):
     """The all-gather algorithm's local step: rank_scan over R summaries (R−1 ⊗ applications)."""
-    for model, state, decay in (("mamba1", (2, 2048, 16), (2, 2048, 16)),
-                                ("ssd", (1, 80, 64, 128), (1, 80, 1, 1))):
-        for R in (8, 64, 1024):
-            P = torch.rand(R, *decay, device="cuda")
-            h = torch.randn(R, *state, device="cuda")
+    for model, state, decay in (
+            ("mamba1", (m1["b"], m1["d"], m1["n"]), (m1["b"], m1["d"], m1["n"])),
+            ("ssd", (s["b"], s["h"], s["p"], s["n"]), (s["b"], s["h"], 1, 1))):
+        for R in ranks:
+            P = torch.rand(R, *decay, device=dev)
+            h = torch.randn(R, *state, device=dev)
             ms = time_ms(lambda P=P, h=h: rank_scan(P, h), warmup=5, rep=50)
             _emit(rows, dict(model=model, what="rank_scan", R=R, ms=ms))
             if _late():
                 return
 
 
-def accuracy_rows(rows):
+def accuracy_rows(rows, l=8192, m1=MAMBA1, s=SSD, dev="cuda"):
     """The initial-state kernels against the PyTorch scans, 8k tokens (relative errors)."""
     from mambalearn.scan.chunked import selective_scan_chunked
     from mambalearn.ssd import mamba_chunk_scan_ref
     from mambalearn.triton.selective_scan import selective_scan_fn
     from mambalearn.triton.ssd import mamba_chunk_scan_combined
 
-    x, h0 = _ssd_inputs(8192)
+    x, h0 = _ssd_inputs(l, dev=dev, **s)
     with torch.no_grad():
-        out, fin = mamba_chunk_scan_combined(**x, chunk_size=256, initial_states=h0,
+        out, fin = mamba_chunk_scan_combined(**x, chunk_size=s["chunk"], initial_states=h0,
                                              dt_softplus=True, return_final_states=True)
         ref, ref_fin = mamba_chunk_scan_ref(**{k: v.float() for k, v in x.items()},
-                                            chunk_size=256, initial_states=h0, dt_softplus=True,
-                                            return_final_states=True)
-    _emit(rows, dict(model="ssd", what="initial_states vs oracle (fp32), 8k", out=rel_error(
-        out, ref), final=rel_error(fin, ref_fin)))
+                                            chunk_size=s["chunk"], initial_states=h0,
+                                            dt_softplus=True, return_final_states=True)
+    _emit(rows, dict(model="ssd", what=f"initial_states vs oracle (fp32), {l} tokens",
+                     out=rel_error(out, ref), final=rel_error(fin, ref_fin)))
     if takes_initial_state(selective_scan_fn):
-        x, h0 = _mamba1_inputs(8192)
+        x, h0 = _mamba1_inputs(l, dev=dev, **m1)
         with torch.no_grad():
             out, last = selective_scan_fn(**x, delta_softplus=True, return_last_state=True,
                                           initial_state=h0)
             ref, ref_last = selective_scan_chunked(**{k: v.float() for k, v in x.items()},
                                                    delta_softplus=True, return_last_state=True,
                                                    initial_state=h0, chunk_size=256)
-        _emit(rows, dict(model="mamba1", what="initial_state vs chunked (fp32), 8k",
+        _emit(rows, dict(model="mamba1", what=f"initial_state vs chunked (fp32), {l} tokens",
                          out=rel_error(out, ref), last=rel_error(last, ref_last)))
+
+
+def _name(dims):
+    dtype = str(dims.get("dtype", torch.bfloat16)).replace("torch.", "")
+    return " ".join(f"{k}{v}" for k, v in dims.items() if k != "dtype") + f" {dtype}"
 
 
 def _late():
