@@ -170,6 +170,8 @@ def _bad(rank, what):
         kw["offset"] = [0, 0, 7, 9][rank]
     if what == "local" and rank == 1:
         x["delta"] = x["delta"][..., :-1]
+    if what == "not a tensor" and rank == 1:
+        x["u"] = x["u"].tolist()
     if what == "h0 off rank 0" and rank == 1:
         x["initial_state"] = torch.zeros(2, 4, 3, dtype=torch.float64)
     if what == "ssd indivisible":
@@ -184,6 +186,7 @@ def _bad(rank, what):
     ("d disagrees", 2, "disagree on d"),
     ("offsets", 3, "not contiguous"),
     ("local", 3, "rank 1: ValueError: delta"),
+    ("not a tensor", 2, "rank 1: TypeError: u must be a torch.Tensor"),
     ("h0 off rank 0", 2, "rank 0 only"),
     ("indivisible", 3, "3 must divide d"),
     ("ssd indivisible", 2, "2 must divide h"),

@@ -118,12 +118,12 @@ def selective_scan_cp(u, delta, A, B, C, D=None, z=None, delta_bias=None, delta_
     Bad input raises the same ValueError on every rank.
     """
     comm = wire.comm_for(group, algorithm)
-    fn = resolve_mamba1(backend, u.device)
     err = _local_error(comm.rank, u, delta, A, B, C, D, z, delta_bias, initial_state)
     meta = {} if err else _meta(u, delta, A, B, C, D, z, delta_bias, delta_softplus, initial_state,
                                 return_last_state, offset, backend)
     metas = wire.agree(comm, meta, err, same=SAME)
     wire.check_split(metas)
+    fn = resolve_mamba1(backend, u.device)  # after agree: the same name on every rank
     if algorithm == "alltoall":
         out, last = _alltoall(comm, metas, fn, u, delta, A, B, C, D, z, delta_bias,
                               delta_softplus, initial_state, return_last_state)

@@ -86,7 +86,6 @@ def mamba_chunk_scan_combined_cp(x, dt, A, B, C, chunk_size, D=None, z=None, dt_
     Gradients flow to every tensor; A, D, dt_bias get this rank's part (all-reduce them).
     """
     comm = wire.comm_for(group, algorithm)
-    fn = resolve_ssd(backend, x.device)
     err = _local_error(comm.rank, x, dt, A, B, C, chunk_size, D, z, dt_bias, initial_states)
     meta = {} if err else dict(
         l=x.shape[1], b=x.shape[0], h=x.shape[2], p=x.shape[3], g=B.shape[2], n=B.shape[3],
@@ -97,6 +96,7 @@ def mamba_chunk_scan_combined_cp(x, dt, A, B, C, chunk_size, D=None, z=None, dt_
         grads=wire.requires_grad(torch.is_grad_enabled(), x, dt, A, B, C, D, z, dt_bias))
     metas = wire.agree(comm, meta, err, same=SAME)
     wire.check_split(metas)
+    fn = resolve_ssd(backend, x.device)  # after agree: the same name on every rank
     args = (chunk_size, D, z, dt_bias, dt_softplus, tuple(dt_limit))
     if algorithm == "alltoall":
         out, final = _alltoall(comm, metas, fn, x, dt, A, B, C, *args, initial_states,
