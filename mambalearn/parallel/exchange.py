@@ -19,6 +19,7 @@ scan directly).
 
 import torch
 
+from mambalearn import ops
 from mambalearn.parallel import wire
 from mambalearn.parallel.summary import rank_scan, sum_to
 
@@ -82,7 +83,7 @@ def _ring_forward(comm, P, h):
     """Receive H_r from rank r−1 (zeros on rank 0), pass H_{r+1} = P_r H_r + h_r to rank r+1."""
     H = torch.zeros_like(h) if comm.rank == 0 else wire.recv(comm, h, comm.rank - 1)
     if comm.rank < comm.world - 1:
-        wire.send(comm, P * H + h, comm.rank + 1)  # (s_0 ⊗ ⋯ ⊗ s_r) applied to zero
+        wire.send(comm, ops.apply((P, h), H), comm.rank + 1)  # P_r H_r + h_r = H_{r+1}
     return H
 
 
@@ -91,7 +92,7 @@ def _ring_backward(comm, P, grad_H):
     last = comm.rank == comm.world - 1
     G_next = torch.zeros_like(grad_H) if last else wire.recv(comm, grad_H, comm.rank + 1)
     if comm.rank > 0:
-        wire.send(comm, grad_H + P * G_next, comm.rank - 1)
+        wire.send(comm, ops.apply((P, grad_H), G_next), comm.rank - 1)  # Ĝ_r = g_r + P_r Ĝ_{r+1}
     return G_next
 
 
