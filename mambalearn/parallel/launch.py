@@ -9,7 +9,8 @@ order. A notebook cell or a test can thus use real collectives without ``torchru
 
 On CPU the processes are *forked*, so functions defined in a notebook work; NCCL needs the
 ``spawn`` start method (CUDA cannot be forked), for which ``fn`` must live in an importable module.
-Every collective runs under the group's timeout; ``spawn`` itself gives up ``grace`` seconds after
+Gloo talks over the loopback interface (every rank is on this machine). Every collective runs
+under the group's timeout; ``spawn`` itself gives up ``grace`` seconds after
 it, so a broken program ends with an error, never a hang. An exception on any rank is raised in
 the caller as :class:`RankError`, which holds every rank's exception.
 """
@@ -61,6 +62,9 @@ def rank_device(backend, rank):
 
 def _worker(rank, world_size, backend, init_file, timeout, threads, fn, args, results):
     os.environ.update(NCCL_ENV)
+    # every rank is on this machine: talk over loopback (no hostname lookup, which fails in
+    # sandboxes and containers without a resolvable hostname)
+    os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo0" if sys.platform == "darwin" else "lo")
     torch.set_num_threads(threads)  # several processes share the cores: one thread each
     status = None
     try:
