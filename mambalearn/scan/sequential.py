@@ -14,8 +14,7 @@ selective_scan_ref`` (real A only), plus two additions: ``mask`` for padded batc
 import torch
 import torch.nn.functional as F
 
-from mambalearn import ops
-from mambalearn.scan.layout import time_first
+from mambalearn.scan.layout import is_matrix, time_first
 from mambalearn.utils import check_same_device, check_tensor
 
 
@@ -149,10 +148,12 @@ def linear_scan_sequential(a, b, dim=-1, reverse=False):
     matrices for ``b (..., n)``; ``dim`` is b's time axis. Returns every h_t, shaped like ``b``.
     ``reverse=True`` runs time backwards: h_t = a_t h_{t+1} + b_t, h_l = 0.
     """
+    matrix = is_matrix(a, b)
     a, b, restore = time_first(a, b, dim, reverse)  # (l, ...)
     h = torch.zeros_like(b[0], dtype=torch.promote_types(a.dtype, b.dtype))
     hs = []
     for t in range(b.shape[0]):
-        h = ops.apply((a[t], b[t]), h)  # a_t h + b_t, elementwise or a matrix-vector product
+        # a_t h + b_t: elementwise (diagonal a) or a matrix-vector product (full a)
+        h = (a[t] @ h[..., None])[..., 0] + b[t] if matrix else a[t] * h + b[t]
         hs.append(h)
     return restore(torch.stack(hs))

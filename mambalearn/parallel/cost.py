@@ -1,0 +1,151 @@
+"""The α–β cost model of the three algorithms: time per step on R GPUs, per rank.
+
+A message of m bytes between two GPUs costs α + m/β (latency α, bandwidth β). The collectives,
+per rank (m = what one rank contributes), as NCCL's algorithms scale:
+
+    point to point        α + m/β
+    all-gather            ⌈log₂R⌉·α + (R−1)·m/β      every rank must receive the other R−1 pieces
+    all-to-all            (R−1)·α + (R−1)/R·m/β      one exchange with each peer
+    reduce-scatter        (R−1)·α + (R−1)·m/β        (B/C gradients: m = one rank's piece)
+
+With T_f, T_b one forward and one backward of a shard (kernel times measured on one GPU), S the
+state and |P| the decay of one rank (in float32), per step:
+
+    ring       fwd 2T_f + (R−1)(α + 4S/β)                         bwd 2T_b + the same chain back
+    allgather  fwd 2T_f + allgather(4(|P| + S))                   bwd 2T_b + allgather(4S)
+    alltoall   fwd T_f + all-to-all(inputs) + all-gather(B, C) + all-to-all(output)
+               bwd T_b + all-to-all(∂output) + all-to-all(∂inputs) + reduce-scatter(∂B, ∂C)
+    serial     fwd R·T_f + (R−1)(α + 4S/β): each rank scans only once its predecessor's final
+               state arrived (no summaries) — the chain a summary pass removes.
+
+Ring and all-gather scan twice (the summary, then the fix-up) but send only states; all-to-all
+scans once but sends every token. Which wins depends on S versus the tokens, on α versus S/β
+(the ring sends only H, the all-gather (P, h)), on R, and on memory: all-gather holds R summaries.
+The network figures below are *assumptions* (vendor link rates), not measurements; the kernel
+times come from docs/BENCHMARKS.md. Issue 17 replaces both with measured fits.
+"""
+
+import math
+from dataclasses import dataclass, field
+
+ALGORITHMS = ("ring", "allgather", "alltoall", "serial")
+
+
+@dataclass(frozen=True)
+class Network:
+    """α (s per message) and β (bytes/s per GPU, one direction)."""
+
+    alpha: float
+    beta: float
+    name: str = ""
+
+
+# Assumed: NVLink 4 moves 450 GB/s per direction per H200 (NVIDIA's HGX H200 figure), NCCL
+# reaching ~400; between nodes one 400 Gb/s InfiniBand NIC per GPU (50 GB/s). α: a few µs per
+# message inside a node, ~3× that across nodes. To be fitted to measurements (issue 17).
+NVLINK = Network(alpha=5e-6, beta=400e9, name="NVLink (assumed)")
+INFINIBAND = Network(alpha=15e-6, beta=50e9, name="InfiniBand (assumed)")
+
+
+def network_for(R, intra=NVLINK, inter=INFINIBAND, gpus_per_node=8):
+    """The slowest link a collective over R GPUs crosses: NVLink within one node, else IB."""
+    return intra if R <= gpus_per_node else inter
+
+
+@dataclass(frozen=True)
+class Workload:
+    """One rank's scan: sizes (numbers, bytes) and kernel times (s) of its shard."""
+
+    name: str
+    state: int  # S: numbers in one state
+    decay: int  # |P|: numbers in one decay
+    inputs_bytes: int  # the token tensors all-to-all sends forward (u, Δ, z or x, dt, z)
+    output_bytes: int  # the output, sent back
+    shared_bytes: int  # B and C of the shard (all-gathered over time)
+    t_fwd: float
+    t_bwd: float
+    source: str = field(default="", compare=False)
+
+
+# Measured per-rank kernel times (docs/BENCHMARKS.md, the lead's H200 call 4 of 2026-11-30,
+# commit fc73706; bf16): Mamba-1 b8 d2048 n16 l8192 fwd 1.741 ms, fwd+bwd 11.315 ms; SSD
+# b1 l16384 h80 p64 n128 chunk 256 fwd 0.718 ms, fwd+bwd 3.292 ms. Scaled linearly in tokens.
+MAMBA1_REF = dict(tokens=8 * 8192, t_fwd=1.741e-3, t_fwd_bwd=11.315e-3)
+SSD_REF = dict(tokens=16384, t_fwd=0.718e-3, t_fwd_bwd=3.292e-3)
+
+
+def mamba1(l_shard, b=2, d=2048, n=16, bytes_per=2, t_fwd=None, t_bwd=None):
+    """The Mamba-1 workload of a shard of ``l_shard`` tokens (times scaled from MAMBA1_REF)."""
+    k = b * l_shard / MAMBA1_REF["tokens"]
+    t_f = MAMBA1_REF["t_fwd"] * k if t_fwd is None else t_fwd
+    t_b = (MAMBA1_REF["t_fwd_bwd"] - MAMBA1_REF["t_fwd"]) * k if t_bwd is None else t_bwd
+    tok = b * d * l_shard * bytes_per  # one (b, d, l) tensor
+    return Workload(f"Mamba-1 b{b} d{d} n{n}, {l_shard} tokens/GPU", b * d * n, b * d * n,
+                    3 * tok, tok, 2 * b * n * l_shard * bytes_per, t_f, t_b,
+                    "docs/BENCHMARKS.md (H200, 2026-11-30), scaled in tokens")
+
+
+def ssd(l_shard, b=1, h=80, p=64, n=128, g=1, bytes_per=2, t_fwd=None, t_bwd=None):
+    """The SSD workload of a shard of ``l_shard`` tokens (times scaled from SSD_REF)."""
+    k = b * l_shard / SSD_REF["tokens"]
+    t_f = SSD_REF["t_fwd"] * k if t_fwd is None else t_fwd
+    t_b = (SSD_REF["t_fwd_bwd"] - SSD_REF["t_fwd"]) * k if t_bwd is None else t_bwd
+    tok = b * l_shard * h * p * bytes_per  # one (b, l, h, p) tensor
+    return Workload(f"SSD b{b} h{h} p{p} n{n}, {l_shard} tokens/GPU", b * h * p * n, b * h,
+                    2 * tok + b * l_shard * h * bytes_per, tok,
+                    2 * b * l_shard * g * n * bytes_per, t_f, t_b,
+                    "docs/BENCHMARKS.md (H200, 2026-11-30), scaled in tokens")
+
+
+def p2p(net, m):
+    return net.alpha + m / net.beta
+
+
+def all_gather(net, R, m):
+    return math.ceil(math.log2(R)) * net.alpha + (R - 1) * m / net.beta
+
+
+def all_to_all(net, R, m):
+    return (R - 1) * net.alpha + (R - 1) / R * m / net.beta
+
+
+def reduce_scatter(net, R, m):
+    return (R - 1) * net.alpha + (R - 1) * m / net.beta
+
+
+def step_time(w, R, algorithm, net=None):
+    """{"fwd", "fwd_bwd", "comm_fwd", "comm_bwd"} in seconds for ``algorithm`` on R GPUs, and
+    "memory": the bytes a rank holds for the exchange (ring: one state; all-gather: every rank's
+    summary; all-to-all: the re-sharded inputs, output and the whole sequence's B, C)."""
+    net = net or network_for(R)
+    S, P = 4 * w.state, 4 * w.decay  # bytes, float32 states
+    if algorithm == "ring":
+        comm_f = comm_b = (R - 1) * p2p(net, S)
+        fwd, bwd = 2 * w.t_fwd + comm_f, 2 * w.t_bwd + comm_b
+    elif algorithm == "allgather":
+        comm_f, comm_b = all_gather(net, R, S + P), all_gather(net, R, S)
+        fwd, bwd = 2 * w.t_fwd + comm_f, 2 * w.t_bwd + comm_b
+    elif algorithm == "alltoall":
+        comm_f = (all_to_all(net, R, w.inputs_bytes) + all_gather(net, R, w.shared_bytes)
+                  + all_to_all(net, R, w.output_bytes))
+        comm_b = (all_to_all(net, R, w.output_bytes) + all_to_all(net, R, w.inputs_bytes)
+                  + reduce_scatter(net, R, w.shared_bytes))
+        fwd, bwd = w.t_fwd + comm_f, w.t_bwd + comm_b
+    elif algorithm == "serial":
+        comm_f = comm_b = (R - 1) * p2p(net, S)
+        fwd, bwd = R * w.t_fwd + comm_f, R * w.t_bwd + comm_b
+    else:
+        raise ValueError(f"algorithm must be one of {ALGORITHMS}, got {algorithm!r}")
+    memory = {"ring": S, "serial": S, "allgather": R * (S + P),
+              "alltoall": w.inputs_bytes + w.output_bytes + R * w.shared_bytes}[algorithm]
+    return dict(fwd=fwd, fwd_bwd=fwd + bwd, comm_fwd=comm_f, comm_bwd=comm_b, memory=memory)
+
+
+def winners(w, Rs, key="fwd_bwd", algorithms=("ring", "allgather", "alltoall")):
+    """For each R, the fastest algorithm (by ``key``): a list of (R, name, seconds)."""
+    out = []
+    for R in Rs:
+        times = {a: step_time(w, R, a)[key] for a in algorithms}
+        best = min(times, key=times.get)
+        out.append((R, best, times[best]))
+    return out

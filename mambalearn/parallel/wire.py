@@ -1,0 +1,159 @@
+"""The collectives of chapter 14 (``torch.distributed``) and the checks that keep ranks in step.
+
+Every collective is a ``torch.distributed`` call on the group (gloo or NCCL) and waits at most the
+group's timeout (``init_process_group(timeout=...)``; ``parallel.spawn`` sets it). A rank whose
+arguments are wrong must not simply raise: the other ranks would wait in the next collective
+until the timeout. So every public function first calls :func:`agree`, one ``all_gather_object``
+of each rank's description of its inputs (shapes, flags, and the error its own checks found, if
+any); then every rank checks the same list and raises the same ``ValueError``, or none does.
+"""
+
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+
+ALGORITHMS = ("ring", "allgather", "alltoall")
+
+
+@dataclass(frozen=True)
+class Comm:
+    """Where this rank stands: its group, rank and world size in it, the algorithm chosen."""
+
+    group: object
+    rank: int
+    world: int
+    algorithm: str
+
+    def peer(self, r):
+        """The global rank of group rank ``r`` (what send/recv address)."""
+        return r if self.group is None else dist.get_global_rank(self.group, r)
+
+
+def comm_for(group, algorithm):
+    """Validate ``algorithm`` and the process group; return this rank's :class:`Comm`."""
+    if algorithm not in ALGORITHMS:
+        raise ValueError(f"algorithm must be one of {ALGORITHMS}, got {algorithm!r}")
+    if not dist.is_available() or not dist.is_initialized():
+        raise RuntimeError("context parallelism needs an initialised process group: call "
+                           "torch.distributed.init_process_group first (or mambalearn.parallel."
+                           "spawn, which does)")
+    world = dist.get_world_size(group)
+    if world < 2:
+        raise ValueError(f"group has {world} process; context parallelism splits the sequence "
+                         f"over ≥ 2 ranks (with one, call the scan itself)")
+    return Comm(group, dist.get_rank(group), world, algorithm)
+
+
+def agree(comm, meta, error=None, same=()):
+    """All-gather each rank's ``meta`` dict; raise the same ValueError on every rank if any is bad.
+
+    ``error`` is the message of this rank's own argument check (None if it passed); ``same`` names
+    the keys of ``meta`` that must be equal on every rank (the algorithm, b, d, n, flags …).
+    Returns the list of every rank's ``meta``, in rank order.
+    """
+    metas = [None] * comm.world
+    dist.all_gather_object(metas, dict(meta, error=error), group=comm.group)
+    bad = [f"rank {r}: {m['error']}" for r, m in enumerate(metas) if m["error"]]
+    if bad:
+        raise ValueError("bad input on " + "; ".join(bad))
+    for key in same:
+        values = [m[key] for m in metas]
+        if any(v != values[0] for v in values):
+            raise ValueError(f"the ranks disagree on {key}: " +
+                             ", ".join(f"rank {r}: {v}" for r, v in enumerate(values)))
+    return metas
+
+
+def check_split(metas):
+    """Every shard non-empty and, where a rank said where its shard starts, contiguous in order.
+
+    Rank r's shard must begin where rank r−1's ended: offset_r = l_0 + ⋯ + l_{r−1}.
+    """
+    start = 0
+    for r, m in enumerate(metas):
+        if m["l"] < 1:
+            raise ValueError(f"rank {r} holds an empty shard (l = 0); every rank needs ≥ 1 token")
+        if m.get("offset") is not None and m["offset"] != start:
+            raise ValueError(f"the split is not contiguous: rank {r} says its shard starts at "
+                             f"token {m['offset']}, but ranks 0..{r - 1} hold tokens 0..{start - 1}"
+                             f" (shards must be consecutive pieces, in rank order)")
+        start += m["l"]
+
+
+def requires_grad(grad_mode, *tensors):
+    """Which inputs autograd will differentiate: every rank must build the same backward graph
+    (its collectives must match), so this is one of the things :func:`agree` compares."""
+    return (bool(grad_mode),) + tuple(t is not None and t.requires_grad for t in tensors)
+
+
+def capture(check, *args, **kwargs):
+    """Run a local argument check; return its error message (None if it passed), for agree."""
+    try:
+        check(*args, **kwargs)
+    except (TypeError, ValueError) as e:
+        return f"{type(e).__name__}: {e}"
+    return None
+
+
+# ---------------------------------------------------------------------------------------------
+# point to point and collectives (thin wrappers, so every call names its group)
+
+
+def send(comm, t, r):
+    dist.send(t.contiguous(), comm.peer(r), group=comm.group)
+
+
+def recv(comm, like, r):
+    t = torch.empty_like(like, memory_format=torch.contiguous_format)
+    dist.recv(t, comm.peer(r), group=comm.group)
+    return t
+
+
+def exchange_with_neighbours(comm, t, shape_from_prev):
+    """Send ``t`` to rank r+1 and receive a tensor shaped ``shape_from_prev`` from rank r−1.
+
+    One ``batch_isend_irecv``: the sends and receives of all ranks proceed together (no chain).
+    Rank 0 receives nothing (returns None); the last rank sends nothing.
+    """
+    ops, got = [], None
+    if comm.rank > 0:
+        got = t.new_empty(shape_from_prev)
+        ops.append(dist.P2POp(dist.irecv, got, comm.peer(comm.rank - 1), comm.group))
+    if comm.rank < comm.world - 1:
+        ops.append(dist.P2POp(dist.isend, t.contiguous(), comm.peer(comm.rank + 1), comm.group))
+    for work in dist.batch_isend_irecv(ops):
+        work.wait()
+    return got
+
+
+def exchange_backwards(comm, t, shape_from_next):
+    """The reverse of :func:`exchange_with_neighbours`: send to r−1, receive from r+1."""
+    ops, got = [], None
+    if comm.rank < comm.world - 1:
+        got = t.new_empty(shape_from_next)
+        ops.append(dist.P2POp(dist.irecv, got, comm.peer(comm.rank + 1), comm.group))
+    if comm.rank > 0:
+        ops.append(dist.P2POp(dist.isend, t.contiguous(), comm.peer(comm.rank - 1), comm.group))
+    for work in dist.batch_isend_irecv(ops):
+        work.wait()
+    return got
+
+
+def all_gather(comm, t):
+    """Every rank's ``t`` (same shape on all), stacked in rank order.  (R, ...)"""
+    out = [torch.empty_like(t, memory_format=torch.contiguous_format) for _ in range(comm.world)]
+    dist.all_gather(out, t.contiguous(), group=comm.group)
+    return torch.stack(out)
+
+
+def all_to_all(comm, chunks, out_numels):
+    """Send ``chunks[k]`` (flat) to rank k; receive ``out_numels[k]`` numbers from rank k.
+
+    One ``all_to_all_single`` with (possibly unequal) split sizes; returns the received pieces.
+    """
+    send_buf = torch.cat([c.reshape(-1) for c in chunks])
+    recv_buf = send_buf.new_empty(sum(out_numels))
+    dist.all_to_all_single(recv_buf, send_buf, output_split_sizes=list(out_numels),
+                           input_split_sizes=[c.numel() for c in chunks], group=comm.group)
+    return list(recv_buf.split(list(out_numels)))
