@@ -115,6 +115,8 @@ def ssd_backward(dout, dfinal, x, dt, A, B, C, chunk_size, D=None, z=None, dt_bi
     ``"states"`` (chapter 11's one-kernel chunk states, ``states.chunk_states``) or ``"stages"``
     (chapter 10's chunk cumsum, chunk state and state passing).
     """
+    for k in configs or {}:
+        launch_config(k)  # a clear error for a name that is no kernel
     cfg = lambda k: (configs or {}).get(k)
     b, l, h, p = x.shape
     g, n, q = B.shape[2], B.shape[3], chunk_size

@@ -183,8 +183,6 @@ def _chunk_outputs_kernel(
 
 def output_tiles(q, p, cfg):
     """(BLOCK_M, BLOCK_K, BLOCK_P) for chunk q and head dim p: ``cfg``'s, within the chunk."""
-    if INTERP:
-        return min(16, q), min(16, q), p2(p)
     bm, bk = min(cfg["BLOCK_M"], q), min(cfg["BLOCK_K"], q)
     return bm, min(bk, bm), min(cfg["BLOCK_P"], p2(p))
 

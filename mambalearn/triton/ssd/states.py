@@ -115,10 +115,10 @@ def state_tiles(bh, p, n, cfg):
     """(BLOCK_P, BLOCK_N): ``cfg``'s if set, else the largest of ``TILES`` whose grid has at
     least ``PROGRAMS_PER_SM`` programs per SM (each program walks the whole sequence, so with
     one batch row there are only h · tiles of them)."""
-    if INTERP:
-        return p2(p), p2(n)
     if cfg["BLOCK_P"] and cfg["BLOCK_N"]:
         return min(cfg["BLOCK_P"], p2(p)), min(cfg["BLOCK_N"], p2(n))
+    if INTERP:  # no SMs to fill: the whole state in one tile
+        return p2(p), p2(n)
     sms = torch.cuda.get_device_properties(torch.cuda.current_device()).multi_processor_count
     for bp, bn in TILES:
         bp, bn = min(bp, p2(p)), min(bn, p2(n))
