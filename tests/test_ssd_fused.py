@@ -29,12 +29,15 @@ def test_fused_forward_matches_oracle(l, q, g, launches):
 
 
 @pytest.mark.parametrize("cfg", [
-    dict(states=dict(BLOCK_P=16, BLOCK_N=8), outputs=dict(BLOCK_M=8, BLOCK_K=8, BLOCK_P=16)),
-    dict(states=dict(BLOCK_P=8, BLOCK_N=16, BLOCK_K=8), outputs=dict(BLOCK_M=16, BLOCK_K=8, EXP2=True)),
+    dict(states=dict(BLOCK_P=16, BLOCK_N=8), outputs=dict(BLOCK_M=8, BLOCK_K=8)),
+    dict(states=dict(BLOCK_P=8, BLOCK_N=16, BLOCK_K=8), outputs=dict(BLOCK_M=16, BLOCK_K=8,
+                                                                    EXP2=False)),
+    dict(chunk=8, outputs=dict(BLOCK_M=8, BLOCK_K=8)),
 ])
 def test_tiles_split_the_state_and_the_chunk(cfg):
     """Several state tiles per head (p and n split), several row and column blocks per chunk (the
-    unmasked blocks left of the diagonal), the exp2 decay; odd l: the tail masked."""
+    unmasked blocks left of the diagonal), chapter 10's exp, a chunk below the caller's; odd l:
+    the tail past the tensor's end (zero-filled by the tensor descriptors)."""
     b, l, h, p, g, n, q = 2, 45, 3, 32, 1, 16, 16
     x, dt, A, B, C = make(b, l, h, p, g, n)
     kw = extras(b, l, h, p, n)
@@ -71,7 +74,24 @@ def test_the_two_kernels_equal_chapter_10s_stages():
     assert_close(H, H_want)
     assert_close(final, final_want)
     out_want = T.chunk_scan(x, C, T.bmm_chunk(C, B, q), dt_c, dA_cs, H_want, kw["D"], kw["z"])
-    assert_close(outputs.chunk_outputs(x, C, B, dt_c, dA_cs, H, kw["D"], kw["z"]), out_want)
+    for D in (kw["D"], kw["D"][:, 0].contiguous()):  # per (head, p) and per head
+        out_want = T.chunk_scan(x, C, T.bmm_chunk(C, B, q), dt_c, dA_cs, H_want, D, kw["z"])
+        assert_close(outputs.chunk_outputs(x, C, B, dt_c, dA_cs, H, D, kw["z"]), out_want)
+
+
+def test_rows_tensor_descriptors_cannot_take_fall_back_to_chapter_10():
+    """p = 3 float32: 12-byte rows, which a tensor descriptor cannot address; the fused function
+    runs chapter 10's kernels instead (same results), chunk_outputs says why it refuses."""
+    b, l, h, p, g, n, q = 1, 20, 2, 3, 1, 8, 16
+    x, dt, A, B, C = make(b, l, h, p, g, n)
+    out, final = ssd_fused_forward(x, dt, A, B, C, q, dt_softplus=True)
+    want, want_f = ref(x, dt, A, B, C, q, dt_softplus=True, return_final_states=True)
+    assert_close(out, want)
+    assert_close(final, want_f)
+    assert not outputs.tma_ok(x) and outputs.tma_ok(B)
+    dt_c, dA_cs = T.chunk_cumsum(dt, A, q)
+    with pytest.raises(ValueError, match="16-byte aligned"):
+        outputs.chunk_outputs(x, C, B, dt_c, dA_cs, torch.zeros(b, 2, h, p, n, device=dev))
 
 
 def test_low_precision_state_is_close():

@@ -36,7 +36,7 @@ def run_both(inp, **kw):
     s_oracle = inp["state"].to(torch.float64)
     args = {k: v for k, v in inp.items() if k != "state"}
     args.update(kw)
-    tune = {k: args.pop(k) for k in ("block_p", "num_warps") if k in args}
+    tune = {k: args.pop(k) for k in ("block_p", "num_warps", "stream") if k in args}
     out = selective_state_update(s_kernel, **args, **tune)
     a = {k: (v.to(torch.float64) if torch.is_tensor(v) and v.is_floating_point() else v)
          for k, v in args.items()}
@@ -230,14 +230,14 @@ def test_real_size_on_gpu():
     assert_close(out, want)
 
 
-@pytest.mark.parametrize("block_p,num_warps", [(2, 1), (4, 4)])
-def test_tiles_smaller_than_the_head_dim(block_p, num_warps):
+@pytest.mark.parametrize("block_p,num_warps,stream", [(2, 1, True), (4, 4, False)])
+def test_tiles_smaller_than_the_head_dim(block_p, num_warps, stream):
     """Several tiles per head (odd p: the last one partly masked), slots in another order."""
     g = torch.Generator().manual_seed(12)
     inp = mamba2_inputs(3, 2, 5, 4, 2, g)  # 3 · 2 · ⌈5 / 2⌉ = 18 tiles of 2 rows
     idx = torch.tensor([2, -1, 0], device=DEV)
     out, want, s, s_ref = run_both(inp, dt_softplus=True, state_batch_indices=idx,
-                                   block_p=block_p, num_warps=num_warps)
+                                   block_p=block_p, num_warps=num_warps, stream=stream)
     assert_close(s, s_ref)
     assert_close(out, want)
 
@@ -245,9 +245,9 @@ def test_tiles_smaller_than_the_head_dim(block_p, num_warps):
 def test_small_and_large_batches_pick_their_tiles():
     from mambalearn.triton import step
 
-    assert step._tile(64, 128, 1 * 80 * 64 * 128) == (4, 4)  # one sequence: latency-bound
-    assert step._tile(64, 128, 64 * 80 * 64 * 128) == (8, 2)  # b64: bandwidth-bound
-    assert step._tile(3, 5, 10) == (4, 4)  # tiles never wider than the head dim needs
+    assert step._tile(64, 128, 1 * 80 * 64 * 128) == (16, 4, False)  # one sequence: in L2
+    assert step._tile(64, 128, 64 * 80 * 64 * 128) == (32, 8, True)  # b64: streamed
+    assert step._tile(3, 5, 10) == (4, 4, False)  # never wider than the head dim needs
 
 
 def test_slot_past_the_state_is_a_clear_error():

@@ -58,6 +58,7 @@ def _state_update_kernel(
     HAS_DT_BIAS: tl.constexpr, HAS_D: tl.constexpr, HAS_Z: tl.constexpr, HAS_IDX: tl.constexpr,
     BLOCK_P: tl.constexpr,  # rows of the head dim per tile
     BLOCK_N: tl.constexpr,  # n rounded up to a power of two
+    STREAM: tl.constexpr,  # evict the state from L2 first (a state larger than L2)
 ):
     # One (BLOCK_P, n) tile per program, numbered p-block fastest, then head, then batch row, so
     # that programs running together touch neighbouring memory.
@@ -83,8 +84,13 @@ def _state_update_kernel(
     mask_pn = mask_p[:, None] & mask_n[None, :]  # (BLOCK_P, BLOCK_N) bool
     s_ptrs = (state_ptr + slot * stride_sb + pid_h * stride_sh
               + offs_p[:, None] * stride_sp + offs_n[None, :] * stride_sn)
-    # 1. the old state: the only big read. Read once, so keep it out of L2's way.
-    h = tl.load(s_ptrs, mask=mask_pn, other=0.0, eviction_policy="evict_first").to(tl.float32)
+    # 1. the old state: the only big read. A state larger than L2 is read once per token: keep it
+    # out of L2's way (STREAM); a small one stays in L2 from one token to the next.
+    if STREAM:
+        h = tl.load(s_ptrs, mask=mask_pn, other=0.0, eviction_policy="evict_first")
+    else:
+        h = tl.load(s_ptrs, mask=mask_pn, other=0.0)
+    h = h.to(tl.float32)
 
     # 2. the small per-token inputs
     x = tl.load(x_ptr + pid_b * stride_xb + pid_h * stride_xh + offs_p * stride_xp,
@@ -118,8 +124,11 @@ def _state_update_kernel(
         h = h * A_bar + (dt * x)[:, None] * B[None, :]  # (BLOCK_P, BLOCK_N)
 
     # 3. write the new state back (in its own dtype), then read it out: y_t sees x_t
-    tl.store(s_ptrs, h.to(state_ptr.dtype.element_ty), mask=mask_pn,
-             eviction_policy="evict_first")
+    if STREAM:
+        tl.store(s_ptrs, h.to(state_ptr.dtype.element_ty), mask=mask_pn,
+                 eviction_policy="evict_first")
+    else:
+        tl.store(s_ptrs, h.to(state_ptr.dtype.element_ty), mask=mask_pn)
     y = tl.sum(h * C[None, :], axis=1)  # (BLOCK_P,)
     if HAS_D:
         y += x * tl.load(D_ptr + pid_h * stride_Dh + offs_p * stride_Dp,
@@ -135,19 +144,21 @@ def _state_update_kernel(
              mask=offs_p < p)
 
 
-# (state values per tile, warps): large batches (bandwidth-bound, docs/BENCHMARKS.md) and small
-# ones (latency-bound: more, smaller programs, more warps in flight); bench/NOTES_ssd.md
-TILE_LARGE = (1024, 2)
-TILE_SMALL = (512, 4)
-SMALL_STATE = 1 << 21  # state values (b·h·p·n) up to which a batch counts as small
+# (state values per tile, warps) for large batches (bandwidth-bound) and small ones (latency-bound,
+# the state stays in L2 between tokens); the H200 sweeps behind them: bench/NOTES_ssd.md
+TILE_LARGE = (4096, 8)
+TILE_SMALL = (2048, 4)
+SMALL_STATE = 1 << 22  # state values (b·h·p·n) up to which a batch counts as small (16 MB fp32)
 
 
 def _tile(p, n, values):
-    """(BLOCK_P, num_warps) for a state of ``values`` values: TILE_LARGE or TILE_SMALL. No
-    autotuning: it would run the in-place update several times."""
-    per_tile, warps = TILE_SMALL if values <= SMALL_STATE else TILE_LARGE
+    """(BLOCK_P, num_warps, stream) for a state of ``values`` values: TILE_LARGE (streamed past
+    L2) or TILE_SMALL (kept in L2). No autotuning: it would run the in-place update several
+    times."""
+    small = values <= SMALL_STATE
+    per_tile, warps = TILE_SMALL if small else TILE_LARGE
     block_n = triton.next_power_of_2(n)
-    return max(1, min(triton.next_power_of_2(p), per_tile // block_n)), warps
+    return max(1, min(triton.next_power_of_2(p), per_tile // block_n)), warps, not small
 
 
 def _check_slots(idx, slots):
@@ -162,7 +173,7 @@ def _check_slots(idx, slots):
 
 def selective_state_update(state, x, dt, A, B, C, D=None, z=None, dt_bias=None,
                            dt_softplus=False, state_batch_indices=None, *, block_p=None,
-                           num_warps=None):
+                           num_warps=None, stream=None):
     """h ← exp(ΔA) ⊙ h + Δ B x (in place), out = (C·h + D x)·silu(z), Δ = softplus(dt + dt_bias).
 
     Shapes (as ``mamba_ssm``):
@@ -175,7 +186,7 @@ def selective_state_update(state, x, dt, A, B, C, D=None, z=None, dt_bias=None,
             idx ≥ the state's batch is a ValueError (under CUDA-graph capture: out NaN, state
             untouched)
         returns out shaped like x, in x's dtype.
-    ``block_p`` and ``num_warps`` override the tile (``_tile``), for the benchmark sweep.
+    ``block_p``, ``num_warps`` and ``stream`` override ``_tile``'s choice (benchmark sweeps).
 
     Matches ``mamba_ssm.ops.triton.selective_state_update.selective_state_update``.
     """
@@ -197,8 +208,8 @@ def selective_state_update(state, x, dt, A, B, C, D=None, z=None, dt_bias=None,
     tie = (A3.stride(1) == 0 and A3.stride(2) == 0 and dt4.stride(2) == 0
            and (bias2 is None or bias2.stride(1) == 0))
     out = torch.empty((bx, h, p), dtype=x.dtype, device=x.device)
-    bp, nw = _tile(p, n, bx * h * p * n)
-    bp, nw = block_p or bp, num_warps or nw
+    bp, nw, st = _tile(p, n, bx * h * p * n)
+    bp, nw, st = block_p or bp, num_warps or nw, st if stream is None else stream
     tiles_p = triton.cdiv(p, bp)
     zs = z4.stride() if z4 is not None else (0, 0, 0)
     _state_update_kernel[(tiles_p * h * bx,)](
@@ -211,6 +222,6 @@ def selective_state_update(state, x, dt, A, B, C, D=None, z=None, dt_bias=None,
         *zs, *out.stride(),
         DT_SOFTPLUS=bool(dt_softplus), TIE_HDIM=tie, HAS_DT_BIAS=bias2 is not None,
         HAS_D=D2 is not None, HAS_Z=z4 is not None, HAS_IDX=state_batch_indices is not None,
-        BLOCK_P=bp, BLOCK_N=triton.next_power_of_2(n), num_warps=nw,
+        BLOCK_P=bp, BLOCK_N=triton.next_power_of_2(n), STREAM=bool(st), num_warps=nw,
     )
     return out if heads else out[:, 0]
