@@ -125,3 +125,37 @@ def test_fused_flag_selects_it_and_backward_reuses_ch10():
     o1.sum().backward()
     o2.sum().backward()
     assert_close(x1.grad, x2.grad, grad=True)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("q,cfg", [(256, dict(outputs=dict(EXP2=False))), (256, {}), (128, {}),
+                                   (64, dict(outputs=dict(BLOCK_K=32, maxnreg=128)))])
+def test_gpu_fused_equals_unfused_at_the_same_chunk(q, cfg):
+    """bf16 at a real size, float32 chain: the fused forward rounds where chapter 10's does, so
+    it equals it to 1e-4 (exp: float32 summation order only; exp2: the decay rounded a little
+    differently) and the oracle to bf16 accuracy."""
+    b, l, h, p, g, n = 2, 1024, 16, 64, 1, 128
+    x, dt, A, B, C = make(b, l, h, p, g, n, dtype=torch.bfloat16)
+    kw = extras(b, l, h, p, n)
+    kw["z"] = kw["z"].bfloat16()
+    out, final = ssd_fused_forward(x, dt, A, B, C, q, config=dict(cfg, chunk=q), **kw)
+    want, want_f = T.ssd_forward(x, dt, A, B, C, q, **kw)
+    assert (out.float() - want.float()).norm() / want.float().norm() < 1e-4
+    assert (final - want_f).norm() / want_f.norm() < 1e-4
+    ref_out = ref(x, dt, A, B, C, q, **kw)
+    assert (out.double() - ref_out).norm() / ref_out.norm() < 2e-2
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_gpu_fused_seq_idx_and_odd_length():
+    b, l, h, p, g, n, q = 2, 1000, 8, 64, 2, 128, 128
+    x, dt, A, B, C = make(b, l, h, p, g, n, dtype=torch.bfloat16)
+    seq = torch.zeros(b, l, dtype=torch.int32, device=dev)
+    seq[:, 300:], seq[:, 640:], seq[1, 901:] = 1, 2, 3
+    kw = dict(extras(b, l, h, p, n, z=False), seq_idx=seq)
+    out, final = ssd_fused_forward(x, dt, A, B, C, q, **kw)
+    want, want_f = T.ssd_forward(x, dt, A, B, C, q, **kw)
+    assert (out.float() - want.float()).norm() / want.float().norm() < 1e-4
+    assert (final - want_f).norm() / want_f.norm() < 1e-4

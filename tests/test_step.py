@@ -288,3 +288,26 @@ def test_slot_past_the_state_is_masked_in_the_kernel(monkeypatch):
     assert_close(state.double(), want_state, dtype=torch.float32)
     assert_close(out[:1].double(), want, dtype=torch.float32)
     assert out[1:].isnan().all()  # the rejected rows say so
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not GPU, reason="needs a CUDA GPU")
+def test_gpu_graph_capture_masks_slots_past_the_state():
+    """Under CUDA-graph capture the host cannot look at the slots; the kernel masks them: the
+    replayed graph writes NaN for those rows and nothing outside the state."""
+    g = torch.Generator().manual_seed(15)
+    b, h, p, n = 3, 4, 64, 128
+    inp = mamba2_inputs(b, h, p, n, 1, g)
+    buf = torch.randn(4, h, p, n, device=DEV)
+    guards, state = buf[[0, 3]].clone(), buf[1:3]
+    args = {k: v for k, v in inp.items() if k != "state"}
+    idx = torch.tensor([1, -1, 9], device=DEV)
+    selective_state_update(state, **args, dt_softplus=True, state_batch_indices=idx.clamp(max=1))
+    before = state.clone()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = selective_state_update(state, **args, dt_softplus=True, state_batch_indices=idx)
+    graph.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(buf[[0, 3]], guards) and torch.equal(state[0], before[0])
+    assert out[2].isnan().all() and (out[1] == 0).all() and not out[0].isnan().any()

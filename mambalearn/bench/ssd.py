@@ -74,12 +74,14 @@ def forward_fns(theirs, q, fused_chunks=(256, 128)):
         fns["mamba_ssm fwd"] = lambda *a, **kw: theirs(*a, q, **kw)
     fns["ours unfused fwd"] = lambda *a, **kw: ours(*a, q, fused=False, **kw)
     fns["ours fused fwd"] = lambda *a, **kw: ours(*a, q, fused=True, **kw)
-    for qf in fused_chunks:
-        fns[f"ours fused fwd q{qf}"] = lambda *a, qf=qf, **kw: ssd_fused_forward(*a, qf, **kw)[0]
+    for qf in fused_chunks:  # at exactly this chunk (``fused.CONFIG["chunk"]`` overridden)
+        at = dict(config=dict(chunk=qf))
+        fns[f"ours fused fwd q{qf}"] = lambda *a, at=at, **kw: ssd_fused_forward(*a, q, **at,
+                                                                                 **kw)[0]
         for sd in (torch.float32, torch.float16):
             fns[f"ours fused fwd q{qf} one launch {str(sd)[6:]} state"] = (
-                lambda *a, qf=qf, sd=sd, **kw: ssd_fused_forward(*a, qf, launches=1,
-                                                                 state_dtype=sd, **kw)[0])
+                lambda *a, at=at, sd=sd, **kw: ssd_fused_forward(*a, q, launches=1,
+                                                                 state_dtype=sd, **at, **kw)[0])
     return fns
 
 
@@ -166,13 +168,14 @@ def _row(backend, shape, m, ref_ms, floor_ms, fla_ms=None):
     return row
 
 
-def run(gpu, shapes=None, chunk=None, fused_chunks=None, dtype=None, device=None, forward=True):
+def run(gpu, shapes=None, chunk=None, fused_chunks=None, dtype=None, device=None, forward=True,
+        backward=True):
     """Rows for every backend at every shape; each forward is checked against the oracle (rel_err),
     each fwd+bwd at the first shape against the oracle backward's gradients.
 
-    Defaults: GPU — the three shapes of the module doc, bf16, chunk 256, fused chunks 256 and 128;
+    Defaults: GPU — the three shapes of the module doc, bf16, chunk 256, no extra fused chunks;
     CPU — b1 l40 h2 p8 n8, fp32, chunk 16. Any of them can be overridden (tests do).
-    ``forward=False`` leaves out the forward rows.
+    ``forward=False`` leaves out the forward rows, ``backward=False`` the fwd+bwd rows.
     """
 
     dev = device or ("cuda" if gpu else "cpu")
@@ -180,7 +183,7 @@ def run(gpu, shapes=None, chunk=None, fused_chunks=None, dtype=None, device=None
     fla = load_fla() if gpu else None
     if gpu:
         shapes = shapes or [dict(b=b, l=l, **HEADS) for b, l in GPU_SHAPES]
-        dtype, q, fc = dtype or torch.bfloat16, chunk or 256, fused_chunks or (256, 128)
+        dtype, q, fc = dtype or torch.bfloat16, chunk or 256, fused_chunks or ()
     else:
         shapes = shapes or [dict(b=1, l=40, h=2, p=8, g=1, n=8)]
         dtype, q, fc = dtype or torch.float32, chunk or 16, fused_chunks or (16,)
@@ -192,7 +195,8 @@ def run(gpu, shapes=None, chunk=None, fused_chunks=None, dtype=None, device=None
                                               in_bytes=torch.finfo(dtype).bits // 8))["floor_ms"]
         if forward:
             rows += _forward_rows(args, kw, q, fc, name, theirs, fla, fl if gpu else None)
-        rows += _fwd_bwd_rows(args, kw, q, name, theirs, oracle=i == 0)
+        if backward:
+            rows += _fwd_bwd_rows(args, kw, q, name, theirs, oracle=i == 0)
         del args, kw
         if gpu:
             torch.cuda.empty_cache()
@@ -355,14 +359,15 @@ def precision(gpu, chunks=(128, 256), tols=(0.0, 1e-3, 1e-2), shape=None):
     s = shape or (dict(b=4, l=4096, **HEADS) if gpu else dict(b=1, l=128, h=2, p=16, g=1, n=16))
     dtype = torch.bfloat16 if gpu else torch.float32  # the interpreter's tl.dot mishandles bf16
     chunks = chunks if gpu else (32, 64)
+    chunks = tuple(chunks) + ((64,) if gpu else ())
     args, kw = make_inputs(**s, dtype=dtype, device=dev)
     designs = {"two launches": dict(), "one launch float32 state": dict(launches=1),
                "one launch float16 state": dict(launches=1, state_dtype=torch.float16)}
     table = {}
     for q in chunks:
         ref = ours(*args, q, fused=False, **kw).float()
-        for label, opts in designs.items():
-            got = ssd_fused_forward(*args, q, **opts, **kw)[0].float()
+        for label, opts in designs.items():  # at the same chunk as the unfused kernel
+            got = ssd_fused_forward(*args, q, **opts, config=dict(chunk=q), **kw)[0].float()
             d = (got - ref).abs()
             table[f"{label} q{q}"] = {f"tol {t:g}": (d <= t * (1 + ref.abs())).float().mean().item()
                                       for t in tols}

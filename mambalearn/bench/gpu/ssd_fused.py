@@ -39,21 +39,14 @@ F16 = torch.float16
 # name -> (chunk, ssd_fused_forward keyword arguments); the sm_90 registers of each kernel are in
 # bench/NOTES_ssd.md
 DESIGNS = {
-    "2L q256": (256, {}),
-    "2L q256 exp2": (256, dict(config=dict(outputs=dict(EXP2=True)))),
-    "2L q256 K32 r128 exp2": (256, dict(config=dict(outputs=dict(BLOCK_K=32, maxnreg=128,
-                                                                 EXP2=True)))),
-    "2L q256 out 8w": (256, dict(config=dict(outputs=dict(num_warps=8)))),
-    "2L q256 out M128 8w": (256, dict(config=dict(outputs=dict(BLOCK_M=128, num_warps=8)))),
-    "2L q256 states 64x64": (256, dict(config=dict(states=dict(BLOCK_P=64, BLOCK_N=64)))),
-    "2L q256 states 32x32": (256, dict(config=dict(states=dict(BLOCK_P=32, BLOCK_N=32)))),
-    "2L q256 states 64x64 8w": (256, dict(config=dict(states=dict(BLOCK_P=64, BLOCK_N=64,
-                                                                  num_warps=8)))),
+    "2L q256": (256, dict(config=dict(chunk=256))),
     "2L q128": (128, {}),
-    "2L q128 K32 r128 exp2": (128, dict(config=dict(outputs=dict(BLOCK_K=32, maxnreg=128,
-                                                                 EXP2=True)))),
-    "1L q256 fp32": (256, dict(launches=1)),
-    "1L q256 fp16": (256, dict(launches=1, state_dtype=F16)),
+    "2L q64": (64, dict(config=dict(chunk=64))),
+    "2L q256 K32 r128": (256, dict(config=dict(chunk=256, outputs=dict(BLOCK_K=32, maxnreg=128)))),
+    "2L q128 K32 r128": (128, dict(config=dict(outputs=dict(BLOCK_K=32, maxnreg=128)))),
+    "2L q64 K32 r128": (64, dict(config=dict(chunk=64, outputs=dict(BLOCK_K=32, maxnreg=128)))),
+    "2L q128 exp": (128, dict(config=dict(outputs=dict(EXP2=False)))),
+    "2L q128 r128": (128, dict(config=dict(outputs=dict(maxnreg=128)))),
 }
 SHAPES = [(4, 4096), (1, 16384), (16, 1024)]  # (b, l), h80 p64 n128 g1
 T0 = time.time()
@@ -122,10 +115,11 @@ def speed(gpu, limit):
                 row(section="speed", shape=shape, design="fla", error=str(e)[:300])
         row(section="speed", shape=shape, design="peers", **peers, floor_ms=fl)
         refs = {}
-        for q in (256, 128):
+        for q in (256, 128, 64):
             refs[q] = unfused.ssd_forward(*args, q, **kw)[0]
-            ms = time_ms(lambda q=q: unfused.ssd_forward(*args, q, **kw))
-            _speed_row(shape, f"unfused q{q}", ms, peers, fl, None)
+            if q == 256:
+                ms = time_ms(lambda q=q: unfused.ssd_forward(*args, q, **kw))
+                _speed_row(shape, f"unfused q{q}", ms, peers, fl, None)
         _parts(args, kw, shape, peers, fl)
         for name, (q, opts) in DESIGNS.items():
             if left(limit) < 20:
@@ -137,7 +131,6 @@ def speed(gpu, limit):
                 _speed_row(shape, name, time_ms(f), peers, fl, rel)
             except Exception as e:  # noqa: BLE001
                 row(section="speed", shape=shape, design=name, error=f"{type(e).__name__}: {e}"[:300])
-        del args, kw, refs
         if gpu:
             torch.cuda.empty_cache()
 
@@ -153,9 +146,14 @@ def _parts(args, kw, shape, peers, floor_ms):
     x, dt, A, B, C = args
     dt_c, dA_cs = unfused.chunk_cumsum(dt, A, 256, kw["dt_bias"], True)
     H, _ = states.chunk_states(x, B, dt_c, dA_cs)
+    d128, a128 = unfused.chunk_cumsum(dt, A, 128, kw["dt_bias"], True)
+    H128, _ = states.chunk_states(x, B, d128, a128)
     parts = {"part chunk_cumsum": lambda: unfused.chunk_cumsum(dt, A, 256, kw["dt_bias"], True),
              "part chunk_states": lambda: states.chunk_states(x, B, dt_c, dA_cs),
              "part chunk_outputs": lambda: outputs.chunk_outputs(x, C, B, dt_c, dA_cs, H, kw["D"]),
+             "part chunk_states q128": lambda: states.chunk_states(x, B, d128, a128),
+             "part chunk_outputs q128": lambda: outputs.chunk_outputs(x, C, B, d128, a128, H128,
+                                                                      kw["D"]),
              "part unfused chunk_state+state_passing": lambda: unfused.state_passing(
                  unfused.chunk_state(x, B, dt_c, dA_cs), dA_cs, out_dtype=x.dtype),
              "part unfused bmm+chunk_scan": lambda: unfused.chunk_scan(
@@ -168,7 +166,8 @@ def decode(gpu, limit):
     """Section 3: the decode step's tiles at b1 (graph) and b64 (eager, graph), fp32 state."""
     theirs = bstep.load_mamba_ssm_step() if gpu else None
     dev = "cuda" if gpu else "cpu"
-    tiles = [None, (4, 4), (2, 2), (4, 2), (8, 2), (8, 4), (2, 1), (16, 4), (32, 8)]
+    tiles = [None, (4, 4, False), (16, 4, False), (16, 4, True), (8, 4, False), (32, 8, True),
+             (32, 8, False), (64, 8, True), (16, 8, True)]
     for b in ((1, 64) if gpu else (2,)):
         if left(limit) < 15:
             row(section="step", b=b, error="skipped: time limit")
@@ -178,7 +177,7 @@ def decode(gpu, limit):
         fl = bstep.floor_ms(b, h, p, n, torch.float32)
         fns = {"mamba_ssm": (lambda: theirs(**inp))} if theirs is not None else {}
         for t in tiles:
-            tune = {} if t is None else dict(block_p=t[0], num_warps=t[1])
+            tune = {} if t is None else dict(block_p=t[0], num_warps=t[1], stream=t[2])
             fns[f"ours {t or 'default'}"] = lambda tune=tune: selective_state_update(**inp, **tune)
         for name, f in fns.items():
             r = dict(eager=time_ms(f))
