@@ -29,7 +29,8 @@ from triton.tools.tensor_descriptor import TensorDescriptor
 
 from mambalearn.triton.ssd.common import INTERP, LOG2E, _exp2, launch_options, p2
 
-CONFIG = dict(BLOCK_M=64, BLOCK_K=64, num_warps=4, num_stages=2, EXP2=True, maxnreg=None)
+# EXP2 off: chapter 10's roundings exactly (bench/NOTES_ssd.md: exp2 left 1e-4 on some inputs)
+CONFIG = dict(BLOCK_M=64, BLOCK_K=64, num_warps=4, num_stages=2, EXP2=False, maxnreg=None)
 
 
 @triton.jit

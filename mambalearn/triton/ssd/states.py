@@ -35,7 +35,7 @@ from mambalearn.triton.ssd.common import INTERP, launch_options, p2
 # BLOCK_P / BLOCK_N None: the largest of TILES that still gives PROGRAMS_PER_SM programs per SM
 CONFIG = dict(BLOCK_P=None, BLOCK_N=None, BLOCK_K=64, num_warps=4, num_stages=3, maxnreg=None)
 TILES = ((64, 64), (32, 64), (32, 32))  # (BLOCK_P, BLOCK_N), largest first
-PROGRAMS_PER_SM = 1  # H200, call 1: 64 × 64 beat 32 × 32 even with 160 programs (b1 l16384)
+PROGRAMS_PER_SM = 1  # 64 × 64 wins even at 160 programs (b1 l16384): bench/NOTES_ssd.md
 
 
 @triton.jit
