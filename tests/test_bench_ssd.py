@@ -1,4 +1,4 @@
-"""The SSD bench topic runs end to end (CPU: interpreter, tiny shapes) and its rows are well formed."""
+"""The SSD bench topic runs end to end (CPU: interpreter, tiny shapes); its rows are well formed."""
 
 import torch
 
@@ -8,10 +8,15 @@ from mambalearn.bench import ssd as S
 def test_run_cpu_rows_are_checked_against_the_oracle():
     rows = S.run(False)
     names = [r["backend"] for r in rows]
-    assert names == ["ours unfused fwd", "ours fused fwd", "ours fused fwd q16",
-                     "ours fused fwd q16 one launch float32 state",
-                     "ours fused fwd q16 one launch float16 state",
-                     "ours fwd+bwd (bwd: PyTorch recompute)", "ours fwd+bwd"]
+    assert names == [
+        "ours unfused fwd",
+        "ours fused fwd",
+        "ours fused fwd q16",
+        "ours fused fwd q16 one launch float32 state",
+        "ours fused fwd q16 one launch float16 state",
+        "ours fwd+bwd (bwd: PyTorch recompute)",
+        "ours fwd+bwd",
+    ]
     for r in rows:
         assert r["topic"] == "ssd" and r["ms"] is not None and r["ms"] > 0, r
     for r in rows[:5]:  # every forward agrees with the float32 oracle
@@ -21,8 +26,14 @@ def test_run_cpu_rows_are_checked_against_the_oracle():
 def test_gpu_branch_logic_on_cpu(monkeypatch):
     """The GPU path (several fused chunk sizes, floors, mamba_ssm absent) with CPU tensors."""
     monkeypatch.setenv("MAMBA_SSM_PATH", "/nonexistent/mamba_ssm")
-    rows = S.run(True, shapes=[dict(b=1, l=20, h=2, p=4, g=1, n=8)], chunk=8, fused_chunks=(8, 16),
-                 dtype=torch.float32, device="cpu")
+    rows = S.run(
+        True,
+        shapes=[dict(b=1, l=20, h=2, p=4, g=1, n=8)],
+        chunk=8,
+        fused_chunks=(8, 16),
+        dtype=torch.float32,
+        device="cpu",
+    )
     assert len(rows) == 2 + 2 * 3 + 2  # unfused, fused; 3 per extra chunk; fwd+bwd
     assert all(r["floor_pct"] is not None for r in rows[:8]) and rows[-1]["floor_pct"] is None
     assert all(r["ratio"] is None and r["ratio_fla"] is None for r in rows)  # no peers

@@ -1,4 +1,4 @@
-"""Chapter 11's fused SSD forward (two launches, or one) against the oracle and chapter 10's kernels."""
+"""Chapter 11's fused SSD forward (two launches, or one) against the oracle and chapter 10."""
 
 import pytest
 import torch
@@ -11,9 +11,13 @@ from tests.test_ssd_triton import dev, make, ref
 
 
 def extras(b, l, h, p, n, z=True):
-    return dict(D=torch.randn(h, p, device=dev), z=torch.randn(b, l, h, p, device=dev) if z else None,
-                dt_bias=torch.randn(h, device=dev), initial_states=torch.randn(b, h, p, n, device=dev),
-                dt_softplus=True)
+    return dict(
+        D=torch.randn(h, p, device=dev),
+        z=torch.randn(b, l, h, p, device=dev) if z else None,
+        dt_bias=torch.randn(h, device=dev),
+        initial_states=torch.randn(b, h, p, n, device=dev),
+        dt_softplus=True,
+    )
 
 
 @pytest.mark.parametrize("launches", [2, 1])
@@ -28,12 +32,17 @@ def test_fused_forward_matches_oracle(l, q, g, launches):
     assert_close(final, want_f)
 
 
-@pytest.mark.parametrize("cfg", [
-    dict(states=dict(BLOCK_P=16, BLOCK_N=8), outputs=dict(BLOCK_M=8, BLOCK_K=8)),
-    dict(states=dict(BLOCK_P=8, BLOCK_N=16, BLOCK_K=8), outputs=dict(BLOCK_M=16, BLOCK_K=8,
-                                                                    EXP2=False)),
-    dict(chunk=8, outputs=dict(BLOCK_M=8, BLOCK_K=8)),
-])
+@pytest.mark.parametrize(
+    "cfg",
+    [
+        dict(states=dict(BLOCK_P=16, BLOCK_N=8), outputs=dict(BLOCK_M=8, BLOCK_K=8)),
+        dict(
+            states=dict(BLOCK_P=8, BLOCK_N=16, BLOCK_K=8),
+            outputs=dict(BLOCK_M=16, BLOCK_K=8, EXP2=False),
+        ),
+        dict(chunk=8, outputs=dict(BLOCK_M=8, BLOCK_K=8)),
+    ],
+)
 def test_tiles_split_the_state_and_the_chunk(cfg):
     """Several state tiles per head (p and n split), several row and column blocks per chunk (the
     unmasked blocks left of the diagonal), chapter 10's exp, a chunk below the caller's; odd l:
@@ -97,8 +106,9 @@ def test_rows_tensor_descriptors_cannot_take_fall_back_to_chapter_10():
 def test_low_precision_state_is_close():
     b, l, h, p, g, n, q = 1, 40, 2, 4, 1, 8, 16
     x, dt, A, B, C = make(b, l, h, p, g, n)
-    out, _ = ssd_fused_forward(x, dt, A, B, C, q, dt_softplus=True, launches=1,
-                               state_dtype=torch.float16)
+    out, _ = ssd_fused_forward(
+        x, dt, A, B, C, q, dt_softplus=True, launches=1, state_dtype=torch.float16
+    )
     assert_close(out, ref(x, dt, A, B, C, q, dt_softplus=True), dtype=torch.float16)
 
 
@@ -129,9 +139,15 @@ def test_fused_flag_selects_it_and_backward_reuses_ch10():
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
-@pytest.mark.parametrize("q,cfg", [(256, {}), (128, {}), (64, dict(outputs=dict(BLOCK_K=32,
-                                                                         maxnreg=128))),
-                                   (128, dict(outputs=dict(EXP2=True)))])
+@pytest.mark.parametrize(
+    "q,cfg",
+    [
+        (256, {}),
+        (128, {}),
+        (64, dict(outputs=dict(BLOCK_K=32, maxnreg=128))),
+        (128, dict(outputs=dict(EXP2=True))),
+    ],
+)
 def test_gpu_fused_equals_unfused_at_the_same_chunk(q, cfg):
     """bf16 at a real size, float32 chain: the fused forward rounds where chapter 10's does, so
     it equals it to 1e-4 (float32 summation order only) and the oracle to bf16 accuracy. EXP2

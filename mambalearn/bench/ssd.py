@@ -1,14 +1,16 @@
-"""Bench topic ``ssd``: Mamba-2 SSD forward and forward+backward, ours against ``mamba_ssm``'s and FLA's.
+"""Bench topic ``ssd``: Mamba-2 SSD forward and forward+backward, ours against mamba_ssm and FLA.
 
 Backends (chapters 10–11):
-    mamba_ssm               ``mamba_ssm.ops.triton.ssd_combined.mamba_chunk_scan_combined`` (pure Triton),
-                            imported from its source tree through stub packages when available
+    mamba_ssm               ``mamba_ssm.ops.triton.ssd_combined.mamba_chunk_scan_combined``
+                            (pure Triton), imported from its source tree through stub
+                            packages when available
     fla chunk_simple_gla    flash-linear-attention's chunked linear attention with a scalar decay:
-                            the same recurrence (q = C, k = B, v = Δx, g = ΔA), without D; timed when
-                            ``fla`` imports (its inputs are prepared outside the timed call)
-    ours unfused            ``mamba_chunk_scan_combined(..., fused=False)``: chapter 10's five stages
+                            the same recurrence (q = C, k = B, v = Δx, g = ΔA), without D;
+                            timed when ``fla`` imports (inputs prepared outside the timing)
+    ours unfused            ``mamba_chunk_scan_combined(..., fused=False)``: chapter 10's
     ours fused              ``mamba_chunk_scan_combined(..., fused=True)``: chapter 11's kernels
-    ours fused qQ …         ``ssd_fused_forward`` at chunk Q: two launches, or one (states fp32 / fp16)
+    ours fused qQ …         ``ssd_fused_forward`` at chunk Q: two launches, or one (fp32 /
+                            fp16 passed states)
 Forward+backward rows time ``out = f(...)`` and ``torch.autograd.grad(out, [x, dt, A, B, C, D,
 dt_bias], dout)`` and record the peak memory beyond the inputs (``peak_gb``), for mamba_ssm, ours
 (Triton backward, ``mambalearn.triton.ssd.backward``) and, at the first shape only (it is slow),
@@ -46,12 +48,13 @@ HEADS = dict(h=80, p=64, g=1, n=128)
 
 
 def load_mamba_ssm_ssd(path=None):
-    """``mamba_ssm``'s ``mamba_chunk_scan_combined`` from its source tree, or None (with a reason printed)."""
+    """``mamba_ssm``'s ``mamba_chunk_scan_combined`` from its source tree, or None (reason
+    printed)."""
     return _reference.load("ops.triton.ssd_combined", "mamba_chunk_scan_combined", path)
 
 
 def make_inputs(b, l, h, p, g, n, dtype=torch.bfloat16, device="cuda", seed=0):
-    """Random SSD inputs in mamba_ssm's layouts: (x, dt, A, B, C) and dict(D, dt_bias, dt_softplus)."""
+    """Random SSD inputs in mamba_ssm's layouts: (x, dt, A, B, C), dict(D, dt_bias, dt_softplus)."""
     gen = torch.Generator(device=device).manual_seed(seed)
     r = lambda *s: torch.randn(*s, generator=gen, device=device)
     u = lambda *s: torch.rand(*s, generator=gen, device=device)
@@ -333,9 +336,9 @@ def backward_steps(gpu, shape=None, chunk=None, device=None, sweep=False):
     for step, fn in steps.items():
         timed(f"bwd step {step}", lambda fn=fn: fn(None))
     if sweep:
-        for step, (kernel, variants) in SWEEP.items():
+        for step, (_, variants) in SWEEP.items():
             for cfg in variants:
-                timed(f"sweep {step} {cfg}", lambda cfg=cfg: steps[step](cfg))
+                timed(f"sweep {step} {cfg}", lambda cfg=cfg, fn=steps[step]: fn(cfg))
         for k in (k for k in (1, 2, 4) if (s["h"] // s["g"]) % k == 0):
             def trio(k=k):
                 dCB_k = SB.dcb(dy, x, CB, dt_c, dA_cs, ddA, nsplit=k)

@@ -1,13 +1,13 @@
-"""Device script, chapter 11: the fused SSD forward's designs side by side, and the decode step's tiles.
+"""Device script, chapter 11: the fused SSD forward's designs side by side, decode tiles.
 
     PYTHONUNBUFFERED=1 python3 -m mambalearn.bench.gpu.ssd_fused [--limit S] [--ncu] [--json F]
 
 1. correctness at b2 l1024 h16 p64 n128 g1 (bf16; fp32 for the default; D, z, dt_bias, initial
    states): every design of ``DESIGNS`` against the float32 oracle and chapter 10's unfused kernel
-2. speed at b4 l4096 / b1 l16384 / b16 l1024 (h80 p64 n128 g1, bf16, D, dt_bias, softplus): mamba_ssm
-   (chunk 256), FLA's ``chunk_simple_gla`` (inputs prepared outside the timing, no D), our unfused
-   kernel and every design; ms, ratio to each peer, relative difference to the unfused kernel at the
-   same chunk size, % of the floor; also our three launches alone (chunk cumsum, states, outputs)
+2. speed at b4 l4096 / b1 l16384 / b16 l1024 (h80 p64 n128 g1, bf16, D, dt_bias, softplus):
+   mamba_ssm (chunk 256), FLA's ``chunk_simple_gla`` (inputs prepared outside the timing, no D),
+   our unfused kernel and every design; ms, ratio to each peer, relative difference to the unfused
+   kernel at the same chunk size, % of the floor; also our launches alone (cumsum, states, outputs)
 3. the decode step: tiles at b1 (CUDA-graph replay) and b64 (eager and graph), fp32 state, vs
    mamba_ssm's ``selective_state_update``
 4. ``--ncu``: one Nsight Compute pass over the default fused forward at b4 l4096 (if time is left)
@@ -103,7 +103,7 @@ def speed(gpu, limit):
         fl = roofline.floor(roofline.ssd_cost(b, l, h, p, n, 256, g, in_bytes=2))["floor_ms"]
         peers = {}
         if theirs is not None:
-            peers["mamba_ssm"] = time_ms(lambda: theirs(*args, 256, **kw))
+            peers["mamba_ssm"] = time_ms(lambda a=args, k=kw: theirs(*a, 256, **k))
         if fla is not None:
             try:
                 peers["fla"] = time_ms(fla_fn(fla, args, kw))
@@ -118,7 +118,7 @@ def speed(gpu, limit):
         for q in (256, 128, 64):
             refs[q] = unfused.ssd_forward(*args, q, **kw)[0]
             if q == 256:
-                ms = time_ms(lambda q=q: unfused.ssd_forward(*args, q, **kw))
+                ms = time_ms(lambda q=q, a=args, k=kw: unfused.ssd_forward(*a, q, **k))
                 _speed_row(shape, f"unfused q{q}", ms, peers, fl, None)
         _parts(args, kw, shape, peers, fl)
         for name, (q, opts) in DESIGNS.items():
@@ -126,11 +126,12 @@ def speed(gpu, limit):
                 row(section="speed", shape=shape, design=name, error="skipped: time limit")
                 continue
             try:
-                f = lambda q=q, opts=opts: ssd_fused_forward(*args, q, **opts, **kw)[0]
+                f = lambda q=q, o=opts, a=args, k=kw: ssd_fused_forward(*a, q, **o, **k)[0]
                 rel = rel_error(f().float(), refs[q].float())
                 _speed_row(shape, name, time_ms(f), peers, fl, rel)
             except Exception as e:  # noqa: BLE001
-                row(section="speed", shape=shape, design=name, error=f"{type(e).__name__}: {e}"[:300])
+                row(section="speed", shape=shape, design=name,
+                    error=f"{type(e).__name__}: {e}"[:300])
         if gpu:
             torch.cuda.empty_cache()
 
@@ -175,10 +176,11 @@ def decode(gpu, limit):
         h, p, n = (80, 64, 128) if gpu else (2, 4, 8)
         inp = bstep.mamba2_step_inputs(b, h, p, n, torch.float32, device=dev)
         fl = bstep.floor_ms(b, h, p, n, torch.float32)
-        fns = {"mamba_ssm": (lambda: theirs(**inp))} if theirs is not None else {}
+        fns = {"mamba_ssm": (lambda i=inp: theirs(**i))} if theirs is not None else {}
         for t in tiles:
             tune = {} if t is None else dict(block_p=t[0], num_warps=t[1], stream=t[2])
-            fns[f"ours {t or 'default'}"] = lambda tune=tune: selective_state_update(**inp, **tune)
+            fns[f"ours {t or 'default'}"] = (lambda tune=tune, i=inp:
+                                             selective_state_update(**i, **tune))
         for name, f in fns.items():
             r = dict(eager=time_ms(f))
             if gpu:
@@ -245,7 +247,7 @@ def main():
     print(f"\n== {time.time() - T0:.0f} s; speed (ms, vs mamba_ssm, vs FLA, rel to unfused):")
     for r in ROWS:
         if r.get("section") == "speed" and "ms" in r:
-            f = lambda k: "-" if r.get(k) is None else f"{r[k]:.3g}"
+            f = lambda k, r=r: "-" if r.get(k) is None else f"{r[k]:.3g}"
             print(f"{r['shape']:10s} {r['design']:42s} {r['ms']:7.3f} {f('vs_mamba'):>6s} "
                   f"{f('vs_fla'):>6s} {f('rel_unfused'):>8s}")
         elif r.get("section") in ("peers", "step") or r.get("design") == "peers":

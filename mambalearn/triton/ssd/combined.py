@@ -45,7 +45,8 @@ class _SSDFn(torch.autograd.Function):
             grads = (dx, ddt, dA, dB, dC, dD, dz, ddt_bias, dh0)
         x, dt, A, B, C, D, z, dt_bias, h0 = grads
         grads = (x, dt, A, B, C, None, D, z, dt_bias, h0, None, None, None, None, None)
-        return tuple(gr if need else None for gr, need in zip(grads, ctx.needs_input_grad))
+        return tuple(gr if need else None
+                     for gr, need in zip(grads, ctx.needs_input_grad, strict=True))
 
 
 def _reference_backward(ctx, dout, dfinal, heads):
@@ -64,7 +65,7 @@ def _reference_backward(ctx, dout, dfinal, heads):
     with torch.enable_grad():
         for i in range(0, h, step):
             hs, gs = slice(i, i + step), slice(i // (h // g), i // (h // g) + 1)
-            cut = lambda t, dim: None if t is None else t.narrow(dim, i, step)
+            cut = lambda t, dim, i=i: None if t is None else t.narrow(dim, i, step)
             out, final = ssd.mamba_chunk_scan_ref(
                 x[:, :, hs], dt[:, :, hs], A[hs], B[:, :, gs], C[:, :, gs], chunk_size,
                 cut(D, 0), cut(z, 2), cut(dt_bias, 0), cut(h0, 1), seq_idx, dt_softplus,
@@ -76,7 +77,8 @@ def _reference_backward(ctx, dout, dfinal, heads):
             if wrt:
                 torch.autograd.backward(outs, grads_out, inputs=wrt)  # accumulates in .grad
     res = [(t.grad if t.grad is not None else torch.zeros_like(t)).to(s.dtype)
-           if t is not None and t.requires_grad else None for t, s in zip(leaves, saved)]
+           if t is not None and t.requires_grad else None
+           for t, s in zip(leaves, saved, strict=True)]
     return tuple(res[:9])
 
 

@@ -1,13 +1,13 @@
-"""Mamba-2 SSD in five Triton stages, behind ``mamba_ssm``'s ``mamba_chunk_scan_combined`` (chapter 10).
+"""Mamba-2 SSD in five Triton stages, the forward of ``mamba_chunk_scan_combined`` (chapter 10).
 
 The chunked algorithm of ``mambalearn.ssd.ssd_chunked``, one kernel per stage:
 
-    1. chunk cumsum    Δ = softplus(dt + dt_bias); dA_cs[c, t] = Σ_{s≤t in chunk c} Δ_s A   (b, h, c, q)
-    2. bmm             CB[c] = C_c B_cᵀ, the q×q "attention scores" of each chunk           (b, c, g, q, q)
-    3. chunk state     S_c = Σ_s exp(dA_cs[c, end] − dA_cs[c, s]) Δ_s x_s B_sᵀ              (b, c, h, p, n)
-    4. state passing   H_{c+1} = exp(dA_cs[c, end]) H_c + S_c, a short scan over chunks     (b, c, h, p, n)
-    5. chunk scan      y_t = Σ_{s≤t} CB_ts exp(dA_cs_t − dA_cs_s) Δ_s x_s                  (diagonal block)
-                             + exp(dA_cs_t) C_t H_c   + D x_t,   out = y · silu(z)          (off-diagonal)
+    1. chunk cumsum   Δ = softplus(dt + dt_bias); dA_cs[c, t] = Σ_{s≤t in c} Δ_s A     (b, h, c, q)
+    2. bmm            CB[c] = C_c B_cᵀ, the q×q "attention scores" of each chunk  (b, c, g, q, q)
+    3. chunk state    S_c = Σ_s exp(dA_cs[c, end] − dA_cs[c, s]) Δ_s x_s B_sᵀ    (b, c, h, p, n)
+    4. state passing  H_{c+1} = exp(dA_cs[c, end]) H_c + S_c, a scan over chunks (b, c, h, p, n)
+    5. chunk scan     y_t = Σ_{s≤t} CB_ts exp(dA_cs_t − dA_cs_s) Δ_s x_s           (diagonal)
+                            + exp(dA_cs_t) C_t H_c  + D x_t,  out = y · silu(z)  (off-diagonal)
 
 Stages 2, 3 and 5 are matrix products (``tl.dot``) of q-long tiles: that is why SSD runs on the
 tensor cores while the Mamba-1 scan does not. Layouts and semantics (seq_idx, initial_states, the
@@ -57,7 +57,7 @@ def _chunk_cumsum_kernel(
 
 
 def chunk_cumsum(dt, A, chunk_size, dt_bias=None, dt_softplus=False, dt_limit=(0.0, float("inf"))):
-    """Stage 1. Returns (Δ, dA_cs), both (b, h, c, q) float32; Δ = 0 past the end of the sequence."""
+    """Stage 1. Returns (Δ, dA_cs), both (b, h, c, q) float32; Δ = 0 past the end of l."""
     b, l, h = dt.shape
     q, c = chunk_size, triton.cdiv(l, chunk_size)
     dt_out = torch.empty(b, h, c, q, device=dt.device, dtype=torch.float32)
@@ -110,7 +110,7 @@ def _bmm_kernel(
 
 
 def bmm_chunk(C, B, chunk_size):
-    """Stage 2. CB (b, c, g, q, q) float32 with CB[b, c, g, t, s] = C_t · B_s (t ≥ s blocks only)."""
+    """Stage 2. CB (b, c, g, q, q) float32, CB[b, c, g, t, s] = C_t · B_s (t ≥ s blocks only)."""
     b, l, g, n = C.shape
     q, c = chunk_size, triton.cdiv(l, chunk_size)
     CB = torch.empty(b, c, g, q, q, device=C.device, dtype=torch.float32)
@@ -195,7 +195,7 @@ def chunk_state(x, B, dt_c, dA_cs, seq_idx=None):
 @triton.jit
 def _state_passing_kernel(
     S_ptr, dA_cs_ptr, init_ptr, seq_ptr,   # S (b, c, h, p·n) f32; init (b, h, p·n)
-    Hin_ptr, final_ptr,                    # Hin (b, c, h, p·n) states entering each chunk; final (b, h, p·n) f32
+    Hin_ptr, final_ptr,                    # Hin (b, c, h, p·n): entering states; final (b, h, p·n)
     l, h, dim, nchunks,
     stride_ib, stride_ih, stride_id,       # strides of init viewed as (b, h, p·n)
     stride_seqb, stride_seql,
@@ -216,7 +216,8 @@ def _state_passing_kernel(
         tl.store(Hin_ptr + row * dim + offs, H.to(Hin_ptr.dtype.element_ty), mask=ok)
         a = tl.exp(tl.load(dA_cs_ptr + ((pid_b * h + pid_h) * nchunks + c) * Q + Q - 1))
         if HAS_SEQ:  # a new sequence ends this chunk: the old state must not leak into it
-            seq_new = tl.load(seq_ptr + pid_b * stride_seqb + (tl.minimum((c + 1) * Q, l) - 1) * stride_seql)
+            t_end = tl.minimum((c + 1) * Q, l) - 1
+            seq_new = tl.load(seq_ptr + pid_b * stride_seqb + t_end * stride_seql)
             a = tl.where(seq_new == seq_prev, a, 0.0)
             seq_prev = seq_new
         H = a * H + tl.load(S_ptr + row * dim + offs, mask=ok, other=0.0)  # H_{c+1} = a H_c + S_c
@@ -235,7 +236,8 @@ def state_passing(S, dA_cs, initial_states=None, seq_idx=None, l=None, out_dtype
     BLOCK = 256 if INTERP else 1024
     grid = (triton.cdiv(dim, BLOCK), b, h)
     _state_passing_kernel[grid](
-        S, dA_cs, init if init is not None else S, seq_idx if seq_idx is not None else S, Hin, final,
+        S, dA_cs, init if init is not None else S, seq_idx if seq_idx is not None else S, Hin,
+        final,
         l if l is not None else c * q, h, dim, c,
         *(init.stride() if init is not None else (0, 0, 0)),
         *((seq_idx.stride(0), seq_idx.stride(1)) if seq_idx is not None else (0, 0)),
@@ -281,7 +283,8 @@ def _chunk_scan_kernel(
     stride_seqb, stride_seql, stride_Dh, stride_Dp,
     N: tl.constexpr, Q: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_P: tl.constexpr, BLOCK_K: tl.constexpr,
-    BLOCK_N: tl.constexpr, INTERP: tl.constexpr, HAS_D: tl.constexpr, HAS_Z: tl.constexpr, HAS_SEQ: tl.constexpr,
+    BLOCK_N: tl.constexpr, INTERP: tl.constexpr, HAS_D: tl.constexpr, HAS_Z: tl.constexpr,
+    HAS_SEQ: tl.constexpr,
 ):
     pid_mp, pid_bch = tl.program_id(0), tl.program_id(1)
     n_blocks_p = tl.cdiv(p, BLOCK_P)
@@ -311,7 +314,7 @@ def _chunk_scan_kernel(
         Cm = tl.load(C_base + t_m[:, None] * stride_Cl + offs_n[None, :] * stride_Cn,
                      mask=ok_m[:, None] & (offs_n[None, :] < N), other=0.0)  # (BLOCK_M, BLOCK_N)
         HT = tl.load(H_base + offs_p[None, :] * N + offs_n[:, None],
-                     mask=(offs_p[None, :] < p) & (offs_n[:, None] < N), other=0.0)  # (BLOCK_N, BLOCK_P)
+                     mask=(offs_p[None, :] < p) & (offs_n[:, None] < N), other=0.0)  # (N, P)
         acc += tl.dot(Cm, HT.to(Cm.dtype))
     acc *= scale_m[:, None]
     # diagonal block: Σ_{s ≤ t} CB_ts exp(dA_cs_t − dA_cs_s) Δ_s x_s, only blocks s ≤ t
@@ -322,13 +325,13 @@ def _chunk_scan_kernel(
     if INTERP:  # the interpreter needs compile-time loop bounds; the causal mask does the rest
         for k0 in range(0, Q, BLOCK_K):
             acc = _diag_block(acc, k0, x_base, CB_base, dA_cs_ptr + cs_base, dt_ptr + cs_base,
-                              seq_ptr + pid_b * stride_seqb, seq_m, dA_m, offs_m, offs_p, pid_c, l, p,
-                              stride_xl, stride_xp, stride_seql, Q, BLOCK_K, HAS_SEQ)
+                              seq_ptr + pid_b * stride_seqb, seq_m, dA_m, offs_m, offs_p, pid_c,
+                              l, p, stride_xl, stride_xp, stride_seql, Q, BLOCK_K, HAS_SEQ)
     else:  # only blocks left of (and on) the diagonal: the rest of L is zero
         for k0 in range(0, tl.minimum((pid_m + 1) * BLOCK_M, Q), BLOCK_K):
             acc = _diag_block(acc, k0, x_base, CB_base, dA_cs_ptr + cs_base, dt_ptr + cs_base,
-                              seq_ptr + pid_b * stride_seqb, seq_m, dA_m, offs_m, offs_p, pid_c, l, p,
-                              stride_xl, stride_xp, stride_seql, Q, BLOCK_K, HAS_SEQ)
+                              seq_ptr + pid_b * stride_seqb, seq_m, dA_m, offs_m, offs_p, pid_c,
+                              l, p, stride_xl, stride_xp, stride_seql, Q, BLOCK_K, HAS_SEQ)
     ok_out = ok_m[:, None] & (offs_p[None, :] < p)
     if HAS_D:  # skip connection D x_t, D per head or per (head, p)
         Dv = tl.load(D_ptr + pid_h * stride_Dh + offs_p * stride_Dp, mask=offs_p < p, other=0.0)
@@ -339,7 +342,8 @@ def _chunk_scan_kernel(
         zm = tl.load(z_ptr + pid_b * stride_zb + t_m[:, None] * stride_zl + pid_h * stride_zh
                      + offs_p[None, :] * stride_zp, mask=ok_out, other=0.0).to(tl.float32)
         acc *= zm * tl.sigmoid(zm)
-    o = out_ptr + pid_b * stride_ob + t_m[:, None] * stride_ol + pid_h * stride_oh + offs_p[None, :] * stride_op
+    o = (out_ptr + pid_b * stride_ob + t_m[:, None] * stride_ol + pid_h * stride_oh
+         + offs_p[None, :] * stride_op)
     tl.store(o, acc.to(out_ptr.dtype.element_ty), mask=ok_out)
 
 

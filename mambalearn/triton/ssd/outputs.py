@@ -1,4 +1,4 @@
-"""Chunk outputs in one kernel (chapter 11): stages 2 and 5 of chapter 10 fused, C Bᵀ never in memory.
+"""Chunk outputs in one kernel (chapter 11): chapter 10's stages 2 and 5, C Bᵀ never in memory.
 
 Given the state H_c entering each chunk and a = dA_cs, the outputs of chunk c are
 
@@ -160,6 +160,7 @@ def chunk_outputs(x, C, B, dt_c, dA_cs, H, D=None, z=None, seq_idx=None, config=
         l, h, p, c, h // g, *Dst, *(seq_idx.stride() if seq_idx is not None else (0, 0)),
         Q=q, BLOCK_M=BM, BLOCK_K=BK, BLOCK_P=BP, BLOCK_N=BN, EXP2=bool(cfg["EXP2"]),
         HAS_D=D is not None, D_PER_HEAD=D is not None and D.ndim == 1, HAS_Z=z is not None,
-        HAS_SEQ=seq_idx is not None, num_warps=cfg["num_warps"], num_stages=1 if INTERP else cfg["num_stages"],
+        HAS_SEQ=seq_idx is not None, num_warps=cfg["num_warps"],
+        num_stages=1 if INTERP else cfg["num_stages"],
         **launch_options(cfg))
     return out

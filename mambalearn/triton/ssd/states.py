@@ -1,4 +1,4 @@
-"""Chunk states in one kernel (chapter 11): stages 3 and 4 of chapter 10 fused, the state in registers.
+"""Chunk states in one kernel (chapter 11): chapter 10's stages 3 and 4, the state in registers.
 
 Chapter 10 computes each chunk's state S_c in one kernel, writes it to memory in float32, and runs
 the short scan over chunks in another:
@@ -40,7 +40,7 @@ PROGRAMS_PER_SM = 1  # 64 × 64 wins even at 160 programs (b1 l16384): bench/NOT
 
 @triton.jit
 def _chunk_states_kernel(
-    x_ptr, B_ptr, dtc_ptr, dacs_ptr, init_ptr, seq_ptr,   # x, B as mamba_ssm's; Δ, dA_cs (b, h, c, q)
+    x_ptr, B_ptr, dtc_ptr, dacs_ptr, init_ptr, seq_ptr,  # x, B: mamba_ssm's; Δ, dA_cs (b, h, c, q)
     H_ptr,              # out: (b, c, h, p, n), the state entering each chunk, in H's dtype
     final_ptr,          # out: (b, h, p, n) float32, the state after the last chunk
     l, h, p, nchunks, heads_per_group,
@@ -129,12 +129,13 @@ def state_tiles(bh, p, n, cfg):
 
 def chunk_states(x, B, dt_c, dA_cs, initial_states=None, seq_idx=None, H_dtype=None,
                  config=None):
-    """H_{c+1} = exp(a_last,c) H_c + Σ_s exp(a_last,c − a_s) Δ_s x_s B_sᵀ over the chunks, in one kernel.
+    """H_{c+1} = exp(a_last,c) H_c + Σ_s exp(a_last,c − a_s) Δ_s x_s B_sᵀ over chunks, one kernel.
 
-    Shapes: x (b, l, h, p); B (b, l, g, n); Δ, dA_cs (b, h, c, q) float32 (``forward.chunk_cumsum``);
-    initial_states (b, h, p, n); seq_idx (b, l). Returns (H (b, c, h, p, n) in ``H_dtype`` (x's
-    dtype by default): the state entering each chunk; final (b, h, p, n) float32) — what chapter
-    10's ``chunk_state`` and ``state_passing`` return together. ``config``: ``CONFIG``'s keys.
+    Shapes: x (b, l, h, p); B (b, l, g, n); Δ, dA_cs (b, h, c, q) float32 (from
+    ``forward.chunk_cumsum``); initial_states (b, h, p, n); seq_idx (b, l). Returns (H (b, c, h,
+    p, n) in ``H_dtype`` (x's dtype by default): the state entering each chunk; final (b, h, p, n)
+    float32) — what chapter 10's ``chunk_state`` and ``state_passing`` return together.
+    ``config``: ``CONFIG``'s keys.
     """
     b, l, h, p = x.shape
     g, n = B.shape[2], B.shape[3]
