@@ -72,8 +72,8 @@ def _chunk_outputs_kernel(
 ):
     # grid (row blocks, heads, b · c): the longest row blocks first; heads next, so that programs
     # running together share the chunk's B and C (a 3-D grid: no divisions to split a program id)
-    n_mb: tl.constexpr = Q // BLOCK_M
-    m0 = (n_mb - 1 - tl.program_id(0)) * BLOCK_M
+    N_MB: tl.constexpr = Q // BLOCK_M
+    m0 = (N_MB - 1 - tl.program_id(0)) * BLOCK_M
     pid_h = tl.program_id(1)
     pid_b, pid_c = tl.program_id(2) // nchunks, tl.program_id(2) % nchunks
     pid_g = pid_h // heads_per_group
