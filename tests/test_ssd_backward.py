@@ -13,8 +13,11 @@ import torch.nn.functional as F
 
 from mambalearn import ssd
 from mambalearn.testing import assert_close, dot_dtype, rel_error
-from mambalearn.triton.ssd import forward as T
 from mambalearn.triton.ssd import backward as SB
+from mambalearn.triton.ssd import combined
+from mambalearn.triton.ssd import forward as T
+from mambalearn.triton.ssd.backward_config import blocks
+from mambalearn.triton.ssd.common import INTERP
 
 dev = "cuda" if torch.cuda.is_available() else "cpu"
 SIZES = dict(b=2, l=40, h=4, p=8, g=2, n=16, q=16)  # c = 3 chunks, the last one half empty
@@ -82,7 +85,7 @@ def unchunk(Y, l):
 
 def ddA_buffer(case):
     b, h, c, q = case["dA_cs"].shape
-    nblk = -(-q // SB._blocks(q))
+    nblk = -(-q // blocks(q))
     return torch.zeros(b, h, c, q, nblk + 1, device=dev), nblk
 
 
@@ -219,13 +222,9 @@ def grads(backward, x, dt, A, B, C, q, dfinal=None, **kw):
                                           if torch.is_tensor(v) and v.is_floating_point()]
     leaves = {k: v.detach().clone().requires_grad_() for k, v in
               zip(names, [x, dt, A, B, C] + [kw[k] for k in names[5:]], strict=True)}
-    old, T.BACKWARD = T.BACKWARD, backward
-    try:
-        out, final = T.mamba_chunk_scan_combined(*(leaves[k] for k in names[:5]), q,
-                                                 return_final_states=True,
-                                                 **{**kw, **{k: leaves[k] for k in names[5:]}})
-    finally:
-        T.BACKWARD = old
+    out, final = combined.mamba_chunk_scan_combined(
+        *(leaves[k] for k in names[:5]), q, return_final_states=True, backward=backward,
+        **{**kw, **{k: leaves[k] for k in names[5:]}})
     gen = torch.Generator(device=dev).manual_seed(1)  # the same dout in both runs
     dout = torch.randn(out.shape, generator=gen, device=dev).to(out.dtype)
     outs, gouts = [out], [dout]
@@ -283,21 +282,31 @@ def test_combined_seq_idx():
               grads("reference", *args, 16, dfinal, seq_idx=seq, **kw))
 
 
-def test_combined_head_splits(monkeypatch):
-    """A group's heads split over two programs in steps 4–6 (the GPU heuristic's path)."""
-    monkeypatch.setattr(SB, "HEAD_SPLITS", 2)
+@pytest.mark.parametrize("recompute", ["states", "stages"])
+def test_head_splits_and_recompute_paths(recompute):
+    """A group's heads split over two programs in steps 4–6 (the GPU heuristic's path), with step
+    0 by chapter 11's chunk-states kernel or chapter 10's stages: the reference's gradients."""
     args, kw = inputs(1, 32, 4, 8, 1, 16)
-    check_all(grads("triton", *args, 16, **kw), grads("reference", *args, 16, **kw))
+    want = grads("reference", *args, 16, **kw)
+    gen = torch.Generator(device=dev).manual_seed(1)  # grads' dout
+    dout = torch.randn(args[0].shape, generator=gen, device=dev)
+    names = ["x", "dt", "A", "B", "C", "D", "z", "dt_bias", "initial_states"]
+    got = SB.ssd_backward(dout, None, *args, 16, D=kw["D"], z=kw["z"], dt_bias=kw["dt_bias"],
+                          initial_states=kw["initial_states"], dt_softplus=True, nsplit=2,
+                          recompute=recompute)
+    got = dict(zip(names, (got[0], got[1], got[2], got[3], got[4], got[5], got[6], got[7],
+                           got[8]), strict=True))
+    check_all(got, want)
 
 
 def test_backward_flag():
     args, _ = inputs(1, 8, 2, 4, 1, 16)
-    old, T.BACKWARD = T.BACKWARD, "pytorch"
-    try:
-        with pytest.raises(ValueError, match="BACKWARD"):
-            T.mamba_chunk_scan_combined(*args, 8)
-    finally:
-        T.BACKWARD = old
+    with pytest.raises(ValueError, match="backward must be one of"):
+        combined.mamba_chunk_scan_combined(*args, 8, backward="pytorch")
+    with pytest.raises(ValueError, match="recompute"):
+        SB.ssd_backward(torch.zeros_like(args[0]), None, *args, 8, recompute="none")
+    with pytest.raises(ValueError, match="no SSD backward kernel named"):
+        SB.ssd_backward(torch.zeros_like(args[0]), None, *args, 8, configs={"dxx": {}})
 
 
 # ---------------------------------------------------------------------------------------------
@@ -351,7 +360,7 @@ def cancellation_errors(backward, seed=1):
     return err
 
 
-@pytest.mark.skipif(not SB._INTERP, reason="float16 rounding emulated in Triton's interpreter")
+@pytest.mark.skipif(not INTERP, reason="float16 rounding emulated in Triton's interpreter")
 def test_cancelling_terms_of_da_from_one_rounding():
     """∂loss/∂a_t = Σ_s E_ts − Σ_t' E_t't + (state terms) cancels to a small remainder in the
     reverse cumsum. Computed as dy·Y_diag (float32 products) − Δx·G (P and H cast to the operand

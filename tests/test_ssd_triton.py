@@ -9,6 +9,7 @@ import torch.nn.functional as F
 
 from mambalearn import ssd
 from mambalearn.testing import assert_close
+from mambalearn.triton.ssd import combined
 from mambalearn.triton.ssd import forward as T
 
 dev = "cuda" if torch.cuda.is_available() else "cpu"
@@ -16,7 +17,11 @@ dev = "cuda" if torch.cuda.is_available() else "cpu"
 
 def make(b, l, h, p, g, n, dtype=torch.float32, softplus=True):
     x = torch.randn(b, l, h, p, device=dev, dtype=dtype)
-    dt = (torch.randn(b, l, h, device=dev) - 1) if softplus else torch.rand(b, l, h, device=dev) * 0.3
+    dt = (
+        (torch.randn(b, l, h, device=dev) - 1)
+        if softplus
+        else torch.rand(b, l, h, device=dev) * 0.3
+    )
     A = -torch.rand(h, device=dev) * 2 - 0.2
     B, C = (torch.randn(b, l, g, n, device=dev, dtype=dtype) for _ in range(2))
     return x, dt, A, B, C
@@ -43,8 +48,9 @@ def test_stages_against_oracle():
     S = T.chunk_state(x, B, dt_c, dA_cs)  # (b, c, h, p, n)
     for c in range(3):  # each chunk alone, started from zero, leaves S_c
         sl = slice(c * q, min(l, (c + 1) * q))
-        _, f = ssd.ssd_sequential(x[:, sl], dt_c[:, :, c, : sl.stop - sl.start].transpose(1, 2), A,
-                                  B[:, sl], C[:, sl])
+        _, f = ssd.ssd_sequential(
+            x[:, sl], dt_c[:, :, c, : sl.stop - sl.start].transpose(1, 2), A, B[:, sl], C[:, sl]
+        )
         assert_close(S[:, c], f)
     h0 = torch.randn(b, h, p, n, device=dev)
     Hin, final = T.state_passing(S, dA_cs, h0, l=l)
@@ -61,10 +67,16 @@ def test_stages_against_oracle():
 def test_combined_forward(l, q, g):
     b, h, p, n = 2, 4, 4, 8
     x, dt, A, B, C = make(b, l, h, p, g, n)
-    kw = dict(D=torch.randn(h, device=dev), z=torch.randn(b, l, h, p, device=dev),
-              dt_bias=torch.randn(h, device=dev), initial_states=torch.randn(b, h, p, n, device=dev),
-              dt_softplus=True)
-    out, final = T.mamba_chunk_scan_combined(x, dt, A, B, C, q, return_final_states=True, **kw)
+    kw = dict(
+        D=torch.randn(h, device=dev),
+        z=torch.randn(b, l, h, p, device=dev),
+        dt_bias=torch.randn(h, device=dev),
+        initial_states=torch.randn(b, h, p, n, device=dev),
+        dt_softplus=True,
+    )
+    out, final = combined.mamba_chunk_scan_combined(
+        x, dt, A, B, C, q, return_final_states=True, **kw
+    )
     want, want_f = ref(x, dt, A, B, C, q, return_final_states=True, **kw)
     assert_close(out, want)
     assert_close(final, want_f)
@@ -78,9 +90,12 @@ def test_seq_idx_and_noncontiguous():
     seq = torch.zeros(b, l, dtype=torch.int32, device=dev)
     seq[:, 9:], seq[:, 16:], seq[1, 33:] = 1, 2, 3
     h0 = torch.randn(b, h, p, n, device=dev)
-    out, final = T.mamba_chunk_scan_combined(x, dt, A, B, C, q, D=D, seq_idx=seq, initial_states=h0,
-                                             return_final_states=True)
-    want, want_f = ref(x, dt, A, B, C, q, D=D, seq_idx=seq, initial_states=h0, return_final_states=True)
+    out, final = combined.mamba_chunk_scan_combined(
+        x, dt, A, B, C, q, D=D, seq_idx=seq, initial_states=h0, return_final_states=True
+    )
+    want, want_f = ref(
+        x, dt, A, B, C, q, D=D, seq_idx=seq, initial_states=h0, return_final_states=True
+    )
     assert_close(out, want)
     assert_close(final, want_f)
 
@@ -88,29 +103,37 @@ def test_seq_idx_and_noncontiguous():
 def test_backward_matches_autograd_of_oracle():
     b, l, h, p, g, n, q = 1, 13, 2, 4, 1, 8, 8
     x, dt, A, B, C = make(b, l, h, p, g, n)
-    D, bias, h0 = torch.randn(h, device=dev), torch.randn(h, device=dev), torch.randn(b, h, p, n, device=dev)
+    D, bias, h0 = (
+        torch.randn(h, device=dev),
+        torch.randn(h, device=dev),
+        torch.randn(b, h, p, n, device=dev),
+    )
     z = torch.randn(b, l, h, p, device=dev)
     leaves = [t.clone().requires_grad_() for t in (x, dt, A, B, C, D, z, bias, h0)]
     leaves64 = [t.detach().double().requires_grad_() for t in leaves]
     dout = torch.randn(b, l, h, p, device=dev)
     x_, dt_, A_, B_, C_, D_, z_, b_, h_ = leaves
-    T.mamba_chunk_scan_combined(x_, dt_, A_, B_, C_, q, D=D_, z=z_, dt_bias=b_, initial_states=h_,
-                                dt_softplus=True).backward(dout)
+    combined.mamba_chunk_scan_combined(
+        x_, dt_, A_, B_, C_, q, D=D_, z=z_, dt_bias=b_, initial_states=h_, dt_softplus=True
+    ).backward(dout)
     x_, dt_, A_, B_, C_, D_, z_, b_, h_ = leaves64
-    ssd.mamba_chunk_scan_ref(x_, dt_, A_, B_, C_, q, D=D_, z=z_, dt_bias=b_, initial_states=h_,
-                             dt_softplus=True).backward(dout.double())
-    for name, a, e in zip("x dt A B C D z dt_bias h0".split(), leaves, leaves64):
+    ssd.mamba_chunk_scan_ref(
+        x_, dt_, A_, B_, C_, q, D=D_, z=z_, dt_bias=b_, initial_states=h_, dt_softplus=True
+    ).backward(dout.double())
+    for name, a, e in zip("x dt A B C D z dt_bias h0".split(), leaves, leaves64, strict=True):
         assert_close(a.grad, e.grad, grad=True, msg=name)
 
 
 def test_bad_arguments():
     x, dt, A, B, C = make(1, 8, 2, 4, 1, 8)
     with pytest.raises(ValueError, match="chunk_size"):
-        T.mamba_chunk_scan_combined(x, dt, A, B, C, 12)
+        combined.mamba_chunk_scan_combined(x, dt, A, B, C, 12)
     with pytest.raises(TypeError, match="B and C"):
-        T.mamba_chunk_scan_combined(x, dt, A, B.double(), C, 8)
+        combined.mamba_chunk_scan_combined(x, dt, A, B.double(), C, 8)
     with pytest.raises(ValueError, match="initial_states"):
-        T.mamba_chunk_scan_combined(x, dt, A, B, C, 8, initial_states=torch.zeros(1, 2, 4, 7))
+        combined.mamba_chunk_scan_combined(
+            x, dt, A, B, C, 8, initial_states=torch.zeros(1, 2, 4, 7)
+        )
 
 
 @pytest.mark.gpu
@@ -120,33 +143,59 @@ def test_bad_arguments():
 def test_gpu_real_sizes(dtype, fused):
     b, l, h, p, g, n, q = 2, 1000, 8, 64, 2, 128, 256
     x, dt, A, B, C = make(b, l, h, p, g, n, dtype=dtype)
-    kw = dict(D=torch.randn(h, device=dev), z=torch.randn(b, l, h, p, device=dev, dtype=dtype),
-              dt_bias=torch.randn(h, device=dev), initial_states=torch.randn(b, h, p, n, device=dev),
-              dt_softplus=True)
-    out, final = T.mamba_chunk_scan_combined(x, dt, A, B, C, q, return_final_states=True, fused=fused, **kw)
+    kw = dict(
+        D=torch.randn(h, device=dev),
+        z=torch.randn(b, l, h, p, device=dev, dtype=dtype),
+        dt_bias=torch.randn(h, device=dev),
+        initial_states=torch.randn(b, h, p, n, device=dev),
+        dt_softplus=True,
+    )
+    out, final = combined.mamba_chunk_scan_combined(
+        x, dt, A, B, C, q, return_final_states=True, fused=fused, **kw
+    )
     want, want_f = ref(x, dt, A, B, C, q, return_final_states=True, **kw)
     rel = (out.double() - want).norm() / want.norm()
     assert rel < (2e-2 if dtype == torch.bfloat16 else 2e-3), rel
     assert (final.double() - want_f).norm() / want_f.norm() < 2e-2
 
 
-def test_backward_by_head_slices(monkeypatch):
-    """The reference backward recomputes a few heads at a time: slices inside groups, final-state
-    gradient too."""
-    monkeypatch.setattr(T, "BACKWARD", "reference")
-    monkeypatch.setattr(T, "BACKWARD_HEADS", 1)
-    b, l, h, p, g, n, q = 1, 11, 4, 3, 2, 8, 8
+def test_backward_by_head_slices():
+    """The reference backward recomputes a few heads at a time (12 heads, one group: two slices of
+    6), final-state gradient too."""
+    b, l, h, p, g, n, q = 1, 11, 12, 3, 1, 8, 8
     x, dt, A, B, C = make(b, l, h, p, g, n)
-    D, bias, h0 = torch.randn(h, p, device=dev), torch.randn(h, device=dev), torch.randn(b, h, p, n, device=dev)
+    D, bias, h0 = (
+        torch.randn(h, p, device=dev),
+        torch.randn(h, device=dev),
+        torch.randn(b, h, p, n, device=dev),
+    )
     z = torch.randn(b, l, h, p, device=dev)
     leaves = [t.clone().requires_grad_() for t in (x, dt, A, B, C, D, z, bias, h0)]
     leaves64 = [t.detach().double().requires_grad_() for t in leaves]
     dout, dfin = torch.randn(b, l, h, p, device=dev), torch.randn(b, h, p, n, device=dev)
-    for ls, f in ((leaves, T.mamba_chunk_scan_combined), (leaves64, ssd.mamba_chunk_scan_ref)):
+    ours = lambda *a, **k: combined.mamba_chunk_scan_combined(*a, backward="reference", **k)
+    for ls, f in ((leaves, ours), (leaves64, ssd.mamba_chunk_scan_ref)):
         x_, dt_, A_, B_, C_, D_, z_, b_, h_ = ls
-        out, fin = f(x_, dt_, A_, B_, C_, q, D=D_, z=z_, dt_bias=b_, initial_states=h_, dt_softplus=True,
-                     return_final_states=True)
+        out, fin = f(
+            x_,
+            dt_,
+            A_,
+            B_,
+            C_,
+            q,
+            D=D_,
+            z=z_,
+            dt_bias=b_,
+            initial_states=h_,
+            dt_softplus=True,
+            return_final_states=True,
+        )
         ((out * dout.to(out.dtype)).sum() + (fin * dfin.to(fin.dtype)).sum()).backward()
-    for name, a, e in zip("x dt A B C D z dt_bias h0".split(), leaves, leaves64):
+    for name, a, e in zip("x dt A B C D z dt_bias h0".split(), leaves, leaves64, strict=True):
         assert_close(a.grad, e.grad, grad=True, msg=name)
-    assert T._head_step(6) == 1 and T._head_step(1) == 1
+
+
+def test_reference_head_slices_stay_inside_groups():
+    assert combined._head_step(12, 8) == 6 and combined._head_step(6, 8) == 6
+    assert combined._head_step(6, 4) == 3 and combined._head_step(7, 4) == 1
+    assert combined._head_step(1, 8) == 1

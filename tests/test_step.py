@@ -36,7 +36,7 @@ def run_both(inp, **kw):
     s_oracle = inp["state"].to(torch.float64)
     args = {k: v for k, v in inp.items() if k != "state"}
     args.update(kw)
-    tune = {k: args.pop(k) for k in ("block_p", "num_warps", "programs", "num_stages") if k in args}
+    tune = {k: args.pop(k) for k in ("block_p", "num_warps", "stream") if k in args}
     out = selective_state_update(s_kernel, **args, **tune)
     a = {k: (v.to(torch.float64) if torch.is_tensor(v) and v.is_floating_point() else v)
          for k, v in args.items()}
@@ -230,13 +230,84 @@ def test_real_size_on_gpu():
     assert_close(out, want)
 
 
-@pytest.mark.parametrize("programs", [1, 3])
-def test_persistent_grid_loops_over_all_tiles(programs):
-    """Fewer programs than tiles: each loops (grid-stride) and every tile is still updated once."""
+@pytest.mark.parametrize("block_p,num_warps,stream", [(2, 1, True), (4, 4, False)])
+def test_tiles_smaller_than_the_head_dim(block_p, num_warps, stream):
+    """Several tiles per head (odd p: the last one partly masked), slots in another order."""
     g = torch.Generator().manual_seed(12)
     inp = mamba2_inputs(3, 2, 5, 4, 2, g)  # 3 · 2 · ⌈5 / 2⌉ = 18 tiles of 2 rows
     idx = torch.tensor([2, -1, 0], device=DEV)
-    out, want, s, s_ref = run_both(inp, dt_softplus=True, state_batch_indices=idx, block_p=2,
-                                   num_warps=1, programs=programs, num_stages=2)
+    out, want, s, s_ref = run_both(inp, dt_softplus=True, state_batch_indices=idx,
+                                   block_p=block_p, num_warps=num_warps, stream=stream)
     assert_close(s, s_ref)
     assert_close(out, want)
+
+
+def test_small_and_large_batches_pick_their_tiles():
+    from mambalearn.triton import step
+
+    assert step._tile(64, 128, 1 * 80 * 64 * 128) == (16, 4, False)  # one sequence: in L2
+    assert step._tile(64, 128, 64 * 80 * 64 * 128) == (32, 8, True)  # b64: streamed
+    assert step._tile(3, 5, 10) == (4, 4, False)  # never wider than the head dim needs
+
+
+def test_slot_past_the_state_is_a_clear_error():
+    g = torch.Generator().manual_seed(13)
+    inp = mamba2_inputs(2, 3, 4, 8, 1, g)
+    before = inp["state"].clone()
+    for bad in ([0, 2], [5, -1]):
+        idx = torch.tensor(bad, device=DEV)
+        with pytest.raises(ValueError, match="state_batch_indices must be < the state's batch 2"):
+            selective_state_update(**inp, state_batch_indices=idx)
+    assert torch.equal(inp["state"], before)  # rejected before any write
+
+
+def test_slot_past_the_state_is_masked_in_the_kernel(monkeypatch):
+    """What runs while a CUDA graph is captured (no host check): rows whose slot lies past the
+    state touch no memory outside it and write NaN; the other rows are updated as usual."""
+    from mambalearn.triton import step
+
+    monkeypatch.setattr(step, "_check_slots", lambda idx, slots: None)  # as under capture
+    g = torch.Generator().manual_seed(14)
+    b, h, p, n = 3, 2, 4, 8
+    inp = mamba2_inputs(b, h, p, n, 1, g)
+    # the state is rows 1…2 of a buffer of 4 rows: rows 0 and 3 are guards that must not change
+    buf = torch.randn(4, h, p, n, generator=g, dtype=torch.float64).to(DEV).float()
+    guards = buf[[0, 3]].clone()
+    state = buf[1:3]
+    idx = torch.tensor([1, 2, 7], device=DEV)  # 2 and 7 are past a state of 2 rows
+    args = {k: v for k, v in inp.items() if k != "state"}
+    want_state = state.double().clone()
+    a = {k: (v.double() if torch.is_tensor(v) else v) for k, v in args.items()}
+    sub = lambda v: None if v is None else v[:1]
+    want = inference.decode_step(want_state[1:2], *(sub(a[k]) for k in ("x", "dt")), a["A"],
+                                 *(sub(a[k]) for k in ("B", "C")), a["D"], sub(a["z"]),
+                                 a["dt_bias"], True)
+    out = selective_state_update(state, **args, dt_softplus=True, state_batch_indices=idx)
+    assert torch.equal(buf[[0, 3]], guards)  # nothing written outside the state
+    # slot 1 updated by row 0, slot 0 untouched
+    assert_close(state.double(), want_state, dtype=torch.float32)
+    assert_close(out[:1].double(), want, dtype=torch.float32)
+    assert out[1:].isnan().all()  # the rejected rows say so
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not GPU, reason="needs a CUDA GPU")
+def test_gpu_graph_capture_masks_slots_past_the_state():
+    """Under CUDA-graph capture the host cannot look at the slots; the kernel masks them: the
+    replayed graph writes NaN for those rows and nothing outside the state."""
+    g = torch.Generator().manual_seed(15)
+    b, h, p, n = 3, 4, 64, 128
+    inp = mamba2_inputs(b, h, p, n, 1, g)
+    buf = torch.randn(4, h, p, n, device=DEV)
+    guards, state = buf[[0, 3]].clone(), buf[1:3]
+    args = {k: v for k, v in inp.items() if k != "state"}
+    idx = torch.tensor([1, -1, 9], device=DEV)
+    selective_state_update(state, **args, dt_softplus=True, state_batch_indices=idx.clamp(max=1))
+    before = state.clone()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = selective_state_update(state, **args, dt_softplus=True, state_batch_indices=idx)
+    graph.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(buf[[0, 3]], guards) and torch.equal(state[0], before[0])
+    assert out[2].isnan().all() and (out[1] == 0).all() and not out[0].isnan().any()

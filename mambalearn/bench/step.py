@@ -1,6 +1,7 @@
 """Bench topic ``step``: the decode-step state update, ours vs ``mamba_ssm``'s, eager and graphed.
 
-Shape (DESIGN.md §6): Mamba-2 2.7B's decode step, b64 h80 p64 n128, state float32 (and bfloat16),
+Shapes (DESIGN.md §6): Mamba-2 2.7B's decode step, b64 h80 p64 n128, and one sequence (b1), state
+float32 (and bfloat16),
 x/dt/B/C bfloat16, A/D/dt_bias float32 broadcast per head with stride 0 exactly as ``mamba_ssm``'s
 ``Mamba2.step`` passes them. The byte floor is the state read once and written once,
 2·b·h·p·n·sizeof(state) / 4.25 TB/s (the H200's measured copy bandwidth).
@@ -58,7 +59,7 @@ def run(gpu, tune=None, label="mambalearn"):
 
     tune = tune or {}
 
-    shapes = [(64, 80, 64, 128)] if gpu else [(2, 2, 4, 8)]
+    shapes = [(64, 80, 64, 128), (1, 80, 64, 128)] if gpu else [(2, 2, 4, 8)]
     dev = "cuda" if gpu else "cpu"
     theirs = load_mamba_ssm_step() if gpu else None
     rows = []

@@ -51,7 +51,7 @@ def _workload(name):
     if name == "ssdref":
         fn = load_mamba_ssm_ssd()
     else:
-        from mambalearn.triton.ssd.forward import mamba_chunk_scan_combined as fn
+        from mambalearn.triton.ssd import mamba_chunk_scan_combined as fn
 
     def run():
         out = fn(*leaves[:5], 256, D=leaves[5], dt_bias=leaves[6], dt_softplus=True)

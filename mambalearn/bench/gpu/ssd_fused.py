@@ -1,134 +1,257 @@
-"""Chapter 11's single-launch SSD forward: its launch options side by side on the GPU (one call).
+"""Device script, chapter 11: the fused SSD forward's designs side by side, decode tiles.
 
-    PYTHONUNBUFFERED=1 python3 mambalearn/bench/gpu/ssd_fused.py [--limit S] [--json FILE]
+    PYTHONUNBUFFERED=1 python3 -m mambalearn.bench.gpu.ssd_fused [--limit S] [--ncu] [--json F]
 
-At b4 l4096 h80 p64 n128 g1 bf16 (DESIGN §6), same inputs for all: mamba_ssm's
-``mamba_chunk_scan_combined`` (when its source tree is there), our unfused five-stage forward, and
-``ssd_fused_forward`` under each entry of ``VARIANTS`` (ticket order, state dtype, chunk, tiles).
-Each row: median ms, ratio to mamba_ssm, relative error of the output against the unfused kernel
-at the same chunk size. Stops starting new rows when --limit seconds are used. CPU: tiny, smoke.
+1. correctness at b2 l1024 h16 p64 n128 g1 (bf16; fp32 for the default; D, z, dt_bias, initial
+   states): every design of ``DESIGNS`` against the float32 oracle and chapter 10's unfused kernel
+2. speed at b4 l4096 / b1 l16384 / b16 l1024 (h80 p64 n128 g1, bf16, D, dt_bias, softplus):
+   mamba_ssm (chunk 256), FLA's ``chunk_simple_gla`` (inputs prepared outside the timing, no D),
+   our unfused kernel and every design; ms, ratio to each peer, relative difference to the unfused
+   kernel at the same chunk size, % of the floor; also our launches alone (cumsum, states, outputs)
+3. the decode step: tiles at b1 (CUDA-graph replay) and b64 (eager and graph), fp32 state, vs
+   mamba_ssm's ``selective_state_update``
+4. ``--ncu``: one Nsight Compute pass over the default fused forward at b4 l4096 (if time is left)
+
+Stops starting new work when --limit seconds are used; rows are printed as they come and a short
+table last. On a CPU: a tiny smoke run of sections 1–3 through the interpreter.
 """
 
 import argparse
 import json
+import os
+import subprocess
+import sys
 import time
 
 import torch
 
+from mambalearn import roofline, ssd
+from mambalearn.bench import step as bstep
 from mambalearn.bench import time_ms
-from mambalearn.bench.ssd import load_mamba_ssm_ssd, make_inputs
+from mambalearn.bench.ssd import fla_fn, load_fla, load_mamba_ssm_ssd, make_inputs
 from mambalearn.testing import rel_error
 from mambalearn.triton.ssd import forward as unfused
+from mambalearn.triton.ssd import outputs, states
 from mambalearn.triton.ssd.fused import ssd_fused_forward
+from mambalearn.triton.step import selective_state_update
 
-F32, F16 = torch.float32, torch.float16
-VARIANTS = {  # name -> ssd_fused_forward keyword arguments (chunk_size as "q")
-    # sm_90 compile (Triton 3.6 ptxas, on a CPU): registers / spill stack per thread
-    "chain-major fp32 q256 w4 (the 2026-11-29 kernel)": dict(q=256, chunk_major=False),  # 255/1360
-    "chunk-major fp32 q256 w4": dict(q=256),                                             # 255/1360
-    "chunk-major fp16 q256 w4": dict(q=256, state_dtype=F16),
-    "chunk-major fp32 q256 w8": dict(q=256, num_warps=8),                                # 255/296
-    "share_cb fp32 q256 w8": dict(q=256, num_warps=8, share_cb=True),                    # 255/96
-    "share_cb fp32 q256 w8 3 stages": dict(q=256, num_warps=8, share_cb=True,
-                                           num_stages=3),                                # 255/64
-    "share_cb fp32 q256 block_p 32 w4": dict(q=256, block_p=32, share_cb=True),          # 255/128
-    "share_cb fp32 q256 block_p 32 w8": dict(q=256, block_p=32, num_warps=8,
-                                             share_cb=True),                              # 245/0
-    "share_cb fp16 q256 block_p 32 w8": dict(q=256, block_p=32, num_warps=8, share_cb=True,
-                                             state_dtype=F16),
-    "share_cb fp32 q128 block_p 32 w8": dict(q=128, block_p=32, num_warps=8, share_cb=True),
+F16 = torch.float16
+# name -> (chunk, ssd_fused_forward keyword arguments); the sm_90 registers of each kernel are in
+# bench/NOTES_ssd.md
+DESIGNS = {
+    "2L q256": (256, dict(config=dict(chunk=256))),
+    "2L q128": (128, {}),
+    "2L q64": (64, dict(config=dict(chunk=64))),
+    "2L q256 K32 r128": (256, dict(config=dict(chunk=256, outputs=dict(BLOCK_K=32, maxnreg=128)))),
+    "2L q128 K32 r128": (128, dict(config=dict(outputs=dict(BLOCK_K=32, maxnreg=128)))),
+    "2L q64 K32 r128": (64, dict(config=dict(chunk=64, outputs=dict(BLOCK_K=32, maxnreg=128)))),
+    "2L q128 exp": (128, dict(config=dict(outputs=dict(EXP2=False)))),
+    "2L q128 r128": (128, dict(config=dict(outputs=dict(maxnreg=128)))),
 }
+SHAPES = [(4, 4096), (1, 16384), (16, 1024)]  # (b, l), h80 p64 n128 g1
+T0 = time.time()
+ROWS = []
 
 
-NB11_CASE = """
-import time, torch
-from mambalearn import ssd
-from mambalearn.testing import assert_close, dot_dtype
-from mambalearn.triton.ssd import fused as ssd_fused
-dev = "cuda" if torch.cuda.is_available() else "cpu"
-b, l, h, p, n, q = (2, 1000, 8, 64, 128, 256) if dev == "cuda" else (1, 70, 2, 16, 16, 32)
-gen = torch.Generator(device=dev).manual_seed(1)
-r = lambda *s: torch.randn(*s, generator=gen, device=dev)
-x, B, C = r(b, l, h, p), r(b, l, 1, n), r(b, l, 1, n)
-dt, A, D = r(b, l, h) - 1, -torch.rand(h, generator=gen, device=dev) - 0.5, r(h)
-h0 = r(b, h, p, n)
-want, want_f = ssd.mamba_chunk_scan_ref(*(t.double() for t in (x, dt, A, B, C)), q, D=D.double(),
-                                        initial_states=h0.double(), dt_softplus=True,
-                                        return_final_states=True)
-for rep in range(3):
-    t0 = time.time()
-    out, final = ssd_fused.ssd_fused_forward(x, dt, A, B, C, q, D=D, initial_states=h0,
-                                             dt_softplus=True, chunk_major=CHUNK_MAJOR)
-    torch.cuda.synchronize() if dev == "cuda" else None
-    print(f"chunk_major={CHUNK_MAJOR} call {rep}: {time.time() - t0:.2f} s", flush=True)
-assert_close(out, want, dtype=dot_dtype(out), norm=True)
-assert_close(final, want_f, dtype=dot_dtype(final), norm=True)
-print(f"chunk_major={CHUNK_MAJOR}: notebook 11's check passes", flush=True)
-"""
+def row(**r):
+    ROWS.append(r)
+    print(json.dumps({k: (round(v, 5) if isinstance(v, float) else v) for k, v in r.items()}),
+          flush=True)
 
 
-def check_nb11(timeout=45):
-    """Notebook 11's correctness cell (fp32, g 1, D, initial states) for both ticket orders,
-    each in its own process under a timeout: a kernel that never returns shows as a timeout."""
-    import subprocess
-    import sys
+def left(limit):
+    return limit - (time.time() - T0)
 
-    for cm in (True, False):
-        try:
-            r = subprocess.run([sys.executable, "-c", NB11_CASE.replace("CHUNK_MAJOR", str(cm))],
-                               capture_output=True, text=True, timeout=timeout)
-            print(r.stdout + r.stderr[-1500:], f"rc={r.returncode}", flush=True)
-        except subprocess.TimeoutExpired:
-            print(f"chunk_major={cm}: TIMEOUT after {timeout} s (hung)", flush=True)
+
+def correctness(gpu):
+    """Section 1: every design against the float32 oracle and the unfused kernel."""
+    dev = "cuda" if gpu else "cpu"
+    b, l, h, p, g, n = (2, 1024, 16, 64, 1, 128) if gpu else (1, 40, 2, 8, 2, 8)
+    for dtype in ((torch.bfloat16, torch.float32) if gpu else (torch.float32,)):
+        (x, dt, A, B, C), kw = make_inputs(b, l, h, p, g, n, dtype=dtype, device=dev, seed=3)
+        kw.update(z=torch.randn_like(x), initial_states=torch.randn(b, h, p, n, device=dev))
+        want, want_f = ssd.mamba_chunk_scan_ref(x.float(), dt, A, B, C, 256 if gpu else 16,
+                                                return_final_states=True, **kw)
+        for name, (q, opts) in DESIGNS.items():
+            q = q if gpu else 16
+            if dtype == torch.float32 and name != "2L q256":
+                continue  # one float32 row: each dtype is a new compile
+            try:
+                out, fin = ssd_fused_forward(x, dt, A, B, C, q, **opts, **kw)
+                ref, _ = unfused.ssd_forward(x, dt, A, B, C, q, **kw)
+                row(section="correct", design=name, dtype=str(dtype)[6:],
+                    rel_oracle=rel_error(out.float(), want), rel_final=rel_error(fin, want_f),
+                    rel_unfused=rel_error(out.float(), ref.float()), nan=bool(out.isnan().any()))
+            except Exception as e:  # noqa: BLE001 - a design that fails is a row too
+                row(section="correct", design=name, error=f"{type(e).__name__}: {e}"[:300])
+
+
+def speed(gpu, limit):
+    """Section 2: designs and peers at the three shapes."""
+    dev = "cuda" if gpu else "cpu"
+    theirs = load_mamba_ssm_ssd() if gpu else None
+    fla = load_fla() if gpu else None
+    shapes = SHAPES if gpu else [(1, 64)]
+    h, p, g, n = (80, 64, 1, 128) if gpu else (2, 8, 1, 8)
+    for b, l in shapes:
+        if left(limit) < 30:
+            row(section="speed", shape=f"b{b} l{l}", error="skipped: time limit")
+            continue
+        args, kw = make_inputs(b, l, h, p, g, n, dtype=torch.bfloat16 if gpu else torch.float32,
+                               device=dev)
+        shape = f"b{b} l{l}"
+        fl = roofline.floor(roofline.ssd_cost(b, l, h, p, n, 256, g, in_bytes=2))["floor_ms"]
+        peers = {}
+        if theirs is not None:
+            peers["mamba_ssm"] = time_ms(lambda a=args, k=kw: theirs(*a, 256, **k))
+        if fla is not None:
+            try:
+                peers["fla"] = time_ms(fla_fn(fla, args, kw))
+                fo = fla_fn(fla, args, kw)()
+                ref_nod = unfused.ssd_forward(*args, 64, **{k: v for k, v in kw.items()
+                                                            if k != "D"})[0]
+                peers["fla_rel_vs_ours_noD"] = rel_error(fo.float(), ref_nod.float())
+            except Exception as e:  # noqa: BLE001
+                row(section="speed", shape=shape, design="fla", error=str(e)[:300])
+        row(section="speed", shape=shape, design="peers", **peers, floor_ms=fl)
+        refs = {}
+        for q in (256, 128, 64):
+            refs[q] = unfused.ssd_forward(*args, q, **kw)[0]
+            if q == 256:
+                ms = time_ms(lambda q=q, a=args, k=kw: unfused.ssd_forward(*a, q, **k))
+                _speed_row(shape, f"unfused q{q}", ms, peers, fl, None)
+        _parts(args, kw, shape, peers, fl)
+        for name, (q, opts) in DESIGNS.items():
+            if left(limit) < 20:
+                row(section="speed", shape=shape, design=name, error="skipped: time limit")
+                continue
+            try:
+                f = lambda q=q, o=opts, a=args, k=kw: ssd_fused_forward(*a, q, **o, **k)[0]
+                rel = rel_error(f().float(), refs[q].float())
+                _speed_row(shape, name, time_ms(f), peers, fl, rel)
+            except Exception as e:  # noqa: BLE001
+                row(section="speed", shape=shape, design=name,
+                    error=f"{type(e).__name__}: {e}"[:300])
+        if gpu:
+            torch.cuda.empty_cache()
+
+
+def _speed_row(shape, name, ms, peers, floor_ms, rel):
+    row(section="speed", shape=shape, design=name, ms=ms, rel_unfused=rel,
+        vs_mamba=ms / peers["mamba_ssm"] if "mamba_ssm" in peers else None,
+        vs_fla=ms / peers["fla"] if "fla" in peers else None, floor_pct=100 * floor_ms / ms)
+
+
+def _parts(args, kw, shape, peers, floor_ms):
+    """The default two-launch design's pieces alone: chunk cumsum, chunk states, chunk outputs."""
+    x, dt, A, B, C = args
+    dt_c, dA_cs = unfused.chunk_cumsum(dt, A, 256, kw["dt_bias"], True)
+    H, _ = states.chunk_states(x, B, dt_c, dA_cs)
+    d128, a128 = unfused.chunk_cumsum(dt, A, 128, kw["dt_bias"], True)
+    H128, _ = states.chunk_states(x, B, d128, a128)
+    parts = {"part chunk_cumsum": lambda: unfused.chunk_cumsum(dt, A, 256, kw["dt_bias"], True),
+             "part chunk_states": lambda: states.chunk_states(x, B, dt_c, dA_cs),
+             "part chunk_outputs": lambda: outputs.chunk_outputs(x, C, B, dt_c, dA_cs, H, kw["D"]),
+             "part chunk_states q128": lambda: states.chunk_states(x, B, d128, a128),
+             "part chunk_outputs q128": lambda: outputs.chunk_outputs(x, C, B, d128, a128, H128,
+                                                                      kw["D"]),
+             "part unfused chunk_state+state_passing": lambda: unfused.state_passing(
+                 unfused.chunk_state(x, B, dt_c, dA_cs), dA_cs, out_dtype=x.dtype),
+             "part unfused bmm+chunk_scan": lambda: unfused.chunk_scan(
+                 x, C, unfused.bmm_chunk(C, B, 256), dt_c, dA_cs, H, kw["D"])}
+    for name, f in parts.items():
+        _speed_row(shape, name, time_ms(f), peers, floor_ms, None)
+
+
+def decode(gpu, limit):
+    """Section 3: the decode step's tiles at b1 (graph) and b64 (eager, graph), fp32 state."""
+    theirs = bstep.load_mamba_ssm_step() if gpu else None
+    dev = "cuda" if gpu else "cpu"
+    tiles = [None, (4, 4, False), (16, 4, False), (16, 4, True), (8, 4, False), (32, 8, True),
+             (32, 8, False), (64, 8, True), (16, 8, True)]
+    for b in ((1, 64) if gpu else (2,)):
+        if left(limit) < 15:
+            row(section="step", b=b, error="skipped: time limit")
+            continue
+        h, p, n = (80, 64, 128) if gpu else (2, 4, 8)
+        inp = bstep.mamba2_step_inputs(b, h, p, n, torch.float32, device=dev)
+        fl = bstep.floor_ms(b, h, p, n, torch.float32)
+        fns = {"mamba_ssm": (lambda i=inp: theirs(**i))} if theirs is not None else {}
+        for t in tiles:
+            tune = {} if t is None else dict(block_p=t[0], num_warps=t[1], stream=t[2])
+            fns[f"ours {t or 'default'}"] = (lambda tune=tune, i=inp:
+                                             selective_state_update(**i, **tune))
+        for name, f in fns.items():
+            r = dict(eager=time_ms(f))
+            if gpu:
+                r["graph"] = bstep.graph_ms(f)
+            row(section="step", b=b, backend=name, floor_ms=fl, **r)
+
+
+def ncu(limit):
+    """Section 4: Nsight Compute over the default fused forward (two kernels) at b4 l4096."""
+    if left(limit) < 45:
+        return row(section="ncu", error="skipped: time limit")
+    metrics = ",".join([
+        "gpu__time_duration.sum", "launch__registers_per_thread", "launch__grid_size",
+        "launch__occupancy_limit_registers", "sm__warps_active.avg.pct_of_peak_sustained_active",
+        "smsp__issue_active.avg.pct_of_peak_sustained_active", "smsp__inst_executed.sum",
+        "sm__inst_executed_pipe_tensor_op_gmma.avg.pct_of_peak_sustained_active",
+        "sm__inst_executed_pipe_xu.avg.pct_of_peak_sustained_active",
+        "sm__inst_executed_pipe_fma.avg.pct_of_peak_sustained_active",
+        "sm__inst_executed_pipe_lsu.avg.pct_of_peak_sustained_active",
+        "dram__throughput.avg.pct_of_peak_sustained_elapsed",
+        "smsp__average_warps_issue_stalled_long_scoreboard_per_issue_active.ratio",
+        "smsp__average_warps_issue_stalled_short_scoreboard_per_issue_active.ratio",
+        "smsp__average_warps_issue_stalled_wait_per_issue_active.ratio",
+        "smsp__average_warps_issue_stalled_barrier_per_issue_active.ratio",
+        "smsp__average_warps_issue_stalled_math_pipe_throttle_per_issue_active.ratio",
+        "smsp__average_warps_issue_stalled_mio_throttle_per_issue_active.ratio",
+        "smsp__average_warps_issue_stalled_gmma_per_issue_active.ratio",
+        "smsp__average_warps_issue_stalled_not_selected_per_issue_active.ratio"])
+    code = ("import torch; from mambalearn.bench.ssd import make_inputs; "
+            "from mambalearn.triton.ssd.fused import ssd_fused_forward as f; "
+            "a, kw = make_inputs(4, 4096, 80, 64, 1, 128); "
+            "[f(*a, 256, **kw) for _ in range(3)]; torch.cuda.synchronize()")
+    cmd = ["ncu", "--clock-control", "none", "--csv", "--page", "raw", "--metrics", metrics,
+           "-k", "regex:_chunk_(states|outputs|cumsum)_kernel", "--launch-skip", "6",
+           "--launch-count", "3", sys.executable, "-c", code]
+    try:
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=max(20, left(limit) - 10))
+        out = os.path.join(os.environ.get("OUT", "/tmp"), "ncu_fused.csv")
+        open(out, "w").write(r.stdout)
+        lines = [x for x in r.stdout.splitlines() if x.startswith('"')]
+        row(section="ncu", csv=out, lines=len(lines), stderr=r.stderr[-500:])
+        print("\n".join(lines[:8]), flush=True)
+    except Exception as e:  # noqa: BLE001
+        row(section="ncu", error=f"{type(e).__name__}: {e}"[:300])
 
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--limit", type=float, default=110)
+    ap.add_argument("--limit", type=float, default=240)
+    ap.add_argument("--ncu", action="store_true")
     ap.add_argument("--json", default=None)
-    ap.add_argument("--check-nb11", action="store_true")
+    ap.add_argument("--sections", default="correct,speed,step")
     a = ap.parse_args()
-    if a.check_nb11:
-        return check_nb11()
-    t0 = time.time()
     gpu = torch.cuda.is_available()
-    b, l, h, p, g, n = (4, 4096, 80, 64, 1, 128) if gpu else (1, 64, 2, 8, 1, 16)
-    args, kw = make_inputs(b, l, h, p, g, n, dtype=torch.bfloat16 if gpu else torch.float32,
-                           device="cuda" if gpu else "cpu")
-    rows, refs = [], {}
-    theirs = load_mamba_ssm_ssd() if gpu else None
-    if theirs is not None:
-        rows.append(dict(name="mamba_ssm q256", ms=time_ms(lambda: theirs(*args, 256, **kw))))
-    for q in (256, 128):
-        qq = q if gpu else q // 16
-        refs[q] = unfused.ssd_forward(*args, qq, **kw)[0]
-        rows.append(dict(name=f"ours unfused q{q}",
-                         ms=time_ms(lambda qq=qq: unfused.ssd_forward(*args, qq, **kw))))
-    for name, v in VARIANTS.items():
-        if time.time() - t0 > a.limit:
-            rows.append(dict(name=name, error="skipped: time limit"))
-            continue
-        v = dict(v)
-        q = v.pop("q")
-        qq = q if gpu else q // 16
-        if not gpu:
-            v.pop("block_p", None)
-        f = lambda qq=qq, v=v: ssd_fused_forward(*args, qq, **kw, **v)[0]
-        try:
-            err = rel_error(f(), refs[q])
-            rows.append(dict(name=name, ms=time_ms(f), rel_err_vs_unfused=err))
-        except Exception as e:  # noqa: BLE001 - a variant that fails to compile is a row too
-            rows.append(dict(name=name, error=f"{type(e).__name__}: {e}"[:200]))
-        print(rows[-1], flush=True)
-    base = rows[0]["ms"] if theirs is not None else None
-    print(f"\nb{b} l{l} h{h} p{p} n{n} g{g}, {'bf16 H200' if gpu else 'fp32 CPU interpreter'}")
-    for r in rows:
-        ratio = f"{r['ms'] / base:6.2f}" if base and "ms" in r else "     -"
-        ms = f"{r['ms']:8.3f}" if "ms" in r else r.get("error", "")
-        err = f"  err {r['rel_err_vs_unfused']:.1e}" if "rel_err_vs_unfused" in r else ""
-        print(f"{r['name']:48s} {ms} {ratio}{err}")
+    run = dict(correct=lambda: correctness(gpu), speed=lambda: speed(gpu, a.limit),
+               step=lambda: decode(gpu, a.limit))
+    for name in a.sections.split(","):  # in the order given
+        if left(a.limit) > 10:
+            run[name]()
+    if a.ncu and gpu:
+        ncu(a.limit)
     if a.json:
-        json.dump(rows, open(a.json, "w"), indent=1)
+        json.dump(ROWS, open(a.json, "w"), indent=1)
+    print(f"\n== {time.time() - T0:.0f} s; speed (ms, vs mamba_ssm, vs FLA, rel to unfused):")
+    for r in ROWS:
+        if r.get("section") == "speed" and "ms" in r:
+            f = lambda k, r=r: "-" if r.get(k) is None else f"{r[k]:.3g}"
+            print(f"{r['shape']:10s} {r['design']:42s} {r['ms']:7.3f} {f('vs_mamba'):>6s} "
+                  f"{f('vs_fla'):>6s} {f('rel_unfused'):>8s}")
+        elif r.get("section") in ("peers", "step") or r.get("design") == "peers":
+            print(json.dumps(r))
 
 
 if __name__ == "__main__":

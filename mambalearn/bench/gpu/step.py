@@ -1,6 +1,8 @@
 """Device script, chapters 12–13: the decode-step kernel at the real shape, the model per token.
 
-    PYTHONUNBUFFERED=1 python3 mambalearn/bench/gpu/step.py [all|tune]   (on the H200; writes $OUT/step.json)
+    PYTHONUNBUFFERED=1 python3 mambalearn/bench/gpu/step.py [all|tune]
+
+(on the H200; writes $OUT/step.json)
 
 ``all`` (default) runs sections 1–5 below; ``tune`` runs 1, a CUDA-graph-timed sweep that also
 tries a persistent, pipelined grid (2b), the bench rows with the sweep's best tile, and section 5

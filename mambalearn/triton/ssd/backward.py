@@ -50,7 +50,7 @@ forward chunk scan.
 Like mamba_ssm, the forward saves only its inputs; step 0 recomputes Δ, dA_cs, the passed states
 H_c (in x's dtype) and CB with the forward's kernels. Products are ``tl.dot`` with float32
 accumulation (bf16 operands on a GPU). The oracle: autograd through
-``mambalearn.ssd.mamba_chunk_scan_ref`` (``mambalearn.triton.ssd.BACKWARD = "reference"``).
+``mambalearn.ssd.mamba_chunk_scan_ref`` (``mamba_chunk_scan_combined(..., backward="reference")``).
 Organised like mamba_ssm's ``ssd_combined._mamba_chunk_scan_combined_bwd`` (not its code).
 """
 
@@ -58,11 +58,11 @@ import torch
 import triton
 
 from mambalearn.triton.ssd import forward as fwd
+from mambalearn.triton.ssd.backward_config import blocks, launch_config
 
-# Each step lives in a module of its own, kernel then launcher: 1 and 8 in ssd_backward_cumsum,
-# 2–3 in ssd_backward_states, 4–6 in ssd_backward_groups, 7 in ssd_backward_dx; launch settings and
-# tile helpers in ssd_backward_tiles. Re-exported here, where callers, tests and the benchmark
-# look for them (``SB.dcb``, ``SB._blocks``, ``SB._dx_kernel``, …).
+# Each step lives in a module of its own, kernel then launcher: 1 and 8 in backward_cumsum, 2–3 in
+# backward_states, 4–6 in backward_groups, 7 in backward_dx; launch settings in backward_config.
+# Re-exported here, where callers, tests and the benchmark look for them (``SB.dcb``, …).
 from mambalearn.triton.ssd.backward_cumsum import (  # noqa: F401
     _chunk_cumsum_bwd_kernel,
     _gate_bwd_kernel,
@@ -84,31 +84,14 @@ from mambalearn.triton.ssd.backward_states import (  # noqa: F401
     dstates,
     state_passing_backward,
 )
-from mambalearn.triton.ssd.backward_tiles import _INTERP, _blocks, _cfg
-
-# GPU launch settings per kernel, for the benchmark shape (q 256, p 64, n 128). First chosen from
-# the sm_90 build's register counts (`cuobjdump -res-usage`; _dcb with 4 warps spills, _dx with n
-# in one 128-wide tile spills), then swept on the H200 (below). ``_cfg`` and ``_head_splits`` read these two from this module at each launch, so the
-# benchmark's sweep (``SB.CONFIGS[kernel] = …``) and tests (``HEAD_SPLITS``) change them here.
-# The fastest of each step's sweep on the H200 (2026-11-30 session 2, call 3, b4 l4096 h80 p64
-# n128 q256 bf16; ms before → after): dstates 0.150 → 0.115, dCB 1.167 → 0.775 (maxnreg 128: two
-# 8-warp programs per SM instead of one at 178 registers, ncu), dC 0.302 → 0.239, dB 0.276 →
-# 0.247, dx 0.734 → 0.688 (maxnreg 80). docs/BENCHMARKS.md has the table.
-CONFIGS = dict(
-    dstates=dict(BLOCK_N=128, num_warps=4, num_stages=3),
-    dcb=dict(num_warps=8, num_stages=2, maxnreg=128),
-    dC=dict(BLOCK_N=64, num_warps=8, num_stages=3),
-    dB=dict(BLOCK_N=64, num_warps=8, num_stages=3),
-    dx=dict(BLOCK_N=64, num_warps=8, num_stages=2, maxnreg=80),
-)
-HEAD_SPLITS = None  # steps 4–6: a group's heads split over this many programs (None: heuristic)
+from mambalearn.triton.ssd.common import INTERP
+from mambalearn.triton.ssd.states import chunk_states
 
 
-def _head_splits(heads_per_group, programs):
-    """Split a group's heads over programs while the grid has fewer than 2 programs per SM."""
-    if HEAD_SPLITS is not None:
-        return HEAD_SPLITS
-    if _INTERP:
+def head_splits(heads_per_group, programs):
+    """Steps 4–6: split a group's heads over this many programs, doubling while the grid has
+    fewer than 2 programs per SM (and the split divides the group)."""
+    if INTERP:
         return 1
     sms = torch.cuda.get_device_properties(torch.cuda.current_device()).multi_processor_count
     split = 1
@@ -120,22 +103,36 @@ def _head_splits(heads_per_group, programs):
 # ---------------------------------------------------------------------------------------------
 def ssd_backward(dout, dfinal, x, dt, A, B, C, chunk_size, D=None, z=None, dt_bias=None,
                  initial_states=None, seq_idx=None, dt_softplus=False,
-                 dt_limit=(0.0, float("inf"))):
+                 dt_limit=(0.0, float("inf")), configs=None, nsplit=None, recompute="states"):
     """All gradients of ``mamba_chunk_scan_combined``, steps 0–8 of the module doc.
 
     Shapes: dout (b, l, h, p); dfinal (b, h, p, n) or None; the rest as the forward's.
     Returns (dx, ddt, dA, dB, dC, dD, dz, ddt_bias, dinitial_states), each in its input's dtype,
     None where the input is None. Matches ``_mamba_chunk_scan_combined_bwd`` of mamba_ssm.
+
+    ``configs``: {kernel: launch settings} overriding ``backward_config.CONFIGS``; ``nsplit``:
+    programs per group in steps 4–6 (default: ``head_splits``); ``recompute``: step 0 by
+    ``"states"`` (chapter 11's one-kernel chunk states, ``states.chunk_states``) or ``"stages"``
+    (chapter 10's chunk cumsum, chunk state and state passing).
     """
+    for k in configs or {}:
+        launch_config(k)  # a clear error for a name that is no kernel
+    cfg = lambda k: (configs or {}).get(k)
     b, l, h, p = x.shape
     g, n, q = B.shape[2], B.shape[3], chunk_size
     x, B, C, dout = x.contiguous(), B.contiguous(), C.contiguous(), dout.contiguous()
     seq_idx = seq_idx.contiguous() if seq_idx is not None else None
     # 0. recompute what the forward did not keep: Δ, dA_cs, the passed states H, CB
-    dt_c, dA_cs = fwd.chunk_cumsum(dt, A, q, dt_bias, dt_softplus, dt_limit)  # (b, h, c, q)
-    S = fwd.chunk_state(x, B, dt_c, dA_cs, seq_idx)  # (b, c, h, p, n) f32
-    H, final = fwd.state_passing(S, dA_cs, initial_states, seq_idx, l, out_dtype=x.dtype)
-    del S
+    if recompute == "states":
+        dt_c, dA_cs = fwd.chunk_cumsum(dt, A, q, dt_bias, dt_softplus, dt_limit)  # (b, h, c, q)
+        H, final = chunk_states(x, B, dt_c, dA_cs, initial_states, seq_idx)  # (b, c, h, p, n)
+    elif recompute == "stages":
+        dt_c, dA_cs = fwd.chunk_cumsum(dt, A, q, dt_bias, dt_softplus, dt_limit)  # (b, h, c, q)
+        S = fwd.chunk_state(x, B, dt_c, dA_cs, seq_idx)  # (b, c, h, p, n) f32
+        H, final = fwd.state_passing(S, dA_cs, initial_states, seq_idx, l, out_dtype=x.dtype)
+        del S
+    else:
+        raise ValueError(f'recompute must be "states" or "stages", got {recompute!r}')
     CB = fwd.bmm_chunk(C, B, q)  # (b, c, g, q, q) f32
     c = dA_cs.shape[2]
     # 1. gate
@@ -146,21 +143,21 @@ def ssd_backward(dout, dfinal, x, dt, A, B, C, chunk_size, D=None, z=None, dt_bi
     else:
         dy, dz = dout, None
     # 2–3. the state gradients, backwards over chunks (dS holds dH, then dS)
-    dS = dstates(dy, C, dA_cs, seq_idx)  # (b, c, h, p, n) f32
+    dS = dstates(dy, C, dA_cs, seq_idx, cfg("dstates"))  # (b, c, h, p, n) f32
     dlast, dinit = state_passing_backward(dS, H, final, dA_cs, dfinal, seq_idx, l,
                                           has_init=initial_states is not None)
     # 4–6. B and C are shared by a group's heads: one program per output tile loops over them
-    nblk = triton.cdiv(q, _blocks(q))
-    nblk_n = triton.cdiv(n, _cfg("dC", n)[0])
+    nblk = triton.cdiv(q, blocks(q))
+    nblk_n = triton.cdiv(n, launch_config("dC", cfg("dC"), n)[0])
     ddA = torch.zeros(b, h, c, q, nblk + nblk_n, device=x.device, dtype=torch.float32)
-    nsplit = _head_splits(h // g, b * c * g * nblk * (nblk + 1) // 2)
-    dCB = dcb(dy, x, CB, dt_c, dA_cs, ddA, seq_idx, nsplit)  # (b, c, g, nsplit, q, q)
-    dC = dC_backward(dy, H, C, B, dCB, dA_cs, ddA, nblk, seq_idx)  # (b, l, g, n) f32
-    dB = dB_backward(x, dS, C, dCB, dt_c, dA_cs, seq_idx)  # (b, l, g, n) f32
+    nsplit = nsplit or head_splits(h // g, b * c * g * nblk * (nblk + 1) // 2)
+    dCB = dcb(dy, x, CB, dt_c, dA_cs, ddA, seq_idx, nsplit, cfg("dcb"))  # (b, c, g, nsplit, q, q)
+    dC = dC_backward(dy, H, C, B, dCB, dA_cs, ddA, nblk, seq_idx, cfg("dC"))  # (b, l, g, n) f32
+    dB = dB_backward(x, dS, C, dCB, dt_c, dA_cs, seq_idx, cfg("dB"))  # (b, l, g, n) f32
     del dCB, H
     # 7. x, x · G for Δ, and v for a
     v = torch.empty(b, h, c, q, device=x.device, dtype=torch.float32)
-    dx, ddt_x, dD = dx_backward(x, dy, B, CB, dS, dt_c, dA_cs, D, seq_idx, v)
+    dx, ddt_x, dD = dx_backward(x, dy, B, CB, dS, dt_c, dA_cs, D, seq_idx, v, cfg("dx"))
     del dS, CB
     # 8. through the cumsum and the dt transform
     ddt, dA, ddt_bias = chunk_cumsum_backward(ddA.sum(-1), ddt_x, dlast, dt_c, dt, A, dt_bias,

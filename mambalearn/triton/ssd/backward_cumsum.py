@@ -7,8 +7,7 @@ import torch
 import triton
 import triton.language as tl
 
-from mambalearn.triton.ssd.forward import _p2
-from mambalearn.triton.ssd.backward_tiles import _INTERP
+from mambalearn.triton.ssd.common import INTERP, p2
 
 
 # ---------------------------------------------------------------------------------------------
@@ -47,7 +46,7 @@ def _chunk_cumsum_bwd_kernel(
     ddt_ptr,        # out: (b, l, h) f32, ∂loss/∂dt
     dA_ptr,         # out: (b, c, h) f32, this chunk's share of ∂loss/∂A
     l, h, nchunks, dt_min, dt_max,
-    stride_dt_b, stride_dt_l, stride_dt_h,
+    stride_dtb, stride_dtl, stride_dth,
     Q: tl.constexpr, BLOCK_H: tl.constexpr,
     HAS_BIAS: tl.constexpr, SOFTPLUS: tl.constexpr, HAS_LIMIT: tl.constexpr, HAS_V: tl.constexpr,
 ):
@@ -73,8 +72,8 @@ def _chunk_cumsum_bwd_kernel(
     d_delta = g_delta + A[:, None] * R  # ∂loss/∂Δ
     # back through Δ = clamp(softplus(dt + dt_bias)), recomputing the pre-activation
     ok = ok_h[:, None] & (t[None, :] < l)
-    v = tl.load(dt_ptr + pid_b * stride_dt_b + t[None, :] * stride_dt_l
-                + offs_h[:, None] * stride_dt_h, mask=ok, other=0.0).to(tl.float32)
+    v = tl.load(dt_ptr + pid_b * stride_dtb + t[None, :] * stride_dtl
+                + offs_h[:, None] * stride_dth, mask=ok, other=0.0).to(tl.float32)
     if HAS_BIAS:
         v += tl.load(bias_ptr + offs_h, mask=ok_h, other=0.0).to(tl.float32)[:, None]
     if SOFTPLUS:  # softplus' = σ below mamba_ssm's threshold of 20, the identity above
@@ -96,7 +95,7 @@ def chunk_cumsum_backward(ddA, ddt_x, dlast, dt_c, dt, A, dt_bias=None, dt_softp
     c, q = dt_c.shape[2], dt_c.shape[3]
     ddt = torch.empty(b, l, h, device=dt.device, dtype=torch.float32)
     dA = torch.empty(b, c, h, device=dt.device, dtype=torch.float32)
-    BLOCK_H = 1 if _INTERP else min(4, _p2(h, 1))
+    BLOCK_H = 1 if INTERP else min(4, p2(h, 1))
     _chunk_cumsum_bwd_kernel[(b, c, triton.cdiv(h, BLOCK_H))](
         ddA, ddt_x, dlast, v if v is not None else ddA, dt_c, dt, A,
         dt_bias if dt_bias is not None else A, ddt, dA,

@@ -6,8 +6,8 @@ import torch
 import triton
 import triton.language as tl
 
-from mambalearn.triton.ssd.forward import _p2
-from mambalearn.triton.ssd.backward_tiles import _bch, _blocks, _cfg, _row, _tile, _tile_T
+from mambalearn.triton.ssd.backward_config import blocks, launch_config
+from mambalearn.triton.ssd.common import _bch, _row, _tile, _tile_T, p2
 
 
 # ---------------------------------------------------------------------------------------------
@@ -22,7 +22,7 @@ def _dx_kernel(
     dD_ptr,                         # out: (b, c, h, s-blocks, p) f32: Σ_s dy_s x_s
     v_ptr,                          # out: (b, h, c, q) f32: v_s = w_s x_s · (dS_c B_s) (step 8)
     l, h, p, g, nchunks, heads_per_group, stride_Dh, stride_Dp,
-    n: tl.constexpr, Q: tl.constexpr,
+    N: tl.constexpr, Q: tl.constexpr,
     BLOCK_Q: tl.constexpr, BLOCK_P: tl.constexpr, BLOCK_N: tl.constexpr,
     HAS_D: tl.constexpr, HAS_SEQ: tl.constexpr, HAS_V: tl.constexpr,
 ):
@@ -37,17 +37,17 @@ def _dx_kernel(
     a_s, dt_s = _row(dA_cs_ptr + cs, offs_s, Q), _row(dt_ptr + cs, offs_s, Q)
     a_last = tl.load(dA_cs_ptr + cs + Q - 1)
     xdy_base = pid_b.to(tl.int64) * l * h * p + pid_h * p  # step t of this head: + t·h·p
-    BC_base = pid_b.to(tl.int64) * l * g * n + pid_g * n
+    BC_base = pid_b.to(tl.int64) * l * g * N + pid_g * N
     if HAS_SEQ:
         seq_s = tl.load(seq_ptr + pid_b * l + t_s, mask=ok_s, other=-2)
     # 1. chunk state (S_c = Σ_s w_s x_s B_sᵀ): exp(a_last − a_s) B_s dS_cᵀ, first, so that v_s
     # is taken from it before the diagonal block is added (fewer live registers)
-    dS_base = dS_ptr + pid_bch.to(tl.int64) * p * n
+    dS_base = dS_ptr + pid_bch.to(tl.int64) * p * N
     G = tl.zeros((BLOCK_Q, BLOCK_P), dtype=tl.float32)
-    for n0 in range(0, n, BLOCK_N):
+    for n0 in range(0, N, BLOCK_N):
         offs_n = n0 + tl.arange(0, BLOCK_N)
-        B_s = _tile(B_ptr + BC_base, t_s, ok_s, g * n, offs_n, n)  # (S, N)
-        dST = _tile_T(dS_base, offs_p, offs_p < p, n, offs_n, n)  # (N, P) f32
+        B_s = _tile(B_ptr + BC_base, t_s, ok_s, g * N, offs_n, N)  # (S, N)
+        dST = _tile_T(dS_base, offs_p, offs_p < p, N, offs_n, N)  # (N, P) f32
         G += tl.dot(B_s, dST.to(B_s.dtype))
     decay_out = tl.exp(tl.minimum(a_last - a_s, 0.0))
     if HAS_SEQ:
@@ -90,15 +90,15 @@ def _dx_kernel(
     tl.store(ddt_ptr + cs + offs_s, tl.sum(x_s * G, axis=1), mask=offs_s < Q)
 
 
-def dx_backward(x, dy, B, CB, dS, dt_c, dA_cs, D=None, seq_idx=None, v=None):
+def dx_backward(x, dy, B, CB, dS, dt_c, dA_cs, D=None, seq_idx=None, v=None, cfg=None):
     """Step 7. (dx (b, l, h, p) in x's dtype, x·G (b, h, c, q) float32, dD (D's shape) or None).
     If ``v`` (b, h, c, q) float32 is given, fills it with v_s = w_s x_s · (dS_c B_s) (step 8)."""
     x, dy, B = x.contiguous(), dy.contiguous(), B.contiguous()
     b, l, h, p = x.shape
     g, n = B.shape[2], B.shape[3]
     c, q = dA_cs.shape[2], dA_cs.shape[3]
-    BQ = _blocks(q)
-    BN, opts = _cfg("dx", n)
+    BQ = blocks(q)
+    BN, opts = launch_config("dx", cfg, n)
     nblk = triton.cdiv(q, BQ)
     dx = torch.empty_like(x)
     ddt_x = torch.empty(b, h, c, q, device=x.device, dtype=torch.float32)
@@ -108,7 +108,7 @@ def dx_backward(x, dy, B, CB, dS, dt_c, dA_cs, D=None, seq_idx=None, v=None):
         x, dy, B, CB, dS, dt_c, dA_cs, D if D is not None else dt_c,
         seq_idx if seq_idx is not None else dt_c, dx, ddt_x, dD if D is not None else dt_c,
         v if v is not None else dt_c, l, h, p, g, c, h // g, *Dst,
-        n=n, Q=q, BLOCK_Q=BQ, BLOCK_P=_p2(p), BLOCK_N=BN,
+        N=n, Q=q, BLOCK_Q=BQ, BLOCK_P=p2(p), BLOCK_N=BN,
         HAS_D=D is not None, HAS_SEQ=seq_idx is not None, HAS_V=v is not None, **opts)
     if D is not None:
         dD = dD.sum((0, 1, 3))  # (h, p)

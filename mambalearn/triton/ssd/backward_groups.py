@@ -7,8 +7,8 @@ import torch
 import triton
 import triton.language as tl
 
-from mambalearn.triton.ssd.forward import _p2
-from mambalearn.triton.ssd.backward_tiles import _bcgs, _blocks, _cfg, _row, _tile, _tile_T
+from mambalearn.triton.ssd.backward_config import blocks, launch_config
+from mambalearn.triton.ssd.common import _bcgs, _row, _tile, _tile_T, p2
 
 
 # ---------------------------------------------------------------------------------------------
@@ -69,7 +69,7 @@ def _dcb_kernel(
     tl.store(out, acc, mask=(offs_t[:, None] < Q) & (offs_s[None, :] < Q))
 
 
-def dcb(dy, x, CB, dt_c, dA_cs, ddA, seq_idx=None, nsplit=1):
+def dcb(dy, x, CB, dt_c, dA_cs, ddA, seq_idx=None, nsplit=1, cfg=None):
     """Step 4. dCB (b, c, g, nsplit, q, q) float32: its sum over the split axis is ∂loss/∂CB
     (blocks above the diagonal are not written). Fills ddA[..., :#blocks]: their sum over the
     slots is Σ_{s<t} E_ts − Σ_{t'>t} E_t't = ∂⟨Y_diag, dy⟩/∂a_t (step 8)."""
@@ -78,14 +78,14 @@ def dcb(dy, x, CB, dt_c, dA_cs, ddA, seq_idx=None, nsplit=1):
     c, g, q = CB.shape[1], CB.shape[2], CB.shape[3]
     if nsplit < 1 or (h // g) % nsplit:
         raise ValueError(f"nsplit = {nsplit} must divide the {h // g} heads of a group")
-    BQ = _blocks(q)
+    BQ = blocks(q)
     nblk = triton.cdiv(q, BQ)
     dCB = torch.empty(b, c, g, nsplit, q, q, device=x.device, dtype=torch.float32)
     _dcb_kernel[(nblk * nblk, b * c * g * nsplit)](
         dy, x, CB, dt_c, dA_cs, seq_idx if seq_idx is not None else dt_c, dCB, ddA,
         l, h, p, g, c, h // g, nsplit, ddA.shape[-1],
-        Q=q, HEADS=h // g // nsplit, BLOCK_Q=BQ, BLOCK_P=_p2(p), HAS_SEQ=seq_idx is not None,
-        **_cfg("dcb")[1])
+        Q=q, HEADS=h // g // nsplit, BLOCK_Q=BQ, BLOCK_P=p2(p), HAS_SEQ=seq_idx is not None,
+        **launch_config("dcb", cfg)[1])
     return dCB
 
 
@@ -98,19 +98,19 @@ def _dC_kernel(
     dC_ptr,                         # out: (nsplit, b, l, g, n) f32
     ddA_ptr,                        # out: (b, h, c, q, slots) f32; slot0 + n-block: dy_t·Y_off_t
     nb, l, h, p, g, nchunks, heads_per_group, nsplit, slots, slot0,
-    n: tl.constexpr, Q: tl.constexpr, HEADS: tl.constexpr,
+    N: tl.constexpr, Q: tl.constexpr, HEADS: tl.constexpr,
     BLOCK_Q: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_P: tl.constexpr, HAS_SEQ: tl.constexpr,
 ):
     pid_tn, pid = tl.program_id(0), tl.program_id(1)
-    pid_t, pid_n = pid_tn // tl.cdiv(n, BLOCK_N), pid_tn % tl.cdiv(n, BLOCK_N)
+    pid_t, pid_n = pid_tn // tl.cdiv(N, BLOCK_N), pid_tn % tl.cdiv(N, BLOCK_N)
     pid_b, pid_c, pid_g, split = _bcgs(pid, g, nchunks, nsplit)
     offs_t = pid_t * BLOCK_Q + tl.arange(0, BLOCK_Q)
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     offs_p = tl.arange(0, BLOCK_P)
     t_t = pid_c * Q + offs_t
     ok_t = (offs_t < Q) & (t_t < l)
-    BC_base = pid_b.to(tl.int64) * l * g * n + pid_g * n  # step t of this group: + t·g·n
-    C_t = _tile(C_ptr + BC_base, t_t, ok_t, g * n, offs_n, n).to(tl.float32)  # (T, N)
+    BC_base = pid_b.to(tl.int64) * l * g * N + pid_g * N  # step t of this group: + t·g·n
+    C_t = _tile(C_ptr + BC_base, t_t, ok_t, g * N, offs_n, N).to(tl.float32)  # (T, N)
     if HAS_SEQ:  # steps that continue the sequence of the entering state
         seq_prev = tl.load(seq_ptr + pid_b * l + pid_c * Q - 1, mask=pid_c > 0, other=0)
         same_prev = tl.load(seq_ptr + pid_b * l + t_t, mask=ok_t, other=-1) == seq_prev
@@ -120,8 +120,8 @@ def _dC_kernel(
     for i in range(HEADS):
         head = pid_g * heads_per_group + split * HEADS + i
         dy_t = _tile(dy_base + head * p, t_t, ok_t, h * p, offs_p, p)  # (T, P)
-        H_base = H_ptr + ((pid_b * nchunks + pid_c) * h + head).to(tl.int64) * p * n
-        H_c = _tile(H_base, offs_p, offs_p < p, n, offs_n, n)  # (P, N)
+        H_base = H_ptr + ((pid_b * nchunks + pid_c) * h + head).to(tl.int64) * p * N
+        H_c = _tile(H_base, offs_p, offs_p < p, N, offs_n, N)  # (P, N)
         cs = ((pid_b * h + head) * nchunks + pid_c) * Q
         scale = tl.exp(_row(dA_cs_ptr + cs, offs_t, Q))
         if HAS_SEQ:
@@ -139,26 +139,26 @@ def _dC_kernel(
         t_s = pid_c * Q + offs_s
         ok_s = (offs_s < Q) & (t_s < l)
         dcb = _tile(dCB_base, offs_t, offs_t < Q, Q, offs_s, Q)  # (T, S)
-        B_s = _tile(B_ptr + BC_base, t_s, ok_s, g * n, offs_n, n).to(tl.float32)  # (S, N)
+        B_s = _tile(B_ptr + BC_base, t_s, ok_s, g * N, offs_n, N).to(tl.float32)  # (S, N)
         acc += tl.dot(dcb, B_s)  # float32 operands (tf32 on a GPU): dCB sums many heads
         k0 += BLOCK_Q
-    out = dC_ptr + split.to(tl.int64) * nb * l * g * n + BC_base + t_t[:, None] * g * n
-    tl.store(out + offs_n[None, :], acc, mask=ok_t[:, None] & (offs_n[None, :] < n))
+    out = dC_ptr + split.to(tl.int64) * nb * l * g * N + BC_base + t_t[:, None] * g * N
+    tl.store(out + offs_n[None, :], acc, mask=ok_t[:, None] & (offs_n[None, :] < N))
 
 
-def dC_backward(dy, H, C, B, dCB, dA_cs, ddA, slot0, seq_idx=None):
+def dC_backward(dy, H, C, B, dCB, dA_cs, ddA, slot0, seq_idx=None, cfg=None):
     """Step 5. dC (b, l, g, n) float32. Fills ddA[..., slot0 + n-block] (dy_t · Y_off_t)."""
     dy, C, B = dy.contiguous(), C.contiguous(), B.contiguous()
     b, l, h, p = dy.shape
     g, n = C.shape[2], C.shape[3]
     c, nsplit, q = dCB.shape[1], dCB.shape[3], dCB.shape[-1]
-    BQ = _blocks(q)
-    BN, opts = _cfg("dC", n)
+    BQ = blocks(q)
+    BN, opts = launch_config("dC", cfg, n)
     dC = torch.empty(nsplit, b, l, g, n, device=dy.device, dtype=torch.float32)
     _dC_kernel[(triton.cdiv(q, BQ) * triton.cdiv(n, BN), b * c * g * nsplit)](
         dy, H, C, B, dCB, dA_cs, seq_idx if seq_idx is not None else dA_cs, dC, ddA,
         b, l, h, p, g, c, h // g, nsplit, ddA.shape[-1], slot0,
-        n=n, Q=q, HEADS=h // g // nsplit, BLOCK_Q=BQ, BLOCK_N=BN, BLOCK_P=_p2(p),
+        N=n, Q=q, HEADS=h // g // nsplit, BLOCK_Q=BQ, BLOCK_N=BN, BLOCK_P=p2(p),
         HAS_SEQ=seq_idx is not None, **opts)
     return dC.sum(0) if nsplit > 1 else dC[0]
 
@@ -171,11 +171,11 @@ def _dB_kernel(
     dCB_ptr, dt_ptr, dA_cs_ptr, seq_ptr,
     dB_ptr,                         # out: (nsplit, b, l, g, n) f32
     nb, l, h, p, g, nchunks, heads_per_group, nsplit,
-    n: tl.constexpr, Q: tl.constexpr, HEADS: tl.constexpr,
+    N: tl.constexpr, Q: tl.constexpr, HEADS: tl.constexpr,
     BLOCK_Q: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_P: tl.constexpr, HAS_SEQ: tl.constexpr,
 ):
     pid_sn, pid = tl.program_id(0), tl.program_id(1)
-    pid_s, pid_n = pid_sn // tl.cdiv(n, BLOCK_N), pid_sn % tl.cdiv(n, BLOCK_N)
+    pid_s, pid_n = pid_sn // tl.cdiv(N, BLOCK_N), pid_sn % tl.cdiv(N, BLOCK_N)
     pid_b, pid_c, pid_g, split = _bcgs(pid, g, nchunks, nsplit)
     offs_s = pid_s * BLOCK_Q + tl.arange(0, BLOCK_Q)
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -191,8 +191,8 @@ def _dB_kernel(
     for i in range(HEADS):
         head = pid_g * heads_per_group + split * HEADS + i
         x_s = _tile(x_base + head * p, t_s, ok_s, h * p, offs_p, p)  # (S, P)
-        dS_base = dS_ptr + ((pid_b * nchunks + pid_c) * h + head).to(tl.int64) * p * n
-        dS = _tile(dS_base, offs_p, offs_p < p, n, offs_n, n)  # (P, N) f32
+        dS_base = dS_ptr + ((pid_b * nchunks + pid_c) * h + head).to(tl.int64) * p * N
+        dS = _tile(dS_base, offs_p, offs_p < p, N, offs_n, N)  # (P, N) f32
         cs = ((pid_b * h + head) * nchunks + pid_c) * Q
         a_last = tl.load(dA_cs_ptr + cs + Q - 1)
         w = tl.exp(tl.minimum(a_last - _row(dA_cs_ptr + cs, offs_s, Q), 0.0))
@@ -201,7 +201,7 @@ def _dB_kernel(
             w = tl.where(same_last, w, 0.0)
         acc += tl.dot(x_s, dS.to(x_s.dtype)) * w[:, None]  # (S, N)
     # diagonal part: Σ_{t ≥ s} dCB_ts C_t, over the blocks on and below the diagonal
-    BC_base = pid_b.to(tl.int64) * l * g * n + pid_g * n
+    BC_base = pid_b.to(tl.int64) * l * g * N + pid_g * N
     dCB_base = dCB_ptr + pid * Q * Q
     k0 = pid_s * BLOCK_Q
     while k0 < Q:
@@ -209,25 +209,25 @@ def _dB_kernel(
         t_t = pid_c * Q + offs_t
         ok_t = (offs_t < Q) & (t_t < l)
         dcbT = _tile_T(dCB_base, offs_t, offs_t < Q, Q, offs_s, Q)  # (S, T)
-        C_t = _tile(C_ptr + BC_base, t_t, ok_t, g * n, offs_n, n).to(tl.float32)  # (T, N)
+        C_t = _tile(C_ptr + BC_base, t_t, ok_t, g * N, offs_n, N).to(tl.float32)  # (T, N)
         acc += tl.dot(dcbT, C_t)
         k0 += BLOCK_Q
-    out = dB_ptr + split.to(tl.int64) * nb * l * g * n + BC_base + t_s[:, None] * g * n
-    tl.store(out + offs_n[None, :], acc, mask=ok_s[:, None] & (offs_n[None, :] < n))
+    out = dB_ptr + split.to(tl.int64) * nb * l * g * N + BC_base + t_s[:, None] * g * N
+    tl.store(out + offs_n[None, :], acc, mask=ok_s[:, None] & (offs_n[None, :] < N))
 
 
-def dB_backward(x, dS, C, dCB, dt_c, dA_cs, seq_idx=None):
+def dB_backward(x, dS, C, dCB, dt_c, dA_cs, seq_idx=None, cfg=None):
     """Step 6. dB (b, l, g, n) float32."""
     x, C = x.contiguous(), C.contiguous()
     b, l, h, p = x.shape
     g, n = C.shape[2], C.shape[3]
     c, nsplit, q = dCB.shape[1], dCB.shape[3], dCB.shape[-1]
-    BQ = _blocks(q)
-    BN, opts = _cfg("dB", n)
+    BQ = blocks(q)
+    BN, opts = launch_config("dB", cfg, n)
     dB = torch.empty(nsplit, b, l, g, n, device=x.device, dtype=torch.float32)
     _dB_kernel[(triton.cdiv(q, BQ) * triton.cdiv(n, BN), b * c * g * nsplit)](
         x, dS, C, dCB, dt_c, dA_cs, seq_idx if seq_idx is not None else dA_cs, dB,
         b, l, h, p, g, c, h // g, nsplit,
-        n=n, Q=q, HEADS=h // g // nsplit, BLOCK_Q=BQ, BLOCK_N=BN, BLOCK_P=_p2(p),
+        N=n, Q=q, HEADS=h // g // nsplit, BLOCK_Q=BQ, BLOCK_N=BN, BLOCK_P=p2(p),
         HAS_SEQ=seq_idx is not None, **opts)
     return dB.sum(0) if nsplit > 1 else dB[0]

@@ -7,8 +7,8 @@ import torch
 import triton
 import triton.language as tl
 
-from mambalearn.triton.ssd.forward import _p2
-from mambalearn.triton.ssd.backward_tiles import _INTERP, _bch, _blocks, _cfg, _row, _tile, _tile_T
+from mambalearn.triton.ssd.backward_config import blocks, launch_config
+from mambalearn.triton.ssd.common import INTERP, _bch, _row, _tile, _tile_T, p2
 
 
 # ---------------------------------------------------------------------------------------------
@@ -47,19 +47,19 @@ def _dstates_kernel(
     tl.store(out, acc, mask=(offs_p[:, None] < p) & (offs_n[None, :] < n))
 
 
-def dstates(dy, C, dA_cs, seq_idx=None):
+def dstates(dy, C, dA_cs, seq_idx=None, cfg=None):
     """Step 2. dH (b, c, h, p, n) float32: ∂loss/∂H_c through Y_off only."""
     dy, C = dy.contiguous(), C.contiguous()  # the kernels index contiguous tensors
     b, l, h, p = dy.shape
     g, n = C.shape[2], C.shape[3]
     c, q = dA_cs.shape[2], dA_cs.shape[3]
     dH = torch.empty(b, c, h, p, n, device=dy.device, dtype=torch.float32)
-    BN, opts = _cfg("dstates", n)
-    BP = _p2(p) if _INTERP else min(64, _p2(p))
+    BN, opts = launch_config("dstates", cfg, n)
+    BP = p2(p) if INTERP else min(64, p2(p))
     grid = (triton.cdiv(p, BP) * triton.cdiv(n, BN), b * c * h)
     _dstates_kernel[grid](dy, C, dA_cs, seq_idx if seq_idx is not None else dA_cs, dH,
                           l, h, p, g, n, c, h // g, Q=q, BLOCK_P=BP, BLOCK_N=BN,
-                          BLOCK_K=_blocks(q), HAS_SEQ=seq_idx is not None, **opts)
+                          BLOCK_K=blocks(q), HAS_SEQ=seq_idx is not None, **opts)
     return dH
 
 

@@ -1,38 +1,28 @@
-"""Mamba-2 SSD in five Triton stages, behind ``mamba_ssm``'s ``mamba_chunk_scan_combined`` (chapter 10).
+"""Mamba-2 SSD in five Triton stages, the forward of ``mamba_chunk_scan_combined`` (chapter 10).
 
 The chunked algorithm of ``mambalearn.ssd.ssd_chunked``, one kernel per stage:
 
-    1. chunk cumsum    Δ = softplus(dt + dt_bias); dA_cs[c, t] = Σ_{s≤t in chunk c} Δ_s A   (b, h, c, q)
-    2. bmm             CB[c] = C_c B_cᵀ, the q×q "attention scores" of each chunk           (b, c, g, q, q)
-    3. chunk state     S_c = Σ_s exp(dA_cs[c, end] − dA_cs[c, s]) Δ_s x_s B_sᵀ              (b, c, h, p, n)
-    4. state passing   H_{c+1} = exp(dA_cs[c, end]) H_c + S_c, a short scan over chunks     (b, c, h, p, n)
-    5. chunk scan      y_t = Σ_{s≤t} CB_ts exp(dA_cs_t − dA_cs_s) Δ_s x_s                  (diagonal block)
-                             + exp(dA_cs_t) C_t H_c   + D x_t,   out = y · silu(z)          (off-diagonal)
+    1. chunk cumsum   Δ = softplus(dt + dt_bias); dA_cs[c, t] = Σ_{s≤t in c} Δ_s A     (b, h, c, q)
+    2. bmm            CB[c] = C_c B_cᵀ, the q×q "attention scores" of each chunk  (b, c, g, q, q)
+    3. chunk state    S_c = Σ_s exp(dA_cs[c, end] − dA_cs[c, s]) Δ_s x_s B_sᵀ    (b, c, h, p, n)
+    4. state passing  H_{c+1} = exp(dA_cs[c, end]) H_c + S_c, a scan over chunks (b, c, h, p, n)
+    5. chunk scan     y_t = Σ_{s≤t} CB_ts exp(dA_cs_t − dA_cs_s) Δ_s x_s           (diagonal)
+                            + exp(dA_cs_t) C_t H_c  + D x_t,  out = y · silu(z)  (off-diagonal)
 
 Stages 2, 3 and 5 are matrix products (``tl.dot``) of q-long tiles: that is why SSD runs on the
 tensor cores while the Mamba-1 scan does not. Layouts and semantics (seq_idx, initial_states, the
 initial state belonging to sequence 0, tails shorter than a chunk) are mamba_ssm's.
 
-Backward: ``mamba_chunk_scan_combined`` saves only its inputs (as mamba_ssm does). With
-``BACKWARD = "triton"`` (the default) the backward recomputes stages 1–4 with these kernels and
-runs the Triton backward kernels of ``mambalearn.triton.ssd.backward`` (the gradients derived
-there). With ``BACKWARD = "reference"`` it recomputes the chunked PyTorch oracle
-(``mambalearn.ssd.mamba_chunk_scan_ref``) in float32 under autograd instead, ``BACKWARD_HEADS``
-heads at a time (so the (b, heads, c, q, q) decay blocks exist for a few heads at once): the slow
-oracle of the Triton backward. The flag is read when the forward runs.
+The public function with its autograd (backward, the fused forward of chapter 11) is
+``mambalearn.triton.ssd.combined.mamba_chunk_scan_combined``.
 """
 
 import torch
 import triton
 import triton.language as tl
 
-from mambalearn import device, ssd
-
-_INTERP = device.interpreted()
-
-
-def _p2(v, lo=16):
-    return max(lo, triton.next_power_of_2(int(v)))
+from mambalearn import ssd
+from mambalearn.triton.ssd.common import INTERP, _delta, p2
 
 
 # ---------------------------------------------------------------------------------------------
@@ -42,7 +32,7 @@ def _chunk_cumsum_kernel(
     dt_ptr, A_ptr, bias_ptr,            # dt (b, l, h), A (h,), dt_bias (h,) or dummy
     dt_out_ptr, dA_cs_ptr,              # outputs, both (b, h, c, q) float32 contiguous
     l, h, nchunks, dt_min, dt_max,      # sizes; clamp limits of Δ
-    stride_dt_b, stride_dt_l, stride_dt_h,
+    stride_dtb, stride_dtl, stride_dth,
     Q: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_Q: tl.constexpr,
     HAS_BIAS: tl.constexpr, SOFTPLUS: tl.constexpr, HAS_LIMIT: tl.constexpr,
 ):
@@ -51,15 +41,12 @@ def _chunk_cumsum_kernel(
     offs_t = tl.arange(0, BLOCK_Q)  # steps inside the chunk
     t_glob = pid_c * Q + offs_t
     mask = (offs_h[:, None] < h) & (offs_t[None, :] < Q) & (t_glob[None, :] < l)
-    ptrs = dt_ptr + pid_b * stride_dt_b + t_glob[None, :] * stride_dt_l + offs_h[:, None] * stride_dt_h
-    dt = tl.load(ptrs, mask=mask, other=0.0).to(tl.float32)  # (BLOCK_H, BLOCK_Q)
+    ptrs = dt_ptr + pid_b * stride_dtb + t_glob[None, :] * stride_dtl + offs_h[:, None] * stride_dth
+    dt = tl.load(ptrs, mask=mask, other=0.0)  # (BLOCK_H, BLOCK_Q)
+    bias = 0.0
     if HAS_BIAS:
-        dt += tl.load(bias_ptr + offs_h, mask=offs_h < h, other=0.0).to(tl.float32)[:, None]
-    if SOFTPLUS:
-        # softplus(x) = log(1 + e^x); above 20 it equals x to fp32 precision (mamba_ssm's threshold)
-        dt = tl.where(dt <= 20.0, tl.log(1.0 + tl.exp(dt)), dt)
-    if HAS_LIMIT:
-        dt = tl.minimum(tl.maximum(dt, dt_min), dt_max)
+        bias = tl.load(bias_ptr + offs_h, mask=offs_h < h, other=0.0).to(tl.float32)[:, None]
+    dt = _delta(dt, bias, dt_min, dt_max, HAS_BIAS, SOFTPLUS, HAS_LIMIT)  # Δ, float32
     dt = tl.where(mask, dt, 0.0)  # padded steps: Δ = 0, i.e. decay 1 and no input
     A = tl.load(A_ptr + offs_h, mask=offs_h < h, other=0.0).to(tl.float32)
     dA_cs = tl.cumsum(dt * A[:, None], axis=1)  # (BLOCK_H, BLOCK_Q): Σ_{s≤t} Δ_s A
@@ -70,18 +57,18 @@ def _chunk_cumsum_kernel(
 
 
 def chunk_cumsum(dt, A, chunk_size, dt_bias=None, dt_softplus=False, dt_limit=(0.0, float("inf"))):
-    """Stage 1. Returns (Δ, dA_cs), both (b, h, c, q) float32; Δ = 0 past the end of the sequence."""
+    """Stage 1. Returns (Δ, dA_cs), both (b, h, c, q) float32; Δ = 0 past the end of l."""
     b, l, h = dt.shape
     q, c = chunk_size, triton.cdiv(l, chunk_size)
     dt_out = torch.empty(b, h, c, q, device=dt.device, dtype=torch.float32)
     dA_cs = torch.empty_like(dt_out)
-    BLOCK_H = 1 if _INTERP else min(8, _p2(h, 1))
+    BLOCK_H = 1 if INTERP else min(8, p2(h, 1))
     grid = (b, c, triton.cdiv(h, BLOCK_H))
     has_limit = tuple(dt_limit) != (0.0, float("inf"))
     _chunk_cumsum_kernel[grid](
         dt, A, dt_bias if dt_bias is not None else A, dt_out, dA_cs, l, h, c,
         float(dt_limit[0]), float(dt_limit[1]), *dt.stride(),
-        Q=q, BLOCK_H=BLOCK_H, BLOCK_Q=_p2(q, 1), HAS_BIAS=dt_bias is not None,
+        Q=q, BLOCK_H=BLOCK_H, BLOCK_Q=p2(q, 1), HAS_BIAS=dt_bias is not None,
         SOFTPLUS=dt_softplus, HAS_LIMIT=has_limit)
     return dt_out, dA_cs
 
@@ -92,9 +79,9 @@ def chunk_cumsum(dt, A, chunk_size, dt_bias=None, dt_softplus=False, dt_limit=(0
 def _bmm_kernel(
     C_ptr, B_ptr, CB_ptr,               # C, B (b, l, g, n); CB (b, c, g, q, q) float32
     l, g, nchunks,
-    stride_b, stride_l, stride_g, stride_n,          # strides of C
+    stride_Cb, stride_Cl, stride_Cg, stride_Cn,      # strides of C
     stride_Bb, stride_Bl, stride_Bg, stride_Bn,      # strides of B
-    n: tl.constexpr, Q: tl.constexpr,
+    N: tl.constexpr, Q: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
 ):
     pid_m, pid_n, pid_bcg = tl.program_id(0), tl.program_id(1), tl.program_id(2)
@@ -108,31 +95,31 @@ def _bmm_kernel(
     t_m, t_s = pid_c * Q + offs_m, pid_c * Q + offs_s
     ok_m = (offs_m < Q) & (t_m < l)
     ok_s = (offs_s < Q) & (t_s < l)
-    C_base = C_ptr + pid_b * stride_b + pid_g * stride_g
+    C_base = C_ptr + pid_b * stride_Cb + pid_g * stride_Cg
     B_base = B_ptr + pid_b * stride_Bb + pid_g * stride_Bg
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    for k0 in range(0, n, BLOCK_K):  # reduce over the state dimension n
+    for k0 in range(0, N, BLOCK_K):  # reduce over the state dimension n
         offs_k = k0 + tl.arange(0, BLOCK_K)
-        Ct = tl.load(C_base + t_m[:, None] * stride_l + offs_k[None, :] * stride_n,
-                     mask=ok_m[:, None] & (offs_k[None, :] < n), other=0.0)  # (BLOCK_M, BLOCK_K)
+        Ct = tl.load(C_base + t_m[:, None] * stride_Cl + offs_k[None, :] * stride_Cn,
+                     mask=ok_m[:, None] & (offs_k[None, :] < N), other=0.0)  # (BLOCK_M, BLOCK_K)
         Bt = tl.load(B_base + t_s[None, :] * stride_Bl + offs_k[:, None] * stride_Bn,
-                     mask=ok_s[None, :] & (offs_k[:, None] < n), other=0.0)  # (BLOCK_K, BLOCK_N)
+                     mask=ok_s[None, :] & (offs_k[:, None] < N), other=0.0)  # (BLOCK_K, BLOCK_N)
         acc += tl.dot(Ct, Bt)
     out = CB_ptr + (pid_bcg * Q + offs_m[:, None]) * Q + offs_s[None, :]
     tl.store(out, acc, mask=(offs_m[:, None] < Q) & (offs_s[None, :] < Q))
 
 
 def bmm_chunk(C, B, chunk_size):
-    """Stage 2. CB (b, c, g, q, q) float32 with CB[b, c, g, t, s] = C_t · B_s (t ≥ s blocks only)."""
+    """Stage 2. CB (b, c, g, q, q) float32, CB[b, c, g, t, s] = C_t · B_s (t ≥ s blocks only)."""
     b, l, g, n = C.shape
     q, c = chunk_size, triton.cdiv(l, chunk_size)
     CB = torch.empty(b, c, g, q, q, device=C.device, dtype=torch.float32)
-    BM = BN = 16 if _INTERP else min(64, _p2(q))
-    BK = _p2(n) if _INTERP else min(64, _p2(n))
+    BM = BN = 16 if INTERP else min(64, p2(q))
+    BK = p2(n) if INTERP else min(64, p2(n))
     grid = (triton.cdiv(q, BM), triton.cdiv(q, BN), b * c * g)
     _bmm_kernel[grid](C, B, CB, l, g, c, *C.stride(), *B.stride(),
-                      n=n, Q=q, BLOCK_M=BM, BLOCK_N=BN, BLOCK_K=BK,
-                      num_warps=4, num_stages=1 if _INTERP else 3)
+                      N=n, Q=q, BLOCK_M=BM, BLOCK_N=BN, BLOCK_K=BK,
+                      num_warps=4, num_stages=1 if INTERP else 3)
     return CB
 
 
@@ -144,7 +131,7 @@ def _chunk_state_kernel(
     l, h, p, n, nchunks, heads_per_group,
     stride_xb, stride_xl, stride_xh, stride_xp,
     stride_Bb, stride_Bl, stride_Bg, stride_Bn,
-    stride_sb, stride_sl,
+    stride_seqb, stride_seql,
     Q: tl.constexpr, BLOCK_P: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     HAS_SEQ: tl.constexpr,
 ):
@@ -160,7 +147,7 @@ def _chunk_state_kernel(
     dA_last = tl.load(dA_cs_ptr + cs_off + Q - 1)  # Δ = 0 on padding, so index q−1 is the true end
     t_end = tl.minimum((pid_c + 1) * Q, l) - 1
     if HAS_SEQ:
-        seq_last = tl.load(seq_ptr + pid_b * stride_sb + t_end * stride_sl)
+        seq_last = tl.load(seq_ptr + pid_b * stride_seqb + t_end * stride_seql)
     x_base = x_ptr + pid_b * stride_xb + pid_h * stride_xh
     B_base = B_ptr + pid_b * stride_Bb + (pid_h // heads_per_group) * stride_Bg
     acc = tl.zeros((BLOCK_P, BLOCK_N), dtype=tl.float32)
@@ -176,7 +163,7 @@ def _chunk_state_kernel(
         dt = tl.load(dt_ptr + cs_off + offs_k, mask=offs_k < Q, other=0.0)
         w = tl.exp(tl.minimum(dA_last - dA, 0.0)) * dt  # decay to the chunk end, times Δ_s
         if HAS_SEQ:  # only steps of the sequence that is running at the chunk's end count
-            seq = tl.load(seq_ptr + pid_b * stride_sb + t * stride_sl, mask=ok, other=-1)
+            seq = tl.load(seq_ptr + pid_b * stride_seqb + t * stride_seql, mask=ok, other=-1)
             w = tl.where(seq == seq_last, w, 0.0)
         Bk = (Bk.to(tl.float32) * w[:, None]).to(xT.dtype)
         acc += tl.dot(xT, Bk)  # (BLOCK_P, BLOCK_N): Σ_s x_s (w_s B_s)ᵀ
@@ -190,16 +177,16 @@ def chunk_state(x, B, dt_c, dA_cs, seq_idx=None):
     g, n = B.shape[2], B.shape[3]
     q, c = dA_cs.shape[-1], dA_cs.shape[2]
     S = torch.empty(b, c, h, p, n, device=x.device, dtype=torch.float32)
-    BP = _p2(p) if _INTERP else min(64, _p2(p))
-    BN = _p2(n) if _INTERP else min(128, _p2(n))
-    BK = 16 if _INTERP else min(64, _p2(q))
+    BP = p2(p) if INTERP else min(64, p2(p))
+    BN = p2(n) if INTERP else min(128, p2(n))
+    BK = 16 if INTERP else min(64, p2(q))
     grid = (triton.cdiv(p, BP) * triton.cdiv(n, BN), b * c * h)
     sq = seq_idx if seq_idx is not None else dt_c
     _chunk_state_kernel[grid](
         x, B, dt_c, dA_cs, sq, S, l, h, p, n, c, h // g, *x.stride(), *B.stride(),
         *((seq_idx.stride(0), seq_idx.stride(1)) if seq_idx is not None else (0, 0)),
         Q=q, BLOCK_P=BP, BLOCK_N=BN, BLOCK_K=BK, HAS_SEQ=seq_idx is not None,
-        num_warps=4, num_stages=1 if _INTERP else 3)
+        num_warps=4, num_stages=1 if INTERP else 3)
     return S
 
 
@@ -208,10 +195,10 @@ def chunk_state(x, B, dt_c, dA_cs, seq_idx=None):
 @triton.jit
 def _state_passing_kernel(
     S_ptr, dA_cs_ptr, init_ptr, seq_ptr,   # S (b, c, h, p·n) f32; init (b, h, p·n)
-    Hin_ptr, final_ptr,                    # Hin (b, c, h, p·n) states entering each chunk; final (b, h, p·n) f32
+    Hin_ptr, final_ptr,                    # Hin (b, c, h, p·n): entering states; final (b, h, p·n)
     l, h, dim, nchunks,
     stride_ib, stride_ih, stride_id,       # strides of init viewed as (b, h, p·n)
-    stride_sb, stride_sl,
+    stride_seqb, stride_seql,
     Q: tl.constexpr, BLOCK: tl.constexpr, HAS_INIT: tl.constexpr, HAS_SEQ: tl.constexpr,
 ):
     pid_d, pid_b, pid_h = tl.program_id(0), tl.program_id(1), tl.program_id(2)
@@ -229,7 +216,8 @@ def _state_passing_kernel(
         tl.store(Hin_ptr + row * dim + offs, H.to(Hin_ptr.dtype.element_ty), mask=ok)
         a = tl.exp(tl.load(dA_cs_ptr + ((pid_b * h + pid_h) * nchunks + c) * Q + Q - 1))
         if HAS_SEQ:  # a new sequence ends this chunk: the old state must not leak into it
-            seq_new = tl.load(seq_ptr + pid_b * stride_sb + (tl.minimum((c + 1) * Q, l) - 1) * stride_sl)
+            t_end = tl.minimum((c + 1) * Q, l) - 1
+            seq_new = tl.load(seq_ptr + pid_b * stride_seqb + t_end * stride_seql)
             a = tl.where(seq_new == seq_prev, a, 0.0)
             seq_prev = seq_new
         H = a * H + tl.load(S_ptr + row * dim + offs, mask=ok, other=0.0)  # H_{c+1} = a H_c + S_c
@@ -245,10 +233,11 @@ def state_passing(S, dA_cs, initial_states=None, seq_idx=None, l=None, out_dtype
     Hin = torch.empty(b, c, h, p, n, device=S.device, dtype=out_dtype)
     final = torch.empty(b, h, p, n, device=S.device, dtype=torch.float32)
     init = initial_states.reshape(b, h, dim) if initial_states is not None else None
-    BLOCK = 256 if _INTERP else 1024
+    BLOCK = 256 if INTERP else 1024
     grid = (triton.cdiv(dim, BLOCK), b, h)
     _state_passing_kernel[grid](
-        S, dA_cs, init if init is not None else S, seq_idx if seq_idx is not None else S, Hin, final,
+        S, dA_cs, init if init is not None else S, seq_idx if seq_idx is not None else S, Hin,
+        final,
         l if l is not None else c * q, h, dim, c,
         *(init.stride() if init is not None else (0, 0, 0)),
         *((seq_idx.stride(0), seq_idx.stride(1)) if seq_idx is not None else (0, 0)),
@@ -260,7 +249,7 @@ def state_passing(S, dA_cs, initial_states=None, seq_idx=None, l=None, out_dtype
 # 5. chunk scan: outputs = diagonal block + off-diagonal block (+ D x, · silu(z))
 @triton.jit
 def _diag_block(acc, k0, x_base, CB_base, dA_row, dt_row, seq_row, seq_m, dA_m, offs_m, offs_p,
-                pid_c, l, p, stride_xl, stride_xp, stride_sl,
+                pid_c, l, p, stride_xl, stride_xp, stride_seql,
                 Q: tl.constexpr, BLOCK_K: tl.constexpr, HAS_SEQ: tl.constexpr):
     """acc += (CB ∘ exp(dA_cs_t − dA_cs_s) Δ_s)[rows, k0:k0+BLOCK_K] @ x[k0:k0+BLOCK_K]: one step of
     the diagonal block's product, masked to s ≤ t (and to one sequence)."""
@@ -273,7 +262,7 @@ def _diag_block(acc, k0, x_base, CB_base, dA_row, dt_row, seq_row, seq_m, dA_m, 
     dt_k = tl.load(dt_row + offs_k, mask=offs_k < Q, other=0.0)
     causal = offs_m[:, None] >= offs_k[None, :]
     if HAS_SEQ:
-        seq_k = tl.load(seq_row + t_k * stride_sl, mask=ok_k, other=-2)
+        seq_k = tl.load(seq_row + t_k * stride_seql, mask=ok_k, other=-2)
         causal = causal & (seq_m[:, None] == seq_k[None, :])
     # the exponent is ≤ 0 on the causal part; clamp so the masked part cannot overflow
     decay = tl.exp(tl.minimum(dA_m[:, None] - dA_k[None, :], 0.0))
@@ -291,10 +280,11 @@ def _chunk_scan_kernel(
     stride_zb, stride_zl, stride_zh, stride_zp,
     stride_Cb, stride_Cl, stride_Cg, stride_Cn,
     stride_ob, stride_ol, stride_oh, stride_op,
-    stride_sb, stride_sl, stride_Dh, stride_Dp,
-    n: tl.constexpr, Q: tl.constexpr,
+    stride_seqb, stride_seql, stride_Dh, stride_Dp,
+    N: tl.constexpr, Q: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_P: tl.constexpr, BLOCK_K: tl.constexpr,
-    BLOCK_N: tl.constexpr, INTERP: tl.constexpr, HAS_D: tl.constexpr, HAS_Z: tl.constexpr, HAS_SEQ: tl.constexpr,
+    BLOCK_N: tl.constexpr, INTERP: tl.constexpr, HAS_D: tl.constexpr, HAS_Z: tl.constexpr,
+    HAS_SEQ: tl.constexpr,
 ):
     pid_mp, pid_bch = tl.program_id(0), tl.program_id(1)
     n_blocks_p = tl.cdiv(p, BLOCK_P)
@@ -312,19 +302,19 @@ def _chunk_scan_kernel(
     # off-diagonal: exp(dA_cs_t) · C_t H_c, the state entering the chunk read out by C
     scale_m = tl.exp(dA_m)
     if HAS_SEQ:
-        seq_m = tl.load(seq_ptr + pid_b * stride_sb + t_m * stride_sl, mask=ok_m, other=-1)
-        seq_prev = tl.load(seq_ptr + pid_b * stride_sb + (pid_c * Q - 1) * stride_sl,
+        seq_m = tl.load(seq_ptr + pid_b * stride_seqb + t_m * stride_seql, mask=ok_m, other=-1)
+        seq_prev = tl.load(seq_ptr + pid_b * stride_seqb + (pid_c * Q - 1) * stride_seql,
                            mask=pid_c > 0, other=0)
         scale_m = tl.where(seq_m == seq_prev, scale_m, 0.0)
     C_base = C_ptr + pid_b * stride_Cb + pid_g * stride_Cg
-    H_base = Hin_ptr + (pid_bch * p) * n
+    H_base = Hin_ptr + (pid_bch * p) * N
     acc = tl.zeros((BLOCK_M, BLOCK_P), dtype=tl.float32)
-    for n0 in range(0, n, BLOCK_N):
+    for n0 in range(0, N, BLOCK_N):
         offs_n = n0 + tl.arange(0, BLOCK_N)
         Cm = tl.load(C_base + t_m[:, None] * stride_Cl + offs_n[None, :] * stride_Cn,
-                     mask=ok_m[:, None] & (offs_n[None, :] < n), other=0.0)  # (BLOCK_M, BLOCK_N)
-        HT = tl.load(H_base + offs_p[None, :] * n + offs_n[:, None],
-                     mask=(offs_p[None, :] < p) & (offs_n[:, None] < n), other=0.0)  # (BLOCK_N, BLOCK_P)
+                     mask=ok_m[:, None] & (offs_n[None, :] < N), other=0.0)  # (BLOCK_M, BLOCK_N)
+        HT = tl.load(H_base + offs_p[None, :] * N + offs_n[:, None],
+                     mask=(offs_p[None, :] < p) & (offs_n[:, None] < N), other=0.0)  # (N, P)
         acc += tl.dot(Cm, HT.to(Cm.dtype))
     acc *= scale_m[:, None]
     # diagonal block: Σ_{s ≤ t} CB_ts exp(dA_cs_t − dA_cs_s) Δ_s x_s, only blocks s ≤ t
@@ -335,13 +325,13 @@ def _chunk_scan_kernel(
     if INTERP:  # the interpreter needs compile-time loop bounds; the causal mask does the rest
         for k0 in range(0, Q, BLOCK_K):
             acc = _diag_block(acc, k0, x_base, CB_base, dA_cs_ptr + cs_base, dt_ptr + cs_base,
-                              seq_ptr + pid_b * stride_sb, seq_m, dA_m, offs_m, offs_p, pid_c, l, p,
-                              stride_xl, stride_xp, stride_sl, Q, BLOCK_K, HAS_SEQ)
+                              seq_ptr + pid_b * stride_seqb, seq_m, dA_m, offs_m, offs_p, pid_c,
+                              l, p, stride_xl, stride_xp, stride_seql, Q, BLOCK_K, HAS_SEQ)
     else:  # only blocks left of (and on) the diagonal: the rest of L is zero
         for k0 in range(0, tl.minimum((pid_m + 1) * BLOCK_M, Q), BLOCK_K):
             acc = _diag_block(acc, k0, x_base, CB_base, dA_cs_ptr + cs_base, dt_ptr + cs_base,
-                              seq_ptr + pid_b * stride_sb, seq_m, dA_m, offs_m, offs_p, pid_c, l, p,
-                              stride_xl, stride_xp, stride_sl, Q, BLOCK_K, HAS_SEQ)
+                              seq_ptr + pid_b * stride_seqb, seq_m, dA_m, offs_m, offs_p, pid_c,
+                              l, p, stride_xl, stride_xp, stride_seql, Q, BLOCK_K, HAS_SEQ)
     ok_out = ok_m[:, None] & (offs_p[None, :] < p)
     if HAS_D:  # skip connection D x_t, D per head or per (head, p)
         Dv = tl.load(D_ptr + pid_h * stride_Dh + offs_p * stride_Dp, mask=offs_p < p, other=0.0)
@@ -352,7 +342,8 @@ def _chunk_scan_kernel(
         zm = tl.load(z_ptr + pid_b * stride_zb + t_m[:, None] * stride_zl + pid_h * stride_zh
                      + offs_p[None, :] * stride_zp, mask=ok_out, other=0.0).to(tl.float32)
         acc *= zm * tl.sigmoid(zm)
-    o = out_ptr + pid_b * stride_ob + t_m[:, None] * stride_ol + pid_h * stride_oh + offs_p[None, :] * stride_op
+    o = (out_ptr + pid_b * stride_ob + t_m[:, None] * stride_ol + pid_h * stride_oh
+         + offs_p[None, :] * stride_op)
     tl.store(o, acc.to(out_ptr.dtype.element_ty), mask=ok_out)
 
 
@@ -362,10 +353,10 @@ def chunk_scan(x, C, CB, dt_c, dA_cs, Hin, D=None, z=None, seq_idx=None):
     g, n = C.shape[2], C.shape[3]
     c, q = dA_cs.shape[2], dA_cs.shape[3]
     out = torch.empty_like(x, memory_format=torch.contiguous_format)
-    BM = 16 if _INTERP else min(64, _p2(q))
-    BK = 16 if _INTERP else min(64, _p2(q))
-    BP = _p2(p) if _INTERP else min(64, _p2(p))
-    BN = _p2(n) if _INTERP else min(128, _p2(n))
+    BM = 16 if INTERP else min(64, p2(q))
+    BK = 16 if INTERP else min(64, p2(q))
+    BP = p2(p) if INTERP else min(64, p2(p))
+    BN = p2(n) if INTERP else min(128, p2(n))
     grid = (triton.cdiv(q, BM) * triton.cdiv(p, BP), b * c * h)
     Dst = (0, 0) if D is None else ((D.stride(0), 0) if D.ndim == 1 else tuple(D.stride()))
     _chunk_scan_kernel[grid](
@@ -373,14 +364,15 @@ def chunk_scan(x, C, CB, dt_c, dA_cs, Hin, D=None, z=None, seq_idx=None):
         seq_idx if seq_idx is not None else x, out, l, h, p, g, c, h // g,
         *x.stride(), *(z.stride() if z is not None else (0, 0, 0, 0)), *C.stride(), *out.stride(),
         *((seq_idx.stride(0), seq_idx.stride(1)) if seq_idx is not None else (0, 0)), *Dst,
-        n=n, Q=q, BLOCK_M=BM, BLOCK_P=BP, BLOCK_K=BK, BLOCK_N=BN, INTERP=_INTERP,
+        N=n, Q=q, BLOCK_M=BM, BLOCK_P=BP, BLOCK_K=BK, BLOCK_N=BN, INTERP=INTERP,
         HAS_D=D is not None, HAS_Z=z is not None, HAS_SEQ=seq_idx is not None,
-        num_warps=4, num_stages=1 if _INTERP else 2)
+        num_warps=4, num_stages=1 if INTERP else 2)
     return out
 
 
 # ---------------------------------------------------------------------------------------------
-def _check(x, dt, A, B, C, chunk_size, D, z, dt_bias, initial_states, seq_idx):
+def check_args(x, dt, A, B, C, chunk_size, D, z, dt_bias, initial_states, seq_idx):
+    """Clear errors for bad arguments of the public functions (shapes, dtypes, chunk size)."""
     b, l, h, p, g, n = ssd.check_inputs(x, dt, A, B, C)
     ssd.check_extras(b, l, h, p, n, D, z, dt_bias, initial_states, seq_idx)
     if not isinstance(chunk_size, int) or chunk_size < 1 or chunk_size & (chunk_size - 1):
@@ -389,7 +381,7 @@ def _check(x, dt, A, B, C, chunk_size, D, z, dt_bias, initial_states, seq_idx):
         raise TypeError(f"x must be float16, bfloat16 or float32, got {x.dtype}")
     if B.dtype != x.dtype or C.dtype != x.dtype:
         raise TypeError(f"B and C must have x's dtype {x.dtype}, got {B.dtype} and {C.dtype}")
-    if not x.is_cuda and not _INTERP:
+    if not x.is_cuda and not INTERP:
         raise ValueError("tensors are on the CPU but Triton is not in interpreter mode")
 
 
@@ -403,100 +395,3 @@ def ssd_forward(x, dt, A, B, C, chunk_size, D=None, z=None, dt_bias=None, initia
     CB = bmm_chunk(C, B, chunk_size)  # (b, c, g, q, q) f32
     out = chunk_scan(x, C, CB, dt_c, dA_cs, Hin, D, z, seq_idx)  # (b, l, h, p)
     return out, final
-
-
-class _SSDFn(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x, dt, A, B, C, chunk_size, D, z, dt_bias, initial_states, seq_idx,
-                dt_softplus, dt_limit, fused):
-        if fused:
-            from mambalearn.triton.ssd.fused import ssd_fused_forward
-            out, final = ssd_fused_forward(x, dt, A, B, C, chunk_size, D, z, dt_bias,
-                                           initial_states, seq_idx, dt_softplus, dt_limit)
-        else:
-            out, final = ssd_forward(x, dt, A, B, C, chunk_size, D, z, dt_bias, initial_states,
-                                     seq_idx, dt_softplus, dt_limit)
-        ctx.save_for_backward(x, dt, A, B, C, D, z, dt_bias, initial_states, seq_idx)
-        ctx.args = (chunk_size, dt_softplus, dt_limit)
-        if BACKWARD not in ("triton", "reference"):
-            raise ValueError(f'BACKWARD must be "triton" or "reference", got {BACKWARD!r}')
-        ctx.backward_kind = BACKWARD
-        return out, final
-
-    @staticmethod
-    def backward(ctx, dout, dfinal):
-        if ctx.backward_kind == "reference":
-            return _reference_backward(ctx, dout, dfinal)
-        from mambalearn.triton.ssd.backward import ssd_backward
-
-        x, dt, A, B, C, D, z, dt_bias, h0, seq_idx = ctx.saved_tensors
-        chunk_size, dt_softplus, dt_limit = ctx.args
-        dx, ddt, dA, dB, dC, dD, dz, ddt_bias, dh0 = ssd_backward(
-            dout, dfinal, x, dt, A, B, C, chunk_size, D, z, dt_bias, h0, seq_idx, dt_softplus, dt_limit)
-        grads = (dx, ddt, dA, dB, dC, None, dD, dz, ddt_bias, dh0, None, None, None, None)
-        return tuple(gr if need else None for gr, need in zip(grads, ctx.needs_input_grad))
-
-
-BACKWARD = "triton"  # or "reference": autograd through the PyTorch oracle (module doc)
-
-
-def _reference_backward(ctx, dout, dfinal):
-    """The oracle backward: autograd through ``mambalearn.ssd.mamba_chunk_scan_ref`` in float32."""
-    # Recompute the chunked PyTorch oracle in float32 and differentiate it (see module doc),
-    # a few heads at a time: heads are independent given B, C, so the (b, heads, c, q, q)
-    # decay blocks the oracle builds exist for BACKWARD_HEADS heads at once, not all h.
-    saved = ctx.saved_tensors
-    chunk_size, dt_softplus, dt_limit = ctx.args
-    leaves = [t.detach().float().requires_grad_(t.requires_grad) if t is not None
-              and t.is_floating_point() else t for t in saved]
-    x, dt, A, B, C, D, z, dt_bias, h0, seq_idx = leaves
-    h, g = x.shape[2], B.shape[2]
-    step = _head_step(h // g)
-    wrt = [t for t in leaves if t is not None and t.requires_grad]
-    with torch.enable_grad():
-        for i in range(0, h, step):
-            hs, gs = slice(i, i + step), slice(i // (h // g), i // (h // g) + 1)
-            cut = lambda t, dim: None if t is None else t.narrow(dim, i, step)
-            out, final = ssd.mamba_chunk_scan_ref(
-                x[:, :, hs], dt[:, :, hs], A[hs], B[:, :, gs], C[:, :, gs], chunk_size,
-                cut(D, 0), cut(z, 2), cut(dt_bias, 0), cut(h0, 1), seq_idx, dt_softplus,
-                dt_limit, return_final_states=True)
-            outs, grads_out = [out], [dout[:, :, hs].float()]
-            if dfinal is not None:
-                outs.append(final)
-                grads_out.append(dfinal[:, hs].float())
-            if wrt:
-                torch.autograd.backward(outs, grads_out, inputs=wrt)  # accumulates in .grad
-    res = [(t.grad if t.grad is not None else torch.zeros_like(t)).to(s.dtype)
-           if t is not None and t.requires_grad else None for t, s in zip(leaves, saved)]
-    x, dt, A, B, C, D, z, dt_bias, h0, _ = res
-    return x, dt, A, B, C, None, D, z, dt_bias, h0, None, None, None, None
-
-
-BACKWARD_HEADS = 8  # heads recomputed together in backward (memory ∝ this, launches ∝ h / this)
-
-
-def _head_step(heads_per_group):
-    """The largest divisor of heads_per_group ≤ BACKWARD_HEADS: a slice never straddles two groups."""
-    return max(d for d in range(1, min(BACKWARD_HEADS, heads_per_group) + 1) if heads_per_group % d == 0)
-
-
-def mamba_chunk_scan_combined(x, dt, A, B, C, chunk_size, D=None, z=None, dt_bias=None,
-                              initial_states=None, seq_idx=None, dt_softplus=False,
-                              dt_limit=(0.0, float("inf")), return_final_states=False,
-                              fused=False):
-    """out = ((L ∘ C Bᵀ)(Δx) + D x) · silu(z), L = exp(segsum(ΔA)), Δ = softplus(dt + dt_bias).
-
-    Shapes (mamba_ssm's): x, z (b, l, h, p); dt (b, l, h); A, dt_bias (h,); B, C (b, l, g, n)
-    with g dividing h; D (h,) or (h, p); initial_states (b, h, p, n); seq_idx (b, l) int32/int64
-    → out (b, l, h, p) in x's dtype, plus final states (b, h, p, n) float32 if
-    ``return_final_states``. ``fused=True`` runs chapter 11's single-launch forward.
-    l need not be a multiple of ``chunk_size`` (a power of two).
-
-    Drop-in for ``mamba_ssm.ops.triton.ssd_combined.mamba_chunk_scan_combined`` (without
-    ``cu_seqlens``/``return_varlen_states``). Backward: Triton kernels, or the oracle (module doc).
-    """
-    _check(x, dt, A, B, C, chunk_size, D, z, dt_bias, initial_states, seq_idx)
-    out, final = _SSDFn.apply(x, dt, A, B, C, chunk_size, D, z, dt_bias, initial_states,
-                              seq_idx, dt_softplus, tuple(dt_limit), fused)
-    return (out, final) if return_final_states else out

@@ -1,0 +1,111 @@
+"""``mamba_chunk_scan_combined``: the SSD forward (chapter 10's five stages or chapter 11's fused
+kernels) and its backward, behind ``mamba_ssm``'s signature.
+
+Backward: like mamba_ssm, the forward saves only its inputs. ``backward="triton"`` (the default)
+recomputes the states and runs the Triton kernels of ``mambalearn.triton.ssd.backward`` (the
+gradients derived there). ``backward="reference"`` recomputes the chunked PyTorch oracle
+(``mambalearn.ssd.mamba_chunk_scan_ref``) in float32 under autograd instead, ``REFERENCE_HEADS``
+heads at a time (so the (b, heads, c, q, q) decay blocks exist for a few heads at once): the slow
+oracle of the Triton backward.
+"""
+
+import torch
+
+from mambalearn import ssd
+from mambalearn.triton.ssd.backward import ssd_backward
+from mambalearn.triton.ssd.forward import check_args, ssd_forward
+from mambalearn.triton.ssd.fused import ssd_fused_forward
+
+BACKWARDS = ("triton", "reference")
+REFERENCE_HEADS = 8  # heads the oracle backward recomputes together (memory ∝ this)
+
+
+class _SSDFn(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, dt, A, B, C, chunk_size, D, z, dt_bias, initial_states, seq_idx,
+                dt_softplus, dt_limit, fused, backward):
+        forward = ssd_fused_forward if fused else ssd_forward
+        out, final = forward(x, dt, A, B, C, chunk_size, D, z, dt_bias, initial_states, seq_idx,
+                             dt_softplus, dt_limit)
+        ctx.save_for_backward(x, dt, A, B, C, D, z, dt_bias, initial_states, seq_idx)
+        ctx.args = (chunk_size, dt_softplus, dt_limit)
+        ctx.backward_kind = backward
+        return out, final
+
+    @staticmethod
+    def backward(ctx, dout, dfinal):
+        if ctx.backward_kind == "reference":
+            grads = _reference_backward(ctx, dout, dfinal, REFERENCE_HEADS)
+        else:
+            x, dt, A, B, C, D, z, dt_bias, h0, seq_idx = ctx.saved_tensors
+            chunk_size, dt_softplus, dt_limit = ctx.args
+            dx, ddt, dA, dB, dC, dD, dz, ddt_bias, dh0 = ssd_backward(
+                dout, dfinal, x, dt, A, B, C, chunk_size, D, z, dt_bias, h0, seq_idx,
+                dt_softplus, dt_limit)
+            grads = (dx, ddt, dA, dB, dC, dD, dz, ddt_bias, dh0)
+        x, dt, A, B, C, D, z, dt_bias, h0 = grads
+        grads = (x, dt, A, B, C, None, D, z, dt_bias, h0, None, None, None, None, None)
+        return tuple(gr if need else None
+                     for gr, need in zip(grads, ctx.needs_input_grad, strict=True))
+
+
+def _reference_backward(ctx, dout, dfinal, heads):
+    """The oracle backward: autograd through ``mambalearn.ssd.mamba_chunk_scan_ref`` in float32,
+    a few heads at a time: heads are independent given B, C, so the (b, heads, c, q, q) decay
+    blocks the oracle builds exist for ``heads`` heads at once, not all h.
+    Returns the gradients of (x, dt, A, B, C, D, z, dt_bias, initial_states)."""
+    saved = ctx.saved_tensors
+    chunk_size, dt_softplus, dt_limit = ctx.args
+    leaves = [t.detach().float().requires_grad_(t.requires_grad) if t is not None
+              and t.is_floating_point() else t for t in saved]
+    x, dt, A, B, C, D, z, dt_bias, h0, seq_idx = leaves
+    h, g = x.shape[2], B.shape[2]
+    step = _head_step(h // g, heads)
+    wrt = [t for t in leaves if t is not None and t.requires_grad]
+    with torch.enable_grad():
+        for i in range(0, h, step):
+            hs, gs = slice(i, i + step), slice(i // (h // g), i // (h // g) + 1)
+            cut = lambda t, dim, i=i: None if t is None else t.narrow(dim, i, step)
+            out, final = ssd.mamba_chunk_scan_ref(
+                x[:, :, hs], dt[:, :, hs], A[hs], B[:, :, gs], C[:, :, gs], chunk_size,
+                cut(D, 0), cut(z, 2), cut(dt_bias, 0), cut(h0, 1), seq_idx, dt_softplus,
+                dt_limit, return_final_states=True)
+            outs, grads_out = [out], [dout[:, :, hs].float()]
+            if dfinal is not None:
+                outs.append(final)
+                grads_out.append(dfinal[:, hs].float())
+            if wrt:
+                torch.autograd.backward(outs, grads_out, inputs=wrt)  # accumulates in .grad
+    res = [(t.grad if t.grad is not None else torch.zeros_like(t)).to(s.dtype)
+           if t is not None and t.requires_grad else None
+           for t, s in zip(leaves, saved, strict=True)]
+    return tuple(res[:9])
+
+
+def _head_step(heads_per_group, heads):
+    """The largest divisor of heads_per_group ≤ ``heads``: a slice never straddles two groups."""
+    return max(d for d in range(1, min(heads, heads_per_group) + 1) if heads_per_group % d == 0)
+
+
+def mamba_chunk_scan_combined(x, dt, A, B, C, chunk_size, D=None, z=None, dt_bias=None,
+                              initial_states=None, seq_idx=None, dt_softplus=False,
+                              dt_limit=(0.0, float("inf")), return_final_states=False,
+                              fused=False, backward="triton"):
+    """out = ((L ∘ C Bᵀ)(Δx) + D x) · silu(z), L = exp(segsum(ΔA)), Δ = softplus(dt + dt_bias).
+
+    Shapes (mamba_ssm's): x, z (b, l, h, p); dt (b, l, h); A, dt_bias (h,); B, C (b, l, g, n)
+    with g dividing h; D (h,) or (h, p); initial_states (b, h, p, n); seq_idx (b, l) int32/int64
+    → out (b, l, h, p) in x's dtype, plus final states (b, h, p, n) float32 if
+    ``return_final_states``. l need not be a multiple of ``chunk_size`` (a power of two).
+
+    ``fused=True`` runs chapter 11's fused forward (``ssd_fused_forward``), ``False`` chapter
+    10's five stages; ``backward`` is ``"triton"`` or ``"reference"`` (module doc).
+    Drop-in for ``mamba_ssm.ops.triton.ssd_combined.mamba_chunk_scan_combined`` (without
+    ``cu_seqlens``/``return_varlen_states``).
+    """
+    check_args(x, dt, A, B, C, chunk_size, D, z, dt_bias, initial_states, seq_idx)
+    if backward not in BACKWARDS:
+        raise ValueError(f"backward must be one of {BACKWARDS}, got {backward!r}")
+    out, final = _SSDFn.apply(x, dt, A, B, C, chunk_size, D, z, dt_bias, initial_states,
+                              seq_idx, dt_softplus, tuple(dt_limit), bool(fused), backward)
+    return (out, final) if return_final_states else out

@@ -1,0 +1,87 @@
+"""What every SSD kernel module shares (chapters 10–11), and nothing else: whether Triton runs in
+its CPU interpreter, tile-size rounding, and the small ``@triton.jit`` helpers that read tiles of
+contiguous (…, steps, features) tensors, split program ids and form Δ. It imports no other module
+of this package, so the forward, fused and backward modules can all import it without a circle.
+"""
+
+import triton
+import triton.language as tl
+
+from mambalearn import device
+
+INTERP = device.interpreted()  # Triton's CPU interpreter: small tiles, one pipeline stage
+
+LOG2E = tl.constexpr(1.4426950408889634)  # exp(x) = exp2(x · log2 e)
+_INTERPRETED = tl.constexpr(INTERP)  # the same flag, readable inside @triton.jit functions
+
+
+def p2(v, lo=16):
+    """``v`` rounded up to a power of two, at least ``lo`` (tiles must be powers of two; the
+    tensor cores want at least 16)."""
+    return max(lo, triton.next_power_of_2(int(v)))
+
+
+def launch_options(cfg):
+    """Compile options of a launch beyond warps and stages: a register cap ``maxnreg`` if the
+    config sets one (not for the interpreter, which has no registers)."""
+    return {} if INTERP or not cfg.get("maxnreg") else dict(maxnreg=cfg["maxnreg"])
+
+
+@triton.jit
+def _exp2(x):
+    """2^x, one MUFU.EX2 instruction, results below 2^-126 flushed to 0. (``tl.exp``/``tl.exp2``
+    add three instructions per element to handle such denormal results: in the q×q tiles of SSD
+    that is a third of the arithmetic, and values below 1e-38 change no output.)"""
+    if _INTERPRETED:
+        return tl.exp2(x)
+    else:
+        return tl.inline_asm_elementwise("ex2.approx.ftz.f32 $0, $1;", "=f,f", [x],
+                                         dtype=tl.float32, is_pure=True, pack=1)
+
+
+@triton.jit
+def _delta(dt, bias, dt_min, dt_max,
+           HAS_BIAS: tl.constexpr, SOFTPLUS: tl.constexpr, HAS_LIMIT: tl.constexpr):
+    """Δ = clamp(softplus(dt + dt_bias), dt_min, dt_max), in float32; each step optional."""
+    dt = dt.to(tl.float32)
+    if HAS_BIAS:
+        dt += bias
+    if SOFTPLUS:
+        # softplus(x) = log(1 + e^x); above 20 it equals x to fp32 precision (mamba_ssm's threshold)
+        dt = tl.where(dt <= 20.0, tl.log(1.0 + tl.exp(dt)), dt)
+    if HAS_LIMIT:
+        dt = tl.minimum(tl.maximum(dt, dt_min), dt_max)
+    return dt
+
+
+@triton.jit
+def _tile(ptr, rows, rows_ok, row_stride, cols, ncols):
+    """ptr[rows · row_stride + cols] as a (rows, cols) tile, 0 where masked."""
+    return tl.load(ptr + rows[:, None] * row_stride + cols[None, :],
+                   mask=rows_ok[:, None] & (cols[None, :] < ncols), other=0.0)
+
+
+@triton.jit
+def _tile_T(ptr, rows, rows_ok, row_stride, cols, ncols):
+    """The same tile transposed: (cols, rows)."""
+    return tl.load(ptr + rows[None, :] * row_stride + cols[:, None],
+                   mask=rows_ok[None, :] & (cols[:, None] < ncols), other=0.0)
+
+
+@triton.jit
+def _row(ptr, offs, Q: tl.constexpr):
+    """Steps ``offs`` of one chunk's (q,) row of Δ or dA_cs (float32); 0 past the chunk."""
+    return tl.load(ptr + offs, mask=offs < Q, other=0.0)
+
+
+@triton.jit
+def _bch(pid, h, nchunks):
+    """(b, c, head) of a program over b·c·h, head fastest: the layout of S, H and dS."""
+    return pid // (h * nchunks), (pid // h) % nchunks, pid % h
+
+
+@triton.jit
+def _bcgs(pid, g, nchunks, nsplit):
+    """(b, c, group, split) of a program over b·c·g·nsplit, split fastest."""
+    bcg = pid // nsplit
+    return bcg // (g * nchunks), (bcg // g) % nchunks, bcg % g, pid % nsplit

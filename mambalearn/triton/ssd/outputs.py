@@ -1,0 +1,166 @@
+"""Chunk outputs in one kernel (chapter 11): chapter 10's stages 2 and 5, C Bᵀ never in memory.
+
+Given the state H_c entering each chunk and a = dA_cs, the outputs of chunk c are
+
+    y_t = exp(a_t) C_t H_cᵀ                                   (the state read out: off-diagonal)
+        + Σ_{s ≤ t} (C_t · B_s) exp(a_t − a_s) Δ_s x_s        (inside the chunk: diagonal block)
+        + D x_t,        out = y · silu(z)
+
+Chapter 10 forms C Bᵀ for every chunk in a kernel of its own and writes it (float32, q × q per
+chunk) for the chunk scan to read back. Here each program computes its BLOCK_M rows of it on the
+fly, BLOCK_K columns at a time, as attention kernels compute Q Kᵀ: the tile S = C_m B_kᵀ comes out
+of the tensor cores in registers, is turned into P = S ∘ decay ∘ Δ there, and goes into the next
+product P x_k as a register operand. The price: C Bᵀ, which depends on the group and not on the
+head, is recomputed by every head of a group — tensor-core work, idle here otherwise.
+
+Tiles arrive through tensor descriptors (Hopper's bulk copy engine, TMA): one instruction moves
+a tile into shared memory and zero-fills what lies past the tensor's edge, so there are no
+per-element addresses or masks to compute. That is most of what a program spends outside its
+arithmetic (bench/NOTES_ssd.md counts it in the SASS); it needs 16-byte aligned rows
+(``tma_ok``). Blocks strictly left of the diagonal need no causal mask; only the diagonal blocks
+mask s > t. The decay is one MUFU.EX2 per element (``common._exp2``); ``EXP2``: from log2-scaled a,
+one multiply less (rounds a little differently from chapter 10's exp(a_t − a_s)).
+"""
+
+import torch
+import triton
+import triton.language as tl
+from triton.tools.tensor_descriptor import TensorDescriptor
+
+from mambalearn.triton.ssd.common import INTERP, LOG2E, _exp2, launch_options, p2
+
+# EXP2 off: chapter 10's roundings exactly (bench/NOTES_ssd.md: exp2 left 1e-4 on some inputs)
+CONFIG = dict(BLOCK_M=64, BLOCK_K=64, num_warps=4, num_stages=2, EXP2=False, maxnreg=None)
+
+
+@triton.jit
+def _block(acc, C_m, a_m, seq_m, offs_m, k0, t0, pid_b, pid_g, pid_h, B_desc, x_desc,
+           dtc_row, dacs_row, seq_base, l, stride_seql,
+           BLOCK_K: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_P: tl.constexpr,
+           CAUSAL: tl.constexpr, EXP2: tl.constexpr, HAS_SEQ: tl.constexpr):
+    """acc += ((C_m B_kᵀ) ∘ exp(a_t − a_s) Δ_s [s ≤ t]) x_k for the BLOCK_K steps from k0."""
+    offs_k = k0 + tl.arange(0, BLOCK_K)
+    B_k = B_desc.load([pid_b, t0 + k0, pid_g, 0]).reshape(BLOCK_K, BLOCK_N)
+    s = tl.dot(C_m, B_k.T)  # (BLOCK_M, BLOCK_K) float32: C_t · B_s
+    a_k = tl.load(dacs_row + offs_k)
+    dt_k = tl.load(dtc_row + offs_k)
+    if EXP2:  # a_m arrives scaled by log2 e
+        pm = s * _exp2(a_m[:, None] - (a_k * LOG2E)[None, :]) * dt_k[None, :]
+    else:  # chapter 10's exp(a_t − a_s) · Δ_s
+        pm = s * _exp2((a_m[:, None] - a_k[None, :]) * LOG2E) * dt_k[None, :]
+    if CAUSAL or HAS_SEQ:
+        keep = offs_m[:, None] >= offs_k[None, :]
+        if HAS_SEQ:  # and inside one packed sequence
+            seq_k = tl.load(seq_base + (t0 + offs_k) * stride_seql, mask=t0 + offs_k < l,
+                            other=-2)
+            keep = keep & (seq_m[:, None] == seq_k[None, :])
+        pm = tl.where(keep, pm, 0.0)  # (the where also drops any inf above the diagonal)
+    x_k = x_desc.load([pid_b, t0 + k0, pid_h, 0]).reshape(BLOCK_K, BLOCK_P)
+    return acc + tl.dot(pm.to(x_k.dtype), x_k)
+
+
+@triton.jit
+def _chunk_outputs_kernel(
+    C_desc, B_desc, x_desc, xm_desc, z_desc, out_desc,  # (b, l, g, n), (b, l, h, p) descriptors
+    H_desc,             # (b·c·h, p, n): the state entering each chunk
+    dtc_ptr, dacs_ptr,  # Δ, dA_cs (b, h, c, q) float32
+    D_ptr, seq_ptr,     # D (h,) or (h, p); seq_idx (b, l)
+    l, h, p, nchunks, heads_per_group, stride_Dh, stride_Dp, stride_seqb, stride_seql,
+    Q: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr,
+    BLOCK_P: tl.constexpr, BLOCK_N: tl.constexpr, EXP2: tl.constexpr,
+    HAS_D: tl.constexpr, D_PER_HEAD: tl.constexpr, HAS_Z: tl.constexpr, HAS_SEQ: tl.constexpr,
+):
+    # grid (row blocks, heads, b · c): the longest row blocks first; heads next, so that programs
+    # running together share the chunk's B and C (a 3-D grid: no divisions to split a program id)
+    N_MB: tl.constexpr = Q // BLOCK_M
+    m0 = (N_MB - 1 - tl.program_id(0)) * BLOCK_M
+    pid_h = tl.program_id(1)
+    pid_b, pid_c = tl.program_id(2) // nchunks, tl.program_id(2) % nchunks
+    pid_g = pid_h // heads_per_group
+    t0 = pid_c * Q  # the chunk's first step
+    offs_m = m0 + tl.arange(0, BLOCK_M)  # steps t of the chunk
+    cs = ((pid_b * h + pid_h) * nchunks + pid_c).to(tl.int64) * Q  # its row of Δ and a
+    a_m = tl.load(dacs_ptr + cs + offs_m)  # (BLOCK_M,)
+    C_m = C_desc.load([pid_b, t0 + m0, pid_g, 0]).reshape(BLOCK_M, BLOCK_N)
+    H_c = H_desc.load([(pid_b * nchunks + pid_c) * h + pid_h, 0, 0]).reshape(BLOCK_P, BLOCK_N)
+    # off-diagonal: exp(a_t) · C_t H_cᵀ, the entering state read out by C
+    scale_m = tl.exp(a_m)
+    seq_base = seq_ptr + pid_b.to(tl.int64) * stride_seqb
+    seq_m = offs_m  # a placeholder without seq_idx
+    if HAS_SEQ:  # the entering state belongs to the sequence running before the chunk
+        seq_m = tl.load(seq_base + (t0 + offs_m) * stride_seql, mask=t0 + offs_m < l, other=-1)
+        seq_prev = tl.load(seq_base + (t0 - 1) * stride_seql, mask=pid_c > 0, other=0)
+        scale_m = tl.where(seq_m == seq_prev, scale_m, 0.0)
+    acc = tl.dot(C_m, H_c.to(C_m.dtype).T) * scale_m[:, None]  # (BLOCK_M, BLOCK_P)
+    if EXP2:
+        a_m = a_m * LOG2E
+    # diagonal block, BLOCK_K steps at a time: left of the diagonal unmasked, then on it
+    for k0 in range(0, m0, BLOCK_K):
+        acc = _block(acc, C_m, a_m, seq_m, offs_m, k0, t0, pid_b, pid_g, pid_h, B_desc, x_desc,
+                     dtc_ptr + cs, dacs_ptr + cs, seq_base, l, stride_seql,
+                     BLOCK_K, BLOCK_N, BLOCK_P, False, EXP2, HAS_SEQ)
+    for k0 in range(m0, m0 + BLOCK_M, BLOCK_K):
+        acc = _block(acc, C_m, a_m, seq_m, offs_m, k0, t0, pid_b, pid_g, pid_h, B_desc, x_desc,
+                     dtc_ptr + cs, dacs_ptr + cs, seq_base, l, stride_seql,
+                     BLOCK_K, BLOCK_N, BLOCK_P, True, EXP2, HAS_SEQ)
+    if HAS_D:  # skip connection D x_t, D per head (one scalar) or per (head, p)
+        x_m = xm_desc.load([pid_b, t0 + m0, pid_h, 0]).reshape(BLOCK_M, BLOCK_P).to(tl.float32)
+        if D_PER_HEAD:
+            acc += tl.load(D_ptr + pid_h * stride_Dh).to(tl.float32) * x_m
+        else:
+            offs_p = tl.arange(0, BLOCK_P)
+            Dv = tl.load(D_ptr + pid_h * stride_Dh + offs_p * stride_Dp, mask=offs_p < p, other=0.0)
+            acc += Dv.to(tl.float32)[None, :] * x_m
+    if HAS_Z:  # gate: y · silu(z)
+        z_m = z_desc.load([pid_b, t0 + m0, pid_h, 0]).reshape(BLOCK_M, BLOCK_P).to(tl.float32)
+        acc *= z_m * tl.sigmoid(z_m)
+    out_desc.store([pid_b, t0 + m0, pid_h, 0],
+                   acc.to(out_desc.dtype).reshape(1, BLOCK_M, 1, BLOCK_P))
+
+
+def tma_ok(*tensors):
+    """True when every tensor can back a tensor descriptor: last dim contiguous, the other
+    strides and the base 16-byte aligned (TMA's rule)."""
+    for t in tensors:
+        if t is None:
+            continue
+        if t.stride(-1) != 1 or any(s * t.element_size() % 16 for s in t.stride()[:-1]):
+            return False
+        if t.device.type != "meta" and t.data_ptr() % 16:
+            return False
+    return True
+
+
+def chunk_outputs(x, C, B, dt_c, dA_cs, H, D=None, z=None, seq_idx=None, config=None):
+    """out = (exp(a) ∘ C Hᵀ + (C Bᵀ ∘ L) (Δ x) + D x) · silu(z) per chunk, C Bᵀ formed on chip.
+
+    Shapes: x, z (b, l, h, p); C, B (b, l, g, n); Δ, dA_cs (b, h, c, q) float32 (as
+    ``forward.chunk_cumsum`` returns them); H (b, c, h, p, n) the state entering each chunk; D
+    (h,) or (h, p); seq_idx (b, l) → out (b, l, h, p) in x's dtype. x, z, B, C and H must pass
+    ``tma_ok``. ``config``: ``CONFIG``'s keys.
+    """
+    b, l, h, p = x.shape
+    g, n = C.shape[2], C.shape[3]
+    c, q = dA_cs.shape[2], dA_cs.shape[3]
+    if not tma_ok(x, z, B, C, H):
+        raise ValueError("chunk_outputs needs x, z, B, C, H with 16-byte aligned rows "
+                         "(contiguous last dim): use forward.chunk_scan")
+    cfg = dict(CONFIG, **(config or {}))
+    BM = min(cfg["BLOCK_M"], q)
+    BK = min(cfg["BLOCK_K"], BM)
+    BP, BN = p2(p, 8), p2(n, 8)
+    out = torch.empty(b, l, h, p, device=x.device, dtype=x.dtype)
+    desc = lambda t, rows, cols: TensorDescriptor.from_tensor(t, [1, rows, 1, cols])
+    Dst = (0, 0) if D is None else ((D.stride(0), 0) if D.ndim == 1 else D.stride())
+    _chunk_outputs_kernel[(q // BM, h, b * c)](
+        desc(C, BM, BN), desc(B, BK, BN), desc(x, BK, BP), desc(x, BM, BP),
+        desc(z, BM, BP) if z is not None else None, desc(out, BM, BP),
+        TensorDescriptor.from_tensor(H.view(b * c * h, p, n), [1, BP, BN]),
+        dt_c, dA_cs, D if D is not None else dt_c, seq_idx if seq_idx is not None else dt_c,
+        l, h, p, c, h // g, *Dst, *(seq_idx.stride() if seq_idx is not None else (0, 0)),
+        Q=q, BLOCK_M=BM, BLOCK_K=BK, BLOCK_P=BP, BLOCK_N=BN, EXP2=bool(cfg["EXP2"]),
+        HAS_D=D is not None, D_PER_HEAD=D is not None and D.ndim == 1, HAS_Z=z is not None,
+        HAS_SEQ=seq_idx is not None, num_warps=cfg["num_warps"],
+        num_stages=1 if INTERP else cfg["num_stages"],
+        **launch_options(cfg))
+    return out

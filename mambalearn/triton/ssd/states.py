@@ -1,0 +1,158 @@
+"""Chunk states in one kernel (chapter 11): chapter 10's stages 3 and 4, the state in registers.
+
+Chapter 10 computes each chunk's state S_c in one kernel, writes it to memory in float32, and runs
+the short scan over chunks in another:
+
+    S_c     = Σ_s w_s x_s B_sᵀ,   w_s = exp(a_last − a_s) Δ_s         (chunk state, (p, n))
+    H_{c+1} = exp(a_last) H_c + S_c                                    (state passing)
+
+Here one program owns a (BLOCK_P, BLOCK_N) tile of the state of one (batch, head) and walks the
+chunks in order: it forms S_c with the tensor cores, adds it to the state it holds in float32
+registers, and writes out only what the output kernel reads, the state entering each chunk (in
+x's dtype, as chapter 10 does, since the output kernel's product takes it in that dtype). The
+float32 S_c never reaches memory, and the chain over chunks needs no other program: no ordering,
+no atomics. Δ and a = dA_cs come from chapter 10's ``chunk_cumsum`` (a launch of a few µs: forming
+them here would cost each program a softplus and a log per step, ~40 instructions each).
+(The FLA library splits its chunked linear attention the same way: ``chunk_fwd_h`` walks the
+chunks for the states, ``chunk_fwd_o`` computes the outputs of all chunks in parallel.)
+
+The tile is held transposed, (n, p): the product (w ∘ Bᵀ) x then has the n rows as its M side,
+the operand scaled by w sits in registers and x goes straight to shared memory. Rounding is
+chapter 10's: w B_s is rounded to x's dtype before the product, as ``chunk_state`` does, so both
+kernels agree to float32 summation order.
+
+The parallelism is b · h · ⌈p/BLOCK_P⌉ · ⌈n/BLOCK_N⌉ programs (b1 h80 p64 n128 with 64 × 64 tiles:
+160), each looping over l / BLOCK_K blocks; their loads do not depend on the state, so the
+software pipeline keeps the next blocks' loads in flight while the product runs.
+"""
+
+import torch
+import triton
+import triton.language as tl
+
+from mambalearn.triton.ssd.common import INTERP, launch_options, p2
+
+# BLOCK_P / BLOCK_N None: the largest of TILES that still gives PROGRAMS_PER_SM programs per SM
+CONFIG = dict(BLOCK_P=None, BLOCK_N=None, BLOCK_K=64, num_warps=4, num_stages=3, maxnreg=None)
+TILES = ((64, 64), (32, 64), (32, 32))  # (BLOCK_P, BLOCK_N), largest first
+PROGRAMS_PER_SM = 1  # 64 × 64 wins even at 160 programs (b1 l16384): bench/NOTES_ssd.md
+
+
+@triton.jit
+def _chunk_states_kernel(
+    x_ptr, B_ptr, dtc_ptr, dacs_ptr, init_ptr, seq_ptr,  # x, B: mamba_ssm's; Δ, dA_cs (b, h, c, q)
+    H_ptr,              # out: (b, c, h, p, n), the state entering each chunk, in H's dtype
+    final_ptr,          # out: (b, h, p, n) float32, the state after the last chunk
+    l, h, p, nchunks, heads_per_group,
+    stride_xb, stride_xl, stride_xh, stride_xp,
+    stride_Bb, stride_Bl, stride_Bg, stride_Bn,
+    stride_seqb, stride_seql,
+    N: tl.constexpr, Q: tl.constexpr,           # state size; chunk length
+    BLOCK_P: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+    HAS_INIT: tl.constexpr, HAS_SEQ: tl.constexpr, EVEN: tl.constexpr,
+):
+    # program → (batch·head, p-block, n-block), n-block fastest: neighbours read the same x
+    pid = tl.program_id(0)
+    n_nb, n_pb = tl.cdiv(N, BLOCK_N), tl.cdiv(p, BLOCK_P)
+    pid_n, pid_p, pid_bh = pid % n_nb, (pid // n_nb) % n_pb, pid // (n_nb * n_pb)
+    pid_b, pid_h = pid_bh // h, pid_bh % h
+    offs_p = pid_p * BLOCK_P + tl.arange(0, BLOCK_P)
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    ok_np = (offs_n[:, None] < N) & (offs_p[None, :] < p)
+    np_offs = offs_p[None, :] * N + offs_n[:, None]  # (BLOCK_N, BLOCK_P) inside one (p, n) state
+    if HAS_INIT:  # H_0, the state entering chunk 0 (it belongs to sequence 0)
+        H = tl.load(init_ptr + pid_bh.to(tl.int64) * p * N + np_offs, mask=ok_np,
+                    other=0.0).to(tl.float32)
+    else:
+        H = tl.zeros((BLOCK_N, BLOCK_P), dtype=tl.float32)
+    S = tl.zeros((BLOCK_N, BLOCK_P), dtype=tl.float32)  # Sᵀ of the current chunk
+    x_base = x_ptr + pid_b.to(tl.int64) * stride_xb + pid_h * stride_xh
+    B_base = B_ptr + pid_b.to(tl.int64) * stride_Bb + (pid_h // heads_per_group) * stride_Bg
+    seq_base = seq_ptr + pid_b.to(tl.int64) * stride_seqb
+    KB: tl.constexpr = Q // BLOCK_K  # blocks per chunk
+    a_last = 0.0  # dA_cs at the chunk's last step (Δ = 0 past l, so index q − 1 is the end)
+    seq_last = 0  # the sequence running at the chunk's end (seq_idx)
+    seq_prev = 0  # … and at the previous chunk's end; H_0 belongs to sequence 0
+    for it in range(0, nchunks * KB):  # one flat loop over (chunk, block): one pipeline
+        c = it // KB
+        kk = it % KB
+        cs = (pid_bh * nchunks + c).to(tl.int64) * Q  # this chunk's row of Δ and dA_cs
+        if kk == 0:  # a new chunk: publish the state entering it
+            H_row = ((pid_b * nchunks + c) * h + pid_h).to(tl.int64) * p * N
+            tl.store(H_ptr + H_row + np_offs, H.to(H_ptr.dtype.element_ty), mask=ok_np)
+            a_last = tl.load(dacs_ptr + cs + Q - 1)
+            if HAS_SEQ:
+                seq_last = tl.load(seq_base + (tl.minimum((c + 1) * Q, l) - 1) * stride_seql)
+        # this block's share of S_cᵀ: (w ∘ Bᵀ) x, w = decay to the chunk's end times Δ
+        offs_k = kk * BLOCK_K + tl.arange(0, BLOCK_K)
+        t = c * Q + offs_k
+        ok = t < l
+        w = tl.exp(tl.minimum(a_last - tl.load(dacs_ptr + cs + offs_k), 0.0))
+        w *= tl.load(dtc_ptr + cs + offs_k)
+        if HAS_SEQ:  # only steps of the sequence running at the chunk's end count
+            seq_k = tl.load(seq_base + t * stride_seql, mask=ok, other=-1)
+            w = tl.where(seq_k == seq_last, w, 0.0)
+        B_ptrs = B_base + t[None, :] * stride_Bl + offs_n[:, None] * stride_Bn
+        x_ptrs = x_base + t[:, None] * stride_xl + offs_p[None, :] * stride_xp
+        if EVEN:  # no tile reaches past l, n or p
+            BT = tl.load(B_ptrs)  # (BLOCK_N, BLOCK_K)
+            xk = tl.load(x_ptrs)  # (BLOCK_K, BLOCK_P)
+        else:
+            BT = tl.load(B_ptrs, mask=ok[None, :] & (offs_n[:, None] < N), other=0.0)
+            xk = tl.load(x_ptrs, mask=ok[:, None] & (offs_p[None, :] < p), other=0.0)
+        S += tl.dot((BT.to(tl.float32) * w[None, :]).to(xk.dtype), xk)
+        if kk == KB - 1:  # the chunk is done: H_{c+1} = exp(a_last) H_c + S_c
+            alpha = tl.exp(a_last)
+            if HAS_SEQ:  # a new sequence ends this chunk: the old state must not leak into it
+                alpha = tl.where(seq_last == seq_prev, alpha, 0.0)
+                seq_prev = seq_last
+            H = alpha * H + S
+            S = tl.zeros((BLOCK_N, BLOCK_P), dtype=tl.float32)
+    tl.store(final_ptr + pid_bh.to(tl.int64) * p * N + np_offs, H, mask=ok_np)
+
+
+def state_tiles(bh, p, n, cfg):
+    """(BLOCK_P, BLOCK_N): ``cfg``'s if set, else the largest of ``TILES`` whose grid has at
+    least ``PROGRAMS_PER_SM`` programs per SM (each program walks the whole sequence, so with
+    one batch row there are only h · tiles of them)."""
+    if cfg["BLOCK_P"] and cfg["BLOCK_N"]:
+        return min(cfg["BLOCK_P"], p2(p)), min(cfg["BLOCK_N"], p2(n))
+    if INTERP:  # no SMs to fill: the whole state in one tile
+        return p2(p), p2(n)
+    sms = torch.cuda.get_device_properties(torch.cuda.current_device()).multi_processor_count
+    for bp, bn in TILES:
+        bp, bn = min(bp, p2(p)), min(bn, p2(n))
+        if bh * triton.cdiv(p, bp) * triton.cdiv(n, bn) >= PROGRAMS_PER_SM * sms:
+            break
+    return bp, bn
+
+
+def chunk_states(x, B, dt_c, dA_cs, initial_states=None, seq_idx=None, H_dtype=None,
+                 config=None):
+    """H_{c+1} = exp(a_last,c) H_c + Σ_s exp(a_last,c − a_s) Δ_s x_s B_sᵀ over chunks, one kernel.
+
+    Shapes: x (b, l, h, p); B (b, l, g, n); Δ, dA_cs (b, h, c, q) float32 (from
+    ``forward.chunk_cumsum``); initial_states (b, h, p, n); seq_idx (b, l). Returns (H (b, c, h,
+    p, n) in ``H_dtype`` (x's dtype by default): the state entering each chunk; final (b, h, p, n)
+    float32) — what chapter 10's ``chunk_state`` and ``state_passing`` return together.
+    ``config``: ``CONFIG``'s keys.
+    """
+    b, l, h, p = x.shape
+    g, n = B.shape[2], B.shape[3]
+    c, q = dA_cs.shape[2], dA_cs.shape[3]
+    cfg = dict(CONFIG, **(config or {}))
+    BK = min(cfg["BLOCK_K"], q)
+    BP, BN = state_tiles(b * h, p, n, cfg)
+    H = torch.empty(b, c, h, p, n, device=x.device, dtype=H_dtype or x.dtype)
+    final = torch.empty(b, h, p, n, device=x.device, dtype=torch.float32)
+    init = initial_states.contiguous() if initial_states is not None else None
+    grid = (b * h * triton.cdiv(p, BP) * triton.cdiv(n, BN),)
+    _chunk_states_kernel[grid](
+        x, B, dt_c, dA_cs, init if init is not None else dt_c,
+        seq_idx if seq_idx is not None else dt_c, H, final, l, h, p, c, h // g,
+        *x.stride(), *B.stride(), *(seq_idx.stride() if seq_idx is not None else (0, 0)),
+        N=n, Q=q, BLOCK_P=BP, BLOCK_N=BN, BLOCK_K=BK, HAS_INIT=init is not None,
+        HAS_SEQ=seq_idx is not None, EVEN=l % q == 0 and n % BN == 0 and p % BP == 0,
+        num_warps=cfg["num_warps"], num_stages=1 if INTERP else cfg["num_stages"],
+        **launch_options(cfg))
+    return H, final
