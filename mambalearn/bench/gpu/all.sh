@@ -4,7 +4,7 @@
 # Usage on the device, from the repo root (carry .whl for the Jupyter wheels, .mamba_ref for mamba_ssm):
 #   bash mambalearn/bench/gpu/all.sh final | final2 | final3 | final4   # the calls BENCHMARKS.md records
 #   bash mambalearn/bench/gpu/all.sh SECTION... # prep build tests notebooks executed selective scans ssd
-#                                    # ssd_steps ssd_acc nb11_check ssd_fused memory step model
+#                                    # ssd_steps ssd_acc ssd_fused memory step model
 #                                    # profile (WL=workloads) wait_build experiments (SET=…) pack
 set -u
 OUT=${OUT:-/tmp/out}; LOG=$OUT/run; mkdir -p "$LOG"
@@ -42,7 +42,6 @@ PY
     ssd_steps) step ssd_steps 70 python3 -c "from mambalearn.bench import ssd, table; print(table(ssd.backward_steps(True)))" ;;
     ssd_acc) step ssd_acc 60 python3 -c "from mambalearn.bench import ssd
 ssd.run(True, shapes=[dict(b=4, l=4096, **ssd.HEADS)], forward=False)" ;;
-    nb11_check) step nb11_check 130 python3 mambalearn/bench/gpu/ssd_fused.py --check-nb11 ;;
     ssd_fused) step ssd_fused 130 python3 mambalearn/bench/gpu/ssd_fused.py --limit 110 --json "$LOG/ssd_fused.json" ;;
     selective) step selective 200 python3 mambalearn/bench/gpu/selective_scan.py --stage final --limit 195 ;;
     scans|memory|ssd|step|model) step "bench_$1" "${LIMIT:-60}" python3 -m mambalearn bench "$1" \
@@ -72,7 +71,7 @@ ssd.run(True, shapes=[dict(b=4, l=4096, **ssd.HEADS)], forward=False)" ;;
       section prep; export TAIL=14; section ssd_acc
       export TLIMIT=110 NBV="notebooks/04*.ipynb notebooks/09*.ipynb notebooks/10*.ipynb \
         solutions/04*.ipynb solutions/09*.ipynb solutions/10*.ipynb"
-      section tests & section notebooks & section nb11_check & wait
+      section tests & section notebooks & wait
       LIMIT=60 section scans
       step selective 100 python3 mambalearn/bench/gpu/selective_scan.py --stage final --defaults --limit 100
       section pack ;;
