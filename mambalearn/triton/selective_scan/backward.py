@@ -118,14 +118,18 @@ def _bwd_replay_state(n, j, nsub, c, nchunks, dt, dtx, start, t, l, bd_row, sc_r
                       EVEN_L: tl.constexpr, EVEN_D: tl.constexpr):
     """Pass 1, run-time state loop, state n of sub-block j: keep the state entering the
     sub-block in the scratch, replay it to the sub-block's end (the next slot)."""
-    h_in = tl.load(scratch_ptr + sc_row + j * N + n, mask=d_mask & (j > 0), other=0.0)
-    h_in += tl.load(states_ptr + (bd_row * nchunks + c) * N + n, mask=d_mask & (j == 0),
-                    other=0.0)
-    _st(scratch_ptr + sc_row + j * N + n, h_in, d_mask, EVEN_D)
+    # (a run-time `if`, not a mask `d_mask & (j > 0)`: a vector mask and-ed with a scalar
+    # condition is an int32 array in the interpreter, which Triton ≥ 3.7 refuses as a mask)
+    if j == 0:  # the chunk's first sub-block starts from the state the forward stored
+        h_in = _ld(states_ptr + (bd_row * nchunks + c) * N + n, d_mask, EVEN_D)
+        _st(scratch_ptr + sc_row + n, h_in, d_mask, EVEN_D)
+    else:
+        h_in = _ld(scratch_ptr + sc_row + j * N + n, d_mask, EVEN_D)
     _, h_out = _fwd_state(n, h_in, dt, dtx, start, t, l, d_idx, d_mask, cols, A_ptr, B_ptr,
                           Bv_ptr, C_ptr, Cv_ptr, sB0, sB1, sB2, sC0, sC1, sC2, N, BLOCK_L,
                           VAR_B, VAR_C, HAS_SEQ, EVEN_L, EVEN_D)
-    tl.store(scratch_ptr + sc_row + (j + 1) * N + n, h_out, mask=d_mask & (j + 1 < nsub))
+    if j + 1 < nsub:
+        _st(scratch_ptr + sc_row + (j + 1) * N + n, h_out, d_mask, EVEN_D)
 
 
 @triton.jit
