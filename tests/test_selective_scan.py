@@ -221,7 +221,7 @@ def test_gpu_initial_state_real_sizes(impl, dtype):
 def test_tuned_run_time_state_loop(bc):
     # the other loop over states in each kernel: forward not unrolled (carries in memory),
     # backward unrolled (carries in registers)
-    other = dict(forward=dict(unroll=False), backward=dict(unroll=True))
+    other = dict(forward=dict(layout="scan", unroll=False), backward=dict(unroll=True))
     fn = lambda **k: selective_scan_fn(**k, config=small(3, **other))
     check_against_oracle(fn, make(2, 4, 19, 3, bc=bc))
     x = make(1, 3, 30, 3)
@@ -237,7 +237,7 @@ def test_tuned_run_time_state_loop(bc):
 def test_run_time_state_loop_prefetch(state_unroll):
     # the large-n forward issues state n + 1's loads during state n; state_unroll=2 takes two
     # states a turn (n = 5: an odd count, the last turn has one); every output and gradient
-    cfg = small(5, forward=dict(unroll=False, state_unroll=state_unroll))
+    cfg = small(5, forward=dict(layout="scan", unroll=False, state_unroll=state_unroll))
     check_against_oracle(lambda **k: selective_scan_fn(**k, config=cfg),
                          make(2, 6, 21, 5, bc="grouped"))
 
@@ -292,11 +292,13 @@ def test_initial_state_without_last_state_gradient(impl):
     check_states(IMPLS[impl], make(1, 3, 17, 2), torch.randn(1, 3, 2, device=DEV), dlast=False)
 
 
-@pytest.mark.parametrize("loop", ["unrolled", "run-time"])
+@pytest.mark.parametrize("loop", ["recurrent", "scan unrolled", "scan run-time"])
 def test_initial_state_every_tuned_loop(loop):
-    # both state loops of the tuned forward and backward start from h0 / the last state's grad
-    other = {} if loop == "unrolled" else dict(forward=dict(unroll=False),
-                                                backward=dict(unroll=True))
+    # every forward and backward state loop starts from h0 / the last state's gradient
+    other = {"recurrent": dict(forward=dict(layout="recurrent")),
+             "scan unrolled": dict(forward=dict(layout="scan", unroll=True)),
+             "scan run-time": dict(forward=dict(layout="scan", unroll=False),
+                                   backward=dict(unroll=True))}[loop]
     fn = lambda **k: selective_scan_fn(**k, config=small(3, **other))
     check_states(fn, make(2, 4, 21, 3, bc="grouped"), torch.randn(2, 4, 3, device=DEV))
 
@@ -336,6 +338,14 @@ def test_forward_variants(name, d, l):
     cfg = small(3, forward=tiny(cfgs.FORWARD_VARIANTS[name]))
     fn = lambda **k: selective_scan_fn(**k, config=cfg)
     check_against_oracle(fn, make(2, d, l, 3, bc="grouped" if d == 8 else "fixed", g=2))
+
+
+@pytest.mark.parametrize("name", list(cfgs.FORWARD_VARIANTS_LARGE_N))
+def test_forward_variants_large_n(name):
+    # n = 17 (padded to 32): the recurrent tiles' state masks, the scan's run-time loop
+    cfg = small(17, forward=tiny(cfgs.FORWARD_VARIANTS_LARGE_N[name]))
+    fn = lambda **k: selective_scan_fn(**k, config=cfg)
+    check_against_oracle(fn, make(1, 3, 11, 17, bc=("shared", "fixed")))
 
 
 @pytest.mark.parametrize("unroll", [True, False])
@@ -407,6 +417,8 @@ def test_default_config_by_device_and_n():
     assert default_config(17, "cpu").forward.unroll is False
     gpu = default_config(16, "cuda")
     assert (gpu.chunk, gpu.forward, gpu.backward) == (64, cfgs.FORWARD, cfgs.BACKWARD)
+    assert default_config(64, "cuda").forward == cfgs.FORWARD
+    assert default_config(65, "cuda").forward == cfgs.FORWARD_SCAN_LARGE_N
 
 
 def test_bad_config():

@@ -1,7 +1,7 @@
 """Nsight Compute profiles of our kernels and mamba_ssm's (where chapters 09–11's time goes).
 
-    python3 mambalearn/bench/gpu/profile.py run WORKLOAD        # one workload, inside cudaProfilerStart/Stop
-    python3 mambalearn/bench/gpu/profile.py ncu OUTDIR WORKLOAD...  # each under ncu, then text reports
+    python3 mambalearn/bench/gpu/profile.py run WORKLOAD   # one workload, in cudaProfilerStart/Stop
+    python3 mambalearn/bench/gpu/profile.py ncu OUTDIR WORKLOAD...  # each under ncu, then reports
 
 Workloads (one forward + backward each, after a warm-up run outside the profiled range):
     m1_16, m1_64        our Mamba-1 selective scan (default kernels), b8 d2048 n16/n64 l2048 bf16

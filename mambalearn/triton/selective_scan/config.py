@@ -14,17 +14,21 @@ from dataclasses import dataclass
 
 import torch
 
-LAYOUTS = ("state-outer", "sub-block")
-UNROLL_MAX = 16  # forward: the loop over states is unrolled up to this n (compile time grows)
+LAYOUTS = ("state-outer", "sub-block")  # the backward's
+FORWARD_LAYOUTS = ("scan", "recurrent")
+UNROLL_MAX = 16  # scan forward: states unrolled up to this n (compile time grows); chunk 64
 
 
 @dataclass(frozen=True)
 class Forward:
-    """The forward kernel's launch: a tile of ``block_d`` channels × ``block_l`` steps."""
+    """The forward kernel's launch: a tile of ``block_d`` channels × ``block_l`` steps.
+    ``layout``: "scan" (``forward``: a scan along time per state) or "recurrent"
+    (``forward_recurrent``: one channel a thread, every state in registers, step by step)."""
 
     block_d: int
     block_l: int
     num_warps: int
+    layout: str = "scan"
     unroll: bool = True  # states unrolled, carries in registers; False: a run-time state loop
     state_unroll: int = 1  # run-time state loop: states per turn (their scans interleave)
     stages: int = 0  # > 0: a software-pipelined `for` over time blocks (cp.async), else `while`
@@ -58,6 +62,9 @@ class Config:
     backward: Backward
 
     def __post_init__(self):
+        if self.forward.layout not in FORWARD_LAYOUTS:
+            raise ValueError(f"forward.layout must be one of {FORWARD_LAYOUTS}, "
+                             f"got {self.forward.layout!r}")
         if self.backward.layout not in LAYOUTS:
             raise ValueError(f"backward.layout must be one of {LAYOUTS}, "
                              f"got {self.backward.layout!r}")
@@ -91,17 +98,21 @@ def chunk_size(n):
 
 
 # --- the H200 defaults (why each: bench/NOTES_selective_scan.md, "defaults") -----------------
-# forward, n ≤ 16: unmasked `while` over time blocks, states unrolled (beat the pipelined `for`)
-FORWARD = Forward(block_d=64, block_l=32, num_warps=4)
-# forward, n > 16: the same tile, run-time state loop (unrolled spills at n64), 8 warps
-FORWARD_LARGE_N = Forward(block_d=64, block_l=32, num_warps=8, unroll=False)
+# forward, n ≤ RECURRENT_MAX: one channel a thread, every state in its registers (no scan)
+FORWARD = Forward(block_d=32, block_l=8, num_warps=1, layout="recurrent")
+RECURRENT_MAX = 64  # 64 carries + 64 A values a thread: 197 registers at n = 64, no spill
+# forward, scan along time: unmasked `while` over time blocks, states unrolled (n ≤ 16) …
+FORWARD_SCAN = Forward(block_d=64, block_l=32, num_warps=4)
+# … or a run-time state loop (unrolled spills at n64), 8 warps: the default above RECURRENT_MAX
+FORWARD_SCAN_LARGE_N = Forward(block_d=64, block_l=32, num_warps=8, unroll=False)
 # backward, n ≤ 16: state-outer, two channels a program; 96 registers buy occupancy (spills)
 BACKWARD = Backward("state-outer", block_d=2, num_warps=1, maxnreg=96)
 # backward, 16 < n ≤ chunk: state-outer, one channel a program (mamba_ssm's atomic count)
 BACKWARD_LARGE_N = Backward("state-outer", block_d=1, num_warps=1, maxnreg=80)
 # backward, n > chunk: state-outer cannot hold the row sums; the sub-block kernel
 BACKWARD_RUNTIME_LOOP = Backward("sub-block", block_d=32, block_l=8, num_warps=1, even=False)
-# the interpreter (CPU): one small tile, masks kept in the backward
+# the interpreter (CPU): small tiles, masks kept in the backward; the scan forward, which the
+# interpreter runs ~4× faster than the recurrent one (numpy per step); tests run both
 CPU_FORWARD = Forward(block_d=4, block_l=8, num_warps=1)
 CPU_BACKWARD = Backward("sub-block", block_d=4, block_l=8, num_warps=1, even=False)
 
@@ -111,18 +122,27 @@ def default_config(n, device):
     q = chunk_size(n)
     if torch.device(device).type == "cpu":
         return Config(q, dataclasses.replace(CPU_FORWARD, unroll=n <= UNROLL_MAX), CPU_BACKWARD)
+    fwd = FORWARD if n <= RECURRENT_MAX else FORWARD_SCAN_LARGE_N
     if n <= UNROLL_MAX:
-        return Config(q, FORWARD, BACKWARD)
-    return Config(q, FORWARD_LARGE_N, BACKWARD_LARGE_N if n <= q else BACKWARD_RUNTIME_LOOP)
+        return Config(q, fwd, BACKWARD)
+    return Config(q, fwd, BACKWARD_LARGE_N if n <= q else BACKWARD_RUNTIME_LOOP)
 
 
 # --- named variants the GPU scripts time side by side (outcomes: NOTES, "variants") ----------
 FORWARD_VARIANTS = {  # n ≤ 16
-    "masked 64x32w4": dataclasses.replace(FORWARD, even=False),
-    "unmasked 64x32w4": FORWARD,  # the default
-    "pipelined 64x32w4": dataclasses.replace(FORWARD, stages=2),
-    "pipelined 64x32w8 r128": dataclasses.replace(FORWARD, stages=2, num_warps=8, maxnreg=128),
-    "pipelined 32x32w4 r128": dataclasses.replace(FORWARD, stages=2, block_d=32, maxnreg=128),
+    "recurrent 32x8w1": FORWARD,  # the default
+    "masked 64x32w4": dataclasses.replace(FORWARD_SCAN, even=False),
+    "unmasked 64x32w4": FORWARD_SCAN,  # the default until 2026-12-01
+    "pipelined 64x32w4": dataclasses.replace(FORWARD_SCAN, stages=2),
+    "pipelined 64x32w8 r128": dataclasses.replace(FORWARD_SCAN, stages=2, num_warps=8,
+                                                  maxnreg=128),
+    "pipelined 32x32w4 r128": dataclasses.replace(FORWARD_SCAN, stages=2, block_d=32,
+                                                  maxnreg=128),
+}
+FORWARD_VARIANTS_LARGE_N = {  # 16 < n ≤ 64
+    "recurrent 32x8w1": FORWARD,  # the default
+    "recurrent 16x8w1": dataclasses.replace(FORWARD, block_d=16),  # 2 lanes a channel
+    "scan 64x32w8 run-time loop": FORWARD_SCAN_LARGE_N,  # the default until 2026-12-01
 }
 _SUB = Backward("sub-block", block_d=32, block_l=16, num_warps=2, even=False)
 _SO = Backward("state-outer", block_d=2, num_warps=1, rev_loads=True)

@@ -161,8 +161,8 @@ class Kernels(NamedTuple):
     ``forward(u, delta, A, B, C, D, z, delta_bias, softplus, seq_idx, initial_state, shape,
     config)`` → (out, states (b, d, c, n) fp32, last state (b, d, n) fp32);
     ``backward(dout, dlast, u, delta, A, B, C, D, z, delta_bias, softplus, seq_idx, states,
-    shape, config)`` → (the eight gradients of `finish_grads`, g_0 (b, d, n) fp32: the adjoint
-    at step 0). ``dlast`` is the gradient of the last state, or None."""
+    shape, config, need_g0)`` → (the eight gradients of `finish_grads`, g_0 (b, d, n) fp32: the
+    adjoint at step 0, needed if ``need_g0``). ``dlast``: the last state's gradient, or None."""
 
     name: str
     forward: Callable
@@ -189,11 +189,11 @@ class SelectiveScanFn(torch.autograd.Function):
         u, delta, A, B, C, D, z, delta_bias, seq_idx, states = ctx.saved_tensors
         if dout is None:
             dout = torch.zeros_like(u)
+        need_g0 = ctx.has_h0 and ctx.needs_input_grad[-1]
         *grads, g0 = ctx.kernels.backward(dout, dlast, u, delta, A, B, C, D, z, delta_bias,
-                                          ctx.softplus, seq_idx, states, ctx.shape, ctx.config)
-        dh0 = None
-        if ctx.has_h0 and ctx.needs_input_grad[-1]:
-            dh0 = initial_state_grad(g0, delta, delta_bias, ctx.softplus, A)
+                                          ctx.softplus, seq_idx, states, ctx.shape, ctx.config,
+                                          need_g0)
+        dh0 = initial_state_grad(g0, delta, delta_bias, ctx.softplus, A) if need_g0 else None
         return (None, None, None, None, None, None, *grads, dh0)
 
 

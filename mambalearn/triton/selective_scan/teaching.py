@@ -106,8 +106,8 @@ def seq_start(seq_ptr, t, l, HAS_SEQ: tl.constexpr):
 @triton.jit
 def selective_scan_fwd_kernel(
     u_ptr, delta_ptr, A_ptr, B_ptr, C_ptr, D_ptr, z_ptr, bias_ptr, seq_ptr,  # inputs
-    h0_ptr,  # (b, d, n) fp32: the state before step 0 (zeros unless the caller gives one)
-    out_ptr, states_ptr, last_ptr,  # out (b, d, l); states (b, d, chunks, n); last (b, d, n)
+    out_ptr, states_ptr,  # out (b, d, l); states (b, d, chunks, n)
+    last_ptr,  # (b, d, n): h_{l−1} out; h_{−1} in if HAS_H0 (the initial state)
     l, d, dpg, g,  # steps, channels, channels per group of B/C, groups
     stride_B0, stride_B1, stride_B2,  # B's strides, dims 0-2: (b, g, n) or fixed (d, n, 0)
     stride_C0, stride_C1, stride_C2,  # C's
@@ -115,7 +115,7 @@ def selective_scan_fwd_kernel(
     BLOCK_D: tl.constexpr, BLOCK_L: tl.constexpr,  # the tile: channels × steps
     CHUNK: tl.constexpr,  # store the state every CHUNK steps (a multiple of BLOCK_L)
     HAS_D: tl.constexpr, HAS_Z: tl.constexpr, HAS_BIAS: tl.constexpr, SOFTPLUS: tl.constexpr,
-    VAR_B: tl.constexpr, VAR_C: tl.constexpr, HAS_SEQ: tl.constexpr,
+    VAR_B: tl.constexpr, VAR_C: tl.constexpr, HAS_SEQ: tl.constexpr, HAS_H0: tl.constexpr,
 ):
     """h_t = Ā_t h_{t−1} + B̄_t x_t and out_t = (C_t·h_t + D x_t)·silu(z_t) for BLOCK_D channels
     of one batch row, every step; h stored every CHUNK steps for the backward.
@@ -137,9 +137,11 @@ def selective_scan_fwd_kernel(
     Bv_ptr = B_ptr + bi * stride_B0 + gi * stride_B1  # this row's (n, l) slice of B (if it varies)
     Cv_ptr = C_ptr + bi * stride_C0 + gi * stride_C1
     n_mask = d_mask[:, None] & (ncols[None, :] < N)  # (BLOCK_D, NP)
-    h_rows = (bi * d + d_idx).to(tl.int64)[:, None] * N + ncols[None, :]  # (BLOCK_D, NP) in h0
+    h_rows = (bi * d + d_idx).to(tl.int64)[:, None] * N + ncols[None, :]  # (BLOCK_D, NP)
     # 2. the carried state: one column per state n. It lives in registers for the whole sequence.
-    H = tl.load(h0_ptr + h_rows, mask=n_mask, other=0.0)  # h_{−1}
+    H = tl.zeros((BLOCK_D, NP), dtype=tl.float32)  # h_{−1} = 0 …
+    if HAS_H0:  # … or the initial state given
+        H = tl.load(last_ptr + h_rows, mask=n_mask, other=0.0)
     t0 = 0
     while t0 < l:  # blocks of time, in order: each needs the state the previous one left
         t0 = tl.multiple_of(t0, BLOCK_L)  # tells the compiler loads are aligned (wide loads)
@@ -193,7 +195,7 @@ def selective_scan_fwd_kernel(
 @triton.jit
 def selective_scan_bwd_kernel(
     u_ptr, delta_ptr, A_ptr, B_ptr, C_ptr, D_ptr, z_ptr, bias_ptr, seq_ptr, dout_ptr, states_ptr,
-    g_ptr,  # (b, d, n) fp32: in, the last state's gradient (or zeros); out, the adjoint g_0
+    g_ptr,  # (b, d, n) fp32 if CARRY_G: in, the last state's gradient; out, the adjoint g_0
     du_ptr, ddelta_ptr, dA_ptr, dB_ptr, dC_ptr, dD_ptr, dz_ptr, dbias_ptr,  # gradients (dA, dB,
     l, d, dpg, g,  # dC, dD, dbias are fp32 and zeroed: programs add into them)
     stride_B0, stride_B1, stride_B2,  # B's strides, dims 0-2: (b, g, n) or fixed (d, n, 0)
@@ -203,6 +205,7 @@ def selective_scan_bwd_kernel(
     N: tl.constexpr, NP: tl.constexpr, BLOCK_D: tl.constexpr, CHUNK: tl.constexpr,
     HAS_D: tl.constexpr, HAS_Z: tl.constexpr, HAS_BIAS: tl.constexpr, SOFTPLUS: tl.constexpr,
     VAR_B: tl.constexpr, VAR_C: tl.constexpr, HAS_SEQ: tl.constexpr,
+    CARRY_G: tl.constexpr,  # the last state has a gradient or the initial state needs one
 ):
     """The gradients of the forward, chunk by chunk from the last: h recomputed from the stored
     state, the adjoint g_t = C_t dy_t + Ā_{t+1} g_{t+1} scanned backwards, then the chain rule.
@@ -224,8 +227,9 @@ def selective_scan_bwd_kernel(
     Bv_ptr = B_ptr + bi * stride_B0 + gi * stride_B1
     Cv_ptr = C_ptr + bi * stride_C0 + gi * stride_C1
     g_rows = (bi * d + d_idx).to(tl.int64)[:, None] * N + ncols[None, :]  # (BLOCK_D, NP) in g
-    # the adjoint g = ∂L/∂h entering from later: past the end, the last state's gradient
-    G = tl.load(g_ptr + g_rows, mask=n_mask, other=0.0)
+    G = tl.zeros((BLOCK_D, NP), dtype=tl.float32)  # the adjoint g = ∂L/∂h entering from later
+    if CARRY_G:  # past the end: the last state's gradient
+        G = tl.load(g_ptr + g_rows, mask=n_mask, other=0.0)
     dA_acc = tl.zeros((BLOCK_D, NP), dtype=tl.float32)  # Σ over this row's steps
     dB_acc = tl.zeros((BLOCK_D, NP), dtype=tl.float32)  # (fixed B only)
     dC_acc = tl.zeros((BLOCK_D, NP), dtype=tl.float32)  # (fixed C only)
@@ -320,7 +324,8 @@ def selective_scan_bwd_kernel(
         c -= 1
     # 7. parameter gradients: this program's sums, added to the other batch rows'; g_0 (for
     #    the initial state's gradient Ā_0 g_0)
-    tl.store(g_ptr + g_rows, G, mask=n_mask)
+    if CARRY_G:
+        tl.store(g_ptr + g_rows, G, mask=n_mask)
     tl.atomic_add(dA_ptr + d_idx[:, None] * N + ncols[None, :], dA_acc, mask=n_mask, sem="relaxed")
     if not VAR_B:
         tl.atomic_add(dB_ptr + d_idx[:, None] * stride_dB0 + ncols[None, :] * stride_dB1, dB_acc,
@@ -349,31 +354,32 @@ def _forward(u, delta, A, B, C, D, z, delta_bias, delta_softplus, seq_idx, initi
     u, delta, A = u.contiguous(), delta.contiguous(), A.contiguous()
     z = z.contiguous() if z is not None else None
     f32 = dict(device=u.device, dtype=torch.float32)
-    h0 = torch.zeros((b, d, n), **f32) if initial_state is None else initial_state.contiguous()
     Bk, Ck = interface.bc_layout(B), interface.bc_layout(C)  # (b, n, l) → (b, 1, n, l)
     sB, sC = interface.dim_strides(Bk), interface.dim_strides(Ck)
     q = _chunk()
     out = torch.empty_like(u)
     states = torch.empty((b, d, triton.cdiv(l, q), n), **f32)
-    states[:, :, 0] = h0  # the state before the first chunk is h_{−1}
-    last = torch.empty((b, d, n), **f32)
+    states[:, :, 0] = 0.0 if initial_state is None else initial_state  # h_{−1}
+    last = torch.empty((b, d, n), **f32) if initial_state is None \
+        else initial_state.contiguous().clone()  # h_{−1} in, h_{l−1} out
     opt = lambda X: X if X is not None else A  # A stands in for absent inputs (never read)
     selective_scan_fwd_kernel[(b * g, triton.cdiv(d // g, cfg["BLOCK_D"]))](
         u, delta, A, Bk, Ck, opt(D), opt(z), opt(delta_bias), opt(seq_idx),  # inputs
-        h0,  # the state before step 0
-        out, states, last,  # outputs
+        out, states,  # outputs
+        last,  # h_{−1} in (if given), h_{l−1} out
         l, d, d // g, g,  # steps, channels, channels per group, groups
         *sB,  # B's strides along its dims 0, 1, 2
         *sC,  # C's
         N=n, NP=triton.next_power_of_2(n), CHUNK=q,
         **interface.flags(D, z, delta_bias, delta_softplus, B, C, seq_idx),  # HAS_D … HAS_SEQ
-        **cfg)  # BLOCK_D, BLOCK_L, num_warps
+        HAS_H0=initial_state is not None, **cfg)  # cfg: BLOCK_D, BLOCK_L, num_warps
     return out, states, last
 
 
 def _backward(dout, dlast, u, delta, A, B, C, D, z, delta_bias, delta_softplus, seq_idx, states,
-              shape, config=None):
-    """Launch the backward. Returns the eight gradients and g_0, the adjoint at step 0."""
+              shape, config=None, need_g0=False):
+    """Launch the backward. Returns the eight gradients and g_0, the adjoint at step 0 (None
+    unless ``need_g0`` or the last state has a gradient ``dlast``)."""
     b, d, l, n, g = shape
     cfg = CPU_BWD if device.interpreted() else GPU_BWD
     u, delta, A, dout = u.contiguous(), delta.contiguous(), A.contiguous(), dout.contiguous()
@@ -384,6 +390,7 @@ def _backward(dout, dlast, u, delta, A, B, C, D, z, delta_bias, delta_softplus, 
     dz = torch.empty_like(z) if z is not None else None
     dA, dD, dbias = torch.zeros_like(A), torch.zeros(d, **f32), torch.zeros(d, **f32)
     dB, dC = torch.zeros(Bk.shape, **f32), torch.zeros(Ck.shape, **f32)
+    carry_g = dlast is not None or need_g0
     g0 = torch.zeros((b, d, n), **f32) if dlast is None else dlast.float().clone(
         memory_format=torch.contiguous_format)  # in: the last state's gradient; out: g_0
     sB, sC = interface.dim_strides(Bk), interface.dim_strides(Ck)
@@ -398,9 +405,9 @@ def _backward(dout, dlast, u, delta, A, B, C, D, z, delta_bias, delta_softplus, 
         *sdB, *sdC,  # dB's and dC's
         N=n, NP=triton.next_power_of_2(n), CHUNK=_chunk(),
         **interface.flags(D, z, delta_bias, delta_softplus, B, C, seq_idx),  # HAS_D … HAS_SEQ
-        **cfg)  # BLOCK_D, num_warps
+        CARRY_G=carry_g, **cfg)  # cfg: BLOCK_D, num_warps
     return (*interface.finish_grads(du, ddelta, dA, dB, dC, dD, dz, dbias, B, C, D, delta_bias),
-            g0)
+            g0 if carry_g else None)
 
 
 TEACHING = interface.Kernels("teaching", _forward, _backward)

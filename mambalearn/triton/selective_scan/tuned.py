@@ -9,23 +9,35 @@ and adds what it lacks: variable-length sequences packed in one row (``seq_idx``
 before step 0 (``initial_state``), and gradients through the returned last state — the two a
 context-parallel scan needs (chapter 14). Its launch settings are a `config.Config`.
 
-The kernels, one module each: ``forward`` (one pass, a state stored per chunk),
+The kernels, one module each: ``forward`` (a scan along time per state, a state stored per
+chunk), ``forward_recurrent`` (one channel a thread, every state in registers, step by step),
 ``backward_state_outer`` (the default backward up to n = the chunk) and ``backward`` (the
 sub-block backward); ``config`` holds the settings, ``tile`` the jit helpers they share.
 """
 
 from mambalearn.triton.selective_scan import backward as sub_block
 from mambalearn.triton.selective_scan import backward_state_outer as state_outer
+from mambalearn.triton.selective_scan import forward as scan
+from mambalearn.triton.selective_scan import forward_recurrent as recurrent
 from mambalearn.triton.selective_scan.config import Config, default_config
-from mambalearn.triton.selective_scan.forward import forward
 from mambalearn.triton.selective_scan.gradients import GradBuffers
 from mambalearn.triton.selective_scan.interface import Kernels, bc_layout, run
 
 
+def forward(u, delta, A, B, C, D, z, delta_bias, softplus, seq_idx, initial_state, shape,
+            config):
+    """Launch the forward ``config.forward.layout`` names. Returns out (b, d, l), the states
+    entering each chunk (b, d, c, n) fp32 and the last state (b, d, n) fp32."""
+    kernel = recurrent if config.forward.layout == "recurrent" else scan
+    return kernel.forward(u, delta, A, B, C, D, z, delta_bias, softplus, seq_idx, initial_state,
+                          shape, config)
+
+
 def backward(dout, dlast, u, delta, A, B, C, D, z, delta_bias, softplus, seq_idx, states, shape,
-             config):
+             config, need_g0=True):
     """Launch the backward ``config.backward.layout`` names. Returns the eight gradients
-    (du, ddelta, dA, dB, dC, dD, dz, ddelta_bias) and g_0 (b, d, n), the adjoint at step 0."""
+    (du, ddelta, dA, dB, dC, dD, dz, ddelta_bias) and g_0 (b, d, n), the adjoint at step 0
+    (always: it is the adjoint carry's last value)."""
     n = shape[3]
     u, delta, A, dout = u.contiguous(), delta.contiguous(), A.contiguous(), dout.contiguous()
     z = z.contiguous() if z is not None else None
