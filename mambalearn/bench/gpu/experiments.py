@@ -72,12 +72,12 @@ EXPERIMENTS = {  # name -> rows: label, n, forward (None: default), backward, ch
          None, None),
         ("default", 16, None, None, None),
     ],
-    "recurrent": [  # 2026-12-01: the recurrent forward's tiles (one channel a thread)
+    "recurrent": [  # after 2026-12-01: the recurrent forward's tiles (one channel a thread)
         ("default (recurrent 32x8w1)", 64, None, None, None),
         ("recurrent 16x8w1", 64, REC(block_d=16), None, None),
         ("recurrent 64x8w2", 64, REC(block_d=64, num_warps=2), None, None),
-        ("default (recurrent 32x8w1)", 16, None, None, None),
-        ("recurrent 64x8w2", 16, REC(block_d=64, num_warps=2), None, None),
+        ("default (scan 64x32w4)", 16, None, None, None),
+        ("recurrent 32x8w1", 16, REC(block_d=32), None, None),
     ],
 }
 

@@ -102,18 +102,20 @@ def run_tests(limit):
 
 
 def rows(cfgs, gpu, defaults_only=False):
-    """(label, shape, config) to time: the defaults, the 2026-11-30 defaults, the variants."""
+    """(label, shape, config) to time: the defaults and the other forward kernel."""
     s16 = dict(b=8, d=2048, n=16, l=2048) if gpu else dict(b=1, d=8, n=4, l=32)
     s8k = dict(s16, l=8192) if gpu else dict(s16, l=64)
     s64 = dict(s16, n=64) if gpu else dict(s16, n=20)
-    old16 = cfgs.Config(64, cfgs.FORWARD_SCAN, cfgs.BACKWARD)
-    old64 = cfgs.Config(128, cfgs.FORWARD_SCAN_LARGE_N, cfgs.BACKWARD_LARGE_N)
     out = [("default", s, None) for s in (s16, s8k, s64)]
-    if not defaults_only:
-        out += [("scan fwd (default to 11-30)", s16, old16),
-                ("scan fwd (default to 11-30)", s8k, old16),
-                ("scan fwd (default to 11-30)", s64, old64),
-                ("recurrent 16x8w1", s64, old64.replace(
+    if not defaults_only:  # the other forward kernel at each shape (the backward: default)
+        rec16 = cfgs.Config(64, cfgs.FORWARD_RECURRENT, cfgs.BACKWARD)
+        scan64 = cfgs.Config(128, cfgs.FORWARD_LARGE_N, cfgs.BACKWARD_LARGE_N)
+        pre = cfgs.FORWARD_VARIANTS["recurrent 32x8w1 prefetch"]
+        out += [("recurrent fwd 32x8w1", s16, rec16),
+                ("recurrent fwd 32x8w1 prefetch", s16, rec16.replace(forward=pre)),
+                ("scan fwd 64x32w8 (default to 11-30)", s64, scan64),
+                ("recurrent fwd 32x8w1 prefetch", s64, scan64.replace(forward=pre)),
+                ("recurrent fwd 16x8w1", s64, scan64.replace(
                     forward=cfgs.FORWARD_VARIANTS_LARGE_N["recurrent 16x8w1"]))]
     if not gpu:  # the interpreter's tiles, every other setting as on the GPU
         out = [(lab, s, c if c is None else c.replace(forward=dict(block_d=4, num_warps=1),

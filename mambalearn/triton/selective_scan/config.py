@@ -16,7 +16,7 @@ import torch
 
 LAYOUTS = ("state-outer", "sub-block")  # the backward's
 FORWARD_LAYOUTS = ("scan", "recurrent")
-UNROLL_MAX = 16  # scan forward: states unrolled up to this n (compile time grows); chunk 64
+UNROLL_MAX = 16  # the scan forward's states unrolled up to this n (compile time grows)
 
 
 @dataclass(frozen=True)
@@ -34,6 +34,7 @@ class Forward:
     stages: int = 0  # > 0: a software-pipelined `for` over time blocks (cp.async), else `while`
     even: bool = True  # drop the masks where the tile divides l and the channels of a group
     maxnreg: int | None = None  # registers per thread (None: the compiler's choice)
+    prefetch: bool = False  # recurrent: each step's B, C rows loaded one step ahead
 
 
 @dataclass(frozen=True)
@@ -98,21 +99,23 @@ def chunk_size(n):
 
 
 # --- the H200 defaults (why each: bench/NOTES_selective_scan.md, "defaults") -----------------
-# forward, n ≤ RECURRENT_MAX: one channel a thread, every state in its registers (no scan)
-FORWARD = Forward(block_d=32, block_l=8, num_warps=1, layout="recurrent")
-RECURRENT_MAX = 64  # 64 carries + 64 A values a thread: 197 registers at n = 64, no spill
-# forward, scan along time: unmasked `while` over time blocks, states unrolled (n ≤ 16) …
-FORWARD_SCAN = Forward(block_d=64, block_l=32, num_warps=4)
-# … or a run-time state loop (unrolled spills at n64), 8 warps: the default above RECURRENT_MAX
-FORWARD_SCAN_LARGE_N = Forward(block_d=64, block_l=32, num_warps=8, unroll=False)
+# forward, n ≤ 16: a scan along time, unmasked `while` over time blocks, states unrolled
+FORWARD = Forward(block_d=64, block_l=32, num_warps=4)
+# forward, n > 16: the same tile with a run-time state loop (unrolled spills at n64), 8 warps
+FORWARD_LARGE_N = Forward(block_d=64, block_l=32, num_warps=8, unroll=False)
+# forward, the recurrent kernel (one channel a thread, every state in registers): the default
+# only at the n where the H200 measured it faster (n = 64: 2.15 ms against 2.49). Its speed
+# depends on ptxas issuing the per-step B/C loads early; the n = 16 and n = 32 builds do not
+# (a median 17 and 37 instructions ahead, against 158 at n = 64) and n16 ran 3.7× slower.
+FORWARD_RECURRENT = Forward(block_d=32, block_l=8, num_warps=1, layout="recurrent")
+RECURRENT_DEFAULT_N = (64,)
 # backward, n ≤ 16: state-outer, two channels a program; 96 registers buy occupancy (spills)
 BACKWARD = Backward("state-outer", block_d=2, num_warps=1, maxnreg=96)
 # backward, 16 < n ≤ chunk: state-outer, one channel a program (mamba_ssm's atomic count)
 BACKWARD_LARGE_N = Backward("state-outer", block_d=1, num_warps=1, maxnreg=80)
 # backward, n > chunk: state-outer cannot hold the row sums; the sub-block kernel
 BACKWARD_RUNTIME_LOOP = Backward("sub-block", block_d=32, block_l=8, num_warps=1, even=False)
-# the interpreter (CPU): small tiles, masks kept in the backward; the scan forward, which the
-# interpreter runs ~4× faster than the recurrent one (numpy per step); tests run both
+# the interpreter (CPU): small tiles, masks kept in the backward
 CPU_FORWARD = Forward(block_d=4, block_l=8, num_warps=1)
 CPU_BACKWARD = Backward("sub-block", block_d=4, block_l=8, num_warps=1, even=False)
 
@@ -122,27 +125,27 @@ def default_config(n, device):
     q = chunk_size(n)
     if torch.device(device).type == "cpu":
         return Config(q, dataclasses.replace(CPU_FORWARD, unroll=n <= UNROLL_MAX), CPU_BACKWARD)
-    fwd = FORWARD if n <= RECURRENT_MAX else FORWARD_SCAN_LARGE_N
     if n <= UNROLL_MAX:
-        return Config(q, fwd, BACKWARD)
+        return Config(q, FORWARD, BACKWARD)
+    fwd = FORWARD_RECURRENT if n in RECURRENT_DEFAULT_N else FORWARD_LARGE_N
     return Config(q, fwd, BACKWARD_LARGE_N if n <= q else BACKWARD_RUNTIME_LOOP)
 
 
 # --- named variants the GPU scripts time side by side (outcomes: NOTES, "variants") ----------
 FORWARD_VARIANTS = {  # n ≤ 16
-    "recurrent 32x8w1": FORWARD,  # the default
-    "masked 64x32w4": dataclasses.replace(FORWARD_SCAN, even=False),
-    "unmasked 64x32w4": FORWARD_SCAN,  # the default until 2026-12-01
-    "pipelined 64x32w4": dataclasses.replace(FORWARD_SCAN, stages=2),
-    "pipelined 64x32w8 r128": dataclasses.replace(FORWARD_SCAN, stages=2, num_warps=8,
-                                                  maxnreg=128),
-    "pipelined 32x32w4 r128": dataclasses.replace(FORWARD_SCAN, stages=2, block_d=32,
-                                                  maxnreg=128),
+    "masked 64x32w4": dataclasses.replace(FORWARD, even=False),
+    "unmasked 64x32w4": FORWARD,  # the default
+    "pipelined 64x32w4": dataclasses.replace(FORWARD, stages=2),
+    "pipelined 64x32w8 r128": dataclasses.replace(FORWARD, stages=2, num_warps=8, maxnreg=128),
+    "pipelined 32x32w4 r128": dataclasses.replace(FORWARD, stages=2, block_d=32, maxnreg=128),
+    "recurrent 32x8w1": FORWARD_RECURRENT,
+    "recurrent 32x8w1 prefetch": dataclasses.replace(FORWARD_RECURRENT, prefetch=True),
 }
 FORWARD_VARIANTS_LARGE_N = {  # 16 < n ≤ 64
-    "recurrent 32x8w1": FORWARD,  # the default
-    "recurrent 16x8w1": dataclasses.replace(FORWARD, block_d=16),  # 2 lanes a channel
-    "scan 64x32w8 run-time loop": FORWARD_SCAN_LARGE_N,  # the default until 2026-12-01
+    "scan 64x32w8 run-time loop": FORWARD_LARGE_N,  # the default but at n = 64
+    "recurrent 32x8w1": FORWARD_RECURRENT,  # the default at n = 64
+    "recurrent 16x8w1": dataclasses.replace(FORWARD_RECURRENT, block_d=16),  # 2 lanes a channel
+    "recurrent 32x8w1 prefetch": dataclasses.replace(FORWARD_RECURRENT, prefetch=True),
 }
 _SUB = Backward("sub-block", block_d=32, block_l=16, num_warps=2, even=False)
 _SO = Backward("state-outer", block_d=2, num_warps=1, rev_loads=True)

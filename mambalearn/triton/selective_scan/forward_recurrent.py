@@ -20,7 +20,8 @@ pointer shape (a zero offset along the channels) so they land in that layout, no
 
 Shapes: u, delta, z, out (b, d, l); A (d, n) fp32; B, C fp32 (b, g, l, n) (transposed) or fixed
 (d, n); D, bias (d,); states (b, d, c, n) fp32, the state entering each chunk; last (b, d, n) fp32:
-h_{−1} in (if HAS_H0), h_{l−1} out. Needs CHUNK a multiple of BLOCK_L. Figures: NOTES.
+h_{−1} in (zeros unless an initial state is given), h_{l−1} out. Needs CHUNK a multiple of
+BLOCK_L. Figures: NOTES.
 """
 
 import torch
@@ -49,11 +50,22 @@ def _load_tile(u_ptr, delta_ptr, z_ptr, row, cols, t0, l, d_mask, HAS_Z: tl.cons
 
 
 @triton.jit
+def _load_step(Xv3, t, stride_Xl, l, zero3, n3, N: tl.constexpr, NP: tl.constexpr,
+               EVEN_L: tl.constexpr):
+    """Row t of a transposed B or C for every state, in the state tile's shape (the same in
+    every channel row). (The step's mask is a tensor: a scalar and-ed in is not a bool mask.)"""
+    if EVEN_L and N == NP:
+        return tl.load(Xv3 + t * stride_Xl)
+    else:
+        return tl.load(Xv3 + t * stride_Xl, mask=(zero3 + t < l) & (n3 < N), other=0.0)
+
+
+@triton.jit
 def _fwd_rec_kernel(
     u_ptr, delta_ptr, A_ptr, B_ptr, C_ptr,  # inputs: u, delta (b, d, l); A (d, n); B, C
     D_ptr, z_ptr, bias_ptr, seq_ptr,  # optional inputs (unread where absent)
     out_ptr, states_ptr,  # outputs: out (b, d, l); states (b, d, c, n) fp32
-    last_ptr,  # (b, d, n) fp32: in, h_{−1} (if HAS_H0); out, h_{l−1}
+    last_ptr,  # (b, d, n) fp32: in, h_{−1} (zeros if none is given); out, h_{l−1}
     l, d, dpg, g,  # length, channels, channels per group, groups
     stride_Bb, stride_Bg, stride_Bl,  # B transposed (b, g, l, n); fixed (d, n) B: contiguous
     stride_Cb, stride_Cg, stride_Cl,  # C: likewise
@@ -61,8 +73,9 @@ def _fwd_rec_kernel(
     BLOCK_D: tl.constexpr, BLOCK_L: tl.constexpr,  # channels (one per thread) × steps per tile
     CHUNK: tl.constexpr,  # steps between stored states (a multiple of BLOCK_L)
     HAS_D: tl.constexpr, HAS_Z: tl.constexpr, HAS_BIAS: tl.constexpr, SOFTPLUS: tl.constexpr,
-    VAR_B: tl.constexpr, VAR_C: tl.constexpr, HAS_SEQ: tl.constexpr, HAS_H0: tl.constexpr,
+    VAR_B: tl.constexpr, VAR_C: tl.constexpr, HAS_SEQ: tl.constexpr,
     EVEN_L: tl.constexpr, EVEN_D: tl.constexpr,  # the tile divides l / dpg: no masks there
+    PREFETCH: tl.constexpr,  # load each step's B and C rows one step ahead
 ):
     EVEN: tl.constexpr = EVEN_L and EVEN_D
     EVEN_N: tl.constexpr = EVEN_D and N == NP  # the state tile needs no mask
@@ -82,9 +95,10 @@ def _fwd_rec_kernel(
     st3 = bd_row[:, None, None] * nchunks * N + n3  # (BLOCK_D, NP/V, V) in states, chunk 0
     last3 = bd_row[:, None, None] * N + n3  # (BLOCK_D, NP/V, V) in last
     A2 = ld(A_ptr + d3 * N + n3, n_mask, EVEN_N) * LOG2E  # (BLOCK_D, NP/V, V) A·log2 e
-    H = tl.zeros((BLOCK_D, NP // V, V), dtype=tl.float32)  # h, every state of a channel
-    if HAS_H0:
-        H = ld(last_ptr + last3, n_mask, EVEN_N)
+    # h, every state of a channel, from `last` (zeros or the initial state). (Read even when it
+    # is zeros: the sm_90 build that starts from tl.zeros schedules the B/C loads a median 7
+    # instructions before their use and ran 3.5× slower on the H200; see NOTES.)
+    H = ld(last_ptr + last3, n_mask, EVEN_N)
     Bt = tl.zeros((BLOCK_D, NP // V, V), dtype=tl.float32)
     if not VAR_B:  # fixed (d, n): one tile for every step
         Bt = ld(B_ptr + d3 * N + n3, n_mask, EVEN_N)
@@ -103,6 +117,12 @@ def _fwd_rec_kernel(
     # with one warp per scheduler nothing else would hide the DRAM latency at each tile's top
     last_t0 = ((l - 1) // BLOCK_L) * BLOCK_L  # the last tile (prefetched again at the end)
     x_nx, dt_nx, z_nx = _load_tile(u_ptr, delta_ptr, z_ptr, row, cols, 0, l, d_mask, HAS_Z, EVEN)
+    B_nx = Bt  # (PREFETCH: the next step's rows of B and C)
+    C_nx = Ct
+    if PREFETCH and VAR_B:
+        B_nx = _load_step(Bv3, 0, stride_Bl, l, zero3, n3, N, NP, EVEN_L)
+    if PREFETCH and VAR_C:
+        C_nx = _load_step(Cv3, 0, stride_Cl, l, zero3, n3, N, NP, EVEN_L)
     t0 = 0
     while t0 < l:  # (`while`: triton-lang/triton#9171, see ``forward``)
         t0 = tl.multiple_of(t0, BLOCK_L)
@@ -128,17 +148,17 @@ def _fwd_rec_kernel(
             dt_k = column(dt, cols, k)[:, None, None]  # (BLOCK_D, 1, 1): a register
             dtx_k = column(dtx, cols, k)[:, None, None]
             if VAR_B:
-                if EVEN_L and N == NP:
-                    Bt = tl.load(Bv3 + (t0 + k) * stride_Bl)
-                else:  # (the step's mask as a tensor: a scalar and-ed in is not a bool mask)
-                    Bt = tl.load(Bv3 + (t0 + k) * stride_Bl, mask=(zero3 + t0 + k < l) & (n3 < N),
-                                 other=0.0)
-            if VAR_C:
-                if EVEN_L and N == NP:
-                    Ct = tl.load(Cv3 + (t0 + k) * stride_Cl)
+                if PREFETCH:  # step t + 1's row now, used next step (the last one reads l − 1)
+                    Bt, B_nx = B_nx, _load_step(Bv3, tl.minimum(t0 + k + 1, l - 1), stride_Bl, l,
+                                                zero3, n3, N, NP, EVEN_L)
                 else:
-                    Ct = tl.load(Cv3 + (t0 + k) * stride_Cl, mask=(zero3 + t0 + k < l) & (n3 < N),
-                                 other=0.0)
+                    Bt = _load_step(Bv3, t0 + k, stride_Bl, l, zero3, n3, N, NP, EVEN_L)
+            if VAR_C:
+                if PREFETCH:
+                    Ct, C_nx = C_nx, _load_step(Cv3, tl.minimum(t0 + k + 1, l - 1), stride_Cl, l,
+                                                zero3, n3, N, NP, EVEN_L)
+                else:
+                    Ct = _load_step(Cv3, t0 + k, stride_Cl, l, zero3, n3, N, NP, EVEN_L)
             a = tl.exp2(dt_k * A2)  # Ā_t = 2^(Δ·A·log2 e): the one exp per (step, state)
             if HAS_SEQ:
                 a = tl.where(column(start.to(tl.float32), cols, k)[:, None, None] > 0, 0.0, a)
@@ -180,7 +200,7 @@ def forward(u, delta, A, B, C, D, z, delta_bias, softplus, seq_idx, initial_stat
     out = torch.empty_like(u)
     states = torch.empty((b, d, triton.cdiv(l, q), n), device=u.device, dtype=torch.float32)
     states[:, :, 0] = 0.0 if initial_state is None else initial_state  # h_{−1}
-    last = torch.empty((b, d, n), device=u.device, dtype=torch.float32) if initial_state is None \
+    last = torch.zeros((b, d, n), device=u.device, dtype=torch.float32) if initial_state is None \
         else initial_state.contiguous().clone()  # h_{−1} in, h_{l−1} out
     even_l, even_d = cfgs.even_flags(fc.even, l, d // g, fc.block_l, fc.block_d)
     _fwd_rec_kernel[(b * g, triton.cdiv(d // g, fc.block_d))](
@@ -196,6 +216,6 @@ def forward(u, delta, A, B, C, D, z, delta_bias, softplus, seq_idx, initial_stat
         *sC,  # strides of the transposed C
         N=n, NP=np2, V=min(4, np2), BLOCK_D=fc.block_d, BLOCK_L=fc.block_l, CHUNK=q,
         **flags(D, z, delta_bias, softplus, B, C, seq_idx),  # HAS_D … HAS_SEQ
-        HAS_H0=initial_state is not None, EVEN_L=even_l, EVEN_D=even_d,
+        EVEN_L=even_l, EVEN_D=even_d, PREFETCH=fc.prefetch,
         num_warps=fc.num_warps, **cfgs.compile_options(fc.maxnreg, interp))
     return out, states, last
