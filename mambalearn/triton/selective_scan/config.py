@@ -98,15 +98,14 @@ def chunk_size(n):
     return 64 if n <= UNROLL_MAX else 128
 
 
-# --- the H200 defaults (why each: bench/NOTES_selective_scan.md, "defaults") -----------------
+# --- the H200 defaults (the measurements behind each: bench/NOTES_selective_scan.md) ----------
 # forward, n ≤ 16: a scan along time, unmasked `while` over time blocks, states unrolled
 FORWARD = Forward(block_d=64, block_l=32, num_warps=4)
 # forward, n > 16: the same tile with a run-time state loop (unrolled spills at n64), 8 warps
 FORWARD_LARGE_N = Forward(block_d=64, block_l=32, num_warps=8, unroll=False)
 # forward, the recurrent kernel (one channel a thread, every state in registers): the default
-# only at the n where the H200 measured it faster (n = 64: 2.15 ms against 2.49). Its speed
-# depends on ptxas issuing the per-step B/C loads early; the n = 16 and n = 32 builds do not
-# (a median 17 and 37 instructions ahead, against 158 at n = 64) and n16 ran 3.7× slower.
+# only where the H200 measured it faster than the scan (n = 64). Its speed depends on ptxas
+# issuing each step's B/C loads early, which the n = 16 and n = 32 builds do not (NOTES).
 FORWARD_RECURRENT = Forward(block_d=32, block_l=8, num_warps=1, layout="recurrent")
 RECURRENT_DEFAULT_N = (64,)
 # backward, n ≤ 16: state-outer, two channels a program; 96 registers buy occupancy (spills)
@@ -131,7 +130,7 @@ def default_config(n, device):
     return Config(q, fwd, BACKWARD_LARGE_N if n <= q else BACKWARD_RUNTIME_LOOP)
 
 
-# --- named variants the GPU scripts time side by side (outcomes: NOTES, "variants") ----------
+# --- named variants the GPU scripts time side by side (outcomes: NOTES) ------------------------
 FORWARD_VARIANTS = {  # n ≤ 16
     "masked 64x32w4": dataclasses.replace(FORWARD, even=False),
     "unmasked 64x32w4": FORWARD,  # the default
