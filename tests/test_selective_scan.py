@@ -418,6 +418,8 @@ def test_default_config_by_device_and_n():
     gpu = default_config(16, "cuda")
     assert (gpu.chunk, gpu.forward, gpu.backward) == (64, cfgs.FORWARD, cfgs.BACKWARD)
     assert default_config(64, "cuda").forward == cfgs.FORWARD_RECURRENT  # measured faster there
+    assert default_config(64, "cuda", l=2048).forward == cfgs.FORWARD_RECURRENT
+    assert default_config(64, "cuda", l=1000).forward == cfgs.FORWARD_LARGE_N  # not 16-aligned
     assert default_config(32, "cuda").forward == default_config(65, "cuda").forward \
         == cfgs.FORWARD_LARGE_N
 

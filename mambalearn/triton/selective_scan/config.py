@@ -119,14 +119,18 @@ CPU_FORWARD = Forward(block_d=4, block_l=8, num_warps=1)
 CPU_BACKWARD = Backward("sub-block", block_d=4, block_l=8, num_warps=1, even=False)
 
 
-def default_config(n, device):
-    """The default `Config` for n states on ``device`` (a CPU device: the interpreter's tiles)."""
+def default_config(n, device, l=None):
+    """The default `Config` for n states on ``device`` (a CPU device: the interpreter's tiles),
+    sequences of l steps (None: any)."""
     q = chunk_size(n)
     if torch.device(device).type == "cpu":
         return Config(q, dataclasses.replace(CPU_FORWARD, unroll=n <= UNROLL_MAX), CPU_BACKWARD)
     if n <= UNROLL_MAX:
         return Config(q, FORWARD, BACKWARD)
-    fwd = FORWARD_RECURRENT if n in RECURRENT_DEFAULT_N else FORWARD_LARGE_N
+    # (l % 16: the measured build; without it the u/Δ/z rows are not known 16-byte aligned and
+    # the recurrent build converts layouts every step)
+    recurrent = n in RECURRENT_DEFAULT_N and (l is None or l % 16 == 0)
+    fwd = FORWARD_RECURRENT if recurrent else FORWARD_LARGE_N
     return Config(q, fwd, BACKWARD_LARGE_N if n <= q else BACKWARD_RUNTIME_LOOP)
 
 

@@ -202,9 +202,9 @@ def run(kernels, config, u, delta, A, B, C, D=None, z=None, delta_bias=None,
         initial_state=None):
     """Check the arguments, then run ``kernels`` forward (and backward through autograd).
 
-    ``config``: a function of (n, device) returning what both launchers get (None for none)."""
+    ``config``: a function of (n, device, l) returning what both launchers get (None: none)."""
     shape, seq_idx = check_args(u, delta, A, B, C, D, z, delta_bias, seq_idx, cu_seqlens,
                                 initial_state)
-    config = config(shape[3], u.device) if config is not None else None
+    config = config(shape[3], u.device, shape[2]) if config is not None else None
     return SelectiveScanFn.apply(kernels, config, shape, delta_softplus, return_last_state,
                                  seq_idx, u, delta, A, B, C, D, z, delta_bias, initial_state)

@@ -72,14 +72,14 @@ def selective_scan_fn(u, delta, A, B, C, D=None, z=None, delta_bias=None, delta_
     Gradients flow to every tensor argument, initial_state included, and through the last state
     (its gradient seeds the reverse scan); mamba_ssm has neither. Matches
     ``mamba_ssm.ops.selective_scan_interface.selective_scan_fn`` (real A).
-    ``config`` (not in mamba_ssm): a `Config` (None: ``default_config(n, u.device)``).
+    ``config`` (not in mamba_ssm): a `Config` (None: ``default_config(n, u.device, l)``).
     """
     if config is not None and not isinstance(config, Config):
         raise TypeError(f"config must be a selective_scan.config.Config, got {type(config)}")
 
-    def pick(n, device):  # the launch settings for n states (after the argument checks)
+    def pick(n, device, l):  # the launch settings for n states (after the argument checks)
         if config is None:
-            return default_config(n, device)
+            return default_config(n, device, l)
         config.check(n)
         return config
 
