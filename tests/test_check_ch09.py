@@ -11,8 +11,7 @@ import triton
 import triton.language as tl
 
 from mambalearn import check
-from mambalearn.triton.selective_scan import tuned
-from mambalearn.triton.selective_scan.tuned import selective_scan_fn
+from mambalearn.triton.selective_scan import interface
 from mambalearn.triton.selective_scan.teaching import (
     column,
     combine_fn,
@@ -21,6 +20,7 @@ from mambalearn.triton.selective_scan.teaching import (
     put_column,
     selective_scan_teaching,
 )
+from mambalearn.triton.selective_scan.tuned import selective_scan_fn
 
 
 @triton.jit
@@ -82,14 +82,14 @@ def _strides(X):
 def exercise_kernel(carry=True, d_skip=True):
     def selective_scan_kernel(u, delta, A, B, C, D=None, z=None, delta_bias=None,
                               delta_softplus=False, return_last_state=False, block_d=4, block_l=8):
-        (b, d, l, n, g), _ = tuned.check_args(u, delta, A, B, C, D, z, delta_bias, None, None)
+        (b, d, l, n, g), _ = interface.check_args(u, delta, A, B, C, D, z, delta_bias, None, None)
         u, delta, A = u.contiguous(), delta.contiguous(), A.contiguous()
         z = z.contiguous() if z is not None else None
-        Bk, Ck = tuned.bc_layout(B), tuned.bc_layout(C)
+        Bk, Ck = interface.bc_layout(B), interface.bc_layout(C)
         out = torch.empty_like(u)
         last = torch.empty((b, d, n), device=u.device, dtype=torch.float32)
         _fwd_kernel[(b * g, triton.cdiv(d // g, block_d))](
-            u, delta, A, Bk, Ck, *tuned.optional(D, z, delta_bias, dummy=A), out, last,
+            u, delta, A, Bk, Ck, *interface.optional(D, z, delta_bias, dummy=A), out, last,
             l, d, d // g, g, *_strides(Bk), *_strides(Ck), N=n, NP=triton.next_power_of_2(n),
             BLOCK_D=block_d, BLOCK_L=block_l, HAS_D=D is not None, HAS_Z=z is not None,
             HAS_BIAS=delta_bias is not None, SOFTPLUS=bool(delta_softplus), VAR_B=B.ndim != 2,

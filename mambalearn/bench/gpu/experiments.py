@@ -1,17 +1,18 @@
 """Mamba-1 launch experiments on the GPU, each checked against the default kernels, in one call.
 
     PYTHONUNBUFFERED=1 python3 mambalearn/bench/gpu/experiments.py [--limit S] [--json FILE]
-    python3 mambalearn/bench/gpu/experiments.py --cpu-smoke      # control flow in the interpreter, tiny
+    python3 mambalearn/bench/gpu/experiments.py --cpu-smoke   # the control flow, interpreted, tiny
 
 Every row of ``EXPERIMENTS``: forward and forward+backward median ms, peak GB of fwd+bwd, and the
 largest relative error of out and of the eight gradients against the default kernels on the same
 inputs (a broken variant shows here, not as a fast row). ``chunk`` replaces
-``selective_scan.chunk_size`` (the steps between stored states, shared by forward and backward)
+the default config's chunk (the steps between stored states, shared by forward and backward)
 for that row. mamba_ssm's CUDA kernel is timed at each shape in the same process when its built
 extension is in .mamba_ref/build. A short table is printed last.
 """
 
 import argparse
+import dataclasses
 import json
 import os
 import sys
@@ -20,52 +21,63 @@ import time
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))
 sys.path.insert(0, ROOT)
 
-SO = dict(LAYOUT="state-outer", EVEN=True, REV_LOADS=False)
-RUN_LOOP = dict(BLOCK_D=32, BLOCK_L=8, num_warps=1)  # the run-time-loop backward (n64)
-F64 = dict(EVEN=True, UNROLL=False)  # the forward's run-time state loop, no masks
-EXPERIMENTS = {  # name -> rows: label, n, forward config (None: default), backward, chunk
+from mambalearn.triton.selective_scan.config import Backward, Forward  # noqa: E402
+
+SO = lambda **k: Backward("state-outer", **{"num_warps": 1, **k})  # the state-outer backward
+RUN_LOOP = Backward("sub-block", block_d=32, block_l=8, num_warps=1, even=False)  # n64, 11-29
+F64 = lambda **k: Forward(unroll=False, **k)  # the scan forward's run-time state loop, no masks
+REC = lambda **k: Forward(layout="recurrent", **{"block_l": 8, "num_warps": 1, **k})
+EXPERIMENTS = {  # name -> rows: label, n, forward (None: default), backward, chunk[, l]
     "first": [  # 2026-11-30 session 2, call 1 (the defaults then: bwd 2x64w1, n64 run-time loop)
         ("default", 16, None, None, None),
-        ("bwd so 1x64w1", 16, None, dict(SO, BLOCK_D=1, num_warps=1), None),
-        ("bwd so 2x64w1 r96", 16, None, dict(SO, BLOCK_D=2, num_warps=1, maxnreg=96), None),
-        ("bwd so 4x64w2", 16, None, dict(SO, BLOCK_D=4, num_warps=2), None),
+        ("bwd so 1x64w1", 16, None, SO(block_d=1), None),
+        ("bwd so 2x64w1 r96", 16, None, SO(block_d=2, maxnreg=96), None),
+        ("bwd so 4x64w2", 16, None, SO(block_d=4, num_warps=2), None),
         ("default", 64, None, RUN_LOOP, None),
-        ("bwd so 1x128w1", 64, None, dict(SO, BLOCK_D=1, num_warps=1), None),
-        ("bwd so 2x128w1", 64, None, dict(SO, BLOCK_D=2, num_warps=1), None),
-        ("chunk 64, bwd so 2x64w1", 64, None, dict(SO, BLOCK_D=2, num_warps=1), 64),
-        ("chunk 64, bwd so 1x64w1", 64, None, dict(SO, BLOCK_D=1, num_warps=1), 64),
+        ("bwd so 1x128w1", 64, None, SO(block_d=1), None),
+        ("bwd so 2x128w1", 64, None, SO(block_d=2), None),
+        ("chunk 64, bwd so 2x64w1", 64, None, SO(block_d=2), 64),
+        ("chunk 64, bwd so 1x64w1", 64, None, SO(block_d=1), 64),
     ],
     "registers": [  # call 2: registers per thread against occupancy, n64 forward tiles
         ("default (bwd r96)", 16, None, None, None),
-        ("bwd so 2x64w1 r80", 16, None, dict(SO, BLOCK_D=2, num_warps=1, maxnreg=80), None),
-        ("bwd so 2x64w1 r72", 16, None, dict(SO, BLOCK_D=2, num_warps=1, maxnreg=72), None),
-        ("bwd so 2x64w1 r64", 16, None, dict(SO, BLOCK_D=2, num_warps=1, maxnreg=64), None),
-        ("bwd so 2x64w1 r112", 16, None, dict(SO, BLOCK_D=2, num_warps=1, maxnreg=112), None),
+        ("bwd so 2x64w1 r80", 16, None, SO(block_d=2, maxnreg=80), None),
+        ("bwd so 2x64w1 r72", 16, None, SO(block_d=2, maxnreg=72), None),
+        ("bwd so 2x64w1 r64", 16, None, SO(block_d=2, maxnreg=64), None),
+        ("bwd so 2x64w1 r112", 16, None, SO(block_d=2, maxnreg=112), None),
         ("default (bwd so 1x128w1)", 64, None, None, None),
-        ("bwd so 1x128w1 r80", 64, None, dict(SO, BLOCK_D=1, num_warps=1, maxnreg=80), None),
-        ("bwd so 1x128w1 r64", 64, None, dict(SO, BLOCK_D=1, num_warps=1, maxnreg=64), None),
-        ("fwd 64x16w2", 64, dict(F64, BLOCK_D=64, BLOCK_L=16, num_warps=2), None, None),
-        ("fwd 32x16w1", 64, dict(F64, BLOCK_D=32, BLOCK_L=16, num_warps=1), None, None),
-        ("fwd 64x32w8", 64, dict(F64, BLOCK_D=64, BLOCK_L=32, num_warps=8), None, None),
-        ("fwd 128x32w8", 64, dict(F64, BLOCK_D=128, BLOCK_L=32, num_warps=8), None, None),
-        ("fwd 64x32w4 r128", 64, dict(F64, BLOCK_D=64, BLOCK_L=32, num_warps=4, maxnreg=128),
+        ("bwd so 1x128w1 r80", 64, None, SO(block_d=1, maxnreg=80), None),
+        ("bwd so 1x128w1 r64", 64, None, SO(block_d=1, maxnreg=64), None),
+        ("fwd 64x16w2", 64, F64(block_d=64, block_l=16, num_warps=2), None, None),
+        ("fwd 32x16w1", 64, F64(block_d=32, block_l=16, num_warps=1), None, None),
+        ("fwd 64x32w8", 64, F64(block_d=64, block_l=32, num_warps=8), None, None),
+        ("fwd 128x32w8", 64, F64(block_d=128, block_l=32, num_warps=8), None, None),
+        ("fwd 64x32w4 r128", 64, F64(block_d=64, block_l=32, num_warps=4, maxnreg=128),
          None, None),
     ],
-    "defaults": [  # call 4: the defaults chosen from calls 1-2, with l8192 (6th entry: l)
+    "defaults": [  # the defaults, with l8192 (6th entry: l)
         ("default", 16, None, None, None),
         ("default", 64, None, None, None),
         ("default", 16, None, None, None, 8192),
     ],
-    "n64fwd": [  # call 5: the n64 forward with state n + 1's loads issued during state n
-        ("default (prefetch 64x32w8)", 64, None, None, None),
-        ("fwd 64x32w8 unroll 2", 64, dict(F64, BLOCK_D=64, BLOCK_L=32, num_warps=8,
-                                          STATE_UNROLL=2), None, None),
-        ("fwd 32x32w8 unroll 2", 64, dict(F64, BLOCK_D=32, BLOCK_L=32, num_warps=8,
-                                          STATE_UNROLL=2), None, None),
-        ("fwd 32x32w8", 64, dict(F64, BLOCK_D=32, BLOCK_L=32, num_warps=8), None, None),
-        ("fwd 32x32w4 unroll 2", 64, dict(F64, BLOCK_D=32, BLOCK_L=32, num_warps=4,
-                                          STATE_UNROLL=2), None, None),
+    "n64fwd": [  # call 5: the n64 scan forward with state n + 1's loads issued during state n
+        ("scan fwd, prefetch 64x32w8", 64, F64(block_d=64, block_l=32, num_warps=8), None,
+         None),
+        ("fwd 64x32w8 unroll 2", 64, F64(block_d=64, block_l=32, num_warps=8, state_unroll=2),
+         None, None),
+        ("fwd 32x32w8 unroll 2", 64, F64(block_d=32, block_l=32, num_warps=8, state_unroll=2),
+         None, None),
+        ("fwd 32x32w8", 64, F64(block_d=32, block_l=32, num_warps=8), None, None),
+        ("fwd 32x32w4 unroll 2", 64, F64(block_d=32, block_l=32, num_warps=4, state_unroll=2),
+         None, None),
         ("default", 16, None, None, None),
+    ],
+    "recurrent": [  # after 2026-12-01: the recurrent forward's tiles (one channel a thread)
+        ("default (recurrent 32x8w1)", 64, None, None, None),
+        ("recurrent 16x8w1", 64, REC(block_d=16), None, None),
+        ("recurrent 64x8w2", 64, REC(block_d=64, num_warps=2), None, None),
+        ("default (scan 64x32w4)", 16, None, None, None),
+        ("recurrent 32x8w1", 16, REC(block_d=32), None, None),
     ],
 }
 
@@ -84,10 +96,9 @@ def main():
     from mambalearn.bench import peak_gb, time_ms
     from mambalearn.bench.selective_scan import fwd_bwd, inputs, load_mamba_ssm
     from mambalearn.testing import rel_error
-    from mambalearn.triton.selective_scan import tuned as T
+    from mambalearn.triton.selective_scan import default_config, selective_scan_fn
     gpu = torch.cuda.is_available() and not a.cpu_smoke
     dev, dtype = ("cuda", torch.bfloat16) if gpu else ("cpu", torch.float32)
-    default_chunk = T.chunk_size
     rows, refs, peer = [], {}, load_mamba_ssm() if gpu else None
 
     def grads(fn, x):
@@ -106,7 +117,7 @@ def main():
         key = (n, length)
         if key not in shapes:
             shapes[key] = inputs(**s, device=torch.device(dev), dtype=dtype)
-            refs[key] = grads(T.selective_scan_fn, shapes[key])
+            refs[key] = grads(selective_scan_fn, shapes[key])
             if peer is not None:
                 errs = zip(grads(peer, shapes[key]), refs[key], strict=True)
                 rows.append(dict(label="mamba_ssm cuda", n=n, l=length, chunk="-",
@@ -121,12 +132,15 @@ def main():
         if len(shapes) > 1:  # keep one shape's inputs on the GPU at a time
             for k in [k for k in shapes if k != key]:
                 del shapes[k], refs[k]
-        cfg = {"fwd": fcfg, "bwd": bcfg}
-        if not gpu:  # the interpreter's tiles, every other key as on the GPU
-            cfg = {k: dict(v, BLOCK_D=2, num_warps=1) if v else v for k, v in cfg.items()}
-        fn = (lambda c: lambda **k: T.selective_scan_fn(**k, config=c))(cfg)
-        row = dict(label=label, n=n, l=length, chunk=chunk or default_chunk(n))
-        T.chunk_size = (lambda q: lambda n_: q)(chunk) if chunk else default_chunk
+        cfg = default_config(s["n"], dev)
+        changes = {k: v for k, v in (("forward", fcfg), ("backward", bcfg), ("chunk", chunk))
+                   if v is not None}
+        if not gpu:  # the interpreter's tiles, every other setting as on the GPU
+            changes = {k: dataclasses.replace(v, block_d=2, num_warps=1) if k != "chunk" else v
+                       for k, v in changes.items()}
+        cfg = cfg.replace(**changes)
+        fn = (lambda c: lambda **k: selective_scan_fn(**k, config=c))(cfg)
+        row = dict(label=label, n=n, l=length, chunk=cfg.chunk)
         try:
             errs = zip(grads(fn, x), refs[key], strict=True)
             row["err"] = max(rel_error(g, r) for g, r in errs)
@@ -136,7 +150,6 @@ def main():
             row["peak_gb"] = peak_gb(fwd_bwd(fn, x))
         except Exception as e:  # noqa: BLE001 - one failing variant must not end the run
             row["error"] = f"{type(e).__name__}: {e}"[:200]
-        T.chunk_size = default_chunk
         print(row, flush=True)
         rows.append(row)
         json.dump(rows, open(a.json, "w"), indent=1)

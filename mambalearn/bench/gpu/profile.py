@@ -1,13 +1,21 @@
 """Nsight Compute profiles of our kernels and mamba_ssm's (where chapters 09–11's time goes).
 
-    python3 mambalearn/bench/gpu/profile.py run WORKLOAD        # one workload, inside cudaProfilerStart/Stop
-    python3 mambalearn/bench/gpu/profile.py ncu OUTDIR WORKLOAD...  # each under ncu, then text reports
+    python3 mambalearn/bench/gpu/profile.py run WORKLOAD   # one workload, in cudaProfilerStart/Stop
+    python3 mambalearn/bench/gpu/profile.py ncu OUTDIR WORKLOAD...  # each under ncu, then reports
+    TRITON_INTERPRET=0 python3 mambalearn/bench/gpu/profile.py sm90 N [FORWARD] [DUMP]  # no GPU
 
 Workloads (one forward + backward each, after a warm-up run outside the profiled range):
     m1_16, m1_64        our Mamba-1 selective scan (default kernels), b8 d2048 n16/n64 l2048 bf16
     m1cuda_16, m1cuda_64  mamba_ssm's CUDA selective scan at the same shapes (needs its build)
     ssd, ssdref         our SSD (unfused forward + backward, then the fused forward) and
                         mamba_ssm's Triton SSD, b4 l4096 h80 p64 n128 g1 chunk 256 bf16
+
+``sm90`` needs no GPU: it compiles, for ``GPUTarget("cuda", 90, 32)``, every kernel the Mamba-1
+launchers would launch for one forward and backward at b8 d2048 n=N l2048 bf16 (the default
+config, or the forward of ``config.FORWARD_VARIANTS[_LARGE_N]`` named FORWARD), with the
+launch's own specialisation, and prints registers, stack, SASS instruction counts and how far
+ahead of their first use the 16-byte loads are issued (median instructions); DUMP: a path prefix
+for the SASS / TTGIR files. It is how the sm_90 figures in bench/NOTES_selective_scan.md are made.
 
 `ncu` runs with ``--clock-control none`` (METHOD.md: leave the clocks alone), only kernels whose
 name starts with "_" (Triton's) or contains "selective_scan" (CUDA's), and the sections that say
@@ -130,8 +138,77 @@ def ncu(outdir, names):
         print(f"{name}: rc {r.returncode}, {time.time() - t0:.0f}s", flush=True)
 
 
+def _sass_stats(cubin, dump=None):
+    """Registers, stack, instruction counts and the median load-to-use distance of a cubin."""
+    import re
+    import tempfile
+
+    import triton
+    tools = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin")
+    path = os.path.join(tempfile.mkdtemp(), "k.cubin")
+    open(path, "wb").write(cubin)
+    res = subprocess.run([os.path.join(tools, "cuobjdump"), "-res-usage", path],
+                         capture_output=True, text=True).stdout
+    sass = subprocess.run([os.path.join(tools, "cuobjdump"), "-sass", path],
+                          capture_output=True, text=True).stdout
+    if dump:
+        open(dump + ".sass", "w").write(sass)
+    body = re.findall(r"/\*[0-9a-f]{4,}\*/\s+([^;]*);", sass)
+    ops = [re.sub(r"^@!?U?P\w+\s+", "", i).split()[0].split(".")[0] for i in body if i.strip()]
+    ahead = []
+    for i, ins in enumerate(body):
+        m = re.search(r"LDG\.E\.128\s+R(\d+),", ins)
+        if m:  # instructions until one of its 4 registers is read
+            regs = {f"R{int(m.group(1)) + k}" for k in range(4)}
+            use = next((j for j in range(i + 1, len(body)) if regs & set(
+                re.findall(r"R\d+", body[j].split(",", 1)[1] if "," in body[j] else ""))), None)
+            ahead += [use - i] if use else []
+    stats = dict(regs=int(re.search(r"REG:(\d+)", res).group(1)),
+                 stack=int(re.search(r"STACK:(\d+)", res).group(1)), instr=len(ops))
+    stats.update({k: ops.count(k) for k in ("MUFU", "SHFL", "BAR", "LDG", "STG", "LDS", "LDL")})
+    stats["ldg128_ahead_median"] = sorted(ahead)[len(ahead) // 2] if ahead else None
+    return stats
+
+
+def sm90(n, forward=None, dump=None):
+    """Offline sm_90 builds of the kernels one forward + backward launches (see the docstring)."""
+    import types
+
+    import torch
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource, make_backend
+    from triton.compiler import compile as tcompile
+    from triton.runtime.jit import JITFunction, create_function_from_signature
+
+    from mambalearn.bench.selective_scan import inputs
+    from mambalearn.triton.selective_scan import config, interface, selective_scan_fn
+    target = GPUTarget("cuda", 90, 32)
+    backend = make_backend(target)
+
+    def build(self, *args, grid, warmup, **kwargs):  # instead of a launch: compile, report
+        binder = create_function_from_signature(self.signature, self.params, backend)
+        bound, spec, options = binder(*args, **kwargs)
+        options, sig, consts, attrs = self._pack_args(backend, kwargs, bound, spec, options)
+        k = tcompile(ASTSource(self, sig, consts, attrs), target=target,
+                     options=options.__dict__)
+        prefix = f"{dump}_{self.__name__}" if dump else None
+        print(self.__name__, _sass_stats(k.asm["cubin"], prefix), flush=True)
+
+    JITFunction.run = build
+    interface.device = types.SimpleNamespace(interpreted=lambda: True)  # CPU tensors are fine
+    cfg = config.default_config(n, "cuda")
+    if forward:
+        cfg = cfg.replace(forward={**config.FORWARD_VARIANTS,
+                                   **config.FORWARD_VARIANTS_LARGE_N}[forward])
+    x = {k: v.requires_grad_() for k, v in inputs(8, 2048, n, 2048, torch.device("cpu")).items()}
+    out = selective_scan_fn(**x, delta_softplus=True, config=cfg)
+    out.backward(torch.ones_like(out))
+
+
 if __name__ == "__main__":
     if sys.argv[1] == "run":
         run(sys.argv[2])
+    elif sys.argv[1] == "sm90":
+        sm90(int(sys.argv[2]), *sys.argv[3:5])
     else:
         ncu(sys.argv[2], sys.argv[3:])

@@ -1,27 +1,35 @@
-"""The state-outer backward kernel of the tuned Mamba-1 selective scan (chapter 09): the GPU
-default at n ≤ 16 since 2026-11-30 (DEFAULT_BWD, LAYOUT="state-outer"; docs/BENCHMARKS.md).
+"""The state-outer backward kernel of the tuned Mamba-1 selective scan (chapter 09), and its
+launcher: the GPU default up to n = the chunk (formulas: ``gradients``).
 
-Same gradients as the run-time-loop kernel (``selective_scan_backward``, whose docstring has the
-formulas), another layout. One tile is a whole chunk (BLOCK_L = CHUNK), so the state entering it
-is the stored one: no replay pass, no scratch. The loop over the n states runs inside the chunk,
-once per chunk and state (not per sub-block): its loads (A_n, the stored h_n, the adjoint g_n the
-later chunk left in gbuf, B_n, C_n) depend on no earlier state and are issued one state ahead; the
-row sums of dA (and of fixed dB/dC) sit in column n of a (BLOCK_D, BLOCK_L) register tile (so
-n ≤ CHUNK). No state iteration waits for a load-add-store of its own.
+One tile is a whole chunk (BLOCK_L = CHUNK), so the state entering it is the one the forward
+stored: no replay pass, no scratch. The loop over the n states runs inside the chunk, once per
+chunk and state: its loads (A_n, the stored h_n, the adjoint g_n the later chunk left in gbuf,
+B_n, C_n) depend on no earlier state and are issued one state ahead; the row sums of dA (and of
+fixed dB/dC) sit in column n of a (BLOCK_D, BLOCK_L) register tile (so n ≤ CHUNK). No state
+iteration waits for a load-add-store of its own.
 
-Shapes: as the run-time-loop kernel, without the scratch; gbuf (b, d, n) fp32 carries the adjoint
-between chunks. Its launcher (`_backward`) lives in `mambalearn.triton.selective_scan`.
+Shapes: as the forward (``forward``), plus dout (b, d, l) and the buffers of `GradBuffers`;
+gbuf (b, d, n) fp32 carries the adjoint between chunks (it starts as the last state's gradient).
 """
 
 import triton
 import triton.language as tl
 
+from mambalearn import device
 from mambalearn.triton.scan import combine_fn  # the ⊗ of chapter 03, jitted in chapter 08
-from mambalearn.triton.selective_scan.backward import _bwd_delta, _bwd_outputs, _reverse_scan
-from mambalearn.triton.selective_scan.forward import LOG2E, _ld, _load_bc, _st
-from mambalearn.triton.selective_scan.tile import column as _column
-from mambalearn.triton.selective_scan.tile import load_delta as _load_delta
-from mambalearn.triton.selective_scan.tile import seq_start as _is_start
+from mambalearn.triton.selective_scan import config as cfgs
+from mambalearn.triton.selective_scan.gradients import bwd_outputs
+from mambalearn.triton.selective_scan.interface import bc_strides, flags
+from mambalearn.triton.selective_scan.tile import (
+    LOG2E,
+    column,
+    ld,
+    load_bc,
+    load_delta,
+    reverse_scan,
+    seq_start,
+    st,
+)
 
 
 @triton.jit
@@ -33,7 +41,7 @@ def _so_state(h_in, g_in, A_n, B_n, C_n, C_r, dt, dtx, dt_nx, dy, dy_r, start, s
 
     REV_LOADS: dt_nx, dy_r, C_r come in reversed time order (column k = step BLOCK_L − 1 − k),
     so the reverse scan is a forward one and only g is flipped back: one flip instead of the
-    three of `_reverse_scan` (a flip across the lanes that hold the time axis costs a shuffle
+    three of `reverse_scan` (a flip across the lanes that hold the time axis costs a shuffle
     per element and lane bit)."""
     A2 = (A_n * LOG2E)[:, None]  # (BLOCK_D, 1)
     a = tl.exp2(dt * A2)  # Ā_t = exp(Δ_t A)
@@ -52,27 +60,29 @@ def _so_state(h_in, g_in, A_n, B_n, C_n, C_r, dt, dtx, dt_nx, dy, dy_r, start, s
     else:
         beta = C_n * dy
         beta = tl.where(cols[None, :] == BLOCK_L - 1, beta + a_nx * g_in[:, None], beta)
-        gg = _reverse_scan(a_nx, beta)
+        gg = reverse_scan(a_nx, beta)
     return h, gg, h - bx
 
 
 @triton.jit
 def _so_load_state(n, st_c, g_c, A_ptr, B_ptr, Bv_ptr, C_ptr, Cv_ptr, t, t_r, l, d_idx, d_mask,
-                   sB0, sB1, sB2, sC0, sC1, sC2, N: tl.constexpr, VAR_B: tl.constexpr,
-                   VAR_C: tl.constexpr, EVEN_L: tl.constexpr, EVEN_D: tl.constexpr,
-                   REV_LOADS: tl.constexpr):
+                   stride_Bn, stride_Cn, N: tl.constexpr,
+                   VAR_B: tl.constexpr, VAR_C: tl.constexpr, EVEN_L: tl.constexpr,
+                   EVEN_D: tl.constexpr, REV_LOADS: tl.constexpr):
     """What state n reads in one chunk: A[:, n], the stored state entering the chunk, the
     adjoint leaving the later chunk, B_n, C_n (and C_n reversed). Nothing here depends on an
     earlier state of this chunk, so the loop issues it one state ahead."""
-    A_n = _ld(A_ptr + d_idx * N + n, d_mask, EVEN_D)  # (BLOCK_D,)
-    h_n = _ld(st_c + n, d_mask, EVEN_D)  # (BLOCK_D,)
-    g_n = _ld(g_c + n, d_mask, EVEN_D)  # (BLOCK_D,) written in the later chunk
-    B_n = _load_bc(B_ptr, Bv_ptr, n, t, l, d_idx, d_mask, sB0, sB1, sB2, VAR_B, EVEN_L, EVEN_D)
-    C_n = _load_bc(C_ptr, Cv_ptr, n, t, l, d_idx, d_mask, sC0, sC1, sC2, VAR_C, EVEN_L, EVEN_D)
+    A_n = ld(A_ptr + d_idx * N + n, d_mask, EVEN_D)  # (BLOCK_D,)
+    h_n = ld(st_c + n, d_mask, EVEN_D)  # (BLOCK_D,)
+    g_n = ld(g_c + n, d_mask, EVEN_D)  # (BLOCK_D,) written in the later chunk
+    B_n = load_bc(B_ptr, Bv_ptr, n, t, l, d_idx, d_mask, stride_Bn, N, VAR_B, EVEN_L,
+                  EVEN_D)
+    C_n = load_bc(C_ptr, Cv_ptr, n, t, l, d_idx, d_mask, stride_Cn, N, VAR_C, EVEN_L,
+                  EVEN_D)
     C_r = C_n
     if REV_LOADS and VAR_C:  # a (BLOCK_L,) row read backwards: one layout conversion
-        C_r = _load_bc(C_ptr, Cv_ptr, n, t_r, l, d_idx, d_mask, sC0, sC1, sC2, VAR_C, EVEN_L,
-                       EVEN_D)
+        C_r = load_bc(C_ptr, Cv_ptr, n, t_r, l, d_idx, d_mask, stride_Cn, N, VAR_C,
+                      EVEN_L, EVEN_D)
     return A_n, h_n, g_n, B_n, C_n, C_r
 
 
@@ -89,19 +99,21 @@ def _so_atomic(ptr, v, t_ok, EVEN_L: tl.constexpr):
 def _bwd_so_kernel(
     u_ptr, delta_ptr, A_ptr, B_ptr, C_ptr, D_ptr, z_ptr, bias_ptr, seq_ptr, dout_ptr,
     states_ptr,  # (b, d, c, n) fp32: the state entering each chunk (from the forward)
-    gbuf_ptr,  # (b, d, n) fp32 zeros: the adjoint leaving the later chunk, per state
-    du_ptr, ddelta_ptr, dz_ptr, dB_ptr, dC_ptr,  # (b,d,l) grads; fp32 zeroed dB/dC if variable
+    gbuf_ptr,  # (b, d, n) fp32: the adjoint leaving the later chunk, per state
+    du_ptr, ddelta_ptr, dz_ptr,  # (b, d, l) gradients
+    dB_ptr, dC_ptr,  # (b, g, n, l) fp32 zeroed, if B / C vary with time
     dA_ptr, dBf_ptr, dCf_ptr, dD_ptr, dbias_ptr,  # fp32 sums per batch row: (b,d,n) ×3, (b,d) ×2
     l, d, dpg, g,  # length, channels, channels per group, groups
-    sB0, sB1, sB2, sC0, sC1, sC2,  # strides of B/C: (b, g, n) if variable, (d, n, -) if fixed
-    dB0, dB1, dB2, dC0, dC1, dC2,  # strides of the variable dB/dC buffers
+    stride_Bb, stride_Bg, stride_Bn,  # B: (b, g, n, l) or fixed (d, n); 0 if absent
+    stride_Cb, stride_Cg, stride_Cn,  # C: likewise
+    stride_dBb, stride_dBg, stride_dBn,  # the time-varying dB buffer
+    stride_dCb, stride_dCg, stride_dCn,  # the time-varying dC buffer
     N: tl.constexpr,  # states, ≤ BLOCK_L (the row sums live in the columns of a tile)
     BLOCK_D: tl.constexpr, BLOCK_L: tl.constexpr,  # tile: channels × one whole chunk
     HAS_D: tl.constexpr, HAS_Z: tl.constexpr, HAS_BIAS: tl.constexpr, SOFTPLUS: tl.constexpr,
     VAR_B: tl.constexpr, VAR_C: tl.constexpr, HAS_SEQ: tl.constexpr,
-    EVEN_L: tl.constexpr = False,  # l % BLOCK_L == 0: no masks along time
-    EVEN_D: tl.constexpr = False,  # channels per group % BLOCK_D == 0: no masks along channels
-    REV_LOADS: tl.constexpr = True,  # adjoint inputs loaded time-reversed: 1 flip, not 3
+    EVEN_L: tl.constexpr, EVEN_D: tl.constexpr,  # the tile divides l / dpg: no masks there
+    REV_LOADS: tl.constexpr,  # adjoint inputs loaded time-reversed: 1 flip, not 3
 ):
     EVEN: tl.constexpr = EVEN_L and EVEN_D
     pid_bg, pid_d = tl.program_id(0), tl.program_id(1)
@@ -116,17 +128,17 @@ def _bwd_so_kernel(
     g_c = gbuf_ptr + bd_row * N  # (BLOCK_D,) the adjoint carries of these rows
     Dv = tl.zeros((BLOCK_D,), dtype=tl.float32)
     if HAS_D:
-        Dv = _ld(D_ptr + d_idx, d_mask, EVEN_D)
+        Dv = ld(D_ptr + d_idx, d_mask, EVEN_D)
     # sums over time, column n = state n: dA (and dB/dC when those are fixed (d, n))
     dA_acc = tl.zeros((BLOCK_D, BLOCK_L), dtype=tl.float32)
     dBf_acc = tl.zeros((BLOCK_D, BLOCK_L), dtype=tl.float32)  # fixed B only
     dCf_acc = tl.zeros((BLOCK_D, BLOCK_L), dtype=tl.float32)  # fixed C only
     dD_acc = tl.zeros((BLOCK_D,), dtype=tl.float32)
     dbias_acc = tl.zeros((BLOCK_D,), dtype=tl.float32)
-    Bv_ptr = B_ptr + bi * sB0 + gi * sB1
-    Cv_ptr = C_ptr + bi * sC0 + gi * sC1
-    dBv_ptr = dB_ptr + bi * dB0 + gi * dB1
-    dCv_ptr = dC_ptr + bi * dC0 + gi * dC1
+    Bv_ptr = B_ptr + bi * stride_Bb + gi * stride_Bg
+    Cv_ptr = C_ptr + bi * stride_Cb + gi * stride_Cg
+    dBv_ptr = dB_ptr + bi * stride_dBb + gi * stride_dBg
+    dCv_ptr = dC_ptr + bi * stride_dCb + gi * stride_dCg
     c = nchunks - 1
     while c >= 0:  # chunks from last to first
         # 1. the chunk's tiles, shared by every state
@@ -135,24 +147,24 @@ def _bwd_so_kernel(
         t_ok = t < l
         mask = d_mask[:, None] & t_ok[None, :]
         offs = row[:, None] + t[None, :]  # (BLOCK_D, BLOCK_L)
-        x = _ld(u_ptr + offs, mask, EVEN).to(tl.float32)
-        dt, _ = _bwd_delta(delta_ptr, bias_ptr, offs, mask, d_idx, d_mask, HAS_BIAS, SOFTPLUS,
+        x = ld(u_ptr + offs, mask, EVEN).to(tl.float32)
+        dt, _ = load_delta(delta_ptr, bias_ptr, offs, mask, d_idx, d_mask, HAS_BIAS, SOFTPLUS,
                            EVEN)
-        dy = _ld(dout_ptr + offs, mask, EVEN).to(tl.float32)
+        dy = ld(dout_ptr + offs, mask, EVEN).to(tl.float32)
         if HAS_Z:
-            zz = _ld(z_ptr + offs, mask, EVEN).to(tl.float32)
+            zz = ld(z_ptr + offs, mask, EVEN).to(tl.float32)
             dy = dy * zz * tl.sigmoid(zz)  # ∂out/∂y = silu(z)
-        start = _is_start(seq_ptr + bi * l, t, l, HAS_SEQ)[None, :]
+        start = seq_start(seq_ptr + bi * l, t, l, HAS_SEQ)[None, :]
         # the reverse scan's inputs Δ_{t+1} (masked: the last step of a row reads past it) and
         # dy, time-reversed once per chunk if REV_LOADS (contiguous loads, then a flip)
         nxt_mask = d_mask[:, None] & (t + 1 < l)[None, :]
-        dt_nx, _ = _load_delta(delta_ptr, bias_ptr, offs + 1, nxt_mask, d_idx, d_mask,
-                               HAS_BIAS, SOFTPLUS)
-        start_nx = _is_start(seq_ptr + bi * l, t + 1, l, HAS_SEQ)[None, :]
+        dt_nx, _ = load_delta(delta_ptr, bias_ptr, offs + 1, nxt_mask, d_idx, d_mask,
+                              HAS_BIAS, SOFTPLUS, False)
+        start_nx = seq_start(seq_ptr + bi * l, t + 1, l, HAS_SEQ)[None, :]
         dy_r = dy
         if REV_LOADS:
             dt_nx = tl.flip(dt_nx, 1)
-            start_nx = _is_start(seq_ptr + bi * l, t_r + 1, l, HAS_SEQ)[None, :]
+            start_nx = seq_start(seq_ptr + bi * l, t_r + 1, l, HAS_SEQ)[None, :]
             dy_r = tl.flip(dy, 1)
         dtx = dt * x
         y = tl.zeros((BLOCK_D, BLOCK_L), dtype=tl.float32)  # Σ_n C_n h_n
@@ -161,45 +173,46 @@ def _bwd_so_kernel(
         st_c = states_ptr + (bd_row * nchunks + c) * N  # (BLOCK_D,) this chunk's stored states
         A_n, h_n, g_n, B_n, C_n, C_r = _so_load_state(
             0, st_c, g_c, A_ptr, B_ptr, Bv_ptr, C_ptr, Cv_ptr, t, t_r, l, d_idx, d_mask,
-            sB0, sB1, sB2, sC0, sC1, sC2, N, VAR_B, VAR_C, EVEN_L, EVEN_D, REV_LOADS)
+            stride_Bn, stride_Cn, N, VAR_B, VAR_C, EVEN_L, EVEN_D,
+            REV_LOADS)
         # 2. every state over the whole chunk
         for n in range(N):
             # state n + 1's loads in flight during state n (the last one reloads N − 1)
             A_nx, h_nx, g_nx, B_nx, C_nx, C_rnx = _so_load_state(
                 tl.minimum(n + 1, N - 1), st_c, g_c, A_ptr, B_ptr, Bv_ptr, C_ptr, Cv_ptr, t,
-                t_r, l, d_idx, d_mask, sB0, sB1, sB2, sC0, sC1, sC2, N, VAR_B, VAR_C,
-                EVEN_L, EVEN_D, REV_LOADS)
+                t_r, l, d_idx, d_mask, stride_Bn, stride_Cn, N, VAR_B,
+                VAR_C, EVEN_L, EVEN_D, REV_LOADS)
             h, gg, ah = _so_state(h_n, g_n, A_n, B_n, C_n, C_r, dt, dtx, dt_nx, dy, dy_r, start,
                                   start_nx, cols, BLOCK_L, HAS_SEQ, REV_LOADS)
-            _st(g_c + n, _column(gg, cols, 0), d_mask, EVEN_D)  # g at the chunk's first step
+            st(g_c + n, column(gg, cols, 0), d_mask, EVEN_D)  # g at the chunk's first step
             p = gg * ah  # g_t Ā_t h_{t−1}
             dA_acc += tl.where(cols[None, :] == n, tl.sum(p * dt, axis=1)[:, None], 0.0)
             y += h * C_n
             gB += gg * B_n
             gahA += p * A_n[:, None]
             if VAR_B:  # summed over the channel tile, one atomic add per step
-                _so_atomic(dBv_ptr + n * dB2 + t, tl.sum(gg * dtx, axis=0), t_ok, EVEN_L)
+                _so_atomic(dBv_ptr + n * stride_dBn + t, tl.sum(gg * dtx, axis=0), t_ok, EVEN_L)
             else:
                 dBf_acc += tl.where(cols[None, :] == n, tl.sum(gg * dtx, axis=1)[:, None], 0.0)
             if VAR_C:
-                _so_atomic(dCv_ptr + n * dC2 + t, tl.sum(dy * h, axis=0), t_ok, EVEN_L)
+                _so_atomic(dCv_ptr + n * stride_dCn + t, tl.sum(dy * h, axis=0), t_ok, EVEN_L)
             else:
                 dCf_acc += tl.where(cols[None, :] == n, tl.sum(dy * h, axis=1)[:, None], 0.0)
             A_n, h_n, g_n, B_n, C_n, C_r = A_nx, h_nx, g_nx, B_nx, C_nx, C_rnx
         # 3. the per-step parts (x, dout, z, δ read again: L1/L2 hits, fewer live registers)
-        x = _ld(u_ptr + offs, mask, EVEN).to(tl.float32)
+        x = ld(u_ptr + offs, mask, EVEN).to(tl.float32)
         dx = gB * dt  # Σ_n g Δ B_n
         ddt = gahA + gB * x  # Σ_n g (Ā h_{t−1} A_n + B_n x)
         dout, zz, dt_raw = dy, dy, dt
         if HAS_Z:
-            dout = _ld(dout_ptr + offs, mask, EVEN).to(tl.float32)
-            zz = _ld(z_ptr + offs, mask, EVEN).to(tl.float32)
+            dout = ld(dout_ptr + offs, mask, EVEN).to(tl.float32)
+            zz = ld(z_ptr + offs, mask, EVEN).to(tl.float32)
         if SOFTPLUS:
-            _, dt_raw = _bwd_delta(delta_ptr, bias_ptr, offs, mask, d_idx, d_mask, HAS_BIAS,
+            _, dt_raw = load_delta(delta_ptr, bias_ptr, offs, mask, d_idx, d_mask, HAS_BIAS,
                                    SOFTPLUS, EVEN)
-        dD_acc, dbias_acc = _bwd_outputs(y, dx, ddt, x, dy, dout, zz, dt_raw, Dv, dD_acc,
-                                         dbias_acc, offs, mask, du_ptr, ddelta_ptr, dz_ptr,
-                                         HAS_D, HAS_Z, SOFTPLUS, EVEN)
+        dD_acc, dbias_acc = bwd_outputs(y, dx, ddt, x, dy, dout, zz, dt_raw, Dv, dD_acc,
+                                        dbias_acc, offs, mask, du_ptr, ddelta_ptr, dz_ptr,
+                                        HAS_D, HAS_Z, SOFTPLUS, EVEN)
         tl.debug_barrier()  # the adjoints stored above are read by other threads next chunk
         c -= 1
     # 4. this program's sums over its batch row (the launcher adds the rows: no atomics)
@@ -212,3 +225,32 @@ def _bwd_so_kernel(
         tl.store(dCf_ptr + pn, dCf_acc, mask=n_mask)
     tl.store(dD_ptr + bd_row, dD_acc, mask=d_mask)
     tl.store(dbias_ptr + bd_row, dbias_acc, mask=d_mask)
+
+
+def launch(dout, u, delta, A, Bk, Ck, D, z, delta_bias, softplus, seq_idx, states, bufs,
+           shape, config, B, C):
+    """Launch the state-outer backward into ``bufs`` (`GradBuffers`); Bk, Ck: kernel layouts."""
+    b, d, l, n, g = shape
+    bc, interp = config.backward, device.interpreted()
+    even_l, even_d = cfgs.even_flags(bc.even, l, d // g, config.chunk, bc.block_d)
+    sB, sC = bc_strides(Bk), bc_strides(Ck)
+    sdB, sdC = bufs.strides(bufs.dB, Bk.ndim == 4), bufs.strides(bufs.dC, Ck.ndim == 4)
+    _bwd_so_kernel[(b * g, triton.cdiv(d // g, bc.block_d))](
+        u, delta, A, Bk, Ck,  # inputs
+        D if D is not None else A,  # optional inputs: A stands in for absent ones (unread)
+        z if z is not None else A,
+        delta_bias if delta_bias is not None else A,
+        seq_idx if seq_idx is not None else A,
+        dout, states, bufs.gbuf,  # upstream gradient, stored states, adjoint carry
+        bufs.du, bufs.ddelta, bufs.dz if z is not None else A,  # (b, d, l) gradients
+        bufs.dB, bufs.dC,  # time-varying dB / dC (atomic adds)
+        bufs.dA_rows, bufs.dBf_rows, bufs.dCf_rows, bufs.dD_rows, bufs.dbias_rows,  # row sums
+        l, d, d // g, g,  # length, channels, channels per group, groups
+        sB.b, sB.g, sB.n,  # strides of B (zeros if fixed (d, n): contiguous)
+        sC.b, sC.g, sC.n,  # strides of C
+        sdB.b, sdB.g, sdB.n,  # strides of the dB buffer
+        sdC.b, sdC.g, sdC.n,  # strides of the dC buffer
+        N=n, BLOCK_D=bc.block_d, BLOCK_L=config.chunk,
+        **flags(D, z, delta_bias, softplus, B, C, seq_idx),  # HAS_D … HAS_SEQ
+        EVEN_L=even_l, EVEN_D=even_d, REV_LOADS=bc.rev_loads,
+        num_warps=bc.num_warps, **cfgs.compile_options(bc.maxnreg, interp))

@@ -1,153 +1,192 @@
-"""Launch configurations of the tuned Mamba-1 selective scan (chapter 09), and `_launch`.
+"""Launch settings of the tuned Mamba-1 selective scan (chapter 09), as data passed in.
 
-A configuration is a dict of tile and compile switches: BLOCK_D channels × BLOCK_L steps,
-num_warps, and optionally STAGES, EVEN, maxnreg, REV_LOADS, LAYOUT (the backward's kernel). Here:
-the autotuner's candidates (`fwd_configs`, `bwd_configs`), the measured defaults (DEFAULT_*),
-the named variants the GPU script times side by side (FWD_VARIANTS, BWD_VARIANTS), the
-interpreter's tiles (CPU_*), and `_launch`, which turns a configuration into a kernel launch.
-Which default applies to which n (FWD_CONFIG, BWD_CONFIG) is decided in
-`mambalearn.triton.selective_scan`, next to the launchers.
+A `Config` is the whole choice for one call: how many steps lie between the states the forward
+stores (``chunk``, the backward restarts from those), the forward's tile and switches
+(`Forward`) and which backward kernel runs with which tile (`Backward`). `default_config(n,
+device)` returns the measured default for n states on a device; ``selective_scan_fn(...,
+config=...)`` takes any other. The named variants below are the alternatives the GPU scripts
+time side by side. Every figure behind a default is in ``bench/NOTES_selective_scan.md`` and
+``docs/BENCHMARKS.md`` (H200, b8 d2048 l2048 bf16), not here.
 """
 
-import triton
+import dataclasses
+from dataclasses import dataclass
 
-from mambalearn import device
-from mambalearn.triton.selective_scan.backward import _bwd_kernel
-from mambalearn.triton.selective_scan.forward import _fwd_kernel
+import torch
 
-
-def _tiles(block_d, most_per_thread):
-    """Candidate tiles BLOCK_D channels × BLOCK_L steps with 4…most values per thread."""
-    return [dict(BLOCK_D=bd, BLOCK_L=bl, num_warps=w) for bl in (8, 16, 32) for bd in block_d
-            for w in (1, 2, 4) if 4 <= bd * bl // (32 * w) <= most_per_thread]
+LAYOUTS = ("state-outer", "sub-block")  # the backward's
+FORWARD_LAYOUTS = ("scan", "recurrent")
+UNROLL_MAX = 16  # the scan forward's states unrolled up to this n (compile time grows)
 
 
-def fwd_configs():
-    """Candidate forward tiles (BLOCK_D channels × BLOCK_L steps, warps): 4–32 values a thread."""
-    return _tiles((32, 64, 128), 32)
+@dataclass(frozen=True)
+class Forward:
+    """The forward kernel's launch: a tile of ``block_d`` channels × ``block_l`` steps.
+    ``layout``: "scan" (``forward``: a scan along time per state) or "recurrent"
+    (``forward_recurrent``: one channel a thread, every state in registers, step by step)."""
+
+    block_d: int
+    block_l: int
+    num_warps: int
+    layout: str = "scan"
+    unroll: bool = True  # states unrolled, carries in registers; False: a run-time state loop
+    state_unroll: int = 1  # run-time state loop: states per turn (their scans interleave)
+    stages: int = 0  # > 0: a software-pipelined `for` over time blocks (cp.async), else `while`
+    even: bool = True  # drop the masks where the tile divides l and the channels of a group
+    maxnreg: int | None = None  # registers per thread (None: the compiler's choice)
+    prefetch: bool = False  # recurrent: each step's B, C rows loaded one step ahead
 
 
-def bwd_configs():
-    """Candidate backward tiles (sub-blocks of BLOCK_L steps inside a chunk)."""
-    return _tiles((16, 32, 64), 16)
+@dataclass(frozen=True)
+class Backward:
+    """The backward kernel's launch. ``layout``: "state-outer" (a tile is one whole chunk, no
+    replay; needs n ≤ chunk) or "sub-block" (sub-blocks of ``block_l`` steps, replayed from the
+    chunk's stored state)."""
+
+    layout: str
+    block_d: int
+    num_warps: int
+    block_l: int = 8  # sub-block only: steps per sub-block (state-outer: the chunk)
+    even: bool = True  # drop the masks where the tile divides l and the channels of a group
+    rev_loads: bool = False  # state-outer: adjoint inputs loaded time-reversed (1 flip, not 3)
+    stages: int = 0  # sub-block: > 0 pipelines the run-time state loop
+    unroll: bool = False  # sub-block: states unrolled (carries in registers)
+    maxnreg: int | None = None
 
 
-def _autotuned(kernel, configs, **kw):
-    cfgs = [triton.Config({k: v for k, v in c.items() if k != "num_warps"},
-                          num_warps=c["num_warps"]) for c in configs]
-    return triton.autotune(cfgs, key=["l", "d", "dpg", "N", "CHUNK"], **kw)(kernel)
+@dataclass(frozen=True)
+class Config:
+    """Steps between stored states, and the forward's and backward's launches."""
+
+    chunk: int
+    forward: Forward
+    backward: Backward
+
+    def __post_init__(self):
+        if self.forward.layout not in FORWARD_LAYOUTS:
+            raise ValueError(f"forward.layout must be one of {FORWARD_LAYOUTS}, "
+                             f"got {self.forward.layout!r}")
+        if self.backward.layout not in LAYOUTS:
+            raise ValueError(f"backward.layout must be one of {LAYOUTS}, "
+                             f"got {self.backward.layout!r}")
+        if self.chunk % self.forward.block_l:
+            raise ValueError(f"chunk {self.chunk} must be a multiple of forward.block_l "
+                             f"{self.forward.block_l} (states are stored at block ends)")
+        if self.backward.layout == "sub-block" and self.chunk % self.backward.block_l:
+            raise ValueError(f"chunk {self.chunk} must be a multiple of backward.block_l "
+                             f"{self.backward.block_l}")
+
+    def check(self, n):
+        """ValueError if this configuration cannot run n states."""
+        if self.backward.layout == "state-outer" and n > self.chunk:
+            raise ValueError(f"backward layout 'state-outer' keeps the row sums in the "
+                             f"{self.chunk} columns of a chunk: needs n ≤ {self.chunk}, "
+                             f"got n = {n}")
+
+    def replace(self, **changes):
+        """A copy with fields changed; ``forward=`` / ``backward=`` may be dicts of changes."""
+        for part in ("forward", "backward"):
+            if isinstance(changes.get(part), dict):
+                changes[part] = dataclasses.replace(getattr(self, part), **changes[part])
+        return dataclasses.replace(self, **changes)
 
 
-_ZEROED = ["dB_ptr", "dC_ptr", "gbuf_ptr"]
-_fwd_autotuned = _autotuned(_fwd_kernel, fwd_configs())
-_bwd_autotuned = _autotuned(_bwd_kernel, bwd_configs(), reset_to_zero=_ZEROED)
+def chunk_size(n):
+    """Steps between stored states: 64 at n ≤ 16 (fwd+bwd peak at the CUDA kernel's), else 128.
 
-# Launch configuration: "auto" = autotune over the candidates (slow first call, one compile per
-# candidate), or a dict. CPU (interpreter): one small tile, nothing to tune.
-# Tiles: the fastest candidates of the H200 sweep of 2026-11-29 (mambalearn/bench/gpu/selective_scan.py,
-# docs/BENCHMARKS.md), b8 d2048 l2048 bf16; n64 only had the run-time-loop candidates.
-# Forward keys besides the tile: STAGES (> 0: pipelined `for` over time blocks), EVEN (False:
-# keep every mask even where the tile divides the tensor), maxnreg (registers per thread: ≤ 128
-# lets two 8-warp programs share an SM). The H200 run of the variants below (mambalearn/bench/gpu/all.sh
-# final, 2026-11-29, docs/BENCHMARKS.md) at b8 d2048 n16 l2048: unmasked while-loop 0.447 ms,
-# pipelined 0.483, masked 0.636, mamba_ssm CUDA 0.591. The unmasked while-loop one became the
-# default once its full-size accuracy and the gpu tests ran with it on the H200 (2026-11-30).
-FWD_MEASURED = dict(BLOCK_D=64, BLOCK_L=32, num_warps=4, STAGES=0, EVEN=False)
-FWD_PIPELINED = dict(BLOCK_D=64, BLOCK_L=32, num_warps=4, STAGES=2)
-FWD_UNMASKED = dict(FWD_MEASURED, EVEN=True)
-BWD_RUNTIME_LOOP = dict(BLOCK_D=32, BLOCK_L=16, num_warps=2)  # the default until 2026-11-30
-# defaults from the H200 runs of 2026-11-30 (docs/BENCHMARKS.md): the unmasked forward (0.447 ms
-# vs 0.484 pipelined) and the state-outer backward with three flips (fwd+bwd 3.18 ms vs 4.98)
-DEFAULT_FWD = FWD_UNMASKED
-# maxnreg=96 (session 2 of 2026-11-30, mambalearn/bench/gpu/experiments.py): 96 registers and 17 spill
-# loads instead of 128 and none, 21 warps per SM instead of 16: backward 2.40 ms against 2.68
-DEFAULT_BWD = dict(LAYOUT="state-outer", EVEN=True, BLOCK_D=2, BLOCK_L=64, num_warps=1,
-                   REV_LOADS=False, maxnreg=96)
-# n > 16 (H200, b8 d2048 n64 l2048, mambalearn/bench/gpu/experiments.py, session 2 of 2026-11-30):
-# forward: the same tile with the run-time state loop and 8 warps (184 registers): 2.79 ms, against
-# 2.89 with 4 warps and 7.9 with the 64×8 tile of the first sweep; 2.48 ms once each state's loads
-# were issued during the state before (call 5; 191 registers). Backward: the state-outer kernel
-# with one channel a program (one atomic add per channel, as mamba_ssm's CUDA kernel) and 80
-# registers: 8.12 ms, against 8.39 with its own 95, 10.2 with two channels, 23.4 with the run-time
-# loop; peak 0.433 GB instead of 0.500 (no scratch). Past n = 128 (> the chunk) the run-time loop.
-DEFAULT_FWD_LARGE_N = dict(FWD_UNMASKED, num_warps=8)
-DEFAULT_BWD_LARGE_N = dict(LAYOUT="state-outer", EVEN=True, BLOCK_D=1, BLOCK_L=128, num_warps=1,
-                           REV_LOADS=False, maxnreg=80)
-BWD_RUNTIME_LOOP_LARGE_N = dict(BLOCK_D=32, BLOCK_L=8, num_warps=1)  # the n64 default until then
-# named forward variants (n ≤ UNROLL_MAX) the GPU script times side by side
-FWD_VARIANTS = {
-    "measured 64x32w4": FWD_MEASURED,  # while loop, masks (the 0.949 ms kernel)
-    "unmasked 64x32w4": FWD_UNMASKED,  # while loop, no masks (fastest, H200; the default)
-    "pipelined 64x32w4": FWD_PIPELINED,  # + `for` with 2-stage cp.async pipelining
-    "pipelined 64x32w8 r128": dict(FWD_PIPELINED, num_warps=8, maxnreg=128),  # 2× the warps
-    "pipelined 32x32w4 r128": dict(FWD_PIPELINED, BLOCK_D=32, maxnreg=128),  # 2× the programs
+    The stored states take b·d·n·⌈l/q⌉·4 bytes; the state-outer backward needs n ≤ q."""
+    return 64 if n <= UNROLL_MAX else 128
+
+
+# --- the H200 defaults (the measurements behind each: bench/NOTES_selective_scan.md) ----------
+# forward, n ≤ 16: a scan along time, unmasked `while` over time blocks, states unrolled
+FORWARD = Forward(block_d=64, block_l=32, num_warps=4)
+# forward, n > 16: the same tile with a run-time state loop (unrolled spills at n64), 8 warps
+FORWARD_LARGE_N = Forward(block_d=64, block_l=32, num_warps=8, unroll=False)
+# forward, the recurrent kernel (one channel a thread, every state in registers): the default
+# only where the H200 measured it faster than the scan (n = 64). Its speed depends on ptxas
+# issuing each step's B/C loads early, which the n = 16 and n = 32 builds do not (NOTES).
+FORWARD_RECURRENT = Forward(block_d=32, block_l=8, num_warps=1, layout="recurrent")
+RECURRENT_DEFAULT_N = (64,)
+# backward, n ≤ 16: state-outer, two channels a program; 96 registers buy occupancy (spills)
+BACKWARD = Backward("state-outer", block_d=2, num_warps=1, maxnreg=96)
+# backward, 16 < n ≤ chunk: state-outer, one channel a program (mamba_ssm's atomic count)
+BACKWARD_LARGE_N = Backward("state-outer", block_d=1, num_warps=1, maxnreg=80)
+# backward, n > chunk: state-outer cannot hold the row sums; the sub-block kernel
+BACKWARD_RUNTIME_LOOP = Backward("sub-block", block_d=32, block_l=8, num_warps=1, even=False)
+# the interpreter (CPU): small tiles, masks kept in the backward
+CPU_FORWARD = Forward(block_d=4, block_l=8, num_warps=1)
+CPU_BACKWARD = Backward("sub-block", block_d=4, block_l=8, num_warps=1, even=False)
+
+
+def default_config(n, device, l=None):
+    """The default `Config` for n states on ``device`` (a CPU device: the interpreter's tiles),
+    sequences of l steps (None: any)."""
+    q = chunk_size(n)
+    if torch.device(device).type == "cpu":
+        return Config(q, dataclasses.replace(CPU_FORWARD, unroll=n <= UNROLL_MAX), CPU_BACKWARD)
+    if n <= UNROLL_MAX:
+        return Config(q, FORWARD, BACKWARD)
+    # (l % 16: the measured build; without it the u/Δ/z rows are not known 16-byte aligned and
+    # the recurrent build converts layouts every step)
+    recurrent = n in RECURRENT_DEFAULT_N and (l is None or l % 16 == 0)
+    fwd = FORWARD_RECURRENT if recurrent else FORWARD_LARGE_N
+    return Config(q, fwd, BACKWARD_LARGE_N if n <= q else BACKWARD_RUNTIME_LOOP)
+
+
+# --- named variants the GPU scripts time side by side (outcomes: NOTES) ------------------------
+FORWARD_VARIANTS = {  # n ≤ 16
+    "masked 64x32w4": dataclasses.replace(FORWARD, even=False),
+    "unmasked 64x32w4": FORWARD,  # the default
+    "pipelined 64x32w4": dataclasses.replace(FORWARD, stages=2),
+    "pipelined 64x32w8 r128": dataclasses.replace(FORWARD, stages=2, num_warps=8, maxnreg=128),
+    "pipelined 32x32w4 r128": dataclasses.replace(FORWARD, stages=2, block_d=32, maxnreg=128),
+    "recurrent 32x8w1": FORWARD_RECURRENT,
+    "recurrent 32x8w1 prefetch": dataclasses.replace(FORWARD_RECURRENT, prefetch=True),
 }
-# named backward variants (n ≤ UNROLL_MAX; the run-time state loop) the GPU script times side
-# by side, each with the default forward. Keys besides the tile: EVEN (True: no masks where the
-# tile divides l and d/g; the backward's default is False), STAGES (> 0: the state loop is a
-# pipelined `tl.range`). Timed on the H200 on 2026-11-30 (docs/BENCHMARKS.md): neither helps.
-# LAYOUT="state-outer": the other kernel (`_bwd_so_kernel`; BLOCK_L is the chunk, whatever the
-# config says; REV_LOADS=False: three flips per state instead of one). sm_90 compile at
-# b8 d2048 n16 l2048 bf16 (helper A4): 2x64w1 128 registers, no spill; 8x64w4 128 + 8 B spill.
-# H200 backward: 2x64w1 3.00 ms, 8x64w4 4.44, 2x64w1 flip3 2.69 (the default; run-time loop 4.50).
-STATE_OUTER = dict(LAYOUT="state-outer", EVEN=True)
-BWD_VARIANTS = {
-    "runtime-loop 32x16w2": BWD_RUNTIME_LOOP,  # masks, plain run-time state loop (4.5 ms, H200)
-    "unmasked 32x16w2": dict(BWD_RUNTIME_LOOP, EVEN=True),
-    "pipelined 32x16w2": dict(BWD_RUNTIME_LOOP, STAGES=2),
-    "unmasked pipelined 32x16w2": dict(BWD_RUNTIME_LOOP, EVEN=True, STAGES=2),
-    "unmasked pipelined 32x16w4": dict(BWD_RUNTIME_LOOP, EVEN=True, STAGES=2, num_warps=4),
-    "state-outer 2x64w1": dict(STATE_OUTER, BLOCK_D=2, BLOCK_L=64, num_warps=1),
-    "state-outer 8x64w4": dict(STATE_OUTER, BLOCK_D=8, BLOCK_L=64, num_warps=4),
-    "state-outer 2x64w1 flip3": dict(STATE_OUTER, BLOCK_D=2, BLOCK_L=64, num_warps=1,
-                                     REV_LOADS=False),
+FORWARD_VARIANTS_LARGE_N = {  # 16 < n ≤ 64
+    "scan 64x32w8 run-time loop": FORWARD_LARGE_N,  # the default but at n = 64
+    "recurrent 32x8w1": FORWARD_RECURRENT,  # the default at n = 64
+    "recurrent 16x8w1": dataclasses.replace(FORWARD_RECURRENT, block_d=16),  # 2 lanes a channel
+    "recurrent 32x8w1 prefetch": dataclasses.replace(FORWARD_RECURRENT, prefetch=True),
 }
-# n > 16 (chunk 128): state-outer tiles the GPU script (`--stage final`) times (sm_90, n64: 1x128w1
-# 96 registers, 4x128w4 164, no spills). H200: 4x128w4 fwd+bwd 36.7 ms (first session); 1x128w1,
-# one atomic add per channel as in the CUDA kernel, 11.3 ms: with maxnreg 80 it is the default
-# DEFAULT_BWD_LARGE_N (the first entry is the one the script times)
-BWD_VARIANTS_LARGE_N = {
-    "state-outer 4x128w4": dict(STATE_OUTER, BLOCK_D=4, BLOCK_L=128, num_warps=4),
-    "state-outer 1x128w1": dict(STATE_OUTER, BLOCK_D=1, BLOCK_L=128, num_warps=1),
+_SUB = Backward("sub-block", block_d=32, block_l=16, num_warps=2, even=False)
+_SO = Backward("state-outer", block_d=2, num_warps=1, rev_loads=True)
+BACKWARD_VARIANTS = {  # n ≤ 16
+    "runtime-loop 32x16w2": _SUB,
+    "unmasked 32x16w2": dataclasses.replace(_SUB, even=True),
+    "pipelined 32x16w2": dataclasses.replace(_SUB, stages=2),
+    "unmasked pipelined 32x16w2": dataclasses.replace(_SUB, even=True, stages=2),
+    "unmasked pipelined 32x16w4": dataclasses.replace(_SUB, even=True, stages=2, num_warps=4),
+    "state-outer 2x64w1": _SO,
+    "state-outer 8x64w4": dataclasses.replace(_SO, block_d=8, num_warps=4),
+    "state-outer 2x64w1 flip3": dataclasses.replace(_SO, rev_loads=False),
 }
-CPU_FWD = dict(BLOCK_D=4, BLOCK_L=8, num_warps=1)
-CPU_BWD = dict(BLOCK_D=4, BLOCK_L=8, num_warps=1)
+BACKWARD_VARIANTS_LARGE_N = {  # 16 < n ≤ chunk
+    "state-outer 4x128w4": dataclasses.replace(_SO, block_d=4, num_warps=4),
+    "state-outer 1x128w1": dataclasses.replace(_SO, block_d=1),
+}
+
+
+# --- turning a launch into kernel switches ------------------------------------------------
+def even_flags(even, l, dpg, block_l, block_d):
+    """(EVEN_L, EVEN_D): masks dropped along time / channels where the tile divides the tensor
+    (``dpg`` channels per group) and the launch allows it (``even``)."""
+    return even and l % block_l == 0, even and dpg % block_d == 0
 
 
 def _numpy_breaks_range():
-    """NumPy ≥ 2.4: the interpreter cannot run a `for` with a run-time bound (triton#9171)."""
+    """NumPy ≥ 2.4: Triton 3.6's interpreter cannot run a `for` with a run-time bound
+    (triton-lang/triton#9171)."""
     import numpy as np
     return tuple(int(v) for v in np.__version__.split(".")[:2]) >= (2, 4)
 
 
-def pick(config, default, cpu_config, n):
-    """The configuration that applies: ``config``, else ``default`` (``cpu_config`` in the
-    interpreter); a function of n is called with n."""
-    if config is None:
-        config = cpu_config if device.interpreted() else default
-    return config(n) if callable(config) else config
+def stages(value, interpreted):
+    """The STAGES switch: 0 (the `while` body) in the interpreter where NumPy breaks `for`."""
+    return 0 if interpreted and value and _numpy_breaks_range() else value
 
 
-def _launch(kernel, autotuned, config, default, cpu_config, grid_fn, args, consts, even=None,
-            even_default=True):
-    """Launch ``kernel`` with ``config`` (None: ``default``, or ``cpu_config`` in the interpreter).
-
-    ``even`` = (l, channels per group): the EVEN_L / EVEN_D flags are set from the tile, unless
-    the config says ``EVEN=False`` (``even_default``: when the config does not say; the backward
-    passes False, so its configs without ``EVEN`` keep every mask, as before the flag existed).
-    """
-    config = pick(config, default, cpu_config, consts["N"])
-    if config == "auto":  # the autotuner's config supplies BLOCK_D, BLOCK_L and num_warps
-        autotuned[lambda meta: grid_fn(meta["BLOCK_D"])](*args, **consts)
-        return
-    config = dict(config)  # a config may also override UNROLL
-    keep_masks = not config.pop("EVEN", even_default)
-    if even is not None:
-        l, dpg = even
-        config.setdefault("EVEN_L", not keep_masks and l % config["BLOCK_L"] == 0)
-        config.setdefault("EVEN_D", not keep_masks and dpg % config["BLOCK_D"] == 0)
-        if device.interpreted() and config.get("STAGES", 0) and _numpy_breaks_range():
-            config["STAGES"] = 0  # same block body, `while` loop
-    if device.interpreted():
-        config.pop("maxnreg", None)  # a compile option the interpreter does not take
-    kernel[grid_fn(config["BLOCK_D"])](*args, **{**consts, **config})
+def compile_options(maxnreg, interpreted):
+    """Compile options of a launch (``maxnreg``: the interpreter takes none)."""
+    return {} if interpreted or maxnreg is None else dict(maxnreg=maxnreg)

@@ -1,11 +1,12 @@
-"""The forward kernel of the tuned Mamba-1 selective scan (chapter 09), and the small jit helpers
-every tuned kernel uses (`_ld`, `_st`, `_load_bc`, `LOG2E`).
+"""The forward kernel of the tuned Mamba-1 selective scan (chapter 09) and its launcher.
 
     Ā_t = exp(Δ_t A)      h_t = Ā_t h_{t−1} + Δ_t B_t x_t      y_t = C_t h_t + D x_t
     out_t = y_t · silu(z_t)
 
-Shapes: u, delta, z, out (b, d, l); A (d, n); B, C (b, g, n, l) or fixed (d, n); D, bias (d,);
-states (b, d, c, n) fp32, one per chunk of ``chunk_size(n)`` steps; last (b, d, n) fp32.
+Shapes: u, delta, z, out (b, d, l); A (d, n); B, C (b, g, n, l) fp32 or fixed (d, n); D, bias
+(d,); h0 (b, d, n) fp32, the state before step 0 (optional; it enters through ``last``); states (b,
+d, c, n) fp32, the state
+entering each chunk of ``config.chunk`` steps (states[:, :, 0] = h0 or 0); last (b, d, n) fp32.
 
 How the kernel is laid out (the layout of the scan decides the speed, DESIGN.md §6):
 one program owns a tile of BLOCK_D channels of one batch row (and one group of B/C). It walks
@@ -15,64 +16,24 @@ each state lives in registers, which cannot be indexed at run time) and scans a 
 `mambalearn.ops`. The state entering a block is folded into the block's first step
 (b_0 ← Ā_0 h + b_0), so the scan result *is* h. y = Σ_n C_n h_n accumulates in registers; only u,
 Δ, B, C, z are read and only y is written, once. Every CHUNK steps the state (b, d, n) goes to
-memory for the backward: nothing of size (b, d, l, n) is ever stored.
-
-The launcher (`_forward`), the configurations and the public `selective_scan_fn` live in
-`mambalearn.triton.selective_scan`; the backward kernels in ``selective_scan_backward`` and
-``selective_scan_backward_state_outer``.
+memory for the backward: nothing of size (b, d, l, n) is ever stored. For large n the loop over
+states runs at run time and each state's carry lives in ``last`` (L1/L2).
 """
 
+import torch
 import triton
 import triton.language as tl
 
+from mambalearn import device
 from mambalearn.triton.scan import combine_fn  # the ⊗ of chapter 03, jitted in chapter 08
-from mambalearn.triton.selective_scan.tile import column as _column
-from mambalearn.triton.selective_scan.tile import put_column as _put_column
-from mambalearn.triton.selective_scan.tile import seq_start as _is_start
+from mambalearn.triton.selective_scan import config as cfgs
+from mambalearn.triton.selective_scan.interface import bc_layout, bc_strides, flags
+from mambalearn.triton.selective_scan.tile import LOG2E, column, ld, load_bc, put_column, seq_start
 from mambalearn.triton.selective_scan.tile import softplus as _softplus
 
-LOG2E = tl.constexpr(1.4426950408889634)  # exp(x) = 2^(x·log2 e)
-
-
-# ---------------------------------------------------------------------------------------------
-# Small helpers of the tuned kernels (inlined by Triton); the ones shared with the teaching
-# kernel live in mambalearn.triton.selective_scan.tile.
-# ---------------------------------------------------------------------------------------------
-@triton.jit
-def _ld(ptr, mask, EVEN: tl.constexpr):
-    """tl.load, unmasked when the tile is known to lie inside the tensor (EVEN: no predicates,
-    no zero-filled registers before every load)."""
-    if EVEN:
-        return tl.load(ptr)
-    else:
-        return tl.load(ptr, mask=mask, other=0.0)
-
 
 @triton.jit
-def _st(ptr, value, mask, EVEN: tl.constexpr):
-    """tl.store, unmasked when the tile is known to lie inside the tensor."""
-    if EVEN:
-        tl.store(ptr, value)
-    else:
-        tl.store(ptr, value, mask=mask)
-
-
-@triton.jit
-def _load_bc(X_ptr, Xv_ptr, n, t, l, d_idx, d_mask, s0, s1, s2, VAR: tl.constexpr,
-             EVEN_L: tl.constexpr, EVEN_D: tl.constexpr):
-    """Row n of B or C: (1, BLOCK_L) if it varies with time (b, g, n, l), else (BLOCK_D, 1)."""
-    if VAR:
-        return _ld(Xv_ptr + n * s2 + t, t < l, EVEN_L).to(tl.float32)[None, :]
-    else:
-        return _ld(X_ptr + d_idx * s0 + n * s1, d_mask, EVEN_D).to(tl.float32)[:, None]
-
-
-# ---------------------------------------------------------------------------------------------
-# Forward.
-# ---------------------------------------------------------------------------------------------
-@triton.jit
-def _fwd_scan(A2_n, h_in, Bn, dt, dtx, start, cols, BLOCK_L: tl.constexpr,
-              HAS_SEQ: tl.constexpr):
+def fwd_scan(A2_n, h_in, Bn, dt, dtx, start, cols, BLOCK_L: tl.constexpr, HAS_SEQ: tl.constexpr):
     """The scan of one state n over one block, its inputs given: A·log2 e (BLOCK_D,), the state
     entering the block (BLOCK_D,), B_n (broadcastable). Returns h (BLOCK_D, BLOCK_L) and h at the
     block's last step."""
@@ -82,39 +43,39 @@ def _fwd_scan(A2_n, h_in, Bn, dt, dtx, start, cols, BLOCK_L: tl.constexpr,
     bx = dtx * Bn  # B̄x
     bx = tl.where(cols[None, :] == 0, a * h_in[:, None] + bx, bx)  # fold h_in into step 0
     _, h = tl.associative_scan((a, bx), 1, combine_fn)  # (BLOCK_D, BLOCK_L)
-    return h, _column(h, cols, BLOCK_L - 1)
+    return h, column(h, cols, BLOCK_L - 1)
 
 
 @triton.jit
-def _fwd_state_fast(n, A2_n, h_in, dt, dtx, start, t, l, d_idx, d_mask, cols, B_ptr, Bv_ptr,
-                    C_ptr, Cv_ptr, sB0, sB1, sB2, sC0, sC1, sC2, BLOCK_L: tl.constexpr,
-                    VAR_B: tl.constexpr, VAR_C: tl.constexpr, HAS_SEQ: tl.constexpr,
-                    EVEN_L: tl.constexpr, EVEN_D: tl.constexpr):
+def fwd_state(n, A2_n, h_in, dt, dtx, start, t, l, d_idx, d_mask, cols, B_ptr, Bv_ptr, C_ptr,
+              Cv_ptr, stride_Bn, stride_Cn, N: tl.constexpr, BLOCK_L: tl.constexpr,
+              VAR_B: tl.constexpr, VAR_C: tl.constexpr, HAS_SEQ: tl.constexpr,
+              EVEN_L: tl.constexpr, EVEN_D: tl.constexpr):
     """One state n over one block, A·log2 e given (BLOCK_D,): returns (h (BLOCK_D, BLOCK_L),
     C_n (broadcastable), h at the block's last step)."""
-    Bn = _load_bc(B_ptr, Bv_ptr, n, t, l, d_idx, d_mask, sB0, sB1, sB2, VAR_B, EVEN_L, EVEN_D)
-    Cn = _load_bc(C_ptr, Cv_ptr, n, t, l, d_idx, d_mask, sC0, sC1, sC2, VAR_C, EVEN_L, EVEN_D)
-    h, h_last = _fwd_scan(A2_n, h_in, Bn, dt, dtx, start, cols, BLOCK_L, HAS_SEQ)
+    Bn = load_bc(B_ptr, Bv_ptr, n, t, l, d_idx, d_mask, stride_Bn, N, VAR_B, EVEN_L, EVEN_D)
+    Cn = load_bc(C_ptr, Cv_ptr, n, t, l, d_idx, d_mask, stride_Cn, N, VAR_C, EVEN_L, EVEN_D)
+    h, h_last = fwd_scan(A2_n, h_in, Bn, dt, dtx, start, cols, BLOCK_L, HAS_SEQ)
     return h, Cn, h_last
 
 
 @triton.jit
 def _fwd_loads(n, A_ptr, last_ptr, bd_row, t, l, d_idx, d_mask, B_ptr, Bv_ptr, C_ptr, Cv_ptr,
-               sB0, sB1, sB2, sC0, sC1, sC2, N: tl.constexpr, VAR_B: tl.constexpr,
+               stride_Bn, stride_Cn, N: tl.constexpr, VAR_B: tl.constexpr,
                VAR_C: tl.constexpr, EVEN_L: tl.constexpr, EVEN_D: tl.constexpr):
     """What state n reads in one block of the run-time state loop: A[:, n]·log2 e, its carry
     (from ``last``), B_n, C_n. Nothing here depends on state n − 1, so it is issued one ahead."""
-    A2_n = _ld(A_ptr + d_idx * N + n, d_mask, EVEN_D) * LOG2E
+    A2_n = ld(A_ptr + d_idx * N + n, d_mask, EVEN_D) * LOG2E
     h_in = tl.load(last_ptr + bd_row * N + n, mask=d_mask, other=0.0)
-    Bn = _load_bc(B_ptr, Bv_ptr, n, t, l, d_idx, d_mask, sB0, sB1, sB2, VAR_B, EVEN_L, EVEN_D)
-    Cn = _load_bc(C_ptr, Cv_ptr, n, t, l, d_idx, d_mask, sC0, sC1, sC2, VAR_C, EVEN_L, EVEN_D)
+    Bn = load_bc(B_ptr, Bv_ptr, n, t, l, d_idx, d_mask, stride_Bn, N, VAR_B, EVEN_L, EVEN_D)
+    Cn = load_bc(C_ptr, Cv_ptr, n, t, l, d_idx, d_mask, stride_Cn, N, VAR_C, EVEN_L, EVEN_D)
     return A2_n, h_in, Bn, Cn
 
 
 @triton.jit
 def _fwd_block(t0, H, bias_v, D_v, u_ptr, delta_ptr, A_ptr, B_ptr, C_ptr, z_ptr, seq_ptr,
                out_ptr, states_ptr, last_ptr, Bv_ptr, Cv_ptr, l, bi, d_idx, d_mask, bd_row, row,
-               st_row, cols, ncols, sB0, sB1, sB2, sC0, sC1, sC2,
+               st_row, cols, ncols, stride_Bn, stride_Cn,
                N: tl.constexpr, BLOCK_L: tl.constexpr, CHUNK: tl.constexpr,
                HAS_D: tl.constexpr, HAS_Z: tl.constexpr, HAS_BIAS: tl.constexpr,
                SOFTPLUS: tl.constexpr, VAR_B: tl.constexpr, VAR_C: tl.constexpr,
@@ -125,8 +86,8 @@ def _fwd_block(t0, H, bias_v, D_v, u_ptr, delta_ptr, A_ptr, B_ptr, C_ptr, z_ptr,
     t = t0 + cols  # (BLOCK_L,)
     mask = d_mask[:, None] & (t < l)[None, :]  # (BLOCK_D, BLOCK_L)
     offs = row[:, None] + t[None, :]
-    x = _ld(u_ptr + offs, mask, EVEN).to(tl.float32)
-    dt = _ld(delta_ptr + offs, mask, EVEN).to(tl.float32)
+    x = ld(u_ptr + offs, mask, EVEN).to(tl.float32)
+    dt = ld(delta_ptr + offs, mask, EVEN).to(tl.float32)
     if HAS_BIAS:
         dt += bias_v[:, None]
     if SOFTPLUS:  # once per (d, l), shared by every state
@@ -134,39 +95,37 @@ def _fwd_block(t0, H, bias_v, D_v, u_ptr, delta_ptr, A_ptr, B_ptr, C_ptr, z_ptr,
     if not EVEN:
         dt = tl.where(mask, dt, 0.0)  # Δ = 0 past the end: Ā = 1, B̄x = 0, the state holds
     dtx = dt * x  # (BLOCK_D, BLOCK_L) Δ·x, shared by every state
-    start = _is_start(seq_ptr + bi * l, t, l, HAS_SEQ)[None, :]  # (1, BLOCK_L)
+    start = seq_start(seq_ptr + bi * l, t, l, HAS_SEQ)[None, :]  # (1, BLOCK_L)
     y = tl.zeros_like(x)  # (BLOCK_D, BLOCK_L) y = Σ_n C_n h_n, in registers
     t1 = t0 + BLOCK_L
     store_state = (t1 % CHUNK == 0) & (t1 < l)
-    if UNROLL:  # n ≤ UNROLL_MAX: unrolled, every state's carry in registers
+    if UNROLL:  # small n: unrolled, every state's carry in registers
         for n in tl.static_range(N):
-            # (A as a register tile read once per program cost a layout conversion per state
-            # in the sm_90 compile: this load is an L1 hit, or a shared-memory read if STAGES)
-            A2_n = _ld(A_ptr + d_idx * N + n, d_mask, EVEN_D) * LOG2E
-            h, Cn, h_out = _fwd_state_fast(n, A2_n, _column(H, ncols, n), dt, dtx, start, t, l,
-                                           d_idx, d_mask, cols, B_ptr, Bv_ptr, C_ptr, Cv_ptr,
-                                           sB0, sB1, sB2, sC0, sC1, sC2, BLOCK_L, VAR_B, VAR_C,
-                                           HAS_SEQ, EVEN_L, EVEN_D)
-            H = _put_column(H, ncols, n, h_out)
+            # (A as a register tile read once per program costs a layout conversion per state;
+            # this load is an L1 hit, or a shared-memory read if STAGES)
+            A2_n = ld(A_ptr + d_idx * N + n, d_mask, EVEN_D) * LOG2E
+            h, Cn, h_out = fwd_state(n, A2_n, column(H, ncols, n), dt, dtx, start, t, l,
+                                     d_idx, d_mask, cols, B_ptr, Bv_ptr, C_ptr, Cv_ptr,
+                                     stride_Bn, stride_Cn, N, BLOCK_L, VAR_B, VAR_C, HAS_SEQ,
+                                     EVEN_L, EVEN_D)
+            H = put_column(H, ncols, n, h_out)
             y += h * Cn
-        if store_state:  # h before the next chunk, for the backward: one tile store (a
-            # store per state inside the loop cost 2 BAR.SYNC per state, layout conversions)
+        if store_state:  # h before the next chunk, for the backward: one tile store (a store
+            # per state inside the loop costs 2 BAR.SYNC per state and layout conversions)
             tl.store(states_ptr + st_row[:, None] + (t1 // CHUNK) * N + ncols[None, :], H,
                      mask=d_mask[:, None] & (ncols[None, :] < N))
     else:  # large n: a run-time loop (compile time), the carry kept in `last` (L1/L2)
-        # state n + 1's loads are issued before state n's scan (ncu, n64: without this the loop
-        # waited on them, long-scoreboard stalls first, 28 % issue; the last one reloads N − 1)
+        # state n + 1's loads are issued before state n's scan (without, the loop waits on
+        # them; the last turn reloads N − 1)
         A2_n, h_in, Bn, Cn = _fwd_loads(0, A_ptr, last_ptr, bd_row, t, l, d_idx, d_mask, B_ptr,
-                                        Bv_ptr, C_ptr, Cv_ptr, sB0, sB1, sB2, sC0, sC1, sC2, N,
-                                        VAR_B, VAR_C, EVEN_L, EVEN_D)
-        # (STATE_UNROLL = 2: two states a turn, their scans free to interleave; on the H200 at n64
-        # slower, 2.87 ms against 2.48 with 1: 255 registers)
+                                        Bv_ptr, C_ptr, Cv_ptr, stride_Bn, stride_Cn, N, VAR_B,
+                                        VAR_C, EVEN_L, EVEN_D)
         for n in tl.range(N, loop_unroll_factor=STATE_UNROLL):
             A2_nx, h_nx, B_nx, C_nx = _fwd_loads(tl.minimum(n + 1, N - 1), A_ptr, last_ptr,
                                                  bd_row, t, l, d_idx, d_mask, B_ptr, Bv_ptr,
-                                                 C_ptr, Cv_ptr, sB0, sB1, sB2, sC0, sC1, sC2, N,
-                                                 VAR_B, VAR_C, EVEN_L, EVEN_D)
-            h, h_out = _fwd_scan(A2_n, h_in, Bn, dt, dtx, start, cols, BLOCK_L, HAS_SEQ)
+                                                 C_ptr, Cv_ptr, stride_Bn, stride_Cn, N, VAR_B,
+                                                 VAR_C, EVEN_L, EVEN_D)
+            h, h_out = fwd_scan(A2_n, h_in, Bn, dt, dtx, start, cols, BLOCK_L, HAS_SEQ)
             tl.store(last_ptr + bd_row * N + n, h_out, mask=d_mask)
             if store_state:
                 tl.store(states_ptr + st_row + (t1 // CHUNK) * N + n, h_out, mask=d_mask)
@@ -176,7 +135,7 @@ def _fwd_block(t0, H, bias_v, D_v, u_ptr, delta_ptr, A_ptr, B_ptr, C_ptr, z_ptr,
     if HAS_D:
         y += x * D_v[:, None]
     if HAS_Z:
-        zz = _ld(z_ptr + offs, mask, EVEN).to(tl.float32)
+        zz = ld(z_ptr + offs, mask, EVEN).to(tl.float32)
         y *= zz * tl.sigmoid(zz)
     if EVEN:
         tl.store(out_ptr + offs, y.to(out_ptr.dtype.element_ty))
@@ -187,19 +146,24 @@ def _fwd_block(t0, H, bias_v, D_v, u_ptr, delta_ptr, A_ptr, B_ptr, C_ptr, z_ptr,
 
 @triton.jit
 def _fwd_kernel(
-    u_ptr, delta_ptr, A_ptr, B_ptr, C_ptr, D_ptr, z_ptr, bias_ptr, seq_ptr,  # inputs
-    out_ptr, states_ptr, last_ptr,  # outputs: out (b,d,l), states (b,d,c,n) fp32, last (b,d,n)
+    u_ptr, delta_ptr, A_ptr, B_ptr, C_ptr,  # inputs: u, delta (b, d, l); A (d, n); B, C
+    D_ptr, z_ptr, bias_ptr, seq_ptr,  # optional inputs (unread where absent)
+    out_ptr, states_ptr,  # outputs: out (b, d, l); states (b, d, c, n) fp32
+    last_ptr,  # (b, d, n) fp32: in, h_{−1}; out, h_{l−1} (the run-time state loop's carries)
     l, d, dpg, g,  # length, channels, channels per group, groups
-    sB0, sB1, sB2, sC0, sC1, sC2,  # B/C strides: (b, g, n) if variable, (d, n, -) if fixed
+    stride_Bb, stride_Bg, stride_Bn,  # B: (b, g, n, l) or fixed (d, n); 0 if absent
+    stride_Cb, stride_Cg, stride_Cn,  # C: likewise
     N: tl.constexpr, NP: tl.constexpr,  # states, and n padded to a power of two
-    BLOCK_D: tl.constexpr, BLOCK_L: tl.constexpr, CHUNK: tl.constexpr,
+    BLOCK_D: tl.constexpr, BLOCK_L: tl.constexpr,  # the tile: channels × steps
+    CHUNK: tl.constexpr,  # steps between stored states (a multiple of BLOCK_L)
     HAS_D: tl.constexpr, HAS_Z: tl.constexpr, HAS_BIAS: tl.constexpr, SOFTPLUS: tl.constexpr,
-    VAR_B: tl.constexpr, VAR_C: tl.constexpr, HAS_SEQ: tl.constexpr, UNROLL: tl.constexpr,
-    EVEN_L: tl.constexpr = False,  # l % BLOCK_L == 0: no masks along time
-    EVEN_D: tl.constexpr = False,  # channels per group % BLOCK_D == 0: no masks along channels
-    STATE_UNROLL: tl.constexpr = 1,  # large n: unroll factor of the run-time loop over states
-    STAGES: tl.constexpr = 0,  # > 0: a `for` over the time blocks whose loads Triton pipelines
-):                             # (STAGES deep, cp.async); 0: a `while` (the interpreter's path)
+    VAR_B: tl.constexpr, VAR_C: tl.constexpr, HAS_SEQ: tl.constexpr,
+    HAS_H0: tl.constexpr,  # unrolled: start from the h_{−1} in `last`, not from zeros
+    UNROLL: tl.constexpr,  # states unrolled (carries in registers) or a run-time loop
+    EVEN_L: tl.constexpr, EVEN_D: tl.constexpr,  # the tile divides l / dpg: no masks there
+    STATE_UNROLL: tl.constexpr,  # run-time state loop: states per turn
+    STAGES: tl.constexpr,  # > 0: a `for` over the time blocks whose loads Triton pipelines
+):                         # (STAGES deep, cp.async); 0: a `while` (the interpreter's path)
     pid_bg, pid_d = tl.program_id(0), tl.program_id(1)
     bi, gi = pid_bg // g, pid_bg % g  # batch row, group of B/C
     d_loc = pid_d * BLOCK_D + tl.arange(0, BLOCK_D)  # channel inside its group
@@ -213,21 +177,23 @@ def _fwd_kernel(
     st_row = bd_row * nchunks * N  # (BLOCK_D,) rows of states
     n_mask = d_mask[:, None] & (ncols[None, :] < N)  # (BLOCK_D, NP)
     H = tl.zeros((BLOCK_D, NP), dtype=tl.float32)  # the carried state h, one column per n
+    if HAS_H0:
+        H = tl.load(last_ptr + bd_row[:, None] * N + ncols[None, :], mask=n_mask, other=0.0)
     bias_v = tl.zeros((BLOCK_D,), dtype=tl.float32)  # (BLOCK_D,) read once per program
     if HAS_BIAS:
-        bias_v = _ld(bias_ptr + d_idx, d_mask, EVEN_D)
+        bias_v = ld(bias_ptr + d_idx, d_mask, EVEN_D)
     D_v = tl.zeros((BLOCK_D,), dtype=tl.float32)
     if HAS_D:
-        D_v = _ld(D_ptr + d_idx, d_mask, EVEN_D)
-    Bv_ptr = B_ptr + bi * sB0 + gi * sB1
-    Cv_ptr = C_ptr + bi * sC0 + gi * sC1
+        D_v = ld(D_ptr + d_idx, d_mask, EVEN_D)
+    Bv_ptr = B_ptr + bi * stride_Bb + gi * stride_Bg  # this program's (n, l) slice of B
+    Cv_ptr = C_ptr + bi * stride_Cb + gi * stride_Cg
     if STAGES > 0:  # compiled: Triton's pipeliner issues block i + 1's loads during block i
         for t0 in tl.range(0, l, BLOCK_L, num_stages=STAGES):
             H = _fwd_block(t0, H, bias_v, D_v, u_ptr, delta_ptr, A_ptr, B_ptr, C_ptr, z_ptr,
                            seq_ptr, out_ptr, states_ptr, last_ptr, Bv_ptr, Cv_ptr, l, bi, d_idx,
-                           d_mask, bd_row, row, st_row, cols, ncols, sB0, sB1, sB2, sC0, sC1, sC2,
-                           N, BLOCK_L, CHUNK, HAS_D, HAS_Z, HAS_BIAS, SOFTPLUS, VAR_B, VAR_C,
-                           HAS_SEQ, UNROLL, EVEN_L, EVEN_D, STATE_UNROLL)
+                           d_mask, bd_row, row, st_row, cols, ncols, stride_Bn, stride_Cn, N,
+                           BLOCK_L, CHUNK, HAS_D, HAS_Z, HAS_BIAS,
+                           SOFTPLUS, VAR_B, VAR_C, HAS_SEQ, UNROLL, EVEN_L, EVEN_D, STATE_UNROLL)
     else:
         # (`while`, not `for t0 in range(0, l, BLOCK_L)`: Triton 3.6's interpreter cannot take
         # a runtime `range` bound with NumPy ≥ 2.4, triton-lang/triton#9171; see triton/scan.py.
@@ -237,9 +203,45 @@ def _fwd_kernel(
             t0 = tl.multiple_of(t0, BLOCK_L)  # a `while` hides that from the compiler
             H = _fwd_block(t0, H, bias_v, D_v, u_ptr, delta_ptr, A_ptr, B_ptr, C_ptr, z_ptr,
                            seq_ptr, out_ptr, states_ptr, last_ptr, Bv_ptr, Cv_ptr, l, bi, d_idx,
-                           d_mask, bd_row, row, st_row, cols, ncols, sB0, sB1, sB2, sC0, sC1, sC2,
-                           N, BLOCK_L, CHUNK, HAS_D, HAS_Z, HAS_BIAS, SOFTPLUS, VAR_B, VAR_C,
-                           HAS_SEQ, UNROLL, EVEN_L, EVEN_D, STATE_UNROLL)
+                           d_mask, bd_row, row, st_row, cols, ncols, stride_Bn, stride_Cn, N,
+                           BLOCK_L, CHUNK, HAS_D, HAS_Z, HAS_BIAS,
+                           SOFTPLUS, VAR_B, VAR_C, HAS_SEQ, UNROLL, EVEN_L, EVEN_D, STATE_UNROLL)
             t0 += BLOCK_L
     if UNROLL:
         tl.store(last_ptr + bd_row[:, None] * N + ncols[None, :], H, mask=n_mask)
+
+
+def forward(u, delta, A, B, C, D, z, delta_bias, softplus, seq_idx, initial_state, shape,
+            config):
+    """Launch the forward. Returns out (b, d, l), states (b, d, c, n) fp32, last (b, d, n) fp32."""
+    b, d, l, n, g = shape
+    fc, q, interp = config.forward, config.chunk, device.interpreted()
+    u, delta, A = u.contiguous(), delta.contiguous(), A.contiguous()
+    z = z.contiguous() if z is not None else None
+    h0 = initial_state.contiguous() if initial_state is not None else None
+    Bk, Ck = bc_layout(B, upcast=True), bc_layout(C, upcast=True)  # fp32 (b, g, n, l) or (d, n)
+    sB, sC = bc_strides(Bk), bc_strides(Ck)
+    out = torch.empty_like(u)
+    states = torch.empty((b, d, triton.cdiv(l, q), n), device=u.device, dtype=torch.float32)
+    states[:, :, 0] = 0.0 if h0 is None else h0  # h_{−1}; the kernel writes every later chunk's
+    # `last` starts as h_{−1} (the run-time state loop carries each state in it)
+    last = torch.zeros((b, d, n), device=u.device, dtype=torch.float32) if h0 is None \
+        else h0.clone()
+    even_l, even_d = cfgs.even_flags(fc.even, l, d // g, fc.block_l, fc.block_d)
+    _fwd_kernel[(b * g, triton.cdiv(d // g, fc.block_d))](
+        u, delta, A, Bk, Ck,  # inputs
+        D if D is not None else A,  # optional inputs: A stands in for absent ones (unread)
+        z if z is not None else A,
+        delta_bias if delta_bias is not None else A,
+        seq_idx if seq_idx is not None else A,
+        out, states,  # outputs
+        last,  # h_{−1} in, h_{l−1} out
+        l, d, d // g, g,  # length, channels, channels per group, groups
+        sB.b, sB.g, sB.n,  # strides of B (zeros if fixed (d, n): contiguous)
+        sC.b, sC.g, sC.n,  # strides of C
+        N=n, NP=triton.next_power_of_2(n), BLOCK_D=fc.block_d, BLOCK_L=fc.block_l, CHUNK=q,
+        **flags(D, z, delta_bias, softplus, B, C, seq_idx),  # HAS_D … HAS_SEQ
+        HAS_H0=h0 is not None, UNROLL=fc.unroll, EVEN_L=even_l, EVEN_D=even_d,
+        STATE_UNROLL=fc.state_unroll, STAGES=cfgs.stages(fc.stages, interp),
+        num_warps=fc.num_warps, **cfgs.compile_options(fc.maxnreg, interp))
+    return out, states, last

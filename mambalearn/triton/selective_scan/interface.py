@@ -1,28 +1,46 @@
-"""Argument checks and memory layouts of the tuned Mamba-1 selective scan (chapter 09).
+"""What the teaching and the tuned Mamba-1 kernels share (chapter 09): argument checks, memory
+layouts, and the autograd Function that runs a pair of launchers.
 
 `check_args` applies ``mamba_ssm.selective_scan_fn``'s argument rules (shapes via
 `mambalearn.scan.sequential.check_inputs`: u, delta, z (b, d, l); A (d, n); B, C (b, n, l),
-(b, g, n, l) or fixed (d, n); D, delta_bias (d,)) and turns ``cu_seqlens`` into a ``seq_idx``
-(b = 1, l); `bc_layout` / `_bc_strides` hand B and C to the kernels, `flags` / `optional` build
-the kernels' switches and pointers, `finish_grads` returns the gradients in the arguments' shapes.
-Shared by the tuned launchers (`mambalearn.triton.selective_scan`) and the teaching ones.
+(b, g, n, l) or fixed (d, n); D, delta_bias (d,); initial_state (b, d, n)) and turns
+``cu_seqlens`` into a ``seq_idx`` (b = 1, l). `bc_layout` / `bc_strides` hand B and C to a
+kernel, `flags` / `optional` build its switches and pointers, `finish_grads` returns the
+gradients in the arguments' shapes. `Kernels` names a forward and a backward launcher;
+`SelectiveScanFn` is the autograd Function around them, `run` the checked entry point.
 """
 
+from typing import Callable, NamedTuple
+
 import torch
+import torch.nn.functional as F
 
 from mambalearn import device
 from mambalearn.scan.sequential import check_inputs
 from mambalearn.utils import check_same_device
 
 DTYPES = (torch.float32, torch.float16, torch.bfloat16)
-MAX_DSTATE = 256  # mamba_ssm's limit too; the n loop is unrolled, so compile time grows with n
+MAX_DSTATE = 256  # mamba_ssm's limit too
 
 
-def _bc_strides(X):
-    """B/C strides for the kernels: (b, g, n) if variable (b, g, n, l), (d, n, 0) if fixed."""
-    if X.ndim == 2:
-        return X.stride(0), X.stride(1), 0
-    return X.stride(0), X.stride(1), X.stride(2)
+class Strides(NamedTuple):
+    """Strides of a time-varying B or C (b, g, n, l) for the tuned kernels (l is contiguous);
+    zeros for a fixed (d, n) one, which the kernels index as A: contiguous, d·n + n."""
+
+    b: int
+    g: int
+    n: int
+
+
+def bc_strides(X):
+    """`Strides` (stride_Xb, stride_Xg, stride_Xn) of a kernel-ready B or C (``bc_layout``)."""
+    return Strides(0, 0, 0) if X.ndim == 2 else Strides(X.stride(0), X.stride(1), X.stride(2))
+
+
+def dim_strides(X):
+    """The teaching kernel's B/C strides: X's along its dimensions 0, 1, 2 — (b, g, n) of a
+    (b, g, n, l) X, (d, n, 0) of a fixed (d, n) one (as the chapter's exercise passes them)."""
+    return (X.stride(0), X.stride(1), 0) if X.ndim == 2 else tuple(X.stride()[:3])
 
 
 def bc_layout(X, upcast=False):
@@ -47,29 +65,24 @@ def seq_idx_from_cu_seqlens(cu_seqlens, l):
     return ids.repeat_interleave(lengths.long())[None]  # (1, l)
 
 
-def check_args(u, delta, A, B, C, D, z, delta_bias, seq_idx, cu_seqlens):
-    """mamba_ssm's argument rules, with clear errors. Returns ((b, d, l, n, g), seq_idx int32)."""
-    if isinstance(A, torch.Tensor) and A.is_complex():
-        raise TypeError("complex A is not supported: this kernel covers real A (Mamba-1) only")
-    b, d, l, n = check_inputs(u, delta, A, B, C, D, z, delta_bias)
+def _check_dtypes(u, delta, A, B, C, D, z, delta_bias, initial_state):
     if u.dtype not in DTYPES:
         raise TypeError(f"u must be float32, float16 or bfloat16, got {u.dtype}")
     for name, X in (("delta", delta), ("z", z)):
         if X is not None and X.dtype != u.dtype:
             raise TypeError(f"{name} must have u's dtype {u.dtype}, got {X.dtype}")
-    for name, X in (("A", A), ("D", D), ("delta_bias", delta_bias)):
+    for name, X in (("A", A), ("D", D), ("delta_bias", delta_bias),
+                    ("initial_state", initial_state)):
         if X is not None and X.dtype != torch.float32:
             raise TypeError(f"{name} must be float32 (as in mamba_ssm), got {X.dtype}")
     for name, X in (("B", B), ("C", C)):
         ok = (torch.float32,) if X.ndim == 2 else (u.dtype, torch.float32)
         if X.dtype not in ok:
             raise TypeError(f"{name} must have dtype in {list(ok)}, got {X.dtype}")
-    if n > MAX_DSTATE:
-        raise ValueError(f"dstate n = {n} is larger than the supported maximum {MAX_DSTATE}")
-    gB = B.shape[1] if B.ndim == 4 else 1
-    gC = C.shape[1] if C.ndim == 4 else 1
-    if B.ndim != 2 and C.ndim != 2 and gB != gC:
-        raise ValueError(f"B and C must have the same number of groups, got {gB} and {gC}")
+
+
+def _check_seq(seq_idx, cu_seqlens, b, l, u):
+    """seq_idx (b, l) int32 contiguous, from either argument, or None."""
     if cu_seqlens is not None:
         if seq_idx is not None:
             raise ValueError("pass seq_idx or cu_seqlens, not both")
@@ -85,8 +98,24 @@ def check_args(u, delta, A, B, C, D, z, delta_bias, seq_idx, cu_seqlens):
             raise ValueError(f"seq_idx must have shape (b, l) = {(b, l)}, "
                              f"got {tuple(seq_idx.shape)}")
         seq_idx = seq_idx.to(torch.int32).contiguous()
+    return seq_idx
+
+
+def check_args(u, delta, A, B, C, D, z, delta_bias, seq_idx, cu_seqlens, initial_state=None):
+    """mamba_ssm's argument rules, with clear errors. Returns ((b, d, l, n, g), seq_idx int32)."""
+    if isinstance(A, torch.Tensor) and A.is_complex():
+        raise TypeError("complex A is not supported: this kernel covers real A (Mamba-1) only")
+    b, d, l, n = check_inputs(u, delta, A, B, C, D, z, delta_bias, initial_state=initial_state)
+    _check_dtypes(u, delta, A, B, C, D, z, delta_bias, initial_state)
+    if n > MAX_DSTATE:
+        raise ValueError(f"dstate n = {n} is larger than the supported maximum {MAX_DSTATE}")
+    gB = B.shape[1] if B.ndim == 4 else 1
+    gC = C.shape[1] if C.ndim == 4 else 1
+    if B.ndim != 2 and C.ndim != 2 and gB != gC:
+        raise ValueError(f"B and C must have the same number of groups, got {gB} and {gC}")
+    seq_idx = _check_seq(seq_idx, cu_seqlens, b, l, u)
     check_same_device(u=u, delta=delta, A=A, B=B, C=C, D=D, z=z, delta_bias=delta_bias,
-                      seq_idx=seq_idx)
+                      seq_idx=seq_idx, initial_state=initial_state)
     if not u.is_cuda and not device.interpreted():
         raise ValueError("tensors are on the CPU but Triton is not in interpreter mode "
                          "(TRITON_INTERPRET=1); move them to the GPU")
@@ -95,7 +124,7 @@ def check_args(u, delta, A, B, C, D, z, delta_bias, seq_idx, cu_seqlens):
 
 
 def flags(D, z, delta_bias, softplus, B, C, seq_idx):
-    """The compile-time switches both kernels take."""
+    """The compile-time switches every kernel takes."""
     return dict(HAS_D=D is not None, HAS_Z=z is not None, HAS_BIAS=delta_bias is not None,
                 SOFTPLUS=bool(softplus), VAR_B=B.ndim != 2, VAR_C=C.ndim != 2,
                 HAS_SEQ=seq_idx is not None)
@@ -112,3 +141,70 @@ def finish_grads(du, ddelta, dA, dB, dC, dD, dz, dbias, B, C, D, delta_bias):
     dC = dC.reshape(C.shape).to(C.dtype)
     return (du, ddelta, dA, dB, dC, dD if D is not None else None, dz,
             dbias if delta_bias is not None else None)
+
+
+def initial_state_grad(g0, delta, delta_bias, softplus, A):
+    """∂L/∂h_{−1} = Ā_0 ⊙ g_0 (h_0 = Ā_0 h_{−1} + B̄_0 x_0), from the adjoint g_0 at step 0.
+
+    Shapes: g0 (b, d, n) fp32, delta (b, d, l), A (d, n) → (b, d, n) fp32."""
+    dt0 = delta[:, :, 0].float()  # (b, d)
+    if delta_bias is not None:
+        dt0 = dt0 + delta_bias
+    if softplus:
+        dt0 = F.softplus(dt0)  # x itself above 20, as the kernels
+    return torch.exp(dt0[..., None] * A) * g0  # (b, d, n)
+
+
+class Kernels(NamedTuple):
+    """A forward and a backward launcher.
+
+    ``forward(u, delta, A, B, C, D, z, delta_bias, softplus, seq_idx, initial_state, shape,
+    config)`` → (out, states (b, d, c, n) fp32, last state (b, d, n) fp32);
+    ``backward(dout, dlast, u, delta, A, B, C, D, z, delta_bias, softplus, seq_idx, states,
+    shape, config, need_g0)`` → (the eight gradients of `finish_grads`, g_0 (b, d, n) fp32: the
+    adjoint at step 0, needed if ``need_g0``). ``dlast``: the last state's gradient, or None."""
+
+    name: str
+    forward: Callable
+    backward: Callable
+
+
+class SelectiveScanFn(torch.autograd.Function):
+    """Forward saves the inputs and one state per chunk; backward recomputes inside each chunk.
+    The last state is differentiable, and so is the initial state."""
+
+    @staticmethod
+    def forward(ctx, kernels, config, shape, softplus, return_last_state, seq_idx, u, delta, A,
+                B, C, D, z, delta_bias, initial_state):
+        out, states, last = kernels.forward(u, delta, A, B, C, D, z, delta_bias, softplus,
+                                            seq_idx, initial_state, shape, config)
+        ctx.save_for_backward(u, delta, A, B, C, D, z, delta_bias, seq_idx, states)
+        ctx.kernels, ctx.config, ctx.shape, ctx.softplus = kernels, config, shape, softplus
+        ctx.has_h0 = initial_state is not None
+        ctx.set_materialize_grads(False)  # an unused last state brings None, not zeros
+        return (out, last) if return_last_state else out
+
+    @staticmethod
+    def backward(ctx, dout, dlast=None):
+        u, delta, A, B, C, D, z, delta_bias, seq_idx, states = ctx.saved_tensors
+        if dout is None:
+            dout = torch.zeros_like(u)
+        need_g0 = ctx.has_h0 and ctx.needs_input_grad[-1]
+        *grads, g0 = ctx.kernels.backward(dout, dlast, u, delta, A, B, C, D, z, delta_bias,
+                                          ctx.softplus, seq_idx, states, ctx.shape, ctx.config,
+                                          need_g0)
+        dh0 = initial_state_grad(g0, delta, delta_bias, ctx.softplus, A) if need_g0 else None
+        return (None, None, None, None, None, None, *grads, dh0)
+
+
+def run(kernels, config, u, delta, A, B, C, D=None, z=None, delta_bias=None,
+        delta_softplus=False, return_last_state=False, seq_idx=None, cu_seqlens=None,
+        initial_state=None):
+    """Check the arguments, then run ``kernels`` forward (and backward through autograd).
+
+    ``config``: a function of (n, device, l) returning what both launchers get (None: none)."""
+    shape, seq_idx = check_args(u, delta, A, B, C, D, z, delta_bias, seq_idx, cu_seqlens,
+                                initial_state)
+    config = config(shape[3], u.device, shape[2]) if config is not None else None
+    return SelectiveScanFn.apply(kernels, config, shape, delta_softplus, return_last_state,
+                                 seq_idx, u, delta, A, B, C, D, z, delta_bias, initial_state)

@@ -1,0 +1,92 @@
+"""What both backward kernels of the tuned Mamba-1 scan share (chapter 09): the gradient buffers
+and the per-step end of the chain rule.
+
+    g_t = C_t dy_t + Ā_{t+1} g_{t+1}        (the adjoint of h, scanned backwards)
+    dB_t = Σ_d g Δ x   dC_t = Σ_d dy h   dx = Σ_n g Δ B + D dy   dA = Σ_t g (h − B̄x) Δ
+    dΔ   = Σ_n g ((h − B̄x) A + B x)      dz = dout · y · silu′(z)   dD = Σ dy x
+
+Shapes: `GradBuffers` holds du, ddelta, dz (b, d, l) in the inputs' dtypes; dB, dC fp32 in the
+kernel layout (b, g, n, l) if they vary with time (atomic adds over channel tiles); per-batch-row
+sums dA, fixed dB/dC (b, d, n) and dD, dbias (b, d) fp32 (each program owns its rows: no atomics,
+added over b in `finish`); gbuf (b, d, n) fp32, the adjoint carried between chunks: it starts as
+the gradient of the last state (zeros if none) and ends as g_0, the adjoint at step 0.
+"""
+
+from dataclasses import dataclass
+
+import torch
+import triton
+import triton.language as tl
+
+from mambalearn.triton.selective_scan.interface import Strides, bc_strides, finish_grads
+from mambalearn.triton.selective_scan.tile import st
+
+
+@dataclass
+class GradBuffers:
+    """The backward kernels' outputs (see the module docstring for shapes)."""
+
+    du: torch.Tensor
+    ddelta: torch.Tensor
+    dz: torch.Tensor | None
+    dB: torch.Tensor  # (b, g, n, l) fp32 if B varies with time, else a stand-in
+    dC: torch.Tensor
+    dA_rows: torch.Tensor
+    dBf_rows: torch.Tensor  # (b, d, n) fp32 if B is fixed, else a stand-in
+    dCf_rows: torch.Tensor
+    dD_rows: torch.Tensor
+    dbias_rows: torch.Tensor
+    gbuf: torch.Tensor
+
+    @classmethod
+    def allocate(cls, u, delta, z, Bk, Ck, dlast, n):
+        """Zeroed sums; gbuf = the last state's gradient ``dlast`` (b, d, n), or zeros."""
+        b, d = u.shape[0], u.shape[1]
+        f32 = dict(device=u.device, dtype=torch.float32)
+        zeros_if = lambda var, shape: torch.zeros(shape if var else (1,), **f32)
+        return cls(du=torch.empty_like(u), ddelta=torch.empty_like(delta),
+                   dz=torch.empty_like(z) if z is not None else None,
+                   dB=zeros_if(Bk.ndim == 4, Bk.shape), dC=zeros_if(Ck.ndim == 4, Ck.shape),
+                   dA_rows=torch.zeros((b, d, n), **f32),
+                   dBf_rows=zeros_if(Bk.ndim == 2, (b, d, n)),
+                   dCf_rows=zeros_if(Ck.ndim == 2, (b, d, n)),
+                   dD_rows=torch.zeros((b, d), **f32), dbias_rows=torch.zeros((b, d), **f32),
+                   gbuf=torch.zeros((b, d, n), **f32) if dlast is None
+                   else dlast.float().clone(memory_format=torch.contiguous_format))
+
+    def strides(self, X, var):
+        """Strides of a time-varying dB/dC buffer (b, g, n, l); zeros for a stand-in."""
+        return bc_strides(X) if var else Strides(0, 0, 0)
+
+    def finish(self, B, C, D, delta_bias):
+        """The eight gradients in the arguments' shapes, and g_0 (b, d, n)."""
+        dB = self.dBf_rows.sum(0) if B.ndim == 2 else self.dB
+        dC = self.dCf_rows.sum(0) if C.ndim == 2 else self.dC
+        return (*finish_grads(self.du, self.ddelta, self.dA_rows.sum(0), dB, dC,
+                              self.dD_rows.sum(0), self.dz, self.dbias_rows.sum(0), B, C, D,
+                              delta_bias), self.gbuf)
+
+
+@triton.jit
+def bwd_outputs(y, dx, ddt, x, dy, dout, zz, dt_raw, Dv, dD_acc, dbias_acc, offs, mask, du_ptr,
+                ddelta_ptr, dz_ptr, HAS_D: tl.constexpr, HAS_Z: tl.constexpr,
+                SOFTPLUS: tl.constexpr, EVEN: tl.constexpr):
+    """The per-step parts of both backward kernels, after the sums over states y = Σ C h,
+    dx = Σ gΔB, ddt = Σ ∂/∂Δ: the D skip, the gate (dz), softplus′; stores du, dΔ, dz.
+    Returns the updated row sums (dD_acc, dbias_acc)."""
+    if HAS_D:
+        y += x * Dv[:, None]
+        dx += dy * Dv[:, None]
+        dD_acc += tl.sum(dy * x, axis=1)
+    if HAS_Z:
+        sig = tl.sigmoid(zz)
+        dz = dout * y * sig * (1.0 + zz * (1.0 - sig))  # silu′(z) = σ(z)(1 + z(1 − σ(z)))
+        st(dz_ptr + offs, dz.to(dz_ptr.dtype.element_ty), mask, EVEN)
+    if SOFTPLUS:
+        ddt *= tl.sigmoid(dt_raw)  # softplus′ = σ
+    if not EVEN:
+        ddt = tl.where(mask, ddt, 0.0)
+    dbias_acc += tl.sum(ddt, axis=1)
+    st(du_ptr + offs, dx.to(du_ptr.dtype.element_ty), mask, EVEN)
+    st(ddelta_ptr + offs, ddt.to(ddelta_ptr.dtype.element_ty), mask, EVEN)
+    return dD_acc, dbias_acc
