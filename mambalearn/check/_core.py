@@ -55,11 +55,18 @@ def call(fn, *args, case, **kwargs):
         raise AssertionError(f"{_name(fn)} raised {type(e).__name__} on {case}: {e}") from e
 
 
-def probe(fn, target, *args, case, **kwargs):
+def raw_probe(fn, target, *args, **kwargs):
     """``fn(target, *args, **kwargs)`` for a probe ``fn`` of ``check._probes``: in the student's
-    kernel while grading (``target`` is a Remote), else right here. Crashes as in :func:`call`."""
+    kernel while grading (``target`` is a Remote there), else right here. Exceptions pass as is."""
     remote = getattr(target, "__mambalearn_remote__", None)
-    run = functools.partial(fn, target) if remote is None else functools.partial(remote.probe, fn)
+    if remote is None:
+        return fn(target, *args, **kwargs)
+    return remote.probe(fn, *args, **kwargs)
+
+
+def probe(fn, target, *args, case, **kwargs):
+    """:func:`raw_probe`, with a crash of the student's code reported as in :func:`call`."""
+    run = lambda *a, **k: raw_probe(fn, target, *a, **k)
     run.__name__ = _name(target)
     return call(run, *args, case=case, **kwargs)
 
@@ -118,6 +125,17 @@ def compare(got, want, *, what, case, g=None, dtype=None, grad=False):
         )
     testing.assert_close(got, want, dtype=dtype or got.dtype, grad=grad,
                          msg=f"{what} is wrong on {case}{seed}")
+
+
+def matches(got, want, dtype=None):
+    """True if tensor ``got`` equals ``want`` within the tolerance of ``dtype`` (for hints)."""
+    if not isinstance(got, torch.Tensor) or tuple(got.shape) != tuple(want.shape):
+        return False
+    try:
+        testing.assert_close(got, want.to(got.device), dtype=dtype or got.dtype)
+    except AssertionError:
+        return False
+    return True
 
 
 def passed(name, n_checks):

@@ -74,23 +74,25 @@ def fold_matrices(fold, steps):
 
 
 def call_counting_launches(fn, *args, **kwargs):
-    """``fn(*args, **kwargs)`` and the names of the notebook's Triton kernels it launched."""
-    import __main__
+    """``fn(*args, **kwargs)`` and the names of the Triton kernels it launched (``kernel[grid]``)."""
+    from triton.runtime import interpreter, jit
 
-    launched, patched = [], []
-    for name, obj in list(vars(__main__).items()):
-        inner = getattr(type(obj), "run", None) and getattr(obj, "fn", None)
-        if inner is not None and getattr(inner, "__module__", "") == "__main__":
-            def run(*a, _obj=obj, _name=name, _run=obj.run, **k):
-                launched.append(_name)
-                return _run(*a, **k)
-            obj.run = run
-            patched.append(obj)
+    launched, classes = [], [jit.JITFunction, interpreter.InterpretedFunction]
+    originals = {cls: cls.__dict__["run"] for cls in classes if "run" in cls.__dict__}
+
+    def counting(original):
+        def run(self, *a, **k):
+            launched.append(getattr(getattr(self, "fn", None), "__name__", "?"))
+            return original(self, *a, **k)
+        return run
+
+    for cls, original in originals.items():
+        cls.run = counting(original)
     try:
         return fn(*args, **kwargs), sorted(set(launched))
     finally:
-        for obj in patched:
-            del obj.run
+        for cls, original in originals.items():
+            cls.run = original
 
 
 def chunked_fn_grads(cls, a, b, chunk_size, h0, grad_h):

@@ -20,6 +20,14 @@ from mambalearn import ssd
 from mambalearn.check import _core
 
 __all__ = ["segsum", "ssd_chunked"]
+REBUILDS = {  # and for ssd_chunked every library SSD that returns (y, final state) from the same inputs
+    "segsum": ["mambalearn.ssd.segsum"],
+    "ssd_chunked": ["mambalearn.ssd.ssd_chunked", "mambalearn.ssd.ssd_sequential",
+                    "mambalearn.ssd.ssd_quadratic", "mambalearn.ssd.mamba_chunk_scan_ref",
+                    "mambalearn.triton.ssd.forward.ssd_forward",
+                    "mambalearn.triton.ssd.forward.mamba_chunk_scan_combined",
+                    "mambalearn.triton.ssd.fused.ssd_fused_forward"],
+}
 
 f64 = torch.float64
 

@@ -148,9 +148,8 @@ def _explain(nb, idx, r, deps, results, unchanged, killed, wall):
     number = lambda i: nb.cells.index(P.code_cells(nb)[i]) + 1  # as the student counts cells
     if deps and all(unchanged.get(d) for d in deps):
         names = ", ".join(f"`{d}`" for d in deps)
-        return "not attempted", (f"not attempted: the {names} cell{'s are' if len(deps) > 1 else ' is'}"
-                                 f" as shipped (still `raise NotImplementedError()`): write your "
-                                 f"code there")
+        return "not attempted", (f"not attempted: {names} "
+                                 f"{'are still the shipped stubs' if len(deps) > 1 else 'is still the shipped stub'}")
     sols = {P.meta(c).get("grade_id"): i for i, c in enumerate(P.code_cells(nb))
             if P.meta(c).get("solution")}
     for d in deps:
@@ -220,8 +219,14 @@ def copied(mine, deps, targets):
     return "; ".join(sorted(set(notes)))
 
 
+MIN_COPY_NODES = 100  # smaller functions (a five-line loop) are written the same way by many
+
+
 def _same(a, b):
     import ast
+
+    if len(list(ast.walk(a))) < MIN_COPY_NODES:
+        return False
 
     def body(node):
         stmts = list(getattr(node, "body", []))
