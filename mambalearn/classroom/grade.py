@@ -63,7 +63,12 @@ def main(argv=None):
     p.add_argument("--jobs", type=int, default=2, help="notebooks graded at once with --class")
     p.add_argument("--exercises", metavar="DIR", help="pristine exercises for --class (default: "
                    "the ones shipped in the package)")
+    p.add_argument("--nproc", type=int, default=sandbox.Limits.nproc,
+                   help=f"processes and threads one submission may run (default {sandbox.Limits.nproc})")
+    p.add_argument("--fsize", type=int, default=sandbox.Limits.fsize // 2**20,
+                   help=f"MB one file of a submission may reach (default {sandbox.Limits.fsize // 2**20})")
     args = p.parse_args(argv)
+    args.limits = sandbox.Limits(nproc=args.nproc, fsize=args.fsize * 2**20)
     if args.class_dir:
         return gradebook.main(args)
     if not args.notebook:
@@ -72,7 +77,7 @@ def main(argv=None):
         print(f"error: no such notebook: {args.notebook}", file=sys.stderr)
         return 2
     try:
-        rows = grade(args.notebook, args.pristine, args.timeout)
+        rows = grade(args.notebook, args.pristine, args.timeout, limits=args.limits)
     except FileNotFoundError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -64,7 +64,7 @@ def _prepare(nb_path, exercise, exercises):
 
 
 def grade_class(class_dir, exercises=None, jobs=2, timeout=120, wall=None, log=None,
-                limits=sandbox.Limits()):
+                limits=None):
     """Grade every student folder under ``class_dir``.
 
     Returns (rows, columns, spans): ``rows`` is one dict per student with ``student``, ``total``,
@@ -73,6 +73,7 @@ def grade_class(class_dir, exercises=None, jobs=2, timeout=120, wall=None, log=N
     (student, exercise) to the (start, end) seconds of its grading.
     """
     exercises = P.shipped(exercises) if exercises else P.shipped()
+    limits = limits or sandbox.Limits()
     found, notes = find_submissions(class_dir, exercises)
     graded = sorted({name for mine in found.values() for name in mine})
     shipped = {name: nbformat.read(exercises[name], as_version=4) for name in graded}
@@ -165,7 +166,8 @@ def main(args):
         return 2
     start = time.perf_counter()
     rows, columns, _ = grade_class(args.class_dir, args.exercises, args.jobs, args.timeout,
-                                   log=lambda m: print(m, file=sys.stderr, flush=True))
+                                   log=lambda m: print(m, file=sys.stderr, flush=True),
+                                   limits=getattr(args, "limits", None))
     if not rows:
         print(f"error: no student folders under {args.class_dir}", file=sys.stderr)
         return 2

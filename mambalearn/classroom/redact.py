@@ -105,13 +105,16 @@ def guard(module_name):
 
 CHECK_STUB = '''"""While grading, the checks run in the grader, outside this kernel: these names only say so."""
 
+CHECKS = {checks!r}
+
 
 def __getattr__(name):
-    if name.startswith("__"):
-        raise AttributeError(name)
+    if name not in CHECKS:
+        raise ImportError(f"mambalearn.check.{{name}} is not available while grading: the checks "
+                          f"run in the grader, outside this kernel")
 
     def checked_by_the_grader(*args, **kwargs):
-        print(f"(check.{name} is run by the grader, outside this kernel)")
+        print(f"(check.{{name}} is run by the grader, outside this kernel)")
 
     return checked_by_the_grader
 '''
@@ -207,7 +210,7 @@ def build(dest, targets, exercise, package=PACKAGE):
         out.write_text(text.rstrip("\n") + "\n" + GUARD_LINE)
     (root / "_grading.py").write_text(GRADING)
     (root / "check").mkdir(exist_ok=True)
-    (root / "check" / "__init__.py").write_text(CHECK_STUB)
+    (root / "check" / "__init__.py").write_text(CHECK_STUB.format(checks=sorted(_check_names(package))))
     compileall.compile_dir(str(root), quiet=2, workers=1)
     for d, _, files in os.walk(dest):
         os.chmod(d, 0o755)
@@ -225,6 +228,17 @@ def copy_or_build(cache, targets, exercise):
         build(tmp, targets, exercise)
         os.replace(tmp, dest)
     return dest
+
+
+def _check_names(package):
+    """Every name ``mambalearn.check`` exports (``__all__`` of each chNN module, tree_order)."""
+    names = {"tree_order"}
+    for path in (package / "check").glob("ch*.py"):
+        for node in ast.parse(path.read_text()).body:
+            if isinstance(node, ast.Assign) and any(
+                    isinstance(t, ast.Name) and t.id == "__all__" for t in node.targets):
+                names.update(ast.literal_eval(node.value))
+    return names
 
 
 def rebuilds(package=PACKAGE):

@@ -82,8 +82,9 @@ def prepare(notebook, exercises=None, pristine=None):
     return exercise, P.restore(submission, shipped), submission, shipped
 
 
-def run(nb, library, workspace, timeout=120, wall=None, limits=sandbox.Limits()):
+def run(nb, library, workspace, timeout=120, wall=None, limits=None):
     """Run restored notebook ``nb`` boxed; returns (per-cell results, seconds, killed?)."""
+    limits = limits or sandbox.Limits()
     sub = Path(tempfile.mkdtemp(prefix="sub-", dir=workspace.root))
     scratch, private = sub / "box", sub / "grader"
     scratch.mkdir()
@@ -239,7 +240,7 @@ def _same(a, b):
 
 
 def grade(notebook, pristine=None, timeout=120, wall=None, workspace=None, exercises=None,
-          limits=sandbox.Limits()):
+          limits=None):
     """Grade one submission. Returns [{task, points, passed, status, reason, short, flags}].
 
     ``timeout`` bounds each cell (seconds), ``wall`` the whole notebook (default 10 × timeout).
