@@ -28,7 +28,8 @@ def test_library_functions_pass(capsys):
     assert len(out) == 3 and all(line.startswith("✓") for line in out)
 
 
-@pytest.mark.parametrize("wrong", [discretize.euler, discretize.zoh_simplified, discretize.bilinear, slip_zoh])
+@pytest.mark.parametrize("wrong", [discretize.euler, discretize.zoh_simplified, discretize.bilinear,
+                                   slip_zoh])
 def test_zoh_rejects(wrong):
     with pytest.raises(AssertionError, match="zoh"):
         check.zoh(wrong)

@@ -12,7 +12,6 @@ import triton.language as tl
 
 from mambalearn import check
 from mambalearn.triton.selective_scan import tuned
-from mambalearn.triton.selective_scan.tuned import selective_scan_fn
 from mambalearn.triton.selective_scan.teaching import (
     column,
     combine_fn,
@@ -21,6 +20,7 @@ from mambalearn.triton.selective_scan.teaching import (
     put_column,
     selective_scan_teaching,
 )
+from mambalearn.triton.selective_scan.tuned import selective_scan_fn
 
 
 @triton.jit

@@ -21,7 +21,7 @@ def test_passes_the_right_order_and_step(capsys):
 
 
 @pytest.mark.parametrize("order, says", [
-    (lambda t, h, c: (t % h, c - 1 - t // h), "DEADLOCK"),  # the last chunks first: program_id order
+    (lambda t, h, c: (t % h, c - 1 - t // h), "DEADLOCK"),  # last chunks first, like program_id
     (lambda t, h, c: (t // c, t % c), "not the chunk-major order"),  # chain-major: safe but slow
     (lambda t, h, c: (0, t % c), "both get"),  # not a bijection
     (lambda t, h, c: [t % h, t // h, 0], "pair of ints"),
@@ -33,12 +33,15 @@ def test_rejects_wrong_ticket_orders(order, says):
 
 
 @pytest.mark.parametrize("ops, says", [
-    (lambda c: [("acquire", c), ("load", c), ("release", c + 1), ("store", c + 1)], "before it was stored"),
+    (lambda c: [("acquire", c), ("load", c), ("release", c + 1), ("store", c + 1)],
+     "before it was stored"),
     (lambda c: [("load", c), ("store", c + 1), ("release", c + 1)], "before it was stored"),
     (lambda c: [("acquire", c + 1), ("load", c), ("store", c + 1), ("release", c + 1)], "DEADLOCK"),
     (lambda c: [("acquire", c), ("load", c), ("store", c + 1)], "DEADLOCK"),
-    (lambda c: [("acquire", c), ("store", c + 1), ("load", c), ("release", c + 1)], "before loading"),
-    (lambda c: [("acquire", c), ("load", c), ("store", c), ("release", c + 1)], "never stored|wrong"),
+    (lambda c: [("acquire", c), ("store", c + 1), ("load", c), ("release", c + 1)],
+     "before loading"),
+    (lambda c: [("acquire", c), ("load", c), ("store", c), ("release", c + 1)],
+     "never stored|wrong"),
     (lambda c: [("wait", c)], "kind one of"),
 ])
 def test_rejects_wrong_state_passing(ops, says):

@@ -22,7 +22,8 @@ def block(detach=None, wrong=None):
         n, r = w["mixer.A_log"].shape[1], w["mixer.dt_proj.weight"].shape[1]
         d = w["mixer.conv_weight"].shape[0]
         cfg = model.MambaConfig(d_model=hidden.shape[-1], d_state=n, dt_rank=r,
-                                d_conv=w["mixer.conv_weight"].shape[1], expand=d // hidden.shape[-1])
+                                d_conv=w["mixer.conv_weight"].shape[1],
+                                expand=d // hidden.shape[-1])
         if wrong:
             return ch13_block._reference(hidden, w, cfg, wrong)
         x, z = F.linear(rms_norm(hidden, w["norm.weight"]), w["mixer.in_proj.weight"]).chunk(2, -1)

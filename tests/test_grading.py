@@ -81,3 +81,18 @@ def test_missing_and_unknown_notebooks_are_clear_errors(tmp_path):
     assert out.returncode == 2 and "cannot tell which exercise" in out.stderr
     out = subprocess.run(cli + [str(tmp_path / "gone.ipynb")], capture_output=True, text=True)
     assert out.returncode == 2 and "no such notebook" in out.stderr
+
+
+def test_a_stub_shows_one_short_message_in_the_notebook():
+    """Issue 18: a stub's NotImplementedError showed ~25 lines of the checker's frames. Run as a
+    student runs it (in the kernel, no grader): the check cell's error is one line."""
+    from nbclient import NotebookClient
+
+    nb = nbformat.read(ROOT / "exercises" / "01_discretization.ipynb", as_version=4)
+    NotebookClient(nb, timeout=120, allow_errors=True, kernel_name="python3",
+                   resources={"metadata": {"path": str(ROOT)}}).execute()
+    check_cell = next(c for c in nb.cells if c.source.strip() == "check.zoh(zoh)")
+    error = next(o for o in check_cell.outputs if o.output_type == "error")
+    assert error.ename == "NotWrittenYet" and "zoh is not written yet" in error.evalue
+    assert len(error.traceback) == 1, error.traceback
+    assert "_core.py" not in "".join(error.traceback)

@@ -4,8 +4,8 @@ the message of their mistake; the library's block cannot stand in for the studen
 import textwrap
 
 import pytest
-
 from _grading_cases import edited
+
 from mambalearn.classroom import gradebook
 
 CLASS = {  # student: (exercise, {solution cell: source}, {task: words the reason must contain})
@@ -15,17 +15,19 @@ CLASS = {  # student: (exercise, {solution cell: source}, {task: words the reaso
         """)}, {"work_of_ticket": "DEADLOCK"}),
     "w11_release_before_store": ("11_fusing_ssd", {"pass_state_ops": textwrap.dedent("""
         def pass_state_ops(chunk):
-            return [("acquire", chunk), ("load", chunk), ("release", chunk + 1), ("store", chunk + 1)]
+            return [("acquire", chunk), ("load", chunk), ("release", chunk + 1),
+                    ("store", chunk + 1)]
         """)}, {"pass_state_ops": "before it was stored"}),
     "w13_conv_not_causal": ("13_model", {"mamba_block": textwrap.dedent("""
         def mamba_block(hidden, w):
             n, r = w["mixer.A_log"].shape[1], w["mixer.dt_proj.weight"].shape[1]
-            x, z = F.linear(rms_norm(hidden, w["norm.weight"]), w["mixer.in_proj.weight"]).chunk(2, dim=-1)
+            u = rms_norm(hidden, w["norm.weight"])
+            x, z = F.linear(u, w["mixer.in_proj.weight"]).chunk(2, dim=-1)
             k = w["mixer.conv_weight"].shape[1]
             x = F.conv1d(F.pad(x.transpose(1, 2), ((k - 1) // 2, k - 1 - (k - 1) // 2)),
                          w["mixer.conv_weight"][:, None], w["mixer.conv_bias"], groups=x.shape[-1])
             x = F.silu(x)
-            dt, B, C = F.linear(x.transpose(1, 2), w["mixer.x_proj.weight"]).split([r, n, n], dim=-1)
+            dt, B, C = F.linear(x.transpose(1, 2), w["mixer.x_proj.weight"]).split([r, n, n], -1)
             delta = F.linear(dt, w["mixer.dt_proj.weight"]).transpose(1, 2)
             y = selective_scan_sequential(x, delta, -torch.exp(w["mixer.A_log"]), B.transpose(1, 2),
                                           C.transpose(1, 2), w["mixer.D"], z.transpose(1, 2),

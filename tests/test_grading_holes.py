@@ -16,15 +16,15 @@ import subprocess
 import sys
 import textwrap
 import time
-from pathlib import Path
 
 import pytest
-
 from _grading_cases import ROOT, edited, repo_copy
-from mambalearn.classroom import gradebook, grade, redact, sandbox
+
+from mambalearn.classroom import grade, gradebook, redact, sandbox
 
 WRONG_DECODE = '''def decode_step(state, x, delta, A, B, C, D):
-    state.copy_(torch.exp(delta[..., None] * A) * state + delta[..., None] * B[:, None] * x[..., None])
+    state.copy_(torch.exp(delta[..., None] * A) * state
+                + delta[..., None] * B[:, None] * x[..., None])
     return (state * C[:, None, :]).sum(-1)  # forgets D·x
 '''
 EULER = '''def zoh(A, B, delta):
@@ -92,7 +92,8 @@ IMPORTS = {  # student: (exercise, {solution cell: source}, tasks that must fail
         import mambalearn.discretize as _d
         def zoh(A, B, delta):
             return _d.zoh(A, B, delta)
-        """), "ssm_kernel": "from mambalearn import discretize\nssm_kernel = discretize.ssm_kernel\n"},
+        """), "ssm_kernel": "from mambalearn import discretize\n"
+                            "ssm_kernel = discretize.ssm_kernel\n"},
         ["zoh", "ssm_kernel"]),
     "i01_importlib_getattr": ("01_discretization", {"bilinear": textwrap.dedent("""
         import importlib
@@ -128,7 +129,8 @@ IMPORTS = {  # student: (exercise, {solution cell: source}, tasks that must fail
         __mambalearn_rpc__ = lambda payload: None
         """)}, ["ssm_kernel"]),
     "i02_an_equivalent_scan": ("02_selective_ssm", {"selective_scan_sequential": (
-        "from mambalearn.scan.chunked import selective_scan_chunked as selective_scan_sequential\n")},
+        "from mambalearn.scan.chunked import selective_scan_chunked "
+        "as selective_scan_sequential\n")},
         ["selective_scan_sequential"]),
     "i03_ops": ("03_operator", {"combine": "combine = ops.combine\n",
                                 "fold": "from mambalearn.ops import fold\n"}, ["combine", "fold"]),
@@ -165,7 +167,8 @@ def test_importing_the_answer_fails_and_the_rest_works(imports, student):
     """§1.2: the library functions an exercise asks for are switched off while grading; every
     other task of the same notebook (the student's own code, the library's other parts) passes."""
     exercise, _, failing = IMPORTS[student]
-    got = {task.split(":")[-1]: v for task, v in imports[student].items() if v[1] != "not submitted"}
+    got = {task.split(":")[-1]: v for task, v in imports[student].items()
+           if v[1] != "not submitted"}
     assert got, imports[student]
     for task, (ok, why) in got.items():
         if task in failing:

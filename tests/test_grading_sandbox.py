@@ -1,7 +1,8 @@
 """Issue 19 §3: every submission runs in its own box. One class of chapter-01 submissions, each
-with a right answer and one attack at the top of its ``zoh`` cell, graded once (two at a time) from a copy of
-the package — so an attack that got out could only damage the copy. Each test below asserts on
-the host what the attack tried to change, and that it failed alone: its other tasks still pass.
+with a right answer and one attack at the top of its ``zoh`` cell, graded once (two at a time)
+from a copy of the package — so an attack that got out could only damage the copy. Each test
+below asserts on the host what the attack tried to change, and that it failed alone: its other
+tasks still pass.
 
 The runaway cases are bounded (400 processes against a limit of 128, 200 MB against 32 MB): they
 show the limit, they cannot hurt the machine if it is missing.
@@ -16,13 +17,14 @@ import threading
 from pathlib import Path
 
 import pytest
-
 from _grading_cases import edited, grade_class_in, repo_copy
+
 from mambalearn.classroom import sandbox
 
 if not sandbox.bwrap_works():
     if os.environ.get("CI"):
-        raise RuntimeError("bubblewrap is missing or cannot build a box here: run tools/browser-deps.sh")
+        raise RuntimeError("bubblewrap is missing or cannot build a box here: "
+                           "run tools/browser-deps.sh")
     pytest.skip("bubblewrap (bwrap) is not available: the box is what these tests test",
                 allow_module_level=True)
 
@@ -143,7 +145,8 @@ def test_no_submission_changed_another_or_the_checks(boxed):
 @pytest.mark.slow
 @pytest.mark.parametrize("student, error", [
     ("alice_writes_bob", "FileNotFoundError"), ("carol_reads_bob", "FileNotFoundError"),
-    ("dave_writes_checks", "Read-only file system|Permission denied"), ("erin_writes_gradebook", "FileNotFoundError"),
+    ("dave_writes_checks", "Read-only file system|Permission denied"),
+    ("erin_writes_gradebook", "FileNotFoundError"),
     ("frank_opens_sockets", "Connection refused"), ("grace_forks_a_lot", "Resource temporarily"),
     ("heidi_writes_a_huge_file", "File too large"), ("ivan_reads_the_host", "FileNotFoundError"),
 ])
@@ -181,5 +184,5 @@ def test_killing_the_box_fails_only_itself(boxed):
 @pytest.mark.slow
 def test_the_class_was_graded_two_at_a_time(boxed):
     spans = sorted(boxed["spans"])
-    overlaps = sum(1 for (s1, e1), (s2, e2) in zip(spans, spans[1:]) if s2 < e1)
+    overlaps = sum(1 for (s1, e1), (s2, e2) in zip(spans, spans[1:], strict=False) if s2 < e1)
     assert overlaps >= len(spans) // 3, spans

@@ -62,7 +62,7 @@ def fold_labels(fold, names):
 
 
 def fold_matrices(fold, steps):
-    """``fold`` of (A, u) steps with a ⊗ of the probe's own (not the library's, not the student's)."""
+    """``fold`` of (A, u) steps with a ⊗ of the probe's own (neither the library's nor yours)."""
 
     def op(left, right):
         (A_l, u_l), (A_r, u_r) = left, right
@@ -74,7 +74,7 @@ def fold_matrices(fold, steps):
 
 
 def call_counting_launches(fn, *args, **kwargs):
-    """``fn(*args, **kwargs)`` and the names of the Triton kernels it launched (``kernel[grid]``)."""
+    """``fn(*args, **kwargs)`` and the names of the Triton kernels it launched (``k[grid]``)."""
     from triton.runtime import interpreter, jit
 
     launched, classes = [], [jit.JITFunction, interpreter.InterpretedFunction]
@@ -136,7 +136,7 @@ def block_grads(block, hidden, weights, grad_out):
     names = list(weights)
     grads = torch.autograd.grad(out, [hidden] + [weights[k] for k in names], grad_out,
                                 allow_unused=True)
-    return out.detach(), grads[0], dict(zip(names, grads[1:]))
+    return out.detach(), grads[0], dict(zip(names, grads[1:], strict=True))
 
 
 def table(fn, *shape_args, n=None):

@@ -15,7 +15,7 @@ REBUILDS = {
 
 
 def _stable_A(n, full, g):
-    """A random stable A: negative diagonal, or −(MMᵀ + 0.1 I) plus a skew part (eigenvalues Re < 0)."""
+    """A random stable A: negative diagonal, or −(MMᵀ + 0.1 I) plus a skew part (Re λ < 0)."""
     if not full:
         return -(torch.rand(n, generator=g, dtype=torch.float64) * 2 + 0.05)
     M = torch.randn(n, n, generator=g, dtype=torch.float64) / n**0.5
@@ -67,9 +67,10 @@ def _check_discretization(name, student, oracle):
     for desc, A, B, delta in cases:
         got = _core.call(student, A, B, delta, case=desc)
         if not (isinstance(got, tuple) and len(got) == 2):
-            raise AssertionError(f"{name} must return the pair (A_bar, B_bar); got {type(got).__name__} on {desc}")
+            raise AssertionError(f"{name} must return the pair (A_bar, B_bar); got "
+                                 f"{type(got).__name__} on {desc}")
         want = oracle(A, B, delta)
-        for part, x, y in zip(("A_bar", "B_bar"), got, want):
+        for part, x, y in zip(("A_bar", "B_bar"), got, want, strict=True):
             try:
                 _core.compare(x, y, what=f"{name}: {part}", case=desc, g=g)
             except AssertionError as e:
@@ -78,7 +79,8 @@ def _check_discretization(name, student, oracle):
 
 
 def zoh(fn):
-    """Check an exact ZOH ``fn(A, B, delta) -> (A_bar, B_bar)`` (diagonal and full A, tiny and large Δ)."""
+    """Check an exact ZOH ``fn(A, B, delta) -> (A_bar, B_bar)`` (diagonal and full A, tiny and
+    large Δ, ΔA = 0)."""
     _check_discretization("zoh", fn, discretize.zoh)
 
 

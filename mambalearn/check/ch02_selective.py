@@ -89,7 +89,8 @@ def selective_scan_sequential(fn):
     # mixed dtypes: float64 anywhere among u, delta, A, B, C means the scan runs in float64
     desc, kw = next((d, k) for d, k in cases if k.get("return_last_state"))
     kw = {**kw, "u": kw["u"].float(), "delta": kw["delta"].float()}
-    desc = "u, delta float32 but A, B, C float64 (compute in float64, return out as float32), " + desc
+    desc = ("u, delta float32 but A, B, C float64 (compute in float64, return out as float32), "
+            + desc)
     got = _core.call(fn, **kw, case=desc)
     _compare(got, sequential.selective_scan_sequential(**kw), kw, desc, g, dtype=torch.float32)
     if isinstance(got[1], torch.Tensor) and got[1].dtype != torch.float64:

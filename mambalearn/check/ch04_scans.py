@@ -9,7 +9,8 @@ from mambalearn.scan.sequential import linear_scan_sequential
 __all__ = ["hillis_steele_scan", "blelloch_scan"]
 REBUILDS = {
     "hillis_steele_scan": ["mambalearn.scan.hillis_steele.hillis_steele_scan"],
-    "blelloch_scan": ["mambalearn.scan.blelloch.blelloch_scan", "mambalearn.scan.blelloch.BlellochScan",
+    "blelloch_scan": ["mambalearn.scan.blelloch.blelloch_scan",
+                      "mambalearn.scan.blelloch.BlellochScan",
                       "mambalearn.scan.blelloch.scan_states", "mambalearn.scan.blelloch.up_sweep",
                       "mambalearn.scan.blelloch.down_sweep"],
 }
@@ -57,7 +58,8 @@ def _check_counts(name, counter, l, desc, g):
         return
     how = ("counter.add(l − k) once per round k = 1, 2, 4, … < l" if name == "hillis_steele_scan"
            else "counter.add(m) once per round, m = the combines of that round: the up-sweep's "
-                "P/2, P/4, …, 1, then the down-sweep's 1, 2, …, P/2 (P = l padded to a power of two)")
+                "P/2, P/4, …, 1, then the down-sweep's 1, 2, …, P/2 (P = l padded to a power of "
+                "two)")
     raise AssertionError(
         f"{name} counted its work wrong on {desc}: call {how}. For l = {l} that is rounds "
         f"{want} (work {sum(want)}, depth {len(want)}); your counter got rounds {got} (work "

@@ -8,7 +8,8 @@ from mambalearn.scan.chunked import scan_reference
 __all__ = ["chunked_scan"]
 # The chunked scan and every library scan that returns the same states for (b, d, l, n) inputs.
 REBUILDS = {
-    "chunked_scan": ["mambalearn.scan.chunked.chunked_scan", "mambalearn.scan.chunked.scan_reference",
+    "chunked_scan": ["mambalearn.scan.chunked.chunked_scan",
+                     "mambalearn.scan.chunked.scan_reference",
                      "mambalearn.scan.chunked._local_scan",
                      "mambalearn.scan.sequential.linear_scan_sequential",
                      "mambalearn.scan.hillis_steele.hillis_steele_scan",

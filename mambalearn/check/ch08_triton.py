@@ -117,7 +117,8 @@ def scan_kernel(fn, combine_fn):
             if not hint and a.stride() != b.stride():
                 hint = (f"\nhint: a and b come in different layouts here (strides {a.stride()} and "
                         f"{b.stride()}), and every same-layout case passed: does the kernel read "
-                        f"both with one tensor's strides? Make both contiguous, or pass each its own.")
+                        f"both with one tensor's strides? Make both contiguous, or pass each "
+                        f"its own.")
             raise AssertionError(str(e) + hint) from None
         n += 1
     _core.passed("scan_kernel", n)

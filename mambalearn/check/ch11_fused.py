@@ -56,14 +56,16 @@ def _step(prog, box):
             return False
     elif kind == "load":
         if box.H[chain][k] is None:
+            why = ("its flag was released before the store" if box.flag[chain][k]
+                   else "nothing waited for it")
             raise AssertionError(f"chunk {c} of chain {chain} loaded H_{k} before it was stored: "
-                                 f"{'its flag was released before the store' if box.flag[chain][k] else 'nothing waited for it'} "
-                                 f"(acquire flag {k} first; release a flag only after storing its state)")
+                                 f"{why} (acquire flag {k} first; release a flag only after "
+                                 f"storing its state)")
         prog["loaded"] = box.H[chain][k]
     elif kind == "store":
         if "loaded" not in prog:
-            raise AssertionError(f"chunk {c} of chain {chain} stored H_{k} before loading the state "
-                                 f"it passes on: load H_{c} first")
+            raise AssertionError(f"chunk {c} of chain {chain} stored H_{k} before loading the "
+                                 f"state it passes on: load H_{c} first")
         box.H[chain][k] = float(box.a[chain, c]) * prog["loaded"] + float(box.S[chain, c])
     else:
         box.flag[chain][k] = True
@@ -78,7 +80,7 @@ def simulate(table, ops, n_chains, n_chunks, slots, rnd, g):
     """
     box = _Box(n_chains, n_chunks, g)
     pending, resident, ticket = n_chains * n_chunks, [], 0
-    for tick in range(100 * n_chains * n_chunks + 100):
+    for _ in range(100 * n_chains * n_chunks + 100):  # ticks
         while len(resident) < slots and ticket < pending:  # a free slot starts the next program
             resident.append(dict(work=table[ticket], ops=ops[table[ticket][1]], pc=0,
                                  before=rnd.randint(0, 2), after=rnd.randint(0, 2)))
@@ -155,7 +157,8 @@ def _order_hint(seen, n_chains, n_chunks):
         if c > 0 and t - seen[(chain, c - 1)] != n_chains:
             return (f"chunk {c} of chain {chain} has ticket {t} and its producer, chunk {c - 1}, "
                     f"ticket {seen[(chain, c - 1)]}: in chunk-major order the producer starts "
-                    f"exactly n_chains = {n_chains} tickets earlier (ticket = c · n_chains + chain), "
+                    f"exactly n_chains = {n_chains} tickets earlier (ticket = c · n_chains + "
+                    f"chain), "
                     f"so it has usually published by the time chunk {c} asks")
     return None
 

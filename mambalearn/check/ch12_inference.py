@@ -52,7 +52,7 @@ def _one(fn, inp, case, g):
 
 
 def _hint(y, inp, h_new):
-    """Which part of y = C·h + D·x is wrong, when the state is right and y equals a wrong version."""
+    """Which part of y = C·h + D·x is wrong, when the state is right and y is a wrong version."""
     f64 = lambda t: t.to(torch.float64)
     C, D, x, h_old = f64(inp["C"]), f64(inp["D"]), f64(inp["x"]), f64(inp["state"])
     read = lambda h: (h * C[:, None, :]).sum(-1)  # C·h: (b, d)

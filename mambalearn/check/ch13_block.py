@@ -135,7 +135,8 @@ def mamba_block(fn):
              ("length l = 1", _config(g), 2, 1),
              ("l shorter than the conv (l = 2, k = 4)", _config(g, d_conv=4), 1, 2),
              ("one state per channel (n = 1), expand 1", _config(g, d_state=1, expand=1), 3, 7),
-             ("a wider block, odd l", _config(g, d_model=8, d_state=4, dt_rank=2), 1, 2 * ri(4, 9) + 1)]
+             ("a wider block, odd l", _config(g, d_model=8, d_state=4, dt_rank=2), 1,
+              2 * ri(4, 9) + 1)]
     for desc, cfg, b, l in cases:
         block = _weights(cfg, g)
         w = {k: v.detach().clone() for k, v in block.state_dict().items()}

@@ -63,7 +63,7 @@ def _arity(op):
 
 
 def tree_order(op, *, name=None, matrix=None, length=11, n_trees=20, g=None):
-    """Check ``op`` against ``ops.combine`` under left/right folds, random trees, Hillis–Steele, Blelloch.
+    """Check ``op`` against ``ops.combine`` in folds, random trees, Hillis–Steele and Blelloch.
 
     The bracketings are evaluated with the student's ``op`` (in the grading kernel, if grading), the
     truth with ``ops.fold`` here. Raises AssertionError naming the first bracketing that disagrees;
@@ -91,14 +91,14 @@ def tree_order(op, *, name=None, matrix=None, length=11, n_trees=20, g=None):
         if not (isinstance(result, (tuple, list)) and len(result) == 2):
             raise AssertionError(f"{name} must return a pair (A, u); got {type(result).__name__} "
                                  f"in {order}")
-        for part, x, y in zip(("A", "u"), result, want):
+        for part, x, y in zip(("A", "u"), result, want, strict=True):
             if not isinstance(x, (torch.Tensor, int, float)):
                 raise AssertionError(f"{name}: the {part} part is a {type(x).__name__} in {order}")
             _core.compare(torch.as_tensor(x, dtype=torch.float64).expand_as(y).clone(), y,
                           what=f"{name}: the {part} part", case=order, g=g)
         checks += 1
 
-    for (desc, _), result in zip(trees, got[: len(trees)]):
+    for (desc, _), result in zip(trees, got[: len(trees)], strict=True):
         expect(result, prefixes[-1], desc)
     for i, result in enumerate(got[len(trees)]):  # the two parallel scans of chapter 04
         expect(result, prefixes[i], f"Hillis–Steele prefix {i}")

@@ -39,8 +39,8 @@ def report(rows, title=None):
     got, total = sum(r["points"] for r in rows if r["passed"]), sum(r["points"] for r in rows)
     lines.append(f"score: {got} / {total}")
     if rows and all(r["status"] == "not attempted" for r in rows):
-        lines.append("nothing attempted yet: this is the exercise as shipped. Write your code in the "
-                     "cells that say `raise NotImplementedError()`, save, and grade again.")
+        lines.append("nothing attempted yet: this is the exercise as shipped. Write your code in "
+                     "the cells that say `raise NotImplementedError()`, save, and grade again.")
     long = [r for r in rows if r["reason"] and r["reason"] != r["short"]]
     if long:
         lines += ["", "details:"] + [f"  {r['task']}: {r['reason']}" for r in long]
@@ -64,9 +64,11 @@ def main(argv=None):
     p.add_argument("--exercises", metavar="DIR", help="pristine exercises for --class (default: "
                    "the ones shipped in the package)")
     p.add_argument("--nproc", type=int, default=sandbox.Limits.nproc,
-                   help=f"processes and threads one submission may run (default {sandbox.Limits.nproc})")
+                   help="processes and threads one submission may run "
+                        f"(default {sandbox.Limits.nproc})")
     p.add_argument("--fsize", type=int, default=sandbox.Limits.fsize // 2**20,
-                   help=f"MB one file of a submission may reach (default {sandbox.Limits.fsize // 2**20})")
+                   help="MB one file of a submission may reach "
+                        f"(default {sandbox.Limits.fsize // 2**20})")
     args = p.parse_args(argv)
     args.limits = sandbox.Limits(nproc=args.nproc, fsize=args.fsize * 2**20)
     if args.class_dir:

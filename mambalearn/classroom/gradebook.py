@@ -110,7 +110,7 @@ def grade_class(class_dir, exercises=None, jobs=2, timeout=120, wall=None, log=N
             return rows
 
         with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:  # each job: its own group
-            results = dict(zip(prepared, pool.map(one, prepared)))
+            results = dict(zip(prepared, pool.map(one, prepared), strict=True))
     finally:
         ws.close()
 

@@ -41,20 +41,20 @@ class Interrupted(BaseException):
 class Kernel:
     """A kernel in its box: ``execute`` cells, ``request`` remote calls, ``close`` it."""
 
-    def __init__(self, scratch, library, limits=sandbox.Limits(), uid=None, log=None):
+    def __init__(self, scratch, library, limits=None, uid=None, log=None):
         self.scratch = Path(scratch)
         conn, _ = write_connection_file(str(self.scratch / "kernel.json"), transport="ipc",
                                         ip=str(self.scratch / "k"))
         os.chmod(conn, 0o644)
         argv = [sys.executable, "-m", "ipykernel_launcher", "-f", conn,
                 "--HistoryManager.enabled=False"]
-        cmd = sandbox.command(argv, self.scratch, library, limits, uid)
+        cmd = sandbox.command(argv, self.scratch, library, limits or sandbox.Limits(), uid)
         out = open(log or os.devnull, "ab")
-        env = sandbox.environment(self.scratch, library)
+        env, plain = sandbox.environment(self.scratch, library), sandbox.mode() == "plain"
         self.proc = subprocess.Popen(cmd, cwd=self.scratch, env=env,
                                      stdin=subprocess.DEVNULL, stdout=out, stderr=out,
-                                     start_new_session=sandbox.mode() == "plain",
-                                     preexec_fn=_die_with_parent if sandbox.mode() == "plain" else None)
+                                     start_new_session=plain,
+                                     preexec_fn=_die_with_parent if plain else None)
         out.close()
         self.ctx = zmq.Context()
         self.ctx.setsockopt(zmq.MAXMSGSIZE, MAX_MESSAGE)
@@ -90,7 +90,8 @@ class Kernel:
         """
         self._check_alive()
         msg_id = self.client.execute(code, silent=silent, store_history=False, allow_stdin=False)
-        res = {"status": "ok", "ename": None, "evalue": None, "traceback": [], "output": "", "data": []}
+        res = {"status": "ok", "ename": None, "evalue": None, "traceback": [], "output": "",
+               "data": []}
         interrupted = None
         while True:
             now = time.monotonic()

@@ -48,7 +48,8 @@ def shipped(pristine_dir=PRISTINE):
 
 
 def _solution_names(nb):
-    names = {meta(c)["grade_id"] for c in nb.cells if meta(c).get("solution") and "grade_id" in meta(c)}
+    names = {meta(c)["grade_id"] for c in nb.cells
+             if meta(c).get("solution") and "grade_id" in meta(c)}
     for c in nb.cells:
         if c.cell_type == "code":
             names.update(re.findall(r"^(?:def|class) (\w+)", c.source, re.M))

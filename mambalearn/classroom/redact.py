@@ -26,7 +26,7 @@ from pathlib import Path
 PACKAGE = Path(__file__).resolve().parents[1]  # the mambalearn package being graded with
 LEFT_OUT = {"check", "classroom", "__pycache__", "build"}
 
-GRADING = '''"""Generated for grading by mambalearn.classroom.redact: the exercise's answers, switched off."""
+GRADING = '''"""Generated for grading by mambalearn.classroom.redact: the answers, switched off."""
 import os
 import sys
 import types
@@ -103,7 +103,7 @@ def guard(module_name):
         module.__class__ = _Guarded
 '''
 
-CHECK_STUB = '''"""While grading, the checks run in the grader, outside this kernel: these names only say so."""
+CHECK_STUB = '''"""While grading, the checks run in the grader, outside this kernel."""
 
 CHECKS = {checks!r}
 
@@ -118,7 +118,8 @@ def __getattr__(name):
 
     return checked_by_the_grader
 '''
-GUARD_LINE = "\nfrom mambalearn._grading import guard as _ml_guard; _ml_guard(__name__)  # grading\n"
+GUARD_LINE = ("\nfrom mambalearn._grading import guard as _ml_guard; _ml_guard(__name__)"
+              "  # grading\n")
 
 
 def locate(target, package=PACKAGE):
@@ -210,7 +211,8 @@ def build(dest, targets, exercise, package=PACKAGE):
         out.write_text(text.rstrip("\n") + "\n" + GUARD_LINE)
     (root / "_grading.py").write_text(GRADING)
     (root / "check").mkdir(exist_ok=True)
-    (root / "check" / "__init__.py").write_text(CHECK_STUB.format(checks=sorted(_check_names(package))))
+    stub = CHECK_STUB.format(checks=sorted(_check_names(package)))
+    (root / "check" / "__init__.py").write_text(stub)
     compileall.compile_dir(str(root), quiet=2, workers=1)
     for d, _, files in os.walk(dest):
         os.chmod(d, 0o755)

@@ -38,14 +38,16 @@ def __mambalearn_rpc__(payload, _cache={}):
             return {"__opaque__": "nested too deep", "repr": ""}
         if isinstance(x, torch.Tensor):
             return x.detach()
-        if isinstance(x, (bool, int, float, complex, str, bytes, Fraction, torch.dtype)) or x is None:
+        if x is None or isinstance(x, (bool, int, float, complex, str, bytes, Fraction,
+                                       torch.dtype)):
             return x
         if isinstance(x, (tuple, list)):
             return type(x)(plain(v, depth + 1) for v in x) if type(x) in (tuple, list) \
                 else tuple(plain(v, depth + 1) for v in x)
         if isinstance(x, dict):
             return {str(k): plain(v, depth + 1) for k, v in x.items()}
-        return {"__opaque__": type(x).__module__ + "." + type(x).__qualname__, "repr": repr(x)[:300]}
+        kind = type(x).__module__ + "." + type(x).__qualname__
+        return {"__opaque__": kind, "repr": repr(x)[:300]}
 
     def snap(x):
         return x.detach().clone() if isinstance(x, torch.Tensor) else None
@@ -67,14 +69,16 @@ def __mambalearn_rpc__(payload, _cache={}):
             buf = io.BytesIO()
             torch.save({"ok": False, "ename": "TypeError", "tb": "",
                         "evalue": f"the result cannot be sent to the grader ({e})"}, buf)
-        publish_display_data({"application/x-mambalearn-rpc": base64.b64encode(buf.getvalue()).decode()})
+        data = base64.b64encode(buf.getvalue()).decode()
+        publish_display_data({"application/x-mambalearn-rpc": data})
 
     req = torch.load(io.BytesIO(base64.b64decode(payload)), weights_only=False)
     args, kwargs = list(req.get("args", ())), dict(req.get("kwargs", {}))
     try:
         ns = get_ipython().user_ns
         if req["path"][0] not in ns:
-            raise NameError(f"name {req['path'][0]!r} is not defined: did its cell run without errors?")
+            raise NameError(f"name {req['path'][0]!r} is not defined: did its cell run "
+                            f"without errors?")
         obj = ns[req["path"][0]]
         for attr in req["path"][1:]:
             obj = getattr(obj, attr)
@@ -84,8 +88,8 @@ def __mambalearn_rpc__(payload, _cache={}):
         if req["kind"] == "signature":
             import inspect
             params = inspect.signature(obj).parameters.values()
-            send({"ok": True, "mutated": {}, "result": [(p.name, int(p.kind), p.default is not p.empty)
-                                                         for p in params]})
+            result = [(p.name, int(p.kind), p.default is not p.empty) for p in params]
+            send({"ok": True, "mutated": {}, "result": result})
             return
         before = [snap(a) for a in args], {k: snap(v) for k, v in kwargs.items()}
         if req["kind"] == "probe":
@@ -110,7 +114,8 @@ def __mambalearn_rpc__(payload, _cache={}):
                 mutated[f"k{k}"] = plain(vars(v))
         send({"ok": True, "result": plain(result), "mutated": mutated})
     except BaseException as e:
-        tb = [f for f in traceback.extract_tb(e.__traceback__) if not f.filename.startswith("<mambalearn")]
+        tb = [f for f in traceback.extract_tb(e.__traceback__)
+              if not f.filename.startswith("<mambalearn")]
         send({"ok": False, "ename": type(e).__name__, "evalue": str(e)[:20000],
               "tb": "".join(traceback.format_list(tb[-6:]))[-4000:]})
 '''
@@ -174,7 +179,8 @@ class Bridge:
             raise RemoteError(f"the grader could not reach {'.'.join(path)} in your kernel ({why})")
         reply = _load(res["data"][-1])
         if not reply.get("ok"):
-            raise _exception(str(reply.get("ename")), str(reply.get("evalue")), str(reply.get("tb")))
+            raise _exception(str(reply.get("ename")), str(reply.get("evalue")),
+                             str(reply.get("tb")))
         _copy_back(args, kwargs or {}, reply.get("mutated") or {})
         return _rebuild(reply.get("result"))
 

@@ -10,7 +10,8 @@ cell *itself*: ``check.zoh(zoh)`` becomes ``mambalearn.check.zoh(Remote("zoh"))`
 their oracles never run where the student's code could change them. After each cell it rewrites
 the results file (so a killed run still says how far it got):
 
-    [{"index": code-cell index, "status": "ok" | "error" | "timeout" | "stopped" | "died" | "not run",
+    [{"index": code-cell index,
+      "status": "ok" | "error" | "timeout" | "stopped" | "died" | "not run",
       "ename", "evalue", "traceback", "output", "seconds"}, ...]
 """
 

@@ -69,7 +69,7 @@ def warn_if_unboxed():
 
 
 def _parents(paths):
-    """bwrap arguments creating every ancestor of ``paths`` world-readable (bwrap's own are 0700)."""
+    """bwrap arguments making every ancestor of ``paths`` world-readable (bwrap's are 0700)."""
     out, seen = [], set()
     for p in paths:
         parts = Path(p).parts[1:-1]

@@ -75,7 +75,8 @@ def prepare(notebook, exercises=None, pristine=None):
         exercise = P.identify(submission, notebook, exercises)
         if exercise is None:
             raise FileNotFoundError(f"cannot tell which exercise {notebook} is: no exercise id in "
-                                    f"its metadata, and neither its name nor its cells match one of "
+                                    f"its metadata, and neither its name nor its cells match "
+                                    f"one of "
                                     f"{sorted(exercises)} (use --pristine)")
         path = exercises[exercise]
     shipped = nbformat.read(path, as_version=4)
@@ -149,8 +150,8 @@ def _explain(nb, idx, r, deps, results, unchanged, killed, wall):
     number = lambda i: nb.cells.index(P.code_cells(nb)[i]) + 1  # as the student counts cells
     if deps and all(unchanged.get(d) for d in deps):
         names = ", ".join(f"`{d}`" for d in deps)
-        return "not attempted", (f"not attempted: {names} "
-                                 f"{'are still the shipped stubs' if len(deps) > 1 else 'is still the shipped stub'}")
+        still = "are still the shipped stubs" if len(deps) > 1 else "is still the shipped stub"
+        return "not attempted", f"not attempted: {names} {still}"
     sols = {P.meta(c).get("grade_id"): i for i, c in enumerate(P.code_cells(nb))
             if P.meta(c).get("solution")}
     for d in deps:
@@ -162,12 +163,14 @@ def _explain(nb, idx, r, deps, results, unchanged, killed, wall):
     if r is None:
         if killed:
             last = max(results) if results else -1
+            where = number(last + 1) if last + 1 < len(P.code_cells(nb)) else "?"
             return "fail", (f"not run: grading was stopped at the {wall} s limit for the whole "
-                            f"notebook (it was running cell {number(last + 1) if last + 1 < len(P.code_cells(nb)) else '?'})")
+                            f"notebook (it was running cell {where})")
         return "fail", "not run"
     status = r.get("status")
     if status == "died":
-        return "fail", f"kernel died in cell {number(idx)} while the check ran your code ({r['evalue']})"
+        return "fail", (f"kernel died in cell {number(idx)} while the check ran your code "
+                        f"({r['evalue']})")
     if status in ("timeout", "stopped"):
         return "fail", f"cell {number(idx)} (the check) {r['evalue']}"
     if status == "not run":
