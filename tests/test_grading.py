@@ -49,11 +49,25 @@ def test_exercise_as_shipped_is_not_attempted(exercise, tmp_path):
 
 @pytest.mark.parametrize("solution", SOLUTIONS, ids=names(SOLUTIONS))
 def test_solution_grades_full_marks(solution, tmp_path):
-    """Restore, the boxed kernel with the exercise's answers switched off, checks in the grader."""
+    """Restore, the boxed kernel with the exercise's answers switched off, checks in the grader;
+    and every cell runs there, the given ones too (none needs a function the exercise rebuilds)."""
     copy = tmp_path / solution.name
     copy.write_bytes(solution.read_bytes())
-    rows = grade.grade(copy, timeout=300)
+    ws = submission.Workspace()
+    try:
+        exercise, nb, sub, shipped = submission.prepare(copy)
+        assert exercise == solution.stem
+        results, _, killed = submission.run(nb, ws.library(nb, exercise), ws, timeout=300)
+    finally:
+        ws.close()
+    assert not killed and [r["status"] for r in results] == ["ok"] * len(nb_code(nb)), \
+        [(r["index"], r.get("ename"), r.get("evalue")) for r in results if r["status"] != "ok"]
+    rows = submission.verdicts(nb, sub, shipped, results)
     assert rows and all(r["passed"] for r in rows), [(r["task"], r["reason"]) for r in rows]
+
+
+def nb_code(nb):
+    return [c for c in nb.cells if c.cell_type == "code"]
 
 
 def test_report_short_reason_in_the_table_whole_one_below():
@@ -96,3 +110,17 @@ def test_a_stub_shows_one_short_message_in_the_notebook():
     assert error.ename == "NotWrittenYet" and "zoh is not written yet" in error.evalue
     assert len(error.traceback) == 1, error.traceback
     assert "_core.py" not in "".join(error.traceback)
+
+
+def test_without_bubblewrap_it_warns_and_still_grades(tmp_path):
+    """§3: where bwrap is missing the grader says so, loudly, and grades unboxed."""
+    import os
+
+    copy = tmp_path / "01_discretization.ipynb"
+    copy.write_bytes((ROOT / "solutions" / "01_discretization.ipynb").read_bytes())
+    run = subprocess.run([sys.executable, "-m", "mambalearn", "grade", str(copy)],
+                         capture_output=True, text=True,
+                         env=dict(os.environ, MAMBALEARN_SANDBOX="plain"))
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "warning: bubblewrap (bwrap) is not available" in run.stderr
+    assert "graded WITHOUT a sandbox" in run.stdout and "score: 3 / 3" in run.stdout

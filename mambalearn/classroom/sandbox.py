@@ -117,10 +117,21 @@ def _user_tasks(uid):
     return n
 
 
+def _others_can_run_python():
+    """Can a user other than us run this Python? (Outside a box, /root is often mode 0700.)"""
+    for path in {os.path.realpath(sys.executable), sys.prefix, sys.base_prefix}:
+        p = Path(path)
+        for d in [p, *p.parents]:
+            if d.is_dir() and not os.stat(d).st_mode & 0o001:
+                return False
+    return True
+
+
 def limits_prefix(limits, uid=None):
     """``setpriv``/``prlimit`` words: a user of its own (root only), then the limits."""
     words = []
-    if os.geteuid() == 0 and uid is not None and shutil.which("setpriv"):
+    own_user = mode() == "bwrap" or _others_can_run_python()
+    if os.geteuid() == 0 and uid is not None and own_user and shutil.which("setpriv"):
         words += ["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups",
                   "--no-new-privs"]
         nproc = limits.nproc
