@@ -110,6 +110,8 @@ class Kernel:
                 continue
             if self._handle(msg, res):
                 break
+        while self.client.shell_channel.msg_ready():  # drop the execute replies: iopub said it all
+            self.client.shell_channel.get_msg(timeout=0)
         if interrupted is not None:
             raise Interrupted("the code ran past its time limit and was interrupted")
         return res
