@@ -43,7 +43,10 @@ def report(rows, title=None):
                      "the cells that say `raise NotImplementedError()`, save, and grade again.")
     long = [r for r in rows if r["reason"] and r["reason"] != r["short"]]
     if long:
-        lines += ["", "details:"] + [f"  {r['task']}: {r['reason']}" for r in long]
+        lines += ["", "details:"]
+        for r in long:
+            first, *rest = r["reason"].strip().splitlines()
+            lines += [f"  {r['task']}: {first}", *[f"    {line}" for line in rest]]
     flagged = [r for r in rows if r.get("flags")]
     if flagged:
         lines += ["", "notes:"] + [f"  {r['flags']}" for r in flagged]

@@ -122,12 +122,23 @@ def run(nb, library, workspace, timeout=120, wall=None, limits=None):
     return results, time.monotonic() - start, killed
 
 
+def _cut(text, width):
+    if len(text) <= width:
+        return text
+    at = text.rfind(" ", 0, width - 2)
+    return text[: at if at > width // 2 else width - 2] + " …"
+
+
 def short(reason, width=100):
-    """The table's form of a reason: its first line, cut at a word near ``width``."""
-    first = (reason or "").strip().splitlines()[0] if (reason or "").strip() else ""
-    if len(first) <= width:
-        return first
-    return first[: first.rfind(" ", 0, width - 2) if " " in first[:width] else width - 2] + " …"
+    """The table's form of a reason: its first line cut at a word near ``width``, and the hint
+    (the line that names the likely mistake) when the check gave one."""
+    lines = [line.strip() for line in (reason or "").strip().splitlines() if line.strip()]
+    if not lines:
+        return ""
+    hint = next((line for line in lines[1:] if line.startswith("hint:")), None)
+    if hint is None:
+        return _cut(lines[0], width)
+    return _cut(lines[0], width // 2) + " — " + _cut(hint, width)
 
 
 def _first(text):
