@@ -28,7 +28,8 @@ if not sandbox.bwrap_works():
     pytest.skip("bubblewrap (bwrap) is not available: the box is what these tests test",
                 allow_module_level=True)
 
-MARK = "mambalearn-sandbox-test-37.5"  # an argument no other process on the machine has
+MARK = "mambalearn-sandbox-test"  # a file name no one else uses
+SLEEP = "61.2345678"  # a sleep no other process on the machine runs (ps shows "sleep 61.2345678")
 
 
 def attacks(root, repo, port, secret):
@@ -81,7 +82,7 @@ def attacks(root, repo, port, secret):
         "ivan_reads_the_host": f"print(open({str(secret)!r}).read())",
         "judy_uses_tmp_and_home": f"""
             import os, subprocess
-            subprocess.Popen(["sleep", "60", "{MARK}"], start_new_session=True)  # outlives the cell
+            subprocess.Popen(["sleep", "{SLEEP}"], start_new_session=True)  # outlives the cell
             open("/tmp/{MARK}", "w").write("mine")
             open(os.path.expanduser("~/{MARK}"), "w").write("mine")
             assert open("/tmp/{MARK}").read() == "mine"
@@ -171,7 +172,7 @@ def test_private_tmp_and_home(boxed):
 @pytest.mark.slow
 def test_runaway_processes_died_with_the_box(boxed):
     ps = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
-    assert MARK not in ps
+    assert f"sleep {SLEEP}" not in ps
 
 
 @pytest.mark.slow
@@ -186,3 +187,31 @@ def test_the_class_was_graded_two_at_a_time(boxed):
     spans = sorted(boxed["spans"])
     overlaps = sum(1 for (s1, e1), (s2, e2) in zip(spans, spans[1:], strict=False) if s2 < e1)
     assert overlaps >= len(spans) // 3, spans
+
+
+@pytest.mark.slow
+def test_killing_the_grader_takes_the_box_with_it(tmp_path):
+    """The grader dies (SIGKILL, a closed terminal): its runner, the kernel and everything the
+    submission started go with it — nothing keeps running as an orphan."""
+    import signal
+    import sys
+    import time
+
+    mark = "sleep 120.7654321"
+    cell = f"import subprocess\nsubprocess.run({mark.split()!r})\n"
+    nb = edited("solutions/01_discretization.ipynb", tmp_path / "01_discretization.ipynb",
+                replace={"bilinear": cell})
+    grader = subprocess.Popen([sys.executable, "-m", "mambalearn", "grade", str(nb)],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    running = lambda: mark in subprocess.run(["ps", "-eo", "args"], capture_output=True,
+                                             text=True).stdout
+    deadline = time.monotonic() + 120
+    while not running() and time.monotonic() < deadline and grader.poll() is None:
+        time.sleep(0.5)
+    assert running(), "the submission never got to its sleep"
+    grader.send_signal(signal.SIGKILL)
+    grader.wait()
+    deadline = time.monotonic() + 15
+    while running() and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert not running(), "the box outlived the grader"

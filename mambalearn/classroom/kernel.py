@@ -54,7 +54,7 @@ class Kernel:
         self.proc = subprocess.Popen(cmd, cwd=self.scratch, env=env,
                                      stdin=subprocess.DEVNULL, stdout=out, stderr=out,
                                      start_new_session=plain,
-                                     preexec_fn=_die_with_parent if plain else None)
+                                     preexec_fn=die_with_parent if plain else None)
         out.close()
         self.ctx = zmq.Context()
         self.ctx.setsockopt(zmq.MAXMSGSIZE, MAX_MESSAGE)
@@ -155,8 +155,8 @@ class Kernel:
             self.ctx.destroy(linger=0)
 
 
-def _die_with_parent():
-    """(plain mode, Linux) the kernel gets SIGKILL when the grader process goes away."""
+def die_with_parent():
+    """(Linux, in a child before exec) SIGKILL for this process when its parent goes away."""
     try:
         import ctypes
         import signal

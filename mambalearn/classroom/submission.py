@@ -23,6 +23,7 @@ from pathlib import Path
 
 import nbformat
 
+from mambalearn.classroom import kernel as kernel_mod
 from mambalearn.classroom import pristine as P
 from mambalearn.classroom import redact, sandbox
 
@@ -104,8 +105,10 @@ def run(nb, library, workspace, timeout=120, wall=None, limits=None):
     (private / "job.json").write_text(json.dumps(job))
     wall = wall or timeout * 10
     start = time.monotonic()
+    # its own process group (killed whole past the wall limit), and SIGKILL if the grader dies
     proc = subprocess.Popen([sys.executable, "-m", "mambalearn.classroom.runner",
                              str(private / "job.json")], cwd=private, start_new_session=True,
+                            preexec_fn=kernel_mod.die_with_parent,
                             stdout=subprocess.DEVNULL, stderr=open(private / "runner.log", "wb"))
     try:
         proc.wait(timeout=wall)
