@@ -81,8 +81,10 @@ def attacks(root, repo, port, secret):
             """,
         "ivan_reads_the_host": f"print(open({str(secret)!r}).read())",
         "judy_uses_tmp_and_home": f"""
-            import os, subprocess
-            subprocess.Popen(["sleep", "{SLEEP}"], start_new_session=True)  # outlives the cell
+            import os, subprocess, time
+            child = subprocess.Popen(["sleep", "{SLEEP}"], start_new_session=True)  # outlives it
+            time.sleep(0.5)
+            assert child.poll() is None, "the sleep did not start"
             open("/tmp/{MARK}", "w").write("mine")
             open(os.path.expanduser("~/{MARK}"), "w").write("mine")
             assert open("/tmp/{MARK}").read() == "mine"
