@@ -195,16 +195,20 @@ def test_the_class_was_graded_two_at_a_time(boxed):
 def test_killing_the_grader_takes_the_box_with_it(tmp_path):
     """The grader dies (SIGKILL, a closed terminal): its runner, the kernel and everything the
     submission started go with it — nothing keeps running as an orphan."""
+    import shutil
     import signal
     import sys
+    import tempfile
     import time
 
     mark = "sleep 120.7654321"
     cell = f"import subprocess\nsubprocess.run({mark.split()!r})\n"
     nb = edited("solutions/01_discretization.ipynb", tmp_path / "01_discretization.ipynb",
                 replace={"bilinear": cell})
+    work = Path(tempfile.mkdtemp(prefix="mlg-", dir="/tmp"))  # a SIGKILLed grader cannot clean up
     grader = subprocess.Popen([sys.executable, "-m", "mambalearn", "grade", str(nb)],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                              env=dict(os.environ, TMPDIR=str(work)))
     running = lambda: mark in subprocess.run(["ps", "-eo", "args"], capture_output=True,
                                              text=True).stdout
     deadline = time.monotonic() + 120
@@ -216,4 +220,6 @@ def test_killing_the_grader_takes_the_box_with_it(tmp_path):
     deadline = time.monotonic() + 15
     while running() and time.monotonic() < deadline:
         time.sleep(0.5)
-    assert not running(), "the box outlived the grader"
+    gone = not running()
+    shutil.rmtree(work, ignore_errors=True)
+    assert gone, "the box outlived the grader"

@@ -36,7 +36,10 @@ class Workspace:
     """Private folder of one grading run: library copies (shared), one folder per submission."""
 
     def __init__(self, root=None):
-        self._tmp = None if root else tempfile.TemporaryDirectory(prefix="mambalearn-grade-")
+        # short paths: the kernel's Unix sockets live in it (a socket path has ≤ 104 bytes)
+        short = "/tmp" if len(tempfile.gettempdir()) > 40 and os.path.isdir("/tmp") else None
+        self._tmp = None if root else tempfile.TemporaryDirectory(prefix="mambalearn-grade-",
+                                                                  dir=short)
         self.root = Path(root or self._tmp.name)
         os.chmod(self.root, 0o711)  # boxes traverse it to their own folder; nobody lists it
         self.rebuilds = redact.rebuilds()
