@@ -64,12 +64,13 @@ test: $(STAMP) $(NEWEST_STAMP) browser  ## everything: lint, layers, unit, prope
 	$(TEST_ENV) PYTHONPATH=$(CURDIR) $(NEWEST)/bin/python -m pytest -n $(JOBS) --dist loadfile \
 	  -p no:cacheprovider $(KERNEL_TESTS)
 
-exercises: $(STAMP)  ## regenerate exercises/ from solutions/
+exercises: $(STAMP)  ## regenerate exercises/ and the grader's pristine copies (mambalearn/classroom/pristine/) from solutions/
 	@for f in solutions/*.ipynb; do \
 	  $(PY) -m mambalearn.classroom.grade make-exercise $$f exercises/$$(basename $$f) && echo "exercises/$$(basename $$f)"; done
 
-grade: $(STAMP)  ## make grade NB=student.ipynb | make grade CLASS=submissions/ [OUT=grades.csv]
+grade: $(STAMP)  ## make grade NB=exercises/01_discretization.ipynb | make grade CLASS=submissions/ [OUT=grades.csv] (docs/GRADING.md)
 	@test -n "$(NB)$(CLASS)" || (echo "usage: make grade NB=notebook.ipynb | make grade CLASS=dir [OUT=grades.csv]" && exit 2)
+	@bash tools/browser-deps.sh bwrap  # each submission runs in a bubblewrap box (docs/GRADING.md)
 	$(PY) -m mambalearn grade $(if $(CLASS),--class $(CLASS) --out $(or $(OUT),grades.csv) --jobs $(JOBS),$(NB))
 
 test-browser: $(STAMP) browser  ## JupyterLab in headless Chromium, offline decks (part of make test)

@@ -28,7 +28,8 @@ def test_library_functions_pass(capsys):
     assert len(out) == 3 and all(line.startswith("✓") for line in out)
 
 
-@pytest.mark.parametrize("wrong", [discretize.euler, discretize.zoh_simplified, discretize.bilinear, slip_zoh])
+@pytest.mark.parametrize("wrong", [discretize.euler, discretize.zoh_simplified, discretize.bilinear,
+                                   slip_zoh])
 def test_zoh_rejects(wrong):
     with pytest.raises(AssertionError, match="zoh"):
         check.zoh(wrong)
@@ -70,3 +71,20 @@ def test_hardcoded_answer_fails():
     replay = iter(captured.values())
     with pytest.raises(AssertionError):
         check.zoh(lambda A, B, delta: next(replay))
+
+
+def expm1_over_x_zoh(A, B, delta):
+    """The shipped solution before issue 19: expm1(x)/x with no guard, NaN where ΔA = 0."""
+    delta = torch.as_tensor(delta, dtype=A.dtype)
+    if A.ndim == 1:
+        dA = delta[..., None] * A
+        return torch.exp(dA), torch.expm1(dA) / dA * delta[..., None] * B
+    return discretize.zoh(A, B, delta)
+
+
+def test_rejects_nan_where_delta_A_is_zero():
+    """An integrator (a_i = 0) makes ΔA = 0: (e^x − 1)/x must be its limit 1, not 0/0."""
+    with pytest.raises(AssertionError, match="integrators"):
+        check.zoh(expm1_over_x_zoh)
+    with pytest.raises(AssertionError, match=r"limit is 1"):
+        check.zoh(expm1_over_x_zoh)

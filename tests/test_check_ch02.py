@@ -69,3 +69,14 @@ def test_not_implemented_passes_through():
 
     with pytest.raises(NotImplementedError):
         check.selective_scan_sequential(stub)
+
+
+def test_rejects_float32_compute_when_A_is_float64():
+    """"float64 if any of u, delta, A, B, C is float64": a loop that follows u's dtype alone."""
+    def follows_u(u, delta, A, B, C, *args, **kwargs):
+        cast = lambda t: t.to(u.dtype) if torch.is_tensor(t) and t.is_floating_point() else t
+        return oracle(cast(u), cast(delta), cast(A), cast(B), cast(C), *map(cast, args),
+                      **{k: cast(v) for k, v in kwargs.items()})
+
+    with pytest.raises(AssertionError, match="compute dtype, float64"):
+        check.selective_scan_sequential(follows_u)

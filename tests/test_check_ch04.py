@@ -25,6 +25,8 @@ def hs_with(bug):
             A_new, U_new = (ops.combine(later, earlier) if bug == "swapped"
                             else ops.combine(earlier, later))
             A, U = torch.cat([A[:k], A_new]), torch.cat([U[:k], U_new])
+            if counter is not None and bug != "no_count":
+                counter.add(l if bug == "counts_l" else l - k)
             k *= 2
         if bug == "exclusive":
             U = torch.cat([torch.zeros_like(U[:1]), U[:-1]])
@@ -49,6 +51,8 @@ def blelloch_with(bug):
         while U.shape[0] > 1:
             levels.append((A, U))
             A, U = ops.combine((A[0::2], U[0::2]), (A[1::2], U[1::2]))
+            if counter is not None and bug != "no_count":
+                counter.add(U.shape[0])
         root = (A[0], U[0])
         E_A, E_U = (x[None] for x in ops.identity(*root))
         for A_, U_ in reversed(levels):
@@ -57,6 +61,8 @@ def blelloch_with(bug):
                 (E_A, E_U), left)
             E_A = torch.stack([E_A, R_A], 1).flatten(0, 1)
             E_U = torch.stack([E_U, R_U], 1).flatten(0, 1)
+            if counter is not None and bug not in ("no_count", "counts_only_up"):
+                counter.add(R_U.shape[0])
         if bug == "exclusive":
             return restore(E_U[:l])
         return restore(torch.cat([E_U[1:], root[1][None]]) if l == len(E_U) else E_U[1: l + 1])
@@ -83,8 +89,19 @@ def test_blelloch_rejects(bug):
         check.blelloch_scan(blelloch_with(bug))
 
 
+@pytest.mark.parametrize("scan", ["hs no_count", "hs counts_l", "blelloch no_count",
+                                  "blelloch counts_only_up"])
+def test_scans_must_count_their_work(scan):
+    """Right h but no (or the wrong) counter.add calls: the notebook asks for the work counted."""
+    kind, bug = scan.split()
+    fn, check_fn = ((hs_with(bug), check.hillis_steele_scan) if kind == "hs"
+                    else (blelloch_with(bug), check.blelloch_scan))
+    with pytest.raises(AssertionError, match="counted its work wrong"):
+        check_fn(fn)
+
+
 def test_hillis_steele_is_not_a_blelloch():
-    with pytest.raises(AssertionError, match="pad=False"):
+    with pytest.raises(AssertionError, match="pad=False|counted its work wrong"):
         check.blelloch_scan(lambda a, b, dim=-1, reverse=False, pad=True, counter=None:
                             hillis_steele_scan(a, b, dim, reverse))
 

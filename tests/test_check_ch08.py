@@ -143,3 +143,59 @@ def test_rejects_ignored_strides():
 
     with pytest.raises(AssertionError, match="transposed"):
         check.scan_kernel(scan_kernel, S.combine_fn)
+
+
+@triton.jit
+def _blocked_strided(a_ptr, b_ptr, h_ptr, l, stride_r, stride_l, BLOCK_L: tl.constexpr):
+    """The exercise's kernel: one stride pair, for a, b and h alike."""
+    offs = tl.arange(0, BLOCK_L)
+    row = tl.program_id(0).to(tl.int64)
+    carry = 0.0
+    start = 0
+    while start < l:
+        t = start + offs
+        ptrs = row * stride_r + t * stride_l
+        a = tl.load(a_ptr + ptrs, mask=t < l, other=1.0)
+        b = tl.load(b_ptr + ptrs, mask=t < l, other=0.0)
+        A, U = tl.associative_scan((a, b), axis=0, combine_fn=S.combine_fn)
+        h = A * carry + U
+        tl.store(h_ptr + ptrs, h, mask=t < l)
+        carry = tl.sum(tl.where(offs == BLOCK_L - 1, h, 0.0), axis=0)
+        start += BLOCK_L
+
+
+def test_rejects_one_tensors_strides_for_both():
+    """Issue 19 §1.3: launched with b's strides for a as well. Right whenever a and b share a
+    layout (every case of the old check), wrong as soon as they do not."""
+    def scan_kernel(a, b, block_l=16):
+        h = torch.empty_like(b)  # b's layout
+        _blocked_strided[(b.shape[0],)](a, b, h, b.shape[1], *b.stride(), BLOCK_L=block_l)
+        return h
+
+    same = torch.rand(2, 9).t().contiguous().t(), torch.randn(2, 9).t().contiguous().t()
+    testing.assert_close(scan_kernel(*same), S.scan_reference(*same))  # one layout: right
+    with pytest.raises(AssertionError, match="different layouts"):
+        check.scan_kernel(scan_kernel, S.combine_fn)
+
+
+def test_accepts_the_exercise_launcher_with_contiguous_copies(capsys):
+    def scan_kernel(a, b, block_l=16):
+        a, b = a.contiguous(), b.contiguous()
+        h = torch.empty_like(a)
+        _blocked_strided[(a.shape[0],)](a, b, h, a.shape[1], *a.stride(), BLOCK_L=block_l)
+        return h
+
+    check.scan_kernel(scan_kernel, S.combine_fn)
+    assert "scan_kernel: all" in capsys.readouterr().out
+
+
+def test_rejects_a_torch_loop_in_place_of_the_kernel():
+    with pytest.raises(AssertionError, match="launched no Triton kernel"):
+        check.scan_kernel(lambda a, b, block_l=16: S.scan_reference(a, b).float(), S.combine_fn)
+
+
+def test_combine_fn_is_its_own_task(capsys):
+    check.combine_fn(S.combine_fn)
+    assert "combine_fn: all" in capsys.readouterr().out
+    with pytest.raises(AssertionError, match="combine_fn"):
+        check.combine_fn(combine_drops_a_l)

@@ -35,7 +35,7 @@ def _fwd_kernel(u_ptr, delta_ptr, A_ptr, B_ptr, C_ptr, D_ptr, z_ptr, bias_ptr, o
                 N: tl.constexpr, NP: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_L: tl.constexpr,
                 HAS_D: tl.constexpr, HAS_Z: tl.constexpr, HAS_BIAS: tl.constexpr,
                 SOFTPLUS: tl.constexpr, VAR_B: tl.constexpr, VAR_C: tl.constexpr,
-                CARRY: tl.constexpr, D_SKIP: tl.constexpr):
+                CARRY: tl.constexpr, D_SKIP: tl.constexpr, GATE: tl.constexpr):
     bi, gi = tl.program_id(0) // g, tl.program_id(0) % g
     d_loc = tl.program_id(1) * BLOCK_D + tl.arange(0, BLOCK_D)
     d_mask = d_loc < dpg
@@ -68,7 +68,12 @@ def _fwd_kernel(u_ptr, delta_ptr, A_ptr, B_ptr, C_ptr, D_ptr, z_ptr, bias_ptr, o
             y += x * tl.load(D_ptr + d_idx, mask=d_mask, other=0.0)[:, None]
         if HAS_Z:
             zz = tl.load(z_ptr + offs, mask=mask, other=0.0).to(tl.float32)
-            y *= zz * tl.sigmoid(zz)
+            if GATE == 0:
+                y *= zz * tl.sigmoid(zz)  # silu(z): right
+            elif GATE == 1:
+                y *= tl.sigmoid(zz)  # sigmoid instead of silu
+            else:
+                y *= zz  # no activation
         tl.store(out_ptr + offs, y, mask=mask)
         t0 += BLOCK_L
     n_mask = d_mask[:, None] & (ncols[None, :] < N)
@@ -79,7 +84,7 @@ def _strides(X):
     return (X.stride(0), X.stride(1), 0) if X.ndim == 2 else X.stride()[:3]
 
 
-def exercise_kernel(carry=True, d_skip=True):
+def exercise_kernel(carry=True, d_skip=True, gate=0):
     def selective_scan_kernel(u, delta, A, B, C, D=None, z=None, delta_bias=None,
                               delta_softplus=False, return_last_state=False, block_d=4, block_l=8):
         (b, d, l, n, g), _ = interface.check_args(u, delta, A, B, C, D, z, delta_bias, None, None)
@@ -93,7 +98,7 @@ def exercise_kernel(carry=True, d_skip=True):
             l, d, d // g, g, *_strides(Bk), *_strides(Ck), N=n, NP=triton.next_power_of_2(n),
             BLOCK_D=block_d, BLOCK_L=block_l, HAS_D=D is not None, HAS_Z=z is not None,
             HAS_BIAS=delta_bias is not None, SOFTPLUS=bool(delta_softplus), VAR_B=B.ndim != 2,
-            VAR_C=C.ndim != 2, CARRY=carry, D_SKIP=d_skip)
+            VAR_C=C.ndim != 2, CARRY=carry, D_SKIP=d_skip, GATE=gate)
         return (out, last) if return_last_state else out
     return selective_scan_kernel
 
@@ -121,8 +126,29 @@ def test_rejects_missing_carry():
 
 
 def test_rejects_missing_d_skip():
-    with pytest.raises(AssertionError, match="D skip missing"):
+    with pytest.raises(AssertionError, match=r"the D skip \(y \+= D·x\) is missing"):
         check.selective_scan_kernel(exercise_kernel(d_skip=False), combine_fn)
+
+
+@pytest.mark.parametrize("gate, says", [(1, r"sigmoid\(z\) instead of silu"),
+                                        (2, "z itself, without the silu")])
+def test_names_the_wrong_gate(gate, says):
+    """One specific message per wrong activation, not the list of every option of the case."""
+    with pytest.raises(AssertionError, match=says):
+        check.selective_scan_kernel(exercise_kernel(gate=gate), combine_fn)
+
+
+def test_rejects_a_torch_loop_in_place_of_the_kernel():
+    """Right numbers from PyTorch, no Triton launch: the exercise is the kernel."""
+    from mambalearn.scan.sequential import selective_scan_sequential
+
+    def loop(*args, block_l=None, **kw):
+        return selective_scan_sequential(*(a.double() if torch.is_tensor(a) else a for a in args),
+                                         **{k: v.double() if torch.is_tensor(v) else v
+                                            for k, v in kw.items()})
+
+    with pytest.raises(AssertionError, match="launched no Triton kernel"):
+        check.selective_scan_kernel(loop, combine_fn)
 
 
 def test_rejects_combine_that_drops_a_l():

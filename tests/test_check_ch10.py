@@ -72,7 +72,7 @@ def chunked(x, dt, A, B, C, chunk_size, initial_states=None, passing="right", se
 
 
 def test_reference_chunked_is_right():
-    """The switchable implementation is correct with passing="right" (so the mutants differ only there)."""
+    """The switchable implementation is right with passing="right" (mutants differ only there)."""
     check.ssd_chunked(chunked)
 
 

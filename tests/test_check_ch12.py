@@ -69,3 +69,11 @@ def test_rejects_wrong_versions(wrong):
 def test_message_says_in_place():
     with pytest.raises(AssertionError, match="in place"):
         check.decode_step(not_in_place)
+
+
+@pytest.mark.parametrize("wrong, says", [(reads_old_state, "old state"),
+                                         (forgets_D, r"skip term D·x is missing")])
+def test_names_the_part_of_y_that_differs(wrong, says):
+    """Issue 19 §1.8: one message per bug, not "the output y is wrong" for both."""
+    with pytest.raises(AssertionError, match=says):
+        check.decode_step(wrong)

@@ -6,10 +6,16 @@ from mambalearn import discretize
 from mambalearn.check import _core
 
 __all__ = ["zoh", "bilinear", "ssm_kernel"]
+# What each exercise rebuilds: switched off in the library while a notebook is graded.
+REBUILDS = {
+    "zoh": ["mambalearn.discretize.zoh"],
+    "bilinear": ["mambalearn.discretize.bilinear"],
+    "ssm_kernel": ["mambalearn.discretize.ssm_kernel"],
+}
 
 
 def _stable_A(n, full, g):
-    """A random stable A: negative diagonal, or −(MMᵀ + 0.1 I) plus a skew part (eigenvalues Re < 0)."""
+    """A random stable A: negative diagonal, or −(MMᵀ + 0.1 I) plus a skew part (Re λ < 0)."""
     if not full:
         return -(torch.rand(n, generator=g, dtype=torch.float64) * 2 + 0.05)
     M = torch.randn(n, n, generator=g, dtype=torch.float64) / n**0.5
@@ -31,7 +37,28 @@ def _cases(g):
     deltas = torch.rand(2, 5, generator=g, dtype=torch.float64) + 0.1  # a batch of step sizes
     cases.append(("diagonal A with a (2, 5) batch of delta", A, torch.randn(3, generator=g,
                   dtype=torch.float64), deltas))
+    # integrators: a_i = 0 makes ΔA = 0, where (e^x − 1)/x is 0/0 in floating point (limit 1)
+    A = _stable_A(5, False, g)
+    A[torch.randperm(5, generator=g)[:2]] = 0.0
+    cases.append(("diagonal A with zeros (integrators, ΔA = 0)", A,
+                  torch.randn(5, generator=g, dtype=torch.float64), 0.4))
+    A = torch.zeros(3, 3, dtype=torch.float64)
+    A[0, 1] = 1.0  # nilpotent: singular, so (ΔA)⁻¹ does not exist; Van Loan still works
+    cases.append(("full singular A (a zero eigenvalue)", A,
+                  torch.randn(3, generator=g, dtype=torch.float64), 0.7))
     return cases
+
+
+def _nan_hint(desc, A, x):
+    """Say where a NaN comes from when it sits exactly where ΔA = 0."""
+    if not isinstance(x, torch.Tensor) or not bool(torch.isnan(x).any()) or A.ndim != 1:
+        return ""
+    zero = (A == 0).expand_as(x)
+    if bool(torch.isnan(x)[zero].any()) and not bool(torch.isnan(x)[~zero].any()):
+        return ("\nhint: NaN exactly where a_i = 0 (ΔA = 0): (e^x − 1)/x is 0/0 there, but its "
+                "limit is 1 (B̄ = ΔB for an integrator). Guard x = 0 with torch.where, and divide "
+                "by a safe x so no NaN is computed at all.")
+    return ""
 
 
 def _check_discretization(name, student, oracle):
@@ -40,15 +67,20 @@ def _check_discretization(name, student, oracle):
     for desc, A, B, delta in cases:
         got = _core.call(student, A, B, delta, case=desc)
         if not (isinstance(got, tuple) and len(got) == 2):
-            raise AssertionError(f"{name} must return the pair (A_bar, B_bar); got {type(got).__name__} on {desc}")
+            raise AssertionError(f"{name} must return the pair (A_bar, B_bar); got "
+                                 f"{type(got).__name__} on {desc}")
         want = oracle(A, B, delta)
-        for part, x, y in zip(("A_bar", "B_bar"), got, want):
-            _core.compare(x, y, what=f"{name}: {part}", case=desc, g=g)
+        for part, x, y in zip(("A_bar", "B_bar"), got, want, strict=True):
+            try:
+                _core.compare(x, y, what=f"{name}: {part}", case=desc, g=g)
+            except AssertionError as e:
+                raise AssertionError(str(e) + _nan_hint(desc, A, x)) from None
     _core.passed(name, len(cases))
 
 
 def zoh(fn):
-    """Check an exact ZOH ``fn(A, B, delta) -> (A_bar, B_bar)`` (diagonal and full A, tiny and large Δ)."""
+    """Check an exact ZOH ``fn(A, B, delta) -> (A_bar, B_bar)`` (diagonal and full A, tiny and
+    large Δ, ΔA = 0)."""
     _check_discretization("zoh", fn, discretize.zoh)
 
 

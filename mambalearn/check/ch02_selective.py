@@ -6,6 +6,20 @@ from mambalearn.check import _core
 from mambalearn.scan import sequential
 
 __all__ = ["selective_scan_sequential"]
+# Switched off while grading: the function itself and every library scan that computes the same
+# thing with the same arguments (a drop-in would be the answer imported under another name).
+REBUILDS = {
+    "selective_scan_sequential": [
+        "mambalearn.scan.sequential.selective_scan_sequential",
+        "mambalearn.scan.selective.selective_scan_parallel",
+        "mambalearn.scan.chunked.selective_scan_chunked",
+        "mambalearn.autograd.selective_scan_recompute",
+        "mambalearn.autograd.selective_scan_checkpointed",
+        "mambalearn.inference.scan_by_steps",
+        "mambalearn.triton.selective_scan.tuned.selective_scan_fn",
+        "mambalearn.triton.selective_scan.teaching.selective_scan_teaching",
+    ],
+}
 
 f64 = torch.float64
 
@@ -47,11 +61,11 @@ def _cases(g):
     add("B (b, n, l), C fixed (d, n)", C_kind=fixed)
     add("B, C grouped (b, g=2, n, l): channel i uses group i // (d // g)", grp, grp, d=4, groups=2)
     add("B grouped (g=3, d=6), C (b, n, l)", grp, bnl, d=6, groups=3, l=16)
-    add("with D (skip connection)", D=True)
-    add("with z (gate: out = y · silu(z))", z=True)
-    add("with delta_bias, no softplus", delta_bias=True)
-    add("with delta_softplus=True", delta_softplus=True)
-    add("with delta_bias and delta_softplus (softplus(delta + bias))", delta_bias=True,
+    add("D given (the skip connection y + D·x)", D=True)
+    add("z given (the gate: out = y · silu(z))", z=True)
+    add("delta_bias given, no softplus", delta_bias=True)
+    add("delta_softplus=True", delta_softplus=True)
+    add("delta_bias and delta_softplus=True (Δ = softplus(delta + bias))", delta_bias=True,
         delta_softplus=True)
     add("large delta (Ā = exp(ΔA) ≈ 0)", scale=30.0, l=33)
     add("tiny delta (Ā ≈ 1)", scale=1e-6, l=64)
@@ -72,6 +86,16 @@ def selective_scan_sequential(fn):
         got = _core.call(fn, **kw, case=desc)
         want = sequential.selective_scan_sequential(**kw)
         _compare(got, want, kw, desc, g, dtype=torch.float32)
+    # mixed dtypes: float64 anywhere among u, delta, A, B, C means the scan runs in float64
+    desc, kw = next((d, k) for d, k in cases if k.get("return_last_state"))
+    kw = {**kw, "u": kw["u"].float(), "delta": kw["delta"].float()}
+    desc = ("u, delta float32 but A, B, C float64 (compute in float64, return out as float32), "
+            + desc)
+    got = _core.call(fn, **kw, case=desc)
+    _compare(got, sequential.selective_scan_sequential(**kw), kw, desc, g, dtype=torch.float32)
+    if isinstance(got[1], torch.Tensor) and got[1].dtype != torch.float64:
+        raise AssertionError(f"last_state must be in the compute dtype, float64 here (A, B, C are "
+                             f"float64), got {got[1].dtype} on {desc} [seed {g.initial_seed()}]")
     # low-precision inputs: computed in fp32, returned in u's dtype
     desc, kw = cases[-1]
     kw = {k: v.bfloat16() if torch.is_tensor(v) and v.is_floating_point() else v
@@ -79,7 +103,7 @@ def selective_scan_sequential(fn):
     desc = "bfloat16 inputs, " + desc
     got = _core.call(fn, **kw, case=desc)
     _compare(got, sequential.selective_scan_sequential(**kw), kw, desc, g, dtype=torch.bfloat16)
-    _core.passed("selective_scan_sequential", len(cases) + 1)
+    _core.passed("selective_scan_sequential", len(cases) + 2)
 
 
 def _compare(got, want, kw, desc, g, dtype):

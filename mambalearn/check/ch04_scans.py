@@ -3,9 +3,17 @@
 import torch
 
 from mambalearn.check import _core
+from mambalearn.scan.layout import ScanCounter
 from mambalearn.scan.sequential import linear_scan_sequential
 
 __all__ = ["hillis_steele_scan", "blelloch_scan"]
+REBUILDS = {
+    "hillis_steele_scan": ["mambalearn.scan.hillis_steele.hillis_steele_scan"],
+    "blelloch_scan": ["mambalearn.scan.blelloch.blelloch_scan",
+                      "mambalearn.scan.blelloch.BlellochScan",
+                      "mambalearn.scan.blelloch.scan_states", "mambalearn.scan.blelloch.up_sweep",
+                      "mambalearn.scan.blelloch.down_sweep"],
+}
 
 f64 = torch.float64
 
@@ -34,16 +42,43 @@ def _cases(g):
     return cases
 
 
+def _rounds(name, l):
+    """The ⊗ applications of each round, as the exercise asks them to be counted."""
+    if name == "hillis_steele_scan":  # rounds k = 1, 2, 4, … < l: the positions t ≥ k
+        return [l - 2**i for i in range(max(0, (l - 1).bit_length()))]
+    P = 1 << (l - 1).bit_length()  # Blelloch: up-sweep P/2, …, 1 combines; down-sweep 1, …, P/2
+    up = [P >> i for i in range(1, P.bit_length())]
+    return up + up[::-1]
+
+
+def _check_counts(name, counter, l, desc, g):
+    want = _rounds(name, l)
+    got = [r.get("n") for r in getattr(counter, "rounds", [])]
+    if counter.work == sum(want) and counter.depth == len(want) and got == want:
+        return
+    how = ("counter.add(l − k) once per round k = 1, 2, 4, … < l" if name == "hillis_steele_scan"
+           else "counter.add(m) once per round, m = the combines of that round: the up-sweep's "
+                "P/2, P/4, …, 1, then the down-sweep's 1, 2, …, P/2 (P = l padded to a power of "
+                "two)")
+    raise AssertionError(
+        f"{name} counted its work wrong on {desc}: call {how}. For l = {l} that is rounds "
+        f"{want} (work {sum(want)}, depth {len(want)}); your counter got rounds {got} (work "
+        f"{counter.work}, depth {counter.depth}) [seed {g.initial_seed()}]")
+
+
 def _check_scan(name, fn, g, cases):
     for desc, a, b, kw in cases:
-        got = _core.call(fn, a, b, **kw, case=desc)
+        counter = ScanCounter()
+        got = _core.call(fn, a, b, **kw, counter=counter, case=desc)
         want = linear_scan_sequential(a, b, kw.get("dim", -1), kw.get("reverse", False))
         _core.compare(got, want, what=f"{name} (the inclusive h_t)", case=desc, g=g)
+        _check_counts(name, counter, b.shape[kw.get("dim", -1)], desc, g)
     return len(cases)
 
 
 def hillis_steele_scan(fn):
-    """Check ``fn(a, b, dim=-1, reverse=False, counter=None) -> h`` (inclusive, h_{−1} = 0)."""
+    """Check ``fn(a, b, dim=-1, reverse=False, counter=None) -> h`` (inclusive, h_{−1} = 0) and
+    the work it counts (``counter.add(l − k)`` per round)."""
     g = _core.generator()
     _core.passed("hillis_steele_scan", _check_scan("hillis_steele_scan", fn, g, _cases(g)))
 
@@ -56,7 +91,7 @@ def blelloch_scan(fn):
     n_checks += _check_scan("blelloch_scan", fn, g, [("pad=False, length 16", a, b,
                                                       dict(pad=False))])
     try:
-        fn(a[:, :12], b[:, :12], pad=False)
+        fn(a[:, :12].contiguous(), b[:, :12].contiguous(), pad=False)
     except ValueError:
         n_checks += 1
     except NotImplementedError:

@@ -6,6 +6,15 @@ from mambalearn.check import _core
 from mambalearn.scan.chunked import scan_reference
 
 __all__ = ["chunked_scan"]
+# The chunked scan and every library scan that returns the same states for (b, d, l, n) inputs.
+REBUILDS = {
+    "chunked_scan": ["mambalearn.scan.chunked.chunked_scan",
+                     "mambalearn.scan.chunked.scan_reference",
+                     "mambalearn.scan.chunked._local_scan",
+                     "mambalearn.scan.sequential.linear_scan_sequential",
+                     "mambalearn.scan.hillis_steele.hillis_steele_scan",
+                     "mambalearn.scan.blelloch.blelloch_scan", "mambalearn.autograd.ChunkedScanFn"],
+}
 
 
 def _steps(shape, g):
@@ -56,9 +65,12 @@ def chunked_scan(fn):
         _core.compare(got[0], want, what="chunked_scan: the states h", case=case, g=g)
         _core.compare(got[1], want_last, what="chunked_scan: the final state", case=case, g=g)
         n_checks += 2
-    # a non-contiguous layout: time as the last stored dimension, transposed into (b, d, l, n)
+    # non-contiguous layouts: time as the last stored dimension, transposed into (b, d, l, n);
+    # then a contiguous a with a transposed b (one layout each)
     a, b = (x.transpose(-1, -2) for x in _steps((2, 2, 3, 11), g))
-    case = "non-contiguous a, b: " + _core.describe(a=a, chunk_size=4)
-    _core.compare(_core.call(fn, a, b, 4, case=case), scan_reference(a, b),
-                  what="chunked_scan: the states h", case=case, g=g)
-    _core.passed("chunked_scan", n_checks + 1)
+    for desc, a_, b_ in (("non-contiguous a, b", a, b), ("contiguous a, transposed b",
+                                                         a.contiguous(), b)):
+        case = f"{desc}: " + _core.describe(a=a_, chunk_size=4)
+        _core.compare(_core.call(fn, a_, b_, 4, case=case), scan_reference(a_, b_),
+                      what="chunked_scan: the states h", case=case, g=g)
+    _core.passed("chunked_scan", n_checks + 2)

@@ -8,11 +8,14 @@ only its inputs and one state per chunk: the bytes it saves for the backward are
 
 import torch
 
-from mambalearn.autograd import saved_tensor_bytes
-from mambalearn.check import _core
+from mambalearn.check import _core, _probes
 from mambalearn.scan.chunked import scan_reference
 
 __all__ = ["scan_backward", "ChunkedScanFn"]
+REBUILDS = {
+    "scan_backward": ["mambalearn.autograd.scan_backward"],
+    "ChunkedScanFn": ["mambalearn.autograd.ChunkedScanFn"],
+}
 
 
 def _problem(shape, with_h0, g):
@@ -55,18 +58,6 @@ def scan_backward(fn):
     _core.passed("scan_backward", len(cases))
 
 
-def _ctx_tensor_bytes(out, exclude):
-    """Bytes of tensors hung directly on the Function's ctx (``ctx.h = h``), not inputs."""
-    seen = {t.untyped_storage().data_ptr() for t in exclude if t is not None}
-    total = 0
-    for v in getattr(out.grad_fn, "__dict__", {}).values():
-        for t in (v if isinstance(v, (list, tuple)) else [v]):
-            if isinstance(t, torch.Tensor) and t.untyped_storage().data_ptr() not in seen:
-                seen.add(t.untyped_storage().data_ptr())
-                total += t.untyped_storage().nbytes()
-    return total
-
-
 def ChunkedScanFn(cls):  # noqa: N802 - the exercise is a class
     """Check ``cls.apply(a, b, chunk_size, initial_state)``: h, the gradients of a, b and
     initial_state, and that it saves only the inputs plus one (…, n) state per chunk."""
@@ -80,10 +71,9 @@ def ChunkedScanFn(cls):  # noqa: N802 - the exercise is a class
         grad_h = torch.randn(shape, generator=g, dtype=torch.float64)
         h_want, want = _oracle(a, b, h0, grad_h)
         case = f"{desc}: " + _core.describe(a=a, chunk_size=q, initial_state=h0)
-        h = _core.call(cls.apply, a, b, q, h0, case=case)
+        h, got = _core.probe(_probes.chunked_fn_grads, cls, a.detach(), b.detach(), q,
+                             None if h0 is None else h0.detach(), grad_h, case=case)
         _core.compare(h, h_want, what="ChunkedScanFn forward: h", case=case, g=g)
-        inputs = [a, b] + ([h0] if h0 is not None else [])
-        got = _core.call(torch.autograd.grad, h, inputs, grad_h, allow_unused=True, case=case)
         names = ("grad of a", "grad of b", "grad of initial_state")
         for what, x, y in zip(names, got, want, strict=False):
             if x is None:
@@ -96,10 +86,10 @@ def ChunkedScanFn(cls):  # noqa: N802 - the exercise is a class
 def _check_saved_memory(cls, g):
     """Beyond its inputs, the Function may keep about one state per chunk, never all l states."""
     shape, q = (2, 3, 64, 4), 8
-    a, b, h0 = _problem(shape, True, g)
-    with saved_tensor_bytes(exclude=[a, b, h0]) as saved:
-        h = _core.call(cls.apply, a, b, q, h0, case="the memory check")
-    extra = saved["bytes"] + _ctx_tensor_bytes(h, [a, b, h0])
+    a, b, h0 = (x.detach() for x in _problem(shape, True, g))
+    extra = _core.probe(_probes.chunked_fn_saved_bytes, cls, a, b, q, h0, case="the memory check")
+    if not isinstance(extra, int):
+        raise AssertionError(f"the memory check could not count your saved tensors ({extra!r})")
     per_state = 2 * 3 * 4 * 8  # one (b, d, n) float64 state
     chunks = shape[2] // q
     if extra > 2 * (chunks + 1) * per_state:

@@ -2,7 +2,12 @@
 
 The exercise writes three things: ``combine_fn`` (⊗ as a ``@triton.jit`` function), the kernel
 body (a blocked scan with a carry between blocks) and the launcher ``scan_kernel(a, b, block_l)``.
-The notebook's check cell is ``check.scan_kernel(scan_kernel, combine_fn)``.
+The notebook's check cells are ``check.combine_fn(combine_fn)`` and
+``check.scan_kernel(scan_kernel, combine_fn)``.
+
+The launcher gets ``a`` and ``b`` in different layouts (one transposed, one a strided slice): a
+kernel launched with one tensor's strides for both reads the other one wrong. It must launch a
+Triton kernel (a PyTorch loop in its place computes the right numbers and teaches nothing).
 
 Why the combine is checked on its own: Triton's CPU interpreter runs ``tl.associative_scan`` as a
 left fold, so a combine that drops a_l, (a_r, a_r·u_l + u_r), still produces the right h there —
@@ -12,10 +17,17 @@ and the wrong one on a GPU, which combines in a tree. `tree_order` tries every k
 import torch
 
 from mambalearn import device
-from mambalearn.check import _core
+from mambalearn.check import _core, _probes
 from mambalearn.check.treeorder import tree_order
 
-__all__ = ["scan_kernel"]
+__all__ = ["combine_fn", "scan_kernel"]
+REBUILDS = {
+    "combine_fn": ["mambalearn.ops.combine_elementwise", "mambalearn.triton.scan.combine_fn"],
+    "scan_kernel": ["mambalearn.triton.scan.scan", "mambalearn.triton.scan.scan_single_block",
+                    "mambalearn.triton.scan.scan_reference",
+                    "mambalearn.triton.scan._scan_blocked_kernel",
+                    "mambalearn.triton.scan._scan_single_block_kernel"],
+}
 
 
 def _oracle(a, b):
@@ -28,16 +40,29 @@ def _oracle(a, b):
     return h
 
 
-def _case(r, l, block_l, g, transposed=False):
+_LAYOUTS = {  # how a stored (r, l) tensor is viewed: each a different pair of strides
+    "contiguous": lambda x: x,
+    "transposed": lambda x: x.t().contiguous().t(),  # stride (1, r)
+    "strided slice": lambda x: torch.cat([x, x], dim=1)[:, ::2],  # stride (2l, 2)
+    "offset view": lambda x: torch.cat([x[:1], x])[1:],  # storage offset l, stride (l, 1)
+}
+
+
+def _case(r, l, block_l, g, layout=("contiguous", "contiguous")):
     """Fresh (a, b) of shape (r, l) on the course device: |a| in [0.5, 1) with random signs."""
-    shape = (l, r) if transposed else (r, l)
-    sign = torch.randint(0, 2, shape, generator=g).double() * 2 - 1
-    a = sign * (0.5 + 0.5 * torch.rand(shape, generator=g, dtype=torch.float64))
-    b = torch.randn(shape, generator=g, dtype=torch.float64)
+    sign = torch.randint(0, 2, (r, l), generator=g).double() * 2 - 1
+    a = sign * (0.5 + 0.5 * torch.rand((r, l), generator=g, dtype=torch.float64))
+    b = torch.randn((r, l), generator=g, dtype=torch.float64)
     a, b = (x.float().to(device.get()) for x in (a, b))
-    if transposed:  # a (r, l) view with stride (1, r): the launcher must honour strides
-        a, b = a.t(), b.t()
-    return a, b
+    return _LAYOUTS[layout[0]](a), _LAYOUTS[layout[1]](b)
+
+
+def combine_fn(fn):
+    """Check a Triton ``combine_fn(a_l, u_l, a_r, u_r) -> (a_r·a_l, a_r·u_l + u_r)`` in every
+    bracketing (``tree_order``): the interpreter's left fold would hide a wrong one."""
+    g = _core.generator()
+    n = tree_order(fn, name="combine_fn", g=g)
+    _core.passed("combine_fn", n)
 
 
 def _hint(err, block_l):
@@ -61,22 +86,39 @@ def scan_kernel(fn, combine_fn):
     """
     g = _core.generator()
     n = tree_order(combine_fn, name="combine_fn", g=g)
-    cases = [  # (rows, length, block_l, transposed)
-        (1, 1, 4, False),  # a single step
-        (3, 7, 8, False),  # odd length, one partial block
-        (2, 37, 8, False),  # five blocks, the last partial: needs the carry
-        (4, 16, 16, False),  # exactly one full block
-        (2, 33, 4, False),  # many small blocks
-        (3, 21, 8, True),  # non-contiguous rows
+    plain = ("contiguous", "contiguous")
+    cases = [  # (rows, length, block_l, layouts of a and b)
+        (1, 1, 4, plain),  # a single step
+        (3, 7, 8, plain),  # odd length, one partial block
+        (2, 37, 8, plain),  # five blocks, the last partial: needs the carry
+        (4, 16, 16, plain),  # exactly one full block
+        (2, 33, 4, plain),  # many small blocks
+        (3, 21, 8, ("transposed", "transposed")),  # both non-contiguous, the same strides
+        (3, 13, 4, ("transposed", "contiguous")),  # a and b in different layouts
+        (2, 11, 4, ("contiguous", "strided slice")),
+        (2, 9, 8, ("offset view", "transposed")),
     ]
-    for r, l, block_l, transposed in cases:
-        a, b = _case(r, l, block_l, g, transposed)
-        case = f"rows={r}, l={l}, block_l={block_l}" + (" (transposed input)" if transposed else "")
-        h = _core.call(fn, a, b, block_l=block_l, case=case)
+    for r, l, block_l, layout in cases:
+        a, b = _case(r, l, block_l, g, layout)
+        case = f"rows={r}, l={l}, block_l={block_l}" + (
+            "" if layout == plain else f" (a {layout[0]}, b {layout[1]}: strides {a.stride()} "
+                                       f"and {b.stride()})")
+        h, launched = _core.probe(_probes.call_counting_launches, fn, a, b, block_l=block_l,
+                                  case=case)
+        if not launched:
+            raise AssertionError(f"scan_kernel launched no Triton kernel on {case}: it must run "
+                                 f"your scan_rows_kernel (kernel[grid](...)), not compute h in "
+                                 f"PyTorch")
         try:
             _core.compare(h, _oracle(a, b), what="scan_kernel(a, b, block_l)", case=case, g=g,
                           dtype=torch.float32)
         except AssertionError as e:
-            raise AssertionError(str(e) + _hint(e, block_l)) from None
+            hint = _hint(e, block_l)
+            if not hint and a.stride() != b.stride():
+                hint = (f"\nhint: a and b come in different layouts here (strides {a.stride()} and "
+                        f"{b.stride()}), and every same-layout case passed: does the kernel read "
+                        f"both with one tensor's strides? Make both contiguous, or pass each "
+                        f"its own.")
+            raise AssertionError(str(e) + hint) from None
         n += 1
     _core.passed("scan_kernel", n)

@@ -20,12 +20,30 @@ import re
 import torch
 import torch.nn.functional as F
 
-from mambalearn import device, testing
-from mambalearn.check import _core
+from mambalearn import device
+from mambalearn.check import _core, _probes
 from mambalearn.check.treeorder import tree_order
 from mambalearn.scan.sequential import selective_scan_sequential
 
 __all__ = ["selective_scan_kernel"]
+REBUILDS = {  # the Triton kernels and launchers, and the PyTorch scans with the same signature
+    "selective_scan_kernel": [
+        "mambalearn.triton.selective_scan.tuned.selective_scan_fn",
+        "mambalearn.triton.selective_scan.tuned.run",
+        "mambalearn.triton.selective_scan.tuned._forward",
+        "mambalearn.triton.selective_scan.tuned.SelectiveScanFn",
+        "mambalearn.triton.selective_scan.teaching.selective_scan_teaching",
+        "mambalearn.triton.selective_scan.teaching._forward",
+        "mambalearn.triton.selective_scan.teaching.selective_scan_fwd_kernel",
+        "mambalearn.scan.sequential.selective_scan_sequential",
+        "mambalearn.scan.selective.selective_scan_parallel",
+        "mambalearn.scan.chunked.selective_scan_chunked",
+        "mambalearn.autograd.selective_scan_recompute",
+        "mambalearn.autograd.selective_scan_checkpointed",
+        "mambalearn.inference.scan_by_steps",
+        "mambalearn.ops.combine_elementwise", "mambalearn.triton.scan.combine_fn",
+    ],
+}
 
 # b, d, n, l, time block, layouts of (B, C), which of D / z / delta_bias / softplus, extras
 CASES = [
@@ -83,8 +101,36 @@ def _describe(c, x):
     return ", ".join(parts)
 
 
+def _variants(x, softplus):
+    """(what differs, output) for the wrong versions a check can tell apart from the right one."""
+    core = lambda **kw: selective_scan_sequential(**{**x, "D": None, "z": None, **kw})
+    y = core(delta_softplus=softplus)  # Σ_n C_n h_n alone (b, d, l)
+    D, z, u = x["D"], x["z"], x["u"]
+    skip = 0 if D is None else D[:, None] * u
+    gate = 1 if z is None else F.silu(z)
+    out = []
+    if z is not None:
+        for name, act in (("sigmoid(z) instead of silu(z) = z·sigmoid(z)", torch.sigmoid),
+                          ("z itself, without the silu", lambda v: v),
+                          ("nothing: the gate by silu(z) is missing", lambda v: 1),
+                          ("relu(z) instead of silu(z)", F.relu)):
+            out.append((f"the gate multiplies by {name}", (y + skip) * act(z)))
+        if D is not None:
+            out.append(("the D skip is added after the gate: it must be (y + D·x)·silu(z)",
+                        y * gate + skip))
+    if D is not None:
+        out.append(("the D skip (y += D·x) is missing", y * gate))
+    if softplus:
+        out.append(("Δ is used without the softplus", (core(delta_softplus=False) + skip) * gate))
+    if x["delta_bias"] is not None:
+        out.append(("Δ misses delta_bias (added to delta before the softplus)",
+                    (core(delta_bias=None, delta_softplus=softplus) + skip) * gate))
+    return out
+
+
 def _hint(err, c, x, got, softplus):
-    """Name the likely bug: a missing carry (first wrong step opens a block) or a missing D skip."""
+    """Name the likely bug: a missing carry (first wrong step opens a block), or the one part of
+    the output (the gate, the D skip, Δ) whose wrong version the output equals."""
     m = re.search(r"first wrong index \((\d+), (\d+), (\d+)\)", str(err))
     if m and int(m.group(3)) > 0 and int(m.group(3)) % c["block_l"] == 0:
         t = int(m.group(3))
@@ -92,16 +138,9 @@ def _hint(err, c, x, got, softplus):
                 "earlier step is right: is the state carried in from the previous block "
                 "(folded into step 0: Ā₀·h_in + B̄₀x₀) and the carry updated from the block's "
                 "last step?")
-    if x["D"] is not None:
-        skip = x["D"][:, None] * x["u"]  # (b, d, l)
-        if x["z"] is not None:
-            skip = skip * F.silu(x["z"])
-        want = selective_scan_sequential(**x, delta_softplus=softplus)
-        try:
-            testing.assert_close(got.cpu() + skip, want, dtype=torch.float32)
-        except AssertionError:
-            return ""
-        return "\nhint: out + D·x (gated by silu(z)) would be right: is the D skip missing?"
+    for what, wrong in _variants(x, softplus):
+        if _core.matches(got.cpu().double(), wrong, dtype=torch.float32):
+            return f"\nhint: your output is what you get when {what}."
     return ""
 
 
@@ -119,8 +158,13 @@ def selective_scan_kernel(fn, combine_fn=None):
     for c in CASES:
         x, softplus = _inputs(c, g)
         case = _describe(c, x)
-        res = _core.call(fn, **_to_kernel(x, c.get("strided", False)), delta_softplus=softplus,
-                         return_last_state=True, block_l=c["block_l"], case=case)
+        res, launched = _core.probe(_probes.call_counting_launches, fn,
+                                    **_to_kernel(x, c.get("strided", False)),
+                                    delta_softplus=softplus, return_last_state=True,
+                                    block_l=c["block_l"], case=case)
+        if not launched:
+            raise AssertionError(f"selective_scan_kernel launched no Triton kernel on {case}: it "
+                                 f"must run your selective_scan_fwd_kernel")
         if not isinstance(res, tuple) or len(res) != 2:
             raise AssertionError(f"selective_scan_kernel on {case}: with return_last_state=True "
                                  f"expected (out, last_state), got {type(res).__name__}")

@@ -20,6 +20,15 @@ from mambalearn import ssd
 from mambalearn.check import _core
 
 __all__ = ["segsum", "ssd_chunked"]
+# for ssd_chunked also every library SSD that returns (y, final state) from the same inputs
+REBUILDS = {
+    "segsum": ["mambalearn.ssd.segsum"],
+    "ssd_chunked": ["mambalearn.ssd.ssd_chunked", "mambalearn.ssd.ssd_sequential",
+                    "mambalearn.ssd.ssd_quadratic", "mambalearn.ssd.mamba_chunk_scan_ref",
+                    "mambalearn.triton.ssd.forward.ssd_forward",
+                    "mambalearn.triton.ssd.forward.mamba_chunk_scan_combined",
+                    "mambalearn.triton.ssd.fused.ssd_fused_forward"],
+}
 
 f64 = torch.float64
 
@@ -46,7 +55,7 @@ def _segsum_cases(g):
 
 
 def segsum(fn):
-    """Check ``fn(x) -> S`` with S[..., t, s] = x_{s+1} + … + x_t for t ≥ s and −∞ above the diagonal."""
+    """Check ``fn(x) -> S``, S[..., t, s] = x_{s+1} + … + x_t for t ≥ s, −∞ above the diagonal."""
     g = _core.generator()
     n_checks = 0
     for desc, x in _segsum_cases(g):
@@ -126,6 +135,7 @@ def ssd_chunked(fn):
         _one_ssd(fn, inputs, q, desc, g)
     # non-contiguous x and B: stored with other axes last, viewed in mamba_ssm's layouts
     x, dt, A, B, C, h0 = _ssd_inputs(g, 2, 13, 2, 3, 1, 4, with_h0=True)
-    x, B = x.permute(0, 3, 1, 2).contiguous().permute(0, 2, 3, 1), B.transpose(1, 3).contiguous().transpose(1, 3)
+    x = x.permute(0, 3, 1, 2).contiguous().permute(0, 2, 3, 1)  # stored (b, p, l, h)
+    B = B.transpose(1, 3).contiguous().transpose(1, 3)  # stored (b, n, g, l)
     _one_ssd(fn, (x, dt, A, B, C, h0), 4, "non-contiguous x and B", g)
     _core.passed("ssd_chunked", len(cases) + 1)

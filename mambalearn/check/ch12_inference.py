@@ -15,6 +15,10 @@ from mambalearn import inference
 from mambalearn.check import _core
 
 __all__ = ["decode_step"]
+REBUILDS = {
+    "decode_step": ["mambalearn.inference.decode_step", "mambalearn.inference.scan_by_steps",
+                    "mambalearn.triton.step.selective_state_update"],
+}
 
 
 def _case(b, d, n, g, dtype=torch.float64, delta_scale=1.0):
@@ -41,7 +45,27 @@ def _one(fn, inp, case, g):
             f"(state.copy_(...) or state[...] = ...), not by rebinding the name; the cache *is* "
             f"this tensor [seed {g.initial_seed()}]")
     _core.compare(s_student, s_oracle, what="the updated state h", case=where, g=g)
-    _core.compare(y, want, what="the output y", case=where, g=g)
+    try:
+        _core.compare(y, want, what="the output y", case=where, g=g)
+    except AssertionError as e:
+        raise AssertionError(str(e) + _hint(y, inp, s_oracle)) from None
+
+
+def _hint(y, inp, h_new):
+    """Which part of y = C·h + D·x is wrong, when the state is right and y is a wrong version."""
+    f64 = lambda t: t.to(torch.float64)
+    C, D, x, h_old = f64(inp["C"]), f64(inp["D"]), f64(inp["x"]), f64(inp["state"])
+    read = lambda h: (h * C[:, None, :]).sum(-1)  # C·h: (b, d)
+    variants = [
+        ("y reads the old state h_{t−1}: read out the new one (y_t = C·h_t + D·x_t)",
+         read(h_old) + D * x),
+        ("the skip term D·x is missing (y = C·h + D·x)", read(h_new)),
+        ("y reads the old state and misses D·x", read(h_old)),
+    ]
+    for what, wrong in variants:
+        if _core.matches(y, wrong.to(y.dtype) if isinstance(y, torch.Tensor) else wrong):
+            return f"\nhint: {what}."
+    return ""
 
 
 def decode_step(fn):

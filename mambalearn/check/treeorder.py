@@ -14,23 +14,12 @@ The candidate may take ``(left, right)`` pairs like ``ops.combine``, or flat arg
 ``(a_l, u_l, a_r, u_r)`` like a Triton ``combine_fn`` (a ``@triton.jit`` function is unwrapped).
 """
 
-import inspect
 import random
 
 import torch
 
 from mambalearn import ops
-from mambalearn.check import _core
-
-
-def _as_pair_op(op):
-    fn = getattr(op, "fn", op)  # JITFunction -> the Python function it wraps
-    n_args = len(inspect.signature(fn).parameters)
-    if n_args == 4:
-        return (lambda l, r: tuple(fn(*l, *r))), False
-    if n_args == 2:
-        return (lambda l, r: tuple(fn(l, r))), True
-    raise TypeError(f"a combine takes (left, right) or (a_l, u_l, a_r, u_r); got {n_args} arguments")
+from mambalearn.check import _core, _probes
 
 
 def _random_steps(length, matrix, g):
@@ -49,78 +38,70 @@ def _random_tree(lo, hi, rnd):
     return (_random_tree(lo, mid, rnd), _random_tree(mid, hi, rnd))
 
 
-def _eval_tree(tree, steps, op):
-    if isinstance(tree, int):
-        return steps[tree]
-    return op(_eval_tree(tree[0], steps, op), _eval_tree(tree[1], steps, op))
-
-
 def _show(tree):
     return f"s{tree}" if isinstance(tree, int) else f"({_show(tree[0])}⊗{_show(tree[1])})"
 
 
-def _hillis_steele(steps, op):
-    """Inclusive prefixes by doubling: x_i ← x_{i−k} ⊗ x_i for k = 1, 2, 4, …"""
-    x, k = list(steps), 1
-    while k < len(x):
-        x = [x[i] if i < k else op(x[i - k], x[i]) for i in range(len(x))]
-        k *= 2
-    return x
+def _left(lo, hi):
+    return lo if hi - lo == 1 else (_left(lo, hi - 1), hi - 1)
 
 
-def _blelloch(steps, op, ident):
-    """Exclusive prefixes by up-sweep and down-sweep over a power-of-two padded tree."""
-    n = 1 << (len(steps) - 1).bit_length()
-    x = list(steps) + [ident] * (n - len(steps))
-    k = 1
-    while k < n:  # up-sweep: x[i] holds the combine of the block ending at i
-        for i in range(2 * k - 1, n, 2 * k):
-            x[i] = op(x[i - k], x[i])
-        k *= 2
-    x[n - 1] = ident
-    while k > 1:  # down-sweep: pass prefixes down; the left child gets the parent's prefix
-        k //= 2
-        for i in range(2 * k - 1, n, 2 * k):
-            x[i - k], x[i] = x[i], op(x[i], x[i - k])
-    return x[: len(steps)]
+def _right(lo, hi):
+    return lo if hi - lo == 1 else (lo, _right(lo + 1, hi))
+
+
+def _arity(op):
+    """2 (pairs, like ``ops.combine``) or 4 (flat, like a Triton ``combine_fn``)."""
+    import inspect
+
+    fn = getattr(op, "fn", op)
+    n_args = len(inspect.signature(fn).parameters)
+    if n_args not in (2, 4):
+        raise AssertionError(f"a combine takes (left, right) or (a_l, u_l, a_r, u_r); "
+                             f"{_core._name(op)} takes {n_args} arguments")
+    return n_args
 
 
 def tree_order(op, *, name=None, matrix=None, length=11, n_trees=20, g=None):
-    """Check ``op`` against ``ops.combine`` under left/right folds, random trees, Hillis–Steele, Blelloch.
+    """Check ``op`` against ``ops.combine`` in folds, random trees, Hillis–Steele and Blelloch.
 
-    Raises AssertionError naming the first bracketing that disagrees; returns the number of checks.
+    The bracketings are evaluated with the student's ``op`` (in the grading kernel, if grading), the
+    truth with ``ops.fold`` here. Raises AssertionError naming the first bracketing that disagrees;
+    returns the number of checks.
     """
     name = name or _core._name(op)
-    pair_op, takes_pairs = _as_pair_op(op)
+    takes_pairs = _arity(op) == 2
     matrix = takes_pairs if matrix is None else matrix
     g = g or _core.generator()
     rnd = random.Random(g.initial_seed())
     steps = _random_steps(length, matrix, g)
     prefixes = [ops.fold(steps[: i + 1]) for i in range(length)]  # the truth, in time order
+    trees = [("the left fold (((s0⊗s1)⊗s2)⊗…)", _left(0, length)),
+             ("the right fold (s0⊗(s1⊗(s2⊗…)))", _right(0, length))]
+    for _ in range(n_trees):  # random bracketings, as a GPU's tree of warps might choose
+        tree = _random_tree(0, length, rnd)
+        trees.append((f"the bracketing {_show(tree)}", tree))
+    orders = [("tree", t) for _, t in trees] + [("hs",), ("blelloch",)]
+    ident = ops.identity(*steps[0])
+    got = _core.probe(_probes.tree_results, op, steps, orders, ident, case="a tree-order check")
     checks = 0
 
-    def expect(got, want, order):
+    def expect(result, want, order):
         nonlocal checks
-        for part, (x, y) in zip(("A", "u"), zip(got, want)):
+        if not (isinstance(result, (tuple, list)) and len(result) == 2):
+            raise AssertionError(f"{name} must return a pair (A, u); got {type(result).__name__} "
+                                 f"in {order}")
+        for part, x, y in zip(("A", "u"), result, want, strict=True):
+            if not isinstance(x, (torch.Tensor, int, float)):
+                raise AssertionError(f"{name}: the {part} part is a {type(x).__name__} in {order}")
             _core.compare(torch.as_tensor(x, dtype=torch.float64).expand_as(y).clone(), y,
                           what=f"{name}: the {part} part", case=order, g=g)
         checks += 1
 
-    call = lambda l, r: _core.call(pair_op, l, r, case="a tree-order check")
-    # 1. the two folds; a right fold already catches most order mistakes
-    expect(ops.fold(steps, call), prefixes[-1], "the left fold (((s0⊗s1)⊗s2)⊗…)")
-    right = steps[-1]
-    for s in reversed(steps[:-1]):
-        right = call(s, right)
-    expect(right, prefixes[-1], "the right fold (s0⊗(s1⊗(s2⊗…)))")
-    # 2. random bracketings, as a GPU's tree of warps might choose
-    for _ in range(n_trees):
-        tree = _random_tree(0, length, rnd)
-        expect(_eval_tree(tree, steps, call), prefixes[-1], f"the bracketing {_show(tree)}")
-    # 3. the two parallel scans of chapter 04, every prefix
-    for i, got in enumerate(_hillis_steele(steps, call)):
-        expect(got, prefixes[i], f"Hillis–Steele prefix {i}")
-    ident = ops.identity(*steps[0])
-    for i, got in enumerate(_blelloch(steps, call, ident)):
-        expect(got, prefixes[i - 1] if i else ident, f"Blelloch exclusive prefix {i}")
+    for (desc, _), result in zip(trees, got[: len(trees)], strict=True):
+        expect(result, prefixes[-1], desc)
+    for i, result in enumerate(got[len(trees)]):  # the two parallel scans of chapter 04
+        expect(result, prefixes[i], f"Hillis–Steele prefix {i}")
+    for i, result in enumerate(got[len(trees) + 1]):
+        expect(result, prefixes[i - 1] if i else ident, f"Blelloch exclusive prefix {i}")
     return checks

@@ -1,7 +1,14 @@
 """Instructor tooling (not course content): grading, the gradebook, slides, offline decks, the site.
 
-    grade           grade one exercise notebook (``python -m mambalearn grade``)
+    grade           ``python -m mambalearn grade``: one notebook (or ``--class``), the report
     gradebook       grade a class folder in parallel into a CSV
+    submission      grade one submission: identify, restore, run boxed, verdicts
+    pristine        the shipped exercises inside the package; make-exercise, restore
+    redact          the graded library copy, with the exercise's answers switched off
+    sandbox         the bubblewrap box and resource limits of a submission's kernel
+    kernel          a boxed Jupyter kernel, driven cell by cell, watched for death and time
+    runner          one submission's run: cells in the kernel, checks here (``remote``)
+    remote          the bridge: a check's stand-in for the student's function in the kernel
     slides          reveal.js decks from the chapters
     slides_offline  decks with local assets, PDFs
     site            the static site of executed chapters

@@ -2,18 +2,21 @@
 
     python -m mambalearn grade --class submissions/ --out grades.csv [--jobs 2] [--timeout 120]
 
-Layout: ``submissions/<student>/**/NN_name.ipynb`` (nbgrader's ``submitted/<student>/<assignment>/``
-works too). A notebook is matched to the shipped exercise of the same name, else to the one with
-the same ``NN_`` chapter number (``01_discretization (1).ipynb`` still counts). Every exercise that
-any student submitted is graded for every student; a missing one scores 0, "not submitted".
+Layout: ``submissions/<student>/**/*.ipynb`` (nbgrader's ``submitted/<student>/<assignment>/``
+works too). Each notebook is matched to its exercise by the id in its metadata, else by its name
+(``01_discretization-Copy1.ipynb``, ``01_discretization (1).ipynb``), else by its solution cells.
+Every exercise that any student submitted is graded for every student; a missing one scores 0,
+"not submitted".
 
-Each notebook is graded by ``mambalearn.classroom.grade.grade`` in its own process group (pytest and a
-kernel), ``jobs`` at a time, with a per-cell timeout and a wall-clock limit per notebook: a
-submission that hangs, crashes its kernel or is not valid JSON fails its own tasks and nothing else.
+Before any submission runs, every pristine exercise is read and every submission restored in
+memory, and the graded library copies are built. Then ``jobs`` submissions run at once, each in its
+own process group and box (``mambalearn.classroom.submission``): one that hangs, crashes its kernel,
+writes elsewhere or is not valid JSON fails its own tasks and nothing else.
 
 The CSV has one row per student: ``student``, one column per task (points earned), ``total``,
-``max``, then ``<task> reason`` per task (empty when passed). Task columns are the bare task names
-(``zoh``), or ``NN_name:task`` when two exercises share a task name.
+``max``, then ``<task> reason`` per task (the full reason; empty when passed) and ``notes`` (code
+identical to the library's). Task columns are the bare task names (``zoh``), or ``NN_name:task``
+when two exercises share a task name.
 """
 
 import csv
@@ -24,17 +27,12 @@ from pathlib import Path
 
 import nbformat
 
-from mambalearn.classroom import grade as _grade
-
-
-def _chapter(name):
-    return name.split("_", 1)[0] if "_" in name else None
+from mambalearn.classroom import pristine as P
+from mambalearn.classroom import sandbox, submission
 
 
 def find_submissions(class_dir, exercises):
-    """{student: {exercise name: notebook path}} and a list of notes (files that match nothing)."""
-    shipped = {p.name: p for p in sorted(Path(exercises).glob("*.ipynb"))}
-    by_chapter = {_chapter(n): n for n in shipped}
+    """{student: {exercise id: notebook path}} and notes on files that match nothing."""
     found, notes = {}, []
     folders = [p for p in Path(class_dir).iterdir() if p.is_dir() and not p.name.startswith(".")]
     for folder in sorted(folders):
@@ -42,77 +40,110 @@ def find_submissions(class_dir, exercises):
         for nb in sorted(folder.rglob("*.ipynb")):
             if ".ipynb_checkpoints" in nb.parts:
                 continue
-            name = nb.name if nb.name in shipped else by_chapter.get(_chapter(nb.name))
+            try:
+                content = nbformat.read(nb, as_version=4)
+            except Exception:  # noqa: BLE001 - graded (and failed) by name below
+                content = nbformat.v4.new_notebook()
+            name = P.identify(content, nb, exercises)
             if name is None:
                 notes.append(f"{folder.name}: {nb.name} matches no exercise, ignored")
-            elif name in mine and nb.name != name:  # an exact name wins over a chapter match
+            elif name in mine and nb.stem != name:  # an exact name wins over other matches
                 notes.append(f"{folder.name}: {nb.name} ignored, {mine[name].name} graded")
             else:
+                if name in mine:
+                    notes.append(f"{folder.name}: {mine[name].name} ignored, {nb.name} graded")
                 mine[name] = nb
-    return found, shipped, notes
+    return found, notes
 
 
-def _grade_one(notebook, pristine, timeout, wall):
+def _prepare(nb_path, exercise, exercises):
     try:
-        return _grade.grade(notebook, pristine, timeout, wall)
-    except Exception as e:  # noqa: BLE001 - one broken submission must not stop the class
-        shipped = nbformat.read(pristine, as_version=4)
-        return _grade._failed_all(shipped, f"grader error: {e!r}"[:240])
+        return submission.prepare(nb_path, exercises, exercises[exercise])
+    except submission.Unreadable as e:
+        return str(e)
 
 
-def grade_class(class_dir, exercises=None, jobs=2, timeout=120, wall=None, log=None):
+def grade_class(class_dir, exercises=None, jobs=2, timeout=120, wall=None, log=None,
+                limits=None):
     """Grade every student folder under ``class_dir``.
 
-    Returns (rows, columns): ``rows`` is one dict per student with ``student``, ``total``, ``max``
-    and per task ``(column, points, passed, reason)`` under ``"tasks"``; ``columns`` lists the
-    task columns in exercise then notebook order.
+    Returns (rows, columns, spans): ``rows`` is one dict per student with ``student``, ``total``,
+    ``max``, ``notes`` and per task ``(column, points, passed, reason)`` under ``"tasks"``;
+    ``columns`` lists the task columns in exercise then notebook order; ``spans`` maps
+    (student, exercise) to the (start, end) seconds of its grading.
     """
-    exercises = Path(exercises) if exercises else _grade.REPO / "exercises"
-    found, shipped, notes = find_submissions(class_dir, exercises)
+    exercises = P.shipped(exercises) if exercises else P.shipped()
+    limits = limits or sandbox.Limits()
+    found, notes = find_submissions(class_dir, exercises)
     graded = sorted({name for mine in found.values() for name in mine})
-    plan = {name: _grade.tasks(nbformat.read(shipped[name], as_version=4)) for name in graded}
-    task = lambda gid: gid.removeprefix("check_")
-    names = [task(gid) for name in graded for _, gid, _ in plan[name]]
-    column = {(name, gid): task(gid) if names.count(task(gid)) == 1
-              else f"{name.removesuffix('.ipynb')}:{task(gid)}"
-              for name in graded for _, gid, _ in plan[name]}
+    shipped = {name: nbformat.read(exercises[name], as_version=4) for name in graded}
+    plan = {name: P.tasks(shipped[name]) for name in graded}
+    names = [P.task_name(gid) for name in graded for _, gid, _ in plan[name]]
+    column = {(name, gid): P.task_name(gid) if names.count(P.task_name(gid)) == 1
+              else f"{name}:{P.task_name(gid)}" for name in graded for _, gid, _ in plan[name]}
 
-    jobs_in = [(s, name, nb) for s, mine in found.items() for name, nb in mine.items()]
-    results = {}
-    with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:  # each job is its own process group
-        futures = {(s, name): pool.submit(_grade_one, nb, shipped[name], timeout, wall)
-                   for s, name, nb in jobs_in}
-        for key, fut in futures.items():
-            results[key] = fut.result()
+    ws = submission.Workspace()
+    try:
+        prepared = {(s, name): _prepare(nb, name, exercises)
+                    for s, mine in found.items() for name, nb in mine.items()}
+        libraries = {name: ws.library(shipped[name], name) for name in graded}
+        sandbox.warn_if_unboxed()
+        t0 = time.monotonic()
+        spans = {}
+
+        def one(key):
+            start, job = time.monotonic() - t0, prepared[key]
+            if isinstance(job, str):  # unreadable
+                rows = submission.failed_all(shipped[key[1]], job)
+            else:
+                _, nb, sub, pristine = job
+                try:
+                    results, _, killed = submission.run(nb, libraries[key[1]], ws, timeout, wall,
+                                                        limits)
+                    rows = submission.verdicts(nb, sub, pristine, results, killed,
+                                               wall or timeout * 10, ws.rebuilds)
+                except Exception as e:  # noqa: BLE001 - one broken submission must not stop all
+                    rows = submission.failed_all(shipped[key[1]], f"grader error: {e!r}"[:500])
+            spans[key] = (start, time.monotonic() - t0)
             if log:
                 log(f"graded {key[0]}/{key[1]}")
+            return rows
+
+        with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:  # each job: its own group
+            results = dict(zip(prepared, pool.map(one, prepared), strict=True))
+    finally:
+        ws.close()
 
     rows = []
     for student in found:
-        row = {"student": student, "tasks": [], "total": 0, "max": 0}
+        row = {"student": student, "tasks": [], "total": 0, "max": 0, "notes": []}
         for name in graded:
             got = {f"check_{r['task']}": r for r in results.get((student, name), [])}
             for _, gid, points in plan[name]:
-                r = got.get(gid, {"passed": False, "reason": "not submitted"})
+                r = got.get(gid, {"passed": False, "reason": "not submitted", "flags": ""})
                 row["tasks"].append((column[(name, gid)], points, r["passed"], r["reason"]))
                 row["total"] += points if r["passed"] else 0
                 row["max"] += points
+                if r.get("flags"):
+                    row["notes"].append(r["flags"])
         rows.append(row)
     for note in notes:
         print(f"note: {note}", file=sys.stderr)
-    return rows, list(column.values())
+    return rows, list(column.values()), spans
 
 
 def write_csv(rows, columns, out):
-    """One row per student: student, points per task, total, max, a reason per task."""
+    """One row per student: student, points per task, total, max, a full reason per task, notes."""
     Path(out).parent.mkdir(parents=True, exist_ok=True)
     with open(out, "w", newline="") as f:
         w = csv.writer(f)
-        w.writerow(["student", *columns, "total", "max", *[f"{c} reason" for c in columns]])
+        w.writerow(["student", *columns, "total", "max", *[f"{c} reason" for c in columns],
+                    "notes"])
         for row in rows:
             pts = [p if ok else 0 for _, p, ok, _ in row["tasks"]]
             why = ["" if ok else reason for _, _, ok, reason in row["tasks"]]
-            w.writerow([row["student"], *pts, row["total"], row["max"], *why])
+            w.writerow([row["student"], *pts, row["total"], row["max"], *why,
+                        "; ".join(row["notes"])])
 
 
 def table(rows, columns):
@@ -134,13 +165,15 @@ def main(args):
         print(f"error: --class {args.class_dir} is not a folder", file=sys.stderr)
         return 2
     start = time.perf_counter()
-    rows, columns = grade_class(args.class_dir, args.exercises, args.jobs, args.timeout,
-                                log=lambda m: print(m, file=sys.stderr, flush=True))
+    rows, columns, _ = grade_class(args.class_dir, args.exercises, args.jobs, args.timeout,
+                                   log=lambda m: print(m, file=sys.stderr, flush=True),
+                                   limits=getattr(args, "limits", None))
     if not rows:
         print(f"error: no student folders under {args.class_dir}", file=sys.stderr)
         return 2
     write_csv(rows, columns, args.out)
     print(table(rows, columns))
     print(f"wrote {args.out}: {len(rows)} students, {len(columns)} tasks "
-          f"in {time.perf_counter() - start:.0f} s with {args.jobs} jobs")
+          f"in {time.perf_counter() - start:.0f} s with {args.jobs} jobs "
+          f"({'each in a bubblewrap sandbox' if sandbox.mode() == 'bwrap' else 'NOT sandboxed'})")
     return 0
