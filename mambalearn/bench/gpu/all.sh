@@ -96,6 +96,19 @@ ssd.run(True, shapes=[dict(b=4, l=4096, **ssd.HEADS)], forward=False)" ;;
       BLIMIT=150 section wait_build
       SET=defaults ELIMIT=105 section experiments
       LIMIT=230 section ssd; section pack ;;
+    session3)  # 2026-12-01, the lead's one call after the helpers' merges: every GPU test and the
+      # chapters with new material under nbval (correctness, side by side), then the device
+      # scripts of chapters 15, 05/12 and 14, one at a time (timing)
+      section prep; export TAIL=${TAIL:-16}
+      TLIMIT=${TLIMIT:-230} section tests &
+      NBV="notebooks/05*.ipynb notebooks/08*.ipynb notebooks/10*.ipynb notebooks/12*.ipynb \
+        notebooks/15*.ipynb solutions/05*.ipynb solutions/15*.ipynb" TLIMIT=${TLIMIT:-230} \
+        section notebooks &
+      wait
+      step mamba3 100 python3 -m mambalearn.bench.gpu.mamba3 --limit 90 --json "$LOG/mamba3.json"
+      step attention 100 python3 mambalearn/bench/gpu/attention.py "$LOG" --budget 85
+      step parallel 75 python3 mambalearn/bench/gpu/parallel.py "$LOG"
+      section pack ;;
   esac
 }
 for s in "$@"; do section "$s"; done
