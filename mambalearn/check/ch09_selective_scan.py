@@ -29,9 +29,11 @@ __all__ = ["selective_scan_kernel"]
 REBUILDS = {  # the Triton kernels and launchers, and the PyTorch scans with the same signature
     "selective_scan_kernel": [
         "mambalearn.triton.selective_scan.tuned.selective_scan_fn",
-        "mambalearn.triton.selective_scan.tuned.run",
-        "mambalearn.triton.selective_scan.tuned._forward",
-        "mambalearn.triton.selective_scan.tuned.SelectiveScanFn",
+        "mambalearn.triton.selective_scan.tuned.forward",
+        "mambalearn.triton.selective_scan.forward.forward",
+        "mambalearn.triton.selective_scan.forward_recurrent.forward",
+        "mambalearn.triton.selective_scan.interface.run",
+        "mambalearn.triton.selective_scan.interface.SelectiveScanFn",
         "mambalearn.triton.selective_scan.teaching.selective_scan_teaching",
         "mambalearn.triton.selective_scan.teaching._forward",
         "mambalearn.triton.selective_scan.teaching.selective_scan_fwd_kernel",

@@ -26,7 +26,7 @@ REBUILDS = {
     "ssd_chunked": ["mambalearn.ssd.ssd_chunked", "mambalearn.ssd.ssd_sequential",
                     "mambalearn.ssd.ssd_quadratic", "mambalearn.ssd.mamba_chunk_scan_ref",
                     "mambalearn.triton.ssd.forward.ssd_forward",
-                    "mambalearn.triton.ssd.forward.mamba_chunk_scan_combined",
+                    "mambalearn.triton.ssd.combined.mamba_chunk_scan_combined",
                     "mambalearn.triton.ssd.fused.ssd_fused_forward"],
 }
 

@@ -27,11 +27,11 @@ from mambalearn.mamba3 import sequential as _seq
 __all__ = ["trapezoid_scan", "rotate_pairs"]
 
 REBUILDS = {
-    "trapezoid_scan": ["mambalearn.mamba3.mamba3_siso_sequential",
-                       "mambalearn.mamba3.mamba3_siso_chunked",
-                       "mambalearn.mamba3.mamba3_complex_sequential",
-                       "mambalearn.mamba3.trapezoid_coefficients"],
-    "rotate_pairs": ["mambalearn.mamba3.rotate_pairs"],
+    "trapezoid_scan": ["mambalearn.mamba3.sequential.mamba3_siso_sequential",
+                       "mambalearn.mamba3.chunked.mamba3_siso_chunked",
+                       "mambalearn.mamba3.sequential.mamba3_complex_sequential",
+                       "mambalearn.mamba3.sequential.trapezoid_coefficients"],
+    "rotate_pairs": ["mambalearn.mamba3.sequential.rotate_pairs"],
 }
 
 _oracle = _seq.mamba3_siso_sequential  # bound now: blocking the public names cannot reach them

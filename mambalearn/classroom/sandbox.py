@@ -173,7 +173,11 @@ def command(argv, scratch, library, limits=Limits(), uid=None):
     args = ["bwrap", "--die-with-parent", "--new-session", "--unshare-net", "--unshare-pid",
             "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try", "--hostname", "grading",
             "--tmpfs", "/", "--perms", "1777", "--size", str(limits.tmp_bytes), "--tmpfs", "/tmp",
-            "--proc", "/proc", "--dev", "/dev", *_system_binds()]
+            "--proc", "/proc", "--dev", "/dev",
+            # a private, size-capped /dev/shm: multiprocessing's locks live there (chapter 14
+            # spawns its ranks); it is the box's own tmpfs, not the host's
+            "--perms", "1777", "--size", str(limits.tmp_bytes), "--tmpfs", "/dev/shm",
+            *_system_binds()]
     args += _parents([*ro, str(scratch), str(exe)])
     for path in ro:
         args += ["--ro-bind", path, path]
