@@ -16,7 +16,8 @@ DEFAULT = os.path.join(ROOT, ".mamba_ref", "mamba_ssm-2.3.2.post1", "mamba_ssm")
 
 
 def load(module, name, path=None):
-    """``mamba_ssm.<module>.<name>``, or None with the reason printed (the bench then times ours only)."""
+    """``mamba_ssm.<module>.<name>``, or None with the reason printed (the bench then times ours
+    only)."""
     root = os.path.abspath(path or os.environ.get("MAMBA_SSM_PATH") or DEFAULT)
     if not os.path.isdir(root):
         print(f"mamba_ssm source tree not found at {root}: timing ours only")

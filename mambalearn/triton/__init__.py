@@ -4,7 +4,8 @@
     scan            scan.scan (chapter 08: tl.associative_scan with ⊗, blocked, reverse)
     selective_scan  selective_scan_fn (chapter 09: the fused Mamba-1 kernel, fwd + bwd)
     ssd             mamba_chunk_scan_combined (chapter 10: the five SSD stages) and
-                    ssd_fused_forward (chapter 11: the fused forward, a states and an outputs kernel)
+                    ssd_fused_forward (chapter 11: the fused forward, a states and an outputs
+                    kernel)
     step            selective_state_update (chapter 12: the decode step)
     mamba3          mamba3_siso_combined, the decode steps (chapter 15)
 """
