@@ -1,4 +1,4 @@
-"""Device script for chapter 09's selective scan: one call on the H200 (the `run` tool).
+"""Device script for chapter 09's selective scan: one run on a GPU machine, from the repo root.
 
     PYTHONUNBUFFERED=1 python3 -m mambalearn.bench.gpu.selective_scan [--limit S] [--build]
         [--tests S]
