@@ -6,10 +6,10 @@ chunk is recomputed (chapter 07's recomputation); what couples chunks backwards 
 gradient alone (chapter 10's state passing, reversed):
 
     1. state gradients   dS^L_c = Σ_t e^{c_t} dy_t q_tᵀ, and the gate's dz     (``chunk_state``)
-    2. passing them      D_c = G^L_{c+1} R(Φ_c)ᵀ,  G^L_c = dS^L_c + a_c D_c       (``state_passing``)
-    3. dk, dv, dw, dγ, dD and dc's keys' part, every chunk at once                (``backward_kv``)
-    4. dq, dθ per step, dADT                                                       (``backward_q``)
-    5. dAngles, dDT, dTrap: what couples neighbouring steps or all steps          (``_steps_kernel``)
+    2. passing them      D_c = G^L_{c+1} R(Φ_c)ᵀ,  G^L_c = dS^L_c + a_c D_c      (``state_passing``)
+    3. dv, dw, dγ, dD and the inputs' part of dc, every chunk at once             (``backward_v``)
+    4. dq and dk, dθ per step and the state's part of dc                           (``backward_qk``)
+    5. dAngles, dDT, dTrap, dADT: what couples steps                             (``_steps_kernel``)
 
 Step 5: θ_t = θ_in + Σ_{s≤t} Δ_s π tanh(a_s), so ∂θ flows back as a reverse cumsum over the whole
 sequence (inside chunks from step 4, across chunks a cumsum over c here), and the trapezoid's
@@ -17,6 +17,7 @@ w_t = γ_t + (1 − λ_{t+1})Δ_{t+1} mixes steps t and t + 1 (γ_t = λ_tΔ_t):
 
     dAngles_t = Σ_{s≥t} dθ_s · Δ_t π (1 − tanh² a_t),   dΔ_t ∋ Σ_j (Σ_{s≥t} dθ_s) π tanh a_t
     dΔ_t = (dγ_t + dw_t) λ_t + dw_{t−1} (1 − λ_t) + …,   dλ_t = (dγ_t + dw_t − dw_{t−1}) Δ_t
+    dADT_t = Σ_{r ≥ t in chunk} dc_r    (c_t = Σ_{s≤t} ADT_s restarts with every chunk)
 """
 
 import torch
@@ -25,8 +26,8 @@ import triton.language as tl
 
 from mambalearn import device  # noqa: F401  (TRITON_INTERPRET before @triton.jit)
 from mambalearn.mamba3.sequential import per_head, rotate_pairs
-from mambalearn.triton.mamba3.backward_kv import _bwd_kv_kernel
-from mambalearn.triton.mamba3.backward_q import _bwd_q_kernel
+from mambalearn.triton.mamba3.backward_qk import _bwd_qk_kernel
+from mambalearn.triton.mamba3.backward_v import _bwd_v_kernel
 from mambalearn.triton.mamba3.chunk_state import state_grads
 from mambalearn.triton.mamba3.common import CONFIG, PI, SIZES, blocks, dot_dtype, tanh
 from mambalearn.triton.mamba3.state_passing import pass_state_grads
@@ -39,9 +40,11 @@ def _steps_kernel(
     dth_later_ptr,  # (b, h, c, na): Σ over the later chunks, + the final angle's gradient
     dW_ptr, dG_ptr,  # (b, h, l): the gradients of w and γ
     d_owe_ptr,  # (b, h) or None: of the (1 − λ₀)Δ₀ the first step owes Input_States' last input
-    dAng_ptr, dDT_ptr, dTrap_ptr,  # out (b, l, h, na), (b, h, l) ×2
+    dCv_ptr, dCq_ptr,  # (b, h, l), (b, h, NB, l): the two parts of dc
+    dAng_ptr, dDT_ptr, dTrap_ptr, dADT_ptr,  # out (b, l, h, na), (b, h, l) ×3
     l, h, na, n_chunks,
     Q: tl.constexpr, NA: tl.constexpr,  # chunk, angles (power of two ≥ na)
+    NB: tl.constexpr,  # column blocks of dCq
 ):
     hi, ci = tl.program_id(0), tl.program_id(1)
     bi = tl.program_id(2).to(tl.int64)
@@ -68,6 +71,11 @@ def _steps_kernel(
     tl.store(dDT_ptr + row * l + offs_t, dDT, mask=mask_t)
     tl.store(dTrap_ptr + row * l + offs_t, (d_gamma - d_prev) * dt * lam * (1.0 - lam),
              mask=mask_t)
+    # 3. the decays: dc summed, then its reverse cumsum inside the chunk
+    dc = tl.load(dCv_ptr + row * l + offs_t, mask=mask_t, other=0.0)
+    for nb in tl.static_range(NB):
+        dc += tl.load(dCq_ptr + (row * NB + nb) * l + offs_t, mask=mask_t, other=0.0)
+    tl.store(dADT_ptr + row * l + offs_t, tl.cumsum(dc, axis=0, reverse=True), mask=mask_t)
 
 
 def heads_per_program(r, cfg):
@@ -81,7 +89,8 @@ def _final_k_grads(x, d_k, theta_final):
     k_last = per_head(x["K"][:, -1:].float(), h)[:, 0] + x["K_bias"].float()  # (b, h, n)
     d_k = d_k.float()
     k_F = rotate_pairs(k_last, theta_final)
-    cross = d_k[..., 1:2 * na:2] * k_F[..., 0:2 * na:2] - d_k[..., 0:2 * na:2] * k_F[..., 1:2 * na:2]
+    even, odd = slice(0, 2 * na, 2), slice(1, 2 * na, 2)  # the turning pairs
+    cross = d_k[..., odd] * k_F[..., even] - d_k[..., even] * k_F[..., odd]
     return rotate_pairs(d_k, -theta_final), cross  # (b, h, n), (b, h, na)
 
 
@@ -99,7 +108,7 @@ def launch_backward(x, saved, d_out, finals, chunk_size, cfg=CONFIG):
     V = x["V"]
     b, l, h, p = V.shape
     g, n, na = x["Q"].shape[2], x["Q"].shape[3], x["Angles"].shape[3]
-    N, P, Qc = blocks(n, p, chunk_size)
+    BN, NB, P, Qc = blocks(n, p, chunk_size, cfg)
     c = triton.cdiv(l, Qc)
     dev, f32, dot = V.device, torch.float32, dot_dtype(V)
     new = lambda *s: torch.empty(*s, device=dev, dtype=f32)
@@ -107,28 +116,31 @@ def launch_backward(x, saved, d_out, finals, chunk_size, cfg=CONFIG):
     cont = lambda t: None if t is None else t.float().contiguous()
     theta_in = None if x["states"] is None else x["states"][0]
     # 1., 2. the state's gradient, chunk by chunk, then passed backwards
-    dS, dY, dZ = state_grads(x, d_out, saved["y_pre"], Qc, cfg)
-    D, dH_in, HD = pass_state_grads(dS, saved["Phi"], saved["Cend"], saved["H"],
+    st = saved["steps"]  # the per-step values of the forward (``chunk_state.chunk_states``)
+    dS, dY, dZ = state_grads(x, st, d_out, saved["y_pre"], Qc, cfg)
+    D, dH_in, HD = pass_state_grads(dS, st["Turn"], st["Cend"], saved["H"],
                                     saved["theta_final"], theta_in, cont(finals["ssm"]), cfg)
-    # 3., 4. every chunk at once, a head block per program
-    hpp = heads_per_program(h // g, cfg)
-    dK, dKb, dV = new(b, l, h // hpp, n), new(b, c, h, n), torch.empty_like(V)
-    dW, dG, dC, dthk, dD = new(b, h, l), new(b, h, l), new(b, h, l), new(b, l, h, na), new(b, h, c)
-    _bwd_kv_kernel[(h // hpp, c, b)](
-        x["Q"], x["K"], V, x["ADT"], x["DT"], x["Trap"], x["Q_bias"], x["K_bias"], x["Angles"],
-        x["D"], dY, D, HD, dK, dKb, dV, dW, dG, dC, dthk, dD,
+    # 3. the values and the weights, a program per chunk
+    dV, dW, dG, dCv, dD = torch.empty_like(V), new(b, h, l), new(b, h, l), new(b, h, l), \
+        new(b, h, c)
+    _bwd_v_kernel[(h, c, b)](
+        x["Q"], x["K"], V, x["Q_bias"], x["K_bias"], x["D"], st["C2"], st["W"], st["G"],
+        st["Phi"], dY, D, HD, dV, dW, dG, dCv, dD,
         l, h, g, p, n, na, c,
-        Q=Qc, N=N, P=P, HPP=hpp, HAS_D=x["D"] is not None, DOT=dot,
-        num_warps=cfg["bwd_kv_warps"],
+        Q=Qc, BN=BN, NB=NB, P=P, HAS_D=x["D"] is not None, DOT=dot,
+        num_warps=cfg["bwd_v_warps"],
     )
-    dQ, dQb, dADT, dth, dth_tot = new(b, l, h // hpp, n), new(b, c, h, n), new(b, h, l), \
-        new(b, l, h, na), new(b, h, c, na)
-    _bwd_q_kernel[(h // hpp, c, b)](
-        x["Q"], x["K"], V, x["ADT"], x["DT"], x["Trap"], x["Q_bias"], x["K_bias"], x["Angles"],
-        dY, saved["H"], dC, dthk, dQ, dQb, dADT, dth, dth_tot,
+    # 4. the queries and the keys: a column block and a head block per program
+    hpp = heads_per_program(h // g, cfg)
+    dQ, dK, dQb, dKb = new(b, l, h // hpp, n), new(b, l, h // hpp, n), new(b, c, h, n), \
+        new(b, c, h, n)
+    dCq, dth, dth_tot = new(b, h, NB, l), new(b, l, h, na), new(b, h, c, na)
+    _bwd_qk_kernel[(NB * (h // hpp), c, b)](
+        x["Q"], x["K"], V, x["Q_bias"], x["K_bias"], st["C2"], st["W"], st["G"], st["Phi"],
+        dY, saved["H"], D, dQ, dK, dQb, dKb, dCq, dth, dth_tot,
         l, h, g, p, n, na, c,
-        Q=Qc, N=N, P=P, HPP=hpp, DOT=dot,
-        num_warps=cfg["bwd_q_warps"],
+        Q=Qc, BN=BN, NB=NB, P=P, HPP=hpp, DOT=dot,
+        num_warps=cfg["bwd_qk_warps"],
     )
     # 5. what couples steps: the angles' cumsum over chunks, the trapezoid's two-step weights
     dth_F = torch.zeros(b, h, na, device=dev, dtype=f32) if finals["angle"] is None \
@@ -141,12 +153,13 @@ def launch_backward(x, saved, d_out, finals, chunk_size, cfg=CONFIG):
     states, d_owe = None, None
     if x["states"] is not None:
         states, d_owe = _state_grads(x, dH_in, dth_tot.sum(2) + dth_F)
-    dAng, dDT, dTrap = torch.empty_like(x["Angles"]), new(b, h, l), new(b, h, l)
+    dAng, dDT, dTrap, dADT = torch.empty_like(x["Angles"]), new(b, h, l), new(b, h, l), \
+        new(b, h, l)
     _steps_kernel[(h, c, b)](
-        x["Angles"], x["DT"], x["Trap"], dth, later.contiguous(), dW, dG, d_owe,
-        dAng, dDT, dTrap,
+        x["Angles"], x["DT"], x["Trap"], dth, later.contiguous(), dW, dG, d_owe, dCv, dCq,
+        dAng, dDT, dTrap, dADT,
         l, h, na, c,
-        Q=Qc, NA=triton.next_power_of_2(max(na, 1)), num_warps=cfg["steps_warps"],
+        Q=Qc, NA=triton.next_power_of_2(max(na, 1)), NB=NB, num_warps=cfg["steps_warps"],
     )
     return _collect(x, dQ, dK, dV, dADT, dDT, dTrap, dQb, dKb, dAng, dD, dZ, dK_last, finals,
                     states)

@@ -14,7 +14,9 @@ the chunks before it, and every kernel but the state passing runs a program per 
 A (q, n) tile of Q or K is loaded contiguously and split into its even and odd columns by a
 reshape (q, n/2, 2): the pairs (2j, 2j+1) are the real and imaginary parts of n/2 complex
 numbers (chapter 15), so a rotation is four multiplies on registers and every product over n is
-one ``tl.dot``. Layouts are mamba_ssm's: Q, K (b, l, g, n); V, Z (b, l, h, p); ADT, DT, Trap
+one ``tl.dot``. The n columns are taken BN at a time (``col_block``; pairs never straddle a block),
+which halves what a program holds at n = 128 and lets blocks without turning pairs skip the
+angles. Layouts are mamba_ssm's: Q, K (b, l, g, n); V, Z (b, l, h, p); ADT, DT, Trap
 (b, h, l); Q_bias, K_bias (h, n); Angles (b, l, h, na).
 """
 
@@ -25,6 +27,7 @@ from mambalearn import device
 
 PI = tl.constexpr(3.141592653589793)  # a global a kernel may read
 TWO_PI = tl.constexpr(6.283185307179586)
+LOG2E = tl.constexpr(1.4426950408889634)
 # The length is a run-time int Triton should not specialise on (it would compile again for every
 # l that is or is not a multiple of 16); the model's sizes (h, p, n, …) keep their specialisation,
 # which lets loads with strides h·p or g·n be vectorised.
@@ -33,31 +36,52 @@ SIZES = ["l", "n_chunks"]
 # Launch settings, as data (each launcher takes a ``cfg`` like this one). The warps come from
 # offline sm_90 builds at the benchmark shape (bench/NOTES_mamba3.md has the register counts).
 CONFIG = dict(
+    col_block=32,  # state columns (n) a kernel holds at once: BN, a power of two ≥ 16
+    chunk_state_col_block=64,  # the same for the chunk-state kernel (which holds less else)
     chunk_state_warps=4,  # chunk states (forward) and state gradients (backward)
     state_rows=8,  # rows of the (p × n) state per state-passing program
     state_warps=2,
     output_warps=4,  # the forward's outputs
-    bwd_kv_warps=4,  # dk, dv and the weights' gradients
-    bwd_q_warps=4,  # dq, dθ, dADT
-    heads_per_program=8,  # heads one backward program sums dq/dk over (GQA), at most
-    steps_warps=4,  # dAngles, dDT, dTrap
+    bwd_v_warps=4,  # dv and the per-step weights' gradients
+    bwd_qk_warps=4,  # dq and dk (and dθ), one column block per program
+    heads_per_program=8,  # heads one dq/dk program sums over (GQA), at most
+    steps_warps=4,  # dAngles, dDT, dTrap, dADT
 )
 
+# On a GPU, cos, sin and 2^x come straight from the special-function unit (one MUFU instruction
+# each; |error| < 2⁻²⁰ for cos/sin on |x| ≤ 100π, relative 2⁻²² for 2^x) instead of libdevice's
+# ~40-instruction cos/sin and tl.exp's five (range checks for denormals, which we flush to 0).
 if device.interpreted():
     @triton.jit
     def cos_sin(x):
         """(cos x, sin x) in float32."""
         return tl.cos(x), tl.sin(x)
+
+    @triton.jit
+    def exp2(x):
+        """2^x in float32."""
+        return tl.exp2(x)
 else:
     @triton.jit
     def cos_sin(x):
-        """(cos x, sin x) by the special-function unit (MUFU; |error| < 2⁻²⁰ for |x| ≤ 100π),
-        not libdevice's ~40-instruction versions: the angles are in [0, 2π)."""
+        """(cos x, sin x) in float32, by MUFU.COS / MUFU.SIN."""
         c = tl.inline_asm_elementwise("cos.approx.f32 $0, $1;", "=f,f", [x], dtype=tl.float32,
                                       is_pure=True, pack=1)
         s = tl.inline_asm_elementwise("sin.approx.f32 $0, $1;", "=f,f", [x], dtype=tl.float32,
                                       is_pure=True, pack=1)
         return c, s
+
+    @triton.jit
+    def exp2(x):
+        """2^x in float32, by MUFU.EX2 (denormal results flushed to 0)."""
+        return tl.inline_asm_elementwise("ex2.approx.ftz.f32 $0, $1;", "=f,f", [x],
+                                         dtype=tl.float32, is_pure=True, pack=1)
+
+
+@triton.jit
+def exp(x):
+    """e^x = 2^{x log₂e}."""
+    return exp2(x * LOG2E)
 
 
 @triton.jit
@@ -87,8 +111,8 @@ def chunk_scalars(dt_ptr, adt_ptr, trap_ptr, offs_t, l):
 
 @triton.jit
 def tanh(x):
-    """tanh through the sigmoid (which Triton has everywhere): 2σ(2x) − 1."""
-    return 2.0 * tl.sigmoid(2.0 * x) - 1.0
+    """tanh x = 1 − 2 / (e^{2x} + 1) (exact at ±∞: e^{2x} → ∞ or 0)."""
+    return 1.0 - 2.0 / (exp(2.0 * x) + 1.0)
 
 
 @triton.jit
@@ -102,6 +126,32 @@ def local_angles(ang_ptr, stride_t, offs_t, offs_j, l, na, dt):
                 other=0.0).to(tl.float32)
     rate = PI * tanh(a) * dt[:, None]  # (Q, J): the angle step t turns each pair by
     return mod_two_pi(tl.cumsum(rate, axis=0)), mod_two_pi(tl.sum(rate, axis=0))
+
+
+@triton.jit
+def load_steps(c2_ptr, w_ptr, g_ptr, offs_t, l):
+    """The per-step values the forward's first pass stored, for rows ``offs_t`` of one
+    (batch, head): c_t log₂e (c_t = Σ_{s≤t in chunk} ADT_s), w_t and γ_t; 0 beyond l."""
+    mask_t = offs_t < l
+    c2 = tl.load(c2_ptr + offs_t, mask=mask_t, other=0.0)
+    w = tl.load(w_ptr + offs_t, mask=mask_t, other=0.0)
+    gamma = tl.load(g_ptr + offs_t, mask=mask_t, other=0.0)
+    return c2, w, gamma
+
+
+@triton.jit
+def load_angles(phi_ptr, offs_t, nb, l, na, Q: tl.constexpr, BN: tl.constexpr):
+    """(cos φ, sin φ), (Q, BN/2), of the pairs of column block ``nb`` from the stored local angles
+    φ (rows t, na per row); (1, 0) where nothing turns, and no load if no pair of the block does."""
+    offs_j = nb * (BN // 2) + tl.arange(0, BN // 2)
+    if nb * (BN // 2) < na:
+        phi = tl.load(phi_ptr + offs_t[:, None] * na + offs_j[None, :],
+                      mask=(offs_t[:, None] < l) & (offs_j[None, :] < na), other=0.0)
+        cos, sin = cos_sin(phi)
+    else:
+        cos = tl.full([Q, BN // 2], 1.0, tl.float32)
+        sin = tl.zeros([Q, BN // 2], dtype=tl.float32)
+    return cos, sin
 
 
 @triton.jit
@@ -135,22 +185,25 @@ def load_turned(ptr, bias_ptr, stride_t, offs_t, offs_n, l, n, cos, sin, Q: tl.c
 
 
 @triton.jit
-def causal_decay(cs, Q: tl.constexpr):
-    """M_ts = exp(c_t − c_s) for s < t, 0 on and above the diagonal: a (Q, Q) tile."""
+def causal_decay(c2, Q: tl.constexpr):
+    """M_ts = exp(c_t − c_s) for s < t, 0 on and above the diagonal: a (Q, Q) tile, from
+    c2 = c log₂e (Q,)."""
     rows = tl.arange(0, Q)
-    # min(·, 0) keeps exp from overflowing where the mask throws the value away anyway
-    M = tl.exp(tl.minimum(cs[:, None] - cs[None, :], 0.0))
+    # min(·, 0) keeps 2^x from overflowing where the mask throws the value away anyway
+    M = exp2(tl.minimum(c2[:, None] - c2[None, :], 0.0))
     return tl.where(rows[:, None] > rows[None, :], M, 0.0)
 
 
-def blocks(n, p, chunk_size):
-    """(N, P, Q): tile sizes for n state columns, p channels and the chunk; ≥ 16 for ``tl.dot``."""
+def blocks(n, p, chunk_size, cfg):
+    """(BN, NB, P, Q): the column block and how many cover n, the channel tile (≥ p) and the
+    chunk; all powers of two ≥ 16 (``tl.dot``), and BN even so that pairs stay in one block."""
     N = max(16, triton.next_power_of_2(n))
+    BN = min(N, int(cfg["col_block"]))
     P = max(16, triton.next_power_of_2(p))
     Q = int(chunk_size)
     if Q < 16 or Q & (Q - 1):
         raise ValueError(f"chunk_size must be a power of two ≥ 16, got {chunk_size}")
-    return N, P, Q
+    return BN, N // BN, P, Q
 
 
 def dot_dtype(t):

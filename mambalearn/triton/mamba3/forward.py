@@ -27,56 +27,65 @@ from mambalearn.triton.mamba3.common import (
     SIZES,
     blocks,
     causal_decay,
-    chunk_scalars,
-    cos_sin,
     dot_dtype,
+    exp2,
+    load_angles,
+    load_steps,
     load_turned,
-    local_angles,
 )
 from mambalearn.triton.mamba3.state_passing import pass_states
 
 
 @triton.jit(do_not_specialize=SIZES)
 def _output_kernel(
-    Q_ptr, K_ptr, V_ptr, ADT_ptr, DT_ptr, Trap_ptr, Qb_ptr, Kb_ptr, Ang_ptr, D_ptr, Z_ptr,
+    Q_ptr, K_ptr, V_ptr, Qb_ptr, Kb_ptr, D_ptr, Z_ptr,
+    C2_ptr, W_ptr, G_ptr, Phi_ptr,  # per step (``chunk_state``): c log₂e, w, γ, and φ
     H_ptr,  # (b, h, c, p, n): H^L_c, the state entering each chunk in its frame
     Out_ptr,  # out (b, l, h, p)
     Ypre_ptr,  # out (b, l, h, p) or None: y before the gate, kept for the backward
     l, h, g, p, n, na, n_chunks,  # sizes (contiguous tensors: strides follow from them)
-    Q: tl.constexpr, N: tl.constexpr, P: tl.constexpr,  # tiles: chunk, state columns, channels
+    Q: tl.constexpr, BN: tl.constexpr, NB: tl.constexpr,  # chunk; column block, blocks
+    P: tl.constexpr,  # channels (≥ p)
     HAS_D: tl.constexpr, HAS_Z: tl.constexpr,
     DOT: tl.constexpr,  # operand dtype of tl.dot (the inputs' dtype)
 ):
     hi, ci = tl.program_id(0), tl.program_id(1)
     bi = tl.program_id(2).to(tl.int64)
     row = bi * h + hi
-    offs_t = ci * Q + tl.arange(0, Q)
-    offs_n, offs_p, offs_j = tl.arange(0, N), tl.arange(0, P), tl.arange(0, N // 2)
+    offs_t, offs_p = ci * Q + tl.arange(0, Q), tl.arange(0, P)
     mask_tp = (offs_t[:, None] < l) & (offs_p[None, :] < p)
     tp = (bi * l * h + hi) * p + offs_t[:, None] * h * p + offs_p[None, :]  # (Q, P) offsets
-    qk_ptr = (bi * l * g + hi // (h // g)) * n  # element (bi, 0, gi, 0) of Q and K (GQA)
+    qk_off = (bi * l * g + hi // (h // g)) * n  # element (bi, 0, gi, 0) of Q and K (GQA)
+    H_ptr += (row * n_chunks + ci) * p * n
 
-    # 1. scalars, local angles, q and k turned by them
-    dt, adt, lam, gamma, w = chunk_scalars(DT_ptr + row * l, ADT_ptr + row * l,
-                                           Trap_ptr + row * l, offs_t, l)
-    cs = tl.cumsum(adt, axis=0)  # (Q,): c_t from the chunk start
-    phi, _ = local_angles(Ang_ptr + (bi * l * h + hi) * na, h * na, offs_t, offs_j, l, na, dt)
-    cos, sin = cos_sin(phi)  # (Q, N/2)
-    q = load_turned(Q_ptr + qk_ptr, Qb_ptr + hi * n, g * n, offs_t, offs_n, l, n, cos, sin, Q, N)
-    k = load_turned(K_ptr + qk_ptr, Kb_ptr + hi * n, g * n, offs_t, offs_n, l, n, cos, sin, Q, N)
-    diag = gamma * tl.sum(q * k, axis=1)  # (Q,): γ_t q_t·k_t, in float32
-    if HAS_D:
-        diag += tl.load(D_ptr + hi).to(tl.float32)
-    q, k = q.to(DOT), k.to(DOT)
+    # 1. per column block: q, k turned by the local angles; q·k, q kᵀ and q H^Lᵀ summed
+    c2, w, gamma = load_steps(C2_ptr + row * l, W_ptr + row * l, G_ptr + row * l, offs_t, l)
+    qk = tl.zeros([Q], dtype=tl.float32)
+    s = tl.zeros([Q, Q], dtype=tl.float32)
+    y = tl.zeros([Q, P], dtype=tl.float32)
+    for nb in tl.static_range(NB):
+        offs_n = nb * BN + tl.arange(0, BN)
+        cos, sin = load_angles(Phi_ptr + row * l * na, offs_t, nb, l, na, Q, BN)
+        q = load_turned(Q_ptr + qk_off, Qb_ptr + hi * n, g * n, offs_t, offs_n, l, n, cos, sin,
+                        Q, BN)  # (Q, BN)
+        k = load_turned(K_ptr + qk_off, Kb_ptr + hi * n, g * n, offs_t, offs_n, l, n, cos, sin,
+                        Q, BN)
+        qk += tl.sum(q * k, axis=1)  # q_t·k_t, in float32 (the same rotated or not)
+        q, k = q.to(DOT), k.to(DOT)
+        H = tl.load(H_ptr + offs_p[:, None] * n + offs_n[None, :],
+                    mask=(offs_p[:, None] < p) & (offs_n[None, :] < n), other=0.0)  # (P, BN)
+        y = tl.dot(q, tl.trans(H), acc=y)  # (Q, P)
+        s = tl.dot(q, tl.trans(k), acc=s)  # (Q, Q)
 
-    # 2. the entering state, read out by q and decayed to each step
-    H = tl.load(H_ptr + (row * n_chunks + ci) * p * n + offs_p[:, None] * n + offs_n[None, :],
-                mask=(offs_p[:, None] < p) & (offs_n[None, :] < n), other=0.0)  # (P, N)
-    y = tl.dot(q, tl.trans(H)) * tl.exp(cs)[:, None]  # (Q, P)
-    # 3. the chunk's own inputs: strictly causal, weight w_s; then the diagonal and D
-    s = tl.dot(q, tl.trans(k)) * causal_decay(cs, Q) * w[None, :]  # (Q, Q)
+    # 2. the entering state decayed to each step; the chunk's inputs, strictly causal with weight
+    # w_s; the diagonal γ q·k and D
+    y = y * exp2(c2)[:, None]
+    s = s * causal_decay(c2, Q) * w[None, :]
     v = tl.load(V_ptr + tp, mask=mask_tp, other=0.0)  # (Q, P)
     y = tl.dot(s.to(DOT), v.to(DOT), acc=y)
+    diag = gamma * qk
+    if HAS_D:
+        diag += tl.load(D_ptr + hi).to(tl.float32)
     y += diag[:, None] * v.to(tl.float32)
     if Ypre_ptr is not None:
         tl.store(Ypre_ptr + tp, y, mask=mask_tp)
@@ -102,21 +111,23 @@ def launch_forward(x, chunk_size, save, return_final, cfg=CONFIG):
     V = x["V"]
     b, l, h, p = V.shape
     g, n, na = x["Q"].shape[2], x["Q"].shape[3], x["Angles"].shape[3]
-    N, P, Qc = blocks(n, p, chunk_size)
-    S, Phi, Cend = chunk_states(x, Qc, cfg)  # 1. (b, h, c, p, n), (b, h, c, na), (b, h, c)
+    BN, NB, P, Qc = blocks(n, p, chunk_size, cfg)
+    S, steps = chunk_states(x, Qc, cfg)  # 1. (b, h, c, p, n), the per-step values
     H_in, theta_in = _initial_state(x)
-    H, final, theta_final = pass_states(S, Phi, Cend, theta_in, H_in, cfg)  # 2.
+    H, final, theta_final = pass_states(S, steps["Turn"], steps["Cend"], theta_in, H_in,
+                                        cfg)  # 2.
     out = torch.empty_like(V)
     y_pre = torch.empty_like(V) if save and x["Z"] is not None else None
     c = S.shape[2]
     _output_kernel[(h, c, b)](  # 3.
-        x["Q"], x["K"], V, x["ADT"], x["DT"], x["Trap"], x["Q_bias"], x["K_bias"], x["Angles"],
-        x["D"], x["Z"], H, out, y_pre,
+        x["Q"], x["K"], V, x["Q_bias"], x["K_bias"], x["D"], x["Z"],
+        steps["C2"], steps["W"], steps["G"], steps["Phi"], H, out, y_pre,
         l, h, g, p, n, na, c,
-        Q=Qc, N=N, P=P, HAS_D=x["D"] is not None, HAS_Z=x["Z"] is not None, DOT=dot_dtype(V),
+        Q=Qc, BN=BN, NB=NB, P=P, HAS_D=x["D"] is not None, HAS_Z=x["Z"] is not None,
+        DOT=dot_dtype(V),
         num_warps=cfg["output_warps"],
     )
-    r = dict(out=out, H=H, Phi=Phi, Cend=Cend, theta_final=theta_final, y_pre=y_pre)
+    r = dict(out=out, H=H, steps=steps, theta_final=theta_final, y_pre=y_pre)
     if return_final:  # the last step's k, turned by the final angle: the next call's k_prev
         k_last = per_head(x["K"][:, -1:].float(), h)[:, 0] + x["K_bias"].float()  # (b, h, n)
         r.update(angle=theta_final, ssm=final, k=rotate_pairs(k_last, theta_final))

@@ -19,7 +19,8 @@ from mambalearn.triton.mamba3.forward import launch_forward
 
 _NAMES = ("Q", "K", "V", "ADT", "DT", "Trap", "Q_bias", "K_bias", "Angles", "D", "Z")
 # what the forward keeps for the backward besides the inputs (``forward.launch_forward``)
-_SAVED = ("H", "Phi", "Cend", "theta_final", "y_pre")
+_STEPS = ("C2", "W", "G", "Phi", "Turn", "Cend")  # ``chunk_state.chunk_states``
+_SAVED = ("H", "theta_final", "y_pre", *_STEPS)
 
 
 def _prepare(args, states):
@@ -47,7 +48,8 @@ class Mamba3SisoFn(torch.autograd.Function):
         ctx.return_final = return_final_states
         if grad:
             saved = [x[k] for k in _NAMES] + list(x["states"] or (None,) * 4)
-            ctx.save_for_backward(*saved, *(r[k] for k in _SAVED))
+            kept = dict(r, **r["steps"])
+            ctx.save_for_backward(*saved, *(kept[k] for k in _SAVED))
         if not return_final_states:
             return r["out"]
         return r["out"], r["angle"], r["ssm"], r["k"].to(V.dtype), x["V"][:, -1].clone()
@@ -58,6 +60,7 @@ class Mamba3SisoFn(torch.autograd.Function):
         x = dict(zip(_NAMES, saved[:11], strict=True))
         x["states"] = tuple(saved[11:15]) if ctx.has_states else None
         kept = dict(zip(_SAVED, saved[15:], strict=True))
+        kept["steps"] = {k: kept[k] for k in _STEPS}
         finals = dict(zip(("angle", "ssm", "k", "v"), d_finals or (None,) * 4, strict=True))
         g = launch_backward(x, kept, d_out, finals, ctx.chunk_size)
         grads = [g[k] for k in _NAMES]

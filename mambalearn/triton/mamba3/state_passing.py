@@ -21,7 +21,7 @@ import triton
 import triton.language as tl
 
 from mambalearn import device  # noqa: F401  (TRITON_INTERPRET before @triton.jit)
-from mambalearn.triton.mamba3.common import CONFIG, SIZES, cos_sin, mod_two_pi, turn
+from mambalearn.triton.mamba3.common import CONFIG, SIZES, cos_sin, exp, mod_two_pi, turn
 
 
 @triton.jit
@@ -72,7 +72,7 @@ def _state_passing_kernel(
             ahead = tl.minimum(ci + 1, n_chunks - 1)  # one chunk ahead (the last one twice)
             S_next = tl.load(S_ptr + base + ahead * step + tile, mask=mask, other=0.0)
             phi = tl.load(Phi_ptr + (row * n_chunks + ci) * na + offs_j, mask=mask_j, other=0.0)
-            a = tl.exp(tl.load(Cend_ptr + row * n_chunks + ci))
+            a = exp(tl.load(Cend_ptr + row * n_chunks + ci))
             tl.store(Out_ptr + base + ci * step + tile, X.to(Out_ptr.dtype.element_ty), mask=mask)
             X = _turn_rows(a * X + S, -phi, R, N)  # (a_c H^L_c + S^L_c) R(Φ_c)
             theta = mod_two_pi(theta + phi)
@@ -92,7 +92,7 @@ def _state_passing_kernel(
             dS_next = tl.load(S_ptr + base + ahead * step + tile, mask=mask, other=0.0)
             H_next = tl.load(H_ptr + base + ahead * step + tile, mask=mask, other=0.0)
             phi = tl.load(Phi_ptr + (row * n_chunks + ci) * na + offs_j, mask=mask_j, other=0.0)
-            a = tl.exp(tl.load(Cend_ptr + row * n_chunks + ci))
+            a = exp(tl.load(Cend_ptr + row * n_chunks + ci))
             X = _turn_rows(X, phi, R, N)  # D_c = G^L_{c+1} R(Φ_c)ᵀ
             tl.store(Out_ptr + base + ci * step + tile, X.to(Out_ptr.dtype.element_ty), mask=mask)
             tl.store(HD_ptr + (row * n_chunks + ci) * tiles + pr, tl.sum(tl.sum(X * H, 1), 0))
