@@ -36,15 +36,17 @@ from mambalearn.triton.mamba3.state_passing import pass_state_grads
 @triton.jit(do_not_specialize=SIZES)
 def _steps_kernel(
     Ang_ptr, DT_ptr, Trap_ptr,  # (b, l, h, na), (b, h, l) ×2
-    dth_ptr,  # (b, l, h, na): Σ_{s ≥ t in chunk} dθ_s
-    dth_later_ptr,  # (b, h, c, na): Σ over the later chunks, + the final angle's gradient
+    dth_ptr,  # (b, l, h, na): dθ_t
+    dth_tot_ptr,  # (b, h, c, na): Σ_{s in chunk} dθ_s
+    dth_F_ptr,  # (b, h, na) or None: the gradient of the final angle (θ after the last step)
     dW_ptr, dG_ptr,  # (b, h, l): the gradients of w and γ
     d_owe_ptr,  # (b, h) or None: of the (1 − λ₀)Δ₀ the first step owes Input_States' last input
     dCv_ptr, dCq_ptr,  # (b, h, l), (b, h, NB, l): the two parts of dc
     dAng_ptr, dDT_ptr, dTrap_ptr, dADT_ptr,  # out (b, l, h, na), (b, h, l) ×3
-    l, h, na, n_chunks,
+    l, n_chunks, h: tl.constexpr, na: tl.constexpr,
     Q: tl.constexpr, NA: tl.constexpr,  # chunk, angles (power of two ≥ na)
     NB: tl.constexpr,  # column blocks of dCq
+    CB: tl.constexpr,  # chunks summed at once
 ):
     hi, ci = tl.program_id(0), tl.program_id(1)
     bi = tl.program_id(2).to(tl.int64)
@@ -53,12 +55,22 @@ def _steps_kernel(
     mask_t = offs_t < l
     mask = mask_t[:, None] & (offs_j[None, :] < na)
     tj = (bi * l * h + hi) * na + offs_t[:, None] * h * na + offs_j[None, :]  # (Q, NA)
-    # 1. the angles: the full reverse cumsum of dθ, through θ's rate Δ π tanh(a)
-    dcum = tl.load(dth_ptr + tj, mask=mask, other=0.0) + tl.load(
-        dth_later_ptr + (row * n_chunks + ci) * na + offs_j, mask=offs_j < na, other=0.0)[None, :]
+    # 1. the angles: the full reverse cumsum of dθ (this chunk's, the later chunks' totals, the
+    # final angle's), through θ's rate Δ π tanh(a)
+    later = tl.zeros([NA], dtype=tl.float32)
+    if dth_F_ptr is not None:
+        later = tl.load(dth_F_ptr + row * na + offs_j, mask=offs_j < na, other=0.0)
+    for c0 in range(ci + 1, n_chunks, CB):
+        cc = c0 + tl.arange(0, CB)
+        later += tl.sum(tl.load(dth_tot_ptr + (row * n_chunks + cc)[:, None] * na + offs_j[None, :],
+                                mask=(cc < n_chunks)[:, None] & (offs_j[None, :] < na),
+                                other=0.0), axis=0)
+    dcum = tl.cumsum(tl.load(dth_ptr + tj, mask=mask, other=0.0), axis=0, reverse=True) \
+        + later[None, :]
     th = tanh(tl.load(Ang_ptr + tj, mask=mask, other=0.0).to(tl.float32))
     dt = tl.load(DT_ptr + row * l + offs_t, mask=mask_t, other=0.0).to(tl.float32)
-    tl.store(dAng_ptr + tj, dcum * dt[:, None] * PI * (1.0 - th * th), mask=mask)
+    tl.store(dAng_ptr + tj, (dcum * dt[:, None] * PI * (1.0 - th * th)).to(
+        dAng_ptr.dtype.element_ty), mask=mask)
     dDT = tl.sum(dcum * PI * th, axis=1)  # (Q,)
     # 2. the trapezoid: ∂/∂((1 − λ_t)Δ_t) is w_{t−1}'s gradient (the owed half's at t = 0)
     lam = tl.sigmoid(tl.load(Trap_ptr + row * l + offs_t, mask=mask_t, other=0.0).to(tl.float32))
@@ -68,19 +80,24 @@ def _steps_kernel(
     if d_owe_ptr is not None:
         d_prev += tl.where(offs_t == 0, tl.load(d_owe_ptr + row), 0.0)
     dDT += d_gamma * lam + d_prev * (1.0 - lam)
-    tl.store(dDT_ptr + row * l + offs_t, dDT, mask=mask_t)
-    tl.store(dTrap_ptr + row * l + offs_t, (d_gamma - d_prev) * dt * lam * (1.0 - lam),
-             mask=mask_t)
+    tl.store(dDT_ptr + row * l + offs_t, dDT.to(dDT_ptr.dtype.element_ty), mask=mask_t)
+    dTrap = (d_gamma - d_prev) * dt * lam * (1.0 - lam)
+    tl.store(dTrap_ptr + row * l + offs_t, dTrap.to(dTrap_ptr.dtype.element_ty), mask=mask_t)
     # 3. the decays: dc summed, then its reverse cumsum inside the chunk
     dc = tl.load(dCv_ptr + row * l + offs_t, mask=mask_t, other=0.0)
     for nb in tl.static_range(NB):
         dc += tl.load(dCq_ptr + (row * NB + nb) * l + offs_t, mask=mask_t, other=0.0)
-    tl.store(dADT_ptr + row * l + offs_t, tl.cumsum(dc, axis=0, reverse=True), mask=mask_t)
+    tl.store(dADT_ptr + row * l + offs_t, tl.cumsum(dc, axis=0, reverse=True).to(
+        dADT_ptr.dtype.element_ty), mask=mask_t)
 
 
-def heads_per_program(r, cfg):
-    """The largest divisor of r = h/g (heads per Q/K head) not above cfg's bound."""
-    return max(d for d in range(1, min(r, cfg["heads_per_program"]) + 1) if r % d == 0)
+def heads_per_program(r, programs, cfg):
+    """How many heads of a Q/K group one dq/dk program walks: the largest divisor d of r = h/g
+    (at most cfg's bound) that still leaves cfg's ``min_programs`` programs, ``programs`` being
+    how many there are with d = 1; 1 if none does."""
+    ok = [d for d in range(1, min(r, cfg["heads_per_program"]) + 1)
+          if r % d == 0 and programs // d >= cfg["min_programs"]]
+    return max(ok, default=1)
 
 
 def _final_k_grads(x, d_k, theta_final):
@@ -126,40 +143,38 @@ def launch_backward(x, saved, d_out, finals, chunk_size, cfg=CONFIG):
     _bwd_v_kernel[(h, c, b)](
         x["Q"], x["K"], V, x["Q_bias"], x["K_bias"], x["D"], st["C2"], st["W"], st["G"],
         st["Phi"], dY, D, HD, dV, dW, dG, dCv, dD,
-        l, h, g, p, n, na, c,
-        Q=Qc, BN=BN, NB=NB, P=P, HAS_D=x["D"] is not None, DOT=dot,
+        l, c, h, g, p, n, na,
+        Q=Qc, BN=BN, NB=NB, P=P, TILES=HD.shape[-1], HAS_D=x["D"] is not None, DOT=dot,
         num_warps=cfg["bwd_v_warps"],
     )
-    # 4. the queries and the keys: a column block and a head block per program
-    hpp = heads_per_program(h // g, cfg)
-    dQ, dK, dQb, dKb = new(b, l, h // hpp, n), new(b, l, h // hpp, n), new(b, c, h, n), \
-        new(b, c, h, n)
+    # 4. the queries and the keys: a column block and a head block per program; a block of all
+    # the heads of a Q/K head writes dQ and dK themselves, smaller ones float32 partial sums
+    hpp = heads_per_program(h // g, NB * h * c * b, cfg)
+    part = lambda like: torch.empty(b, l, h // hpp, n, device=dev,
+                                    dtype=like.dtype if hpp == h // g else f32)
+    dQ, dK, dQb, dKb = part(x["Q"]), part(x["K"]), new(b, c, h, n), new(b, c, h, n)
     dCq, dth, dth_tot = new(b, h, NB, l), new(b, l, h, na), new(b, h, c, na)
     _bwd_qk_kernel[(NB * (h // hpp), c, b)](
         x["Q"], x["K"], V, x["Q_bias"], x["K_bias"], st["C2"], st["W"], st["G"], st["Phi"],
         dY, saved["H"], D, dQ, dK, dQb, dKb, dCq, dth, dth_tot,
-        l, h, g, p, n, na, c,
+        l, c, h, g, p, n, na,
         Q=Qc, BN=BN, NB=NB, P=P, HPP=hpp, DOT=dot,
         num_warps=cfg["bwd_qk_warps"],
     )
     # 5. what couples steps: the angles' cumsum over chunks, the trapezoid's two-step weights
-    dth_F = torch.zeros(b, h, na, device=dev, dtype=f32) if finals["angle"] is None \
-        else finals["angle"].float()
-    dK_last = None
+    dth_F, dK_last = cont(finals["angle"]), None
     if finals["k"] is not None:  # the final k state is the last step's rotated k
         dK_last, cross = _final_k_grads(x, finals["k"], saved["theta_final"])
-        dth_F = dth_F + cross
-    later = dth_tot.flip(2).cumsum(2).flip(2) - dth_tot + dth_F[:, :, None]  # (b, h, c, na)
+        dth_F = cross if dth_F is None else dth_F + cross
     states, d_owe = None, None
     if x["states"] is not None:
-        states, d_owe = _state_grads(x, dH_in, dth_tot.sum(2) + dth_F)
-    dAng, dDT, dTrap, dADT = torch.empty_like(x["Angles"]), new(b, h, l), new(b, h, l), \
-        new(b, h, l)
+        states, d_owe = _state_grads(x, dH_in, dth_tot.sum(2) + (0 if dth_F is None else dth_F))
+    dAng, dDT, dTrap, dADT = (torch.empty_like(x[k]) for k in ("Angles", "DT", "Trap", "ADT"))
     _steps_kernel[(h, c, b)](
-        x["Angles"], x["DT"], x["Trap"], dth, later.contiguous(), dW, dG, d_owe, dCv, dCq,
+        x["Angles"], x["DT"], x["Trap"], dth, dth_tot, dth_F, dW, dG, d_owe, dCv, dCq,
         dAng, dDT, dTrap, dADT,
-        l, h, na, c,
-        Q=Qc, NA=triton.next_power_of_2(max(na, 1)), NB=NB, num_warps=cfg["steps_warps"],
+        l, c, h, na,
+        Q=Qc, NA=triton.next_power_of_2(max(na, 1)), NB=NB, CB=16, num_warps=cfg["steps_warps"],
     )
     return _collect(x, dQ, dK, dV, dADT, dDT, dTrap, dQb, dKb, dAng, dD, dZ, dK_last, finals,
                     states)
@@ -170,7 +185,7 @@ def _collect(x, dQ, dK, dV, dADT, dDT, dTrap, dQb, dKb, dAng, dD, dZ, dK_last, f
     states' gradients added; everything in its input's dtype."""
     b, l, h, p = x["V"].shape
     g = x["Q"].shape[2]
-    per_group = lambda t: t.unflatten(2, (g, -1)).sum(3)  # (b, l, h/hpp, n) → (b, l, g, n)
+    per_group = lambda t: t.unflatten(2, (g, -1)).sum(3) if t.shape[2] > g else t  # → (b, l, g, n)
     dQ, dK, dKb = per_group(dQ), per_group(dK), dKb.sum((0, 1))
     if dK_last is not None:
         dK[:, -1] += dK_last.unflatten(1, (g, -1)).sum(2)

@@ -9,8 +9,8 @@ and D_c the gradient of the state leaving it (both in the chunk's frame),
 one (Q, Q) matrix for both. Then, per turning pair, dθ_t = (dq_t × q_t) + (dk_t × k_t) (the
 diagonal's two parts cancel there, as q × k = −k × q), R(φ)ᵀ turns dq and dk back to the frames
 of Q and K, and dc_t = q_t·(e^{c_t} H^Lᵀ dy_t) is the entering state's part of the decays'
-gradient. dθ is stored as its reverse cumsum inside the chunk, and each chunk's total apart: the
-later chunks' share is a short cumsum over c (``backward``).
+gradient. dθ is stored per step, and each chunk's total apart: the later chunks' share of the
+reverse cumsum Σ_{s≥t} dθ_s is a short cumsum over c (``backward``).
 
 A program owns one block of BN state columns of one chunk and a block of heads that read the
 same Q/K head (GQA): it walks the heads and sums their dQ and dK, so no per-head copy of them is
@@ -42,9 +42,10 @@ def _bwd_qk_kernel(
     dQ_ptr, dK_ptr,  # out (b, l, h / HPP, n) float32: summed over each head block
     dQb_ptr, dKb_ptr,  # out (b, c, h, n) float32: per-chunk sums per head (the biases)
     dC_ptr,  # out (b, h, NB, l) float32: the entering state's part of dc, per column block
-    dth_ptr,  # out (b, l, h, na) float32: Σ_{s ≥ t in chunk} dθ_s
+    dth_ptr,  # out (b, l, h, na) float32: dθ_t
     dth_tot_ptr,  # out (b, h, c, na) float32: Σ_{s in chunk} dθ_s
-    l, h, g, p, n, na, n_chunks,
+    l, n_chunks,  # the run-time sizes; then the model's, compiled in
+    h: tl.constexpr, g: tl.constexpr, p: tl.constexpr, n: tl.constexpr, na: tl.constexpr,
     Q: tl.constexpr, BN: tl.constexpr, NB: tl.constexpr,  # chunk; column block, blocks
     P: tl.constexpr,  # channels (≥ p)
     HPP: tl.constexpr,  # heads per program
@@ -100,7 +101,7 @@ def _bwd_qk_kernel(
         # 5. dθ of the turning pairs, in-chunk reverse cumsum and total
         if nb * (BN // 2) < na:
             dth = pair_cross(dq, q, Q, BN) + pair_cross(dk, k, Q, BN)  # (Q, BN/2)
-            tl.store(dth_ptr + tj, tl.cumsum(dth, axis=0, reverse=True), mask=mask_tj)
+            tl.store(dth_ptr + tj, dth, mask=mask_tj)
             tl.store(dth_tot_ptr + chunk * na + offs_j, tl.sum(dth, axis=0), mask=offs_j < na)
         # 6. back to the frames of Q and K; the bias sums
         dq = turn(dq, cos, -sin, Q, BN)

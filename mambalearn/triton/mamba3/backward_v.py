@@ -34,13 +34,15 @@ def _bwd_v_kernel(
     C2_ptr, W_ptr, G_ptr, Phi_ptr,  # per step (``chunk_state``): c log₂e, w, γ, and φ
     dY_ptr,  # (b, l, h, p): the gradient of y (after the gate's backward)
     Dst_ptr,  # (b, h, c, p, n): D_c, the gradient of the state leaving each chunk, its frame
-    HD_ptr,  # (b, h, c): ⟨D_c, H^L_c⟩
+    HD_ptr,  # (b, h, c, tiles): ⟨D_c, H^L_c⟩ in parts (``state_passing``)
     dV_ptr,  # out (b, l, h, p)
     dW_ptr, dG_ptr, dC_ptr,  # out (b, h, l) float32: dw, dγ, this part of dc
     dD_ptr,  # out (b, h, c) float32: per-chunk dD
-    l, h, g, p, n, na, n_chunks,
+    l, n_chunks,  # the run-time sizes; then the model's, compiled in
+    h: tl.constexpr, g: tl.constexpr, p: tl.constexpr, n: tl.constexpr, na: tl.constexpr,
     Q: tl.constexpr, BN: tl.constexpr, NB: tl.constexpr,  # chunk; column block, blocks
     P: tl.constexpr,  # channels (≥ p)
+    TILES: tl.constexpr,  # the parts of HD
     HAS_D: tl.constexpr, DOT: tl.constexpr,
 ):
     hi, ci = tl.program_id(0), tl.program_id(1)
@@ -90,7 +92,8 @@ def _bwd_v_kernel(
     vDk = tl.sum(v.to(tl.float32) * kD, axis=1)  # (Q,): v_s·(D_c k_s)
     dw += e * vDk
     dc -= u * vDk
-    dc_end = tl.sum(u * vDk, axis=0) + exp2(c2_end) * tl.load(HD_ptr + chunk)
+    HD = tl.sum(tl.load(HD_ptr + chunk * TILES + tl.arange(0, TILES)), axis=0)
+    dc_end = tl.sum(u * vDk, axis=0) + exp2(c2_end) * HD
     dc += tl.where(offs_t == last, dc_end, 0.0)
 
     # 3. the values

@@ -51,7 +51,8 @@ def _chunk_state_kernel(
     Z_ptr, Ypre_ptr,  # backward with a gate: z and the output before the gate, (b, l, h, p)
     dZ_ptr, dY_ptr,  # out, backward with a gate: dz and dy = dout·silu(z), (b, l, h, p)
     S_ptr,  # out (b, h, c, p, n): S^L_c (forward) or dS^L_c (backward)
-    l, h, g, p, n, na, n_chunks,  # sizes (contiguous tensors: strides follow from them)
+    l, n_chunks,  # run-time sizes, then the model's, compiled in (strides follow from them)
+    h: tl.constexpr, g: tl.constexpr, p: tl.constexpr, n: tl.constexpr, na: tl.constexpr,
     Q: tl.constexpr, BN: tl.constexpr, NB: tl.constexpr,  # chunk; column block, blocks
     P: tl.constexpr,  # channels (≥ p)
     GRAD: tl.constexpr,  # False: S^L (forward); True: dS^L (backward)
@@ -130,7 +131,7 @@ def _launch(x, steps, X, Y, Yb, S, Z, Ypre, dZ, dY, chunk_size, grad, cfg):
         X, Y, Yb, x["ADT"], x["DT"], x["Trap"], x["Angles"],
         steps["C2"], steps["W"], steps["G"], steps["Phi"], steps["Turn"], steps["Cend"],
         Z, Ypre, dZ, dY, S,
-        l, h, g, p, n, na, c,
+        l, c, h, g, p, n, na,
         Q=Qc, BN=BN, NB=NB, P=P, GRAD=grad, HAS_Z=Z is not None, DOT=dot_dtype(V),
         num_warps=cfg["chunk_state_warps"],
     )

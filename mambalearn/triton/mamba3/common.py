@@ -44,7 +44,8 @@ CONFIG = dict(
     output_warps=4,  # the forward's outputs
     bwd_v_warps=4,  # dv and the per-step weights' gradients
     bwd_qk_warps=4,  # dq and dk (and dθ), one column block per program
-    heads_per_program=8,  # heads one dq/dk program sums over (GQA), at most
+    heads_per_program=32,  # heads one dq/dk program sums over (GQA), at most,
+    min_programs=1024,  # … as long as this many dq/dk programs are left
     steps_warps=4,  # dAngles, dDT, dTrap, dADT
 )
 

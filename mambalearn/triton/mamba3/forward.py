@@ -43,7 +43,8 @@ def _output_kernel(
     H_ptr,  # (b, h, c, p, n): H^L_c, the state entering each chunk in its frame
     Out_ptr,  # out (b, l, h, p)
     Ypre_ptr,  # out (b, l, h, p) or None: y before the gate, kept for the backward
-    l, h, g, p, n, na, n_chunks,  # sizes (contiguous tensors: strides follow from them)
+    l, n_chunks,  # run-time sizes, then the model's, compiled in (strides follow from them)
+    h: tl.constexpr, g: tl.constexpr, p: tl.constexpr, n: tl.constexpr, na: tl.constexpr,
     Q: tl.constexpr, BN: tl.constexpr, NB: tl.constexpr,  # chunk; column block, blocks
     P: tl.constexpr,  # channels (≥ p)
     HAS_D: tl.constexpr, HAS_Z: tl.constexpr,
@@ -122,7 +123,7 @@ def launch_forward(x, chunk_size, save, return_final, cfg=CONFIG):
     _output_kernel[(h, c, b)](  # 3.
         x["Q"], x["K"], V, x["Q_bias"], x["K_bias"], x["D"], x["Z"],
         steps["C2"], steps["W"], steps["G"], steps["Phi"], H, out, y_pre,
-        l, h, g, p, n, na, c,
+        l, c, h, g, p, n, na,
         Q=Qc, BN=BN, NB=NB, P=P, HAS_D=x["D"] is not None, HAS_Z=x["Z"] is not None,
         DOT=dot_dtype(V),
         num_warps=cfg["output_warps"],

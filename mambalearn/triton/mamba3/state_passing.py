@@ -41,7 +41,8 @@ def _state_passing_kernel(
     Out_ptr,  # out (b, h, c, p, n): H^L_c (forward) or D_c (backward)
     XF_ptr,  # out (b, h, p, n): the final state (forward) or dH_in (backward), absolute, float32
     H_ptr, HD_ptr,  # backward: H^L_c (the forward's Out) and out ⟨D_c, H^L_c⟩ (b, h, c, tiles)
-    h, p, n, na, n_chunks, tiles,
+    n_chunks, h: tl.constexpr, p: tl.constexpr, n: tl.constexpr, na: tl.constexpr,
+    tiles: tl.constexpr,  # the parts of ⟨D_c, H^L_c⟩ per chunk (≥ the programs per state)
     R: tl.constexpr, N: tl.constexpr,  # rows per program, state columns (power of two)
     REVERSE: tl.constexpr,  # False: forward; True: backward
 ):
@@ -104,14 +105,12 @@ def _launch(S, Phi, Cend, theta_in, theta_final, X0, Out, XF, H, HD, reverse, cf
     b, h, c, p, n = S.shape
     na = Phi.shape[3]
     R = min(cfg["state_rows"], triton.next_power_of_2(p))
-    tiles = triton.cdiv(p, R)
-    _state_passing_kernel[(tiles, h, b)](
+    _state_passing_kernel[(triton.cdiv(p, R), h, b)](
         S, Phi, Cend, theta_in, theta_final, X0, Out, XF, H, HD,
-        h, p, n, na, c, tiles,
+        c, h, p, n, na, 1 if HD is None else HD.shape[-1],
         R=R, N=max(16, triton.next_power_of_2(n)), REVERSE=reverse,
         num_warps=cfg["state_warps"],
     )
-    return tiles
 
 
 def pass_states(S, Phi, Cend, theta_in=None, H_in=None, cfg=CONFIG):
@@ -127,12 +126,13 @@ def pass_states(S, Phi, Cend, theta_in=None, H_in=None, cfg=CONFIG):
 
 def pass_state_grads(dS, Phi, Cend, H, theta_final, theta_in=None, dH_final=None, cfg=CONFIG):
     """Backward: (D (b, h, c, p, n) in dS's dtype, dH_in (b, h, p, n) float32, ⟨D_c, H^L_c⟩
-    (b, h, c) float32)."""
+    (b, h, c, T) float32, a part per program of rows (T a power of two, the rest 0))."""
     b, h, c, p, n = dS.shape
     D = torch.empty_like(dS)
     dH_in = torch.empty(b, h, p, n, device=dS.device, dtype=torch.float32)
     R = min(cfg["state_rows"], triton.next_power_of_2(p))
-    HD = torch.empty(b, h, c, triton.cdiv(p, R), device=dS.device, dtype=torch.float32)
+    HD = torch.zeros(b, h, c, triton.next_power_of_2(triton.cdiv(p, R)), device=dS.device,
+                     dtype=torch.float32)
     _launch(dS, Phi, Cend, theta_in, theta_final.contiguous(), dH_final, D, dH_in, H, HD, True,
             cfg)
-    return D, dH_in, HD.sum(-1)
+    return D, dH_in, HD
