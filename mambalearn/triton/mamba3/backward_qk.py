@@ -3,14 +3,14 @@
 With M_ts = e^{c_t − c_s} (s < t), u_s = e^{c_end − c_s} w_s, H^L_c the state entering the chunk
 and D_c the gradient of the state leaving it (both in the chunk's frame),
 
-    A_ts = (dy_t·v_s) M_ts w_s  (s < t),   A_tt = γ_t dy_t·v_t   (the diagonal γ_t q_t·k_t)
-    dq = A k + e^{c} ∘ (dy H^L),    dk = Aᵀ q + u ∘ (v D_c)
+    A_ts = (dy_t·v_s) M_ts w_s  (s < t),    dq = A k + e^{c} ∘ (dy H^L),    dk = Aᵀ q + u ∘ (v D_c)
 
-one (Q, Q) matrix for both. Then, per turning pair, dθ_t = (dq_t × q_t) + (dk_t × k_t) (the
-diagonal's two parts cancel there, as q × k = −k × q), R(φ)ᵀ turns dq and dk back to the frames
-of Q and K, and dc_t = q_t·(e^{c_t} H^Lᵀ dy_t) is the entering state's part of the decays'
-gradient. dθ is stored per step, and each chunk's total apart: the later chunks' share of the
-reverse cumsum Σ_{s≥t} dθ_s is a short cumsum over c (``backward``).
+one (Q, Q) matrix for both. Then, per turning pair, dθ_t = (dq_t × q_t) + (dk_t × k_t), R(φ)ᵀ
+turns dq and dk back to the frames of Q and K, and the diagonal γ_t q̃_t·k̃_t (which does not
+depend on θ) adds γ_t (dy_t·v_t) times the other of k̃, q̃. dc_t = q_t·(e^{c_t} H^Lᵀ dy_t) is the
+entering state's part of the decays' gradient. dθ is stored per step, and each chunk's total
+apart: the later chunks' share of the reverse cumsum Σ_{s≥t} dθ_s is a short cumsum over c
+(``backward``).
 
 A program owns one block of BN state columns of one chunk and a block of heads that read the
 same Q/K head (GQA): it walks the heads and sums their dQ and dK, so no per-head copy of them is
@@ -26,6 +26,7 @@ from mambalearn.triton.mamba3.common import (
     causal_decay,
     exp2,
     load_angles,
+    load_biased,
     load_steps,
     load_turned,
     pair_cross,
@@ -54,8 +55,7 @@ def _bwd_qk_kernel(
     pid, ci = tl.program_id(0), tl.program_id(1)
     bi = tl.program_id(2).to(tl.int64)
     nb, hb = pid % NB, pid // NB  # the column block, the head block
-    rows, offs_p = tl.arange(0, Q), tl.arange(0, P)
-    offs_t = ci * Q + rows
+    offs_t, offs_p = ci * Q + tl.arange(0, Q), tl.arange(0, P)
     offs_n, offs_j = nb * BN + tl.arange(0, BN), nb * (BN // 2) + tl.arange(0, BN // 2)
     mask_t = offs_t < l
     mask_tp = mask_t[:, None] & (offs_p[None, :] < p)
@@ -86,26 +86,32 @@ def _bwd_qk_kernel(
         Dc = tl.load(Dst_ptr + s_offs, mask=mask_pn, other=0.0).to(DOT)
         dk = tl.dot(v, Dc) * (exp2(c2_end - c2) * w)[:, None]
         # 2. A, rows t, columns s
-        A = tl.dot(dy, tl.trans(v)) * causal_decay(c2, Q) * w[None, :]
-        A = (A + tl.where(rows[:, None] == rows[None, :], diag[:, None], 0.0)).to(DOT)
+        A = (tl.dot(dy, tl.trans(v)) * causal_decay(c2, Q) * w[None, :]).to(DOT)
         # 3. this block's columns of q and k, turned by the local angles
         cos, sin = load_angles(Phi_ptr + row * l * na, offs_t, nb, l, na, Q, BN)
+        # (in the matmuls' dtype: the products below then differentiate exactly what the forward
+        # computed, so that the parts of dθ that cancel, cancel: Σ_t dθ_t of q kᵀ is 0)
         q = load_turned(Q_ptr + qk_off, Qb_ptr + hi * n, g * n, offs_t, offs_n, l, n, cos, sin,
-                        Q, BN)  # (Q, BN)
+                        Q, BN).to(DOT)  # (Q, BN)
         k = load_turned(K_ptr + qk_off, Kb_ptr + hi * n, g * n, offs_t, offs_n, l, n, cos, sin,
-                        Q, BN)
+                        Q, BN).to(DOT)
         # 4. the decays' gradient from the entering state; the chunk's inputs' parts A k, Aᵀ q
-        tl.store(dC_ptr + (row * NB + nb) * l + offs_t, tl.sum(q * dq, axis=1), mask=mask_t)
-        dq = tl.dot(A, k.to(DOT), acc=dq)
-        dk = tl.dot(tl.trans(A), q.to(DOT), acc=dk)
+        tl.store(dC_ptr + (row * NB + nb) * l + offs_t, tl.sum(q.to(tl.float32) * dq, axis=1),
+                 mask=mask_t)
+        dq = tl.dot(A, k, acc=dq)
+        dk = tl.dot(tl.trans(A), q, acc=dk)
         # 5. dθ of the turning pairs, in-chunk reverse cumsum and total
         if nb * (BN // 2) < na:
-            dth = pair_cross(dq, q, Q, BN) + pair_cross(dk, k, Q, BN)  # (Q, BN/2)
+            dth = pair_cross(dq, q.to(tl.float32), Q, BN) \
+                + pair_cross(dk, k.to(tl.float32), Q, BN)  # (Q, BN/2)
             tl.store(dth_ptr + tj, dth, mask=mask_tj)
             tl.store(dth_tot_ptr + chunk * na + offs_j, tl.sum(dth, axis=0), mask=offs_j < na)
-        # 6. back to the frames of Q and K; the bias sums
-        dq = turn(dq, cos, -sin, Q, BN)
-        dk = turn(dk, cos, -sin, Q, BN)
+        # 6. back to the frames of Q and K; the diagonal there (q̃·k̃ = q·k), from a second read of
+        # the (cached) tiles of K and Q; the bias sums
+        dq = turn(dq, cos, -sin, Q, BN) + diag[:, None] * load_biased(
+            K_ptr + qk_off, Kb_ptr + hi * n, g * n, offs_t, offs_n, l, n)
+        dk = turn(dk, cos, -sin, Q, BN) + diag[:, None] * load_biased(
+            Q_ptr + qk_off, Qb_ptr + hi * n, g * n, offs_t, offs_n, l, n)
         acc_q += dq
         acc_k += dk
         b_offs = ((bi * n_chunks + ci) * h + hi) * n + offs_n

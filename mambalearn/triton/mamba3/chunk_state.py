@@ -14,7 +14,7 @@ with c_t = Σ_{s≤t in c} ADT_s, k̃ = K + K_bias, q̃ = Q + Q_bias and φ the 
 
 The forward's pass is also the one place where the per-step values are computed from the inputs:
 c_t log₂e, the trapezoid weights w_t and γ_t, the local angles φ_t (mod 2π), each chunk's turn Φ_c
-and log-decay c_end are stored (4·(3 + na) bytes per step and head) and every later kernel reads
+and log-decay c_end are stored (12 + 2·na bytes per step and head for bf16) and later kernels read
 them instead of redoing sigmoids, scans and tanh. The backward's pass also applies the gate
 (dz = dout · y · silu′(z), with y the output before the gate that the forward kept).
 """
@@ -46,7 +46,7 @@ def _chunk_state_kernel(
     Y_ptr, Yb_ptr,  # (b, l, g, n) and (h, n): K, K_bias (forward) or Q, Q_bias (backward)
     ADT_ptr, DT_ptr, Trap_ptr, Ang_ptr,  # forward: (b, h, l) ×3 and (b, l, h, na)
     C2_ptr, W_ptr, G_ptr,  # (b, h, l) float32: c_t log₂e, w_t, γ_t (out forward, in backward)
-    Phi_ptr,  # (b, h, l, na) float32: the local angles φ_t (out forward, in backward)
+    Phi_ptr,  # (b, h, l, na): the local angles φ_t (out forward, in backward)
     Turn_ptr, Cend_ptr,  # out, forward: the turn Φ_c (b, h, c, na) and c_end (b, h, c)
     Z_ptr, Ypre_ptr,  # backward with a gate: z and the output before the gate, (b, l, h, p)
     dZ_ptr, dY_ptr,  # out, backward with a gate: dz and dy = dout·silu(z), (b, l, h, p)
@@ -107,10 +107,11 @@ def _chunk_state_kernel(
             if nb * (BN // 2) < na:
                 phi, turned = local_angles(Ang_ptr + (bi * l * h + hi) * na, h * na, offs_t,
                                            offs_j, l, na, dt)
+                phi = phi.to(Phi_ptr.dtype.element_ty)  # the later kernels see the same φ
                 tl.store(phi_ptr + offs_t[:, None] * na + offs_j[None, :], phi,
                          mask=mask_t[:, None] & (offs_j[None, :] < na))
                 tl.store(Turn_ptr + chunk * na + offs_j, turned, mask=offs_j < na)
-                cos, sin = cos_sin(phi)
+                cos, sin = cos_sin(phi.to(tl.float32))
             else:  # no pair of this block turns
                 cos = tl.full([Q, BN // 2], 1.0, tl.float32)
                 sin = tl.zeros([Q, BN // 2], dtype=tl.float32)
@@ -139,14 +140,18 @@ def _launch(x, steps, X, Y, Yb, S, Z, Ypre, dZ, dY, chunk_size, grad, cfg):
 
 def chunk_states(x, chunk_size, cfg=CONFIG):
     """Forward: (S^L (b, h, c, p, n) in V's dtype, steps): ``steps`` holds the per-step values
-    every later kernel reads, float32: C2 = c log₂e, W = w, G = γ (b, h, l), Phi = φ
-    (b, h, l, na), and per chunk Turn = Φ_c (b, h, c, na) and Cend = c_end (b, h, c)."""
+    every later kernel reads: C2 = c log₂e, W = w, G = γ (b, h, l), Phi = φ (b, h, l, na;
+    float16 for bf16 inputs), and per chunk Turn = Φ_c (b, h, c, na) and Cend = c_end (b, h, c);
+    float32 but Phi."""
     V = x["V"]
     b, l, h, p = V.shape
     n, na = x["Q"].shape[3], x["Angles"].shape[3]
     c = triton.cdiv(l, int(chunk_size))
     new = lambda *s: torch.empty(*s, device=V.device, dtype=torch.float32)
-    steps = dict(C2=new(b, h, l), W=new(b, h, l), G=new(b, h, l), Phi=new(b, h, l, na),
+    # φ ∈ [−π, π) in float16 for bf16 inputs: its rounding (≤ 2⁻¹⁰ rad) is below theirs
+    phi = torch.empty(b, h, l, na, device=V.device,
+                      dtype=torch.float16 if V.dtype == torch.bfloat16 else torch.float32)
+    steps = dict(C2=new(b, h, l), W=new(b, h, l), G=new(b, h, l), Phi=phi,
                  Turn=new(b, h, c, na), Cend=new(b, h, c))
     S = torch.empty(b, h, c, p, n, device=V.device, dtype=V.dtype)
     _launch(x, steps, V, x["K"], x["K_bias"], S, None, None, None, None, chunk_size, False, cfg)

@@ -92,6 +92,13 @@ def mod_two_pi(x):
 
 
 @triton.jit
+def wrap(x):
+    """x mod 2π in [−π, π): half the magnitude of ``mod_two_pi``, so twice the precision when
+    stored in float16, and the range where MUFU's cos/sin are most accurate."""
+    return x - TWO_PI * tl.floor(x / TWO_PI + 0.5)
+
+
+@triton.jit
 def chunk_scalars(dt_ptr, adt_ptr, trap_ptr, offs_t, l):
     """Per-step scalars of a chunk: Δ, ADT, λ, γ = λΔ and w = γ + (1 − λ_{t+1})Δ_{t+1}.
 
@@ -118,7 +125,8 @@ def tanh(x):
 
 @triton.jit
 def local_angles(ang_ptr, stride_t, offs_t, offs_j, l, na, dt):
-    """φ_t = Σ_{s≤t in chunk} Δ_s π tanh(a_s) mod 2π, a (Q, J) tile, and the chunk's turn Φ (J,).
+    """φ_t = Σ_{s≤t in chunk} Δ_s π tanh(a_s) mod 2π (in [−π, π)), a (Q, J) tile, and the chunk's
+    turn Φ (J,) mod 2π.
 
     Pairs j ≥ na (not rotated) and steps ≥ l read a = 0, so they do not turn.
     """
@@ -126,7 +134,7 @@ def local_angles(ang_ptr, stride_t, offs_t, offs_j, l, na, dt):
     a = tl.load(ang_ptr + offs_t[:, None] * stride_t + offs_j[None, :], mask=mask,
                 other=0.0).to(tl.float32)
     rate = PI * tanh(a) * dt[:, None]  # (Q, J): the angle step t turns each pair by
-    return mod_two_pi(tl.cumsum(rate, axis=0)), mod_two_pi(tl.sum(rate, axis=0))
+    return wrap(tl.cumsum(rate, axis=0)), mod_two_pi(tl.sum(rate, axis=0))
 
 
 @triton.jit
@@ -147,7 +155,7 @@ def load_angles(phi_ptr, offs_t, nb, l, na, Q: tl.constexpr, BN: tl.constexpr):
     offs_j = nb * (BN // 2) + tl.arange(0, BN // 2)
     if nb * (BN // 2) < na:
         phi = tl.load(phi_ptr + offs_t[:, None] * na + offs_j[None, :],
-                      mask=(offs_t[:, None] < l) & (offs_j[None, :] < na), other=0.0)
+                      mask=(offs_t[:, None] < l) & (offs_j[None, :] < na), other=0.0).to(tl.float32)
         cos, sin = cos_sin(phi)
     else:
         cos = tl.full([Q, BN // 2], 1.0, tl.float32)
@@ -174,14 +182,20 @@ def pair_cross(dx, x, Q: tl.constexpr, N: tl.constexpr):
 
 
 @triton.jit
-def load_turned(ptr, bias_ptr, stride_t, offs_t, offs_n, l, n, cos, sin, Q: tl.constexpr,
-                N: tl.constexpr):
-    """R(φ)(X + bias): a (Q, N) tile of rows t of X, bias added, pairs turned; 0 outside."""
+def load_biased(ptr, bias_ptr, stride_t, offs_t, offs_n, l, n):
+    """X + bias: a (Q, N) tile of rows t of X, float32; 0 outside."""
     mask = (offs_t[:, None] < l) & (offs_n[None, :] < n)
     bias = tl.load(bias_ptr + offs_n, mask=offs_n < n, other=0.0).to(tl.float32)
     x = tl.load(ptr + offs_t[:, None] * stride_t + offs_n[None, :], mask=mask,
                 other=0.0).to(tl.float32)
-    x = tl.where(mask, x + bias[None, :], 0.0)  # bias only where a step exists
+    return tl.where(mask, x + bias[None, :], 0.0)  # bias only where a step exists
+
+
+@triton.jit
+def load_turned(ptr, bias_ptr, stride_t, offs_t, offs_n, l, n, cos, sin, Q: tl.constexpr,
+                N: tl.constexpr):
+    """R(φ)(X + bias): a (Q, N) tile of rows t of X, bias added, pairs turned; 0 outside."""
+    x = load_biased(ptr, bias_ptr, stride_t, offs_t, offs_n, l, n)
     return turn(x, cos, sin, Q, N)
 
 
