@@ -159,7 +159,7 @@ def launch_backward(x, saved, d_out, finals, chunk_size, cfg=CONFIG):
         dY, saved["H"], D, dQ, dK, dQb, dKb, dCq, dth, dth_tot,
         l, c, h, g, p, n, na,
         Q=Qc, BN=BN, NB=NB, P=P, HPP=hpp, DOT=dot,
-        num_warps=cfg["bwd_qk_warps"],
+        num_warps=cfg["bwd_qk_warps"], num_stages=cfg["bwd_qk_stages"],
     )
     # 5. what couples steps: the angles' cumsum over chunks, the trapezoid's two-step weights
     dth_F, dK_last = cont(finals["angle"]), None

@@ -26,7 +26,6 @@ from mambalearn.triton.mamba3.common import (
     causal_decay,
     exp2,
     load_angles,
-    load_biased,
     load_steps,
     load_turned,
     pair_cross,
@@ -106,12 +105,10 @@ def _bwd_qk_kernel(
                 + pair_cross(dk, k.to(tl.float32), Q, BN)  # (Q, BN/2)
             tl.store(dth_ptr + tj, dth, mask=mask_tj)
             tl.store(dth_tot_ptr + chunk * na + offs_j, tl.sum(dth, axis=0), mask=offs_j < na)
-        # 6. back to the frames of Q and K; the diagonal there (q̃·k̃ = q·k), from a second read of
-        # the (cached) tiles of K and Q; the bias sums
-        dq = turn(dq, cos, -sin, Q, BN) + diag[:, None] * load_biased(
-            K_ptr + qk_off, Kb_ptr + hi * n, g * n, offs_t, offs_n, l, n)
-        dk = turn(dk, cos, -sin, Q, BN) + diag[:, None] * load_biased(
-            Q_ptr + qk_off, Qb_ptr + hi * n, g * n, offs_t, offs_n, l, n)
+        # 6. the diagonal (after dθ: it does not depend on θ), back to the frames of Q and K, and
+        # the bias sums
+        dq = turn(dq + diag[:, None] * k.to(tl.float32), cos, -sin, Q, BN)
+        dk = turn(dk + diag[:, None] * q.to(tl.float32), cos, -sin, Q, BN)
         acc_q += dq
         acc_k += dk
         b_offs = ((bi * n_chunks + ci) * h + hi) * n + offs_n

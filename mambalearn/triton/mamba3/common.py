@@ -29,8 +29,8 @@ PI = tl.constexpr(3.141592653589793)  # a global a kernel may read
 TWO_PI = tl.constexpr(6.283185307179586)
 LOG2E = tl.constexpr(1.4426950408889634)
 # The length is a run-time int Triton should not specialise on (it would compile again for every
-# l that is or is not a multiple of 16); the model's sizes (h, p, n, …) keep their specialisation,
-# which lets loads with strides h·p or g·n be vectorised.
+# l that is or is not a multiple of 16); the model's sizes (h, g, p, n, na) are compiled in
+# (tl.constexpr): strides become constants and the masks of full tiles fold away.
 SIZES = ["l", "n_chunks"]
 
 # Launch settings, as data (each launcher takes a ``cfg`` like this one). The warps come from
@@ -44,6 +44,7 @@ CONFIG = dict(
     output_warps=4,  # the forward's outputs
     bwd_v_warps=4,  # dv and the per-step weights' gradients
     bwd_qk_warps=4,  # dq and dk (and dθ), one column block per program
+    bwd_qk_stages=2,  # its loop over heads prefetches the next head's tiles
     heads_per_program=32,  # heads one dq/dk program sums over (GQA), at most,
     min_programs=1024,  # … as long as this many dq/dk programs are left
     steps_warps=4,  # dAngles, dDT, dTrap, dADT
