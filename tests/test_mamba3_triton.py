@@ -221,7 +221,7 @@ def test_siso_step_matches_mamba_ssm(monkeypatch):
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_fwd_bwd_match_mamba_ssm_on_gpu(ref_combined, dtype):
-    """At a model's size (n 128, p 64, q 64, l 1000): the output and every gradient of ours and of
+    """At a model's size (n 128, p 64, q 64, l 1008): the output and every gradient of ours and of
     mamba_ssm against the float64 oracle (chunked autograd) on the same bf16-rounded inputs."""
     from mambalearn.bench.mamba3 import AGREE, agreement
 
