@@ -391,6 +391,41 @@ def sm90_builds(shape=SHAPE, chunk=64, batch=1):
     return rows
 
 
+def sm90_variants(chunk=64):
+    """``sm90_builds`` for the variants the benchmark does not launch (does every one compile?):
+    fp32 (tf32), fp16 and bf16 operands; with and without D, Z, Input_States and the final
+    states' gradients; GQA; n, p that are not powers of two. One row per kernel variant."""
+    from mambalearn.triton.mamba3 import mamba3_siso_combined
+
+    cases = [(torch.bfloat16, dict(b=1, l=200, h=8, g=1, n=128, p=64, na=32), True, False),
+             (torch.float32, dict(b=1, l=70, h=6, g=2, n=40, p=20, na=10), False, True),
+             (torch.float16, dict(b=1, l=70, h=4, g=4, n=16, p=16, na=8), True, True)]
+
+    def work():
+        for dtype, size, DZ, states in cases:
+            kw = inputs(**size, dtype=dtype, device="cpu")
+            if not DZ:
+                kw.update(D=None, Z=None)
+            b, h, p, n, na = (size[k] for k in ("b", "h", "p", "n", "na"))
+            st = [torch.rand(b, h, na), torch.randn(b, h, p, n), torch.randn(b, h, n),
+                  torch.randn(b, h, p)] if states else None
+            x = {k: None if v is None else v.requires_grad_() for k, v in kw.items()}
+            outs = mamba3_siso_combined(**x, Input_States=st, chunk_size=chunk,
+                                        return_final_states=states)
+            sum(o.float().sum() for o in (outs if states else (outs,))).backward()
+
+    rows, seen = [], set()
+    for kernel, args, kwargs in _recorded_launches(work):
+        flags = {k: str(v) for k, v in kwargs.items() if k in ("GRAD", "REVERSE", "DOT", "HAS_D",
+                                                               "HAS_Z", "P", "BN")}
+        key = (kernel.fn.__name__, tuple(flags.items()))
+        if key not in seen:
+            seen.add(key)
+            rows.append(dict(kernel=kernel.fn.__name__, **flags,
+                             **sm90_build(kernel, args, kwargs)))
+    return rows
+
+
 def run(gpu):
     """The bench topic: timings and decode rows (GPU), or one tiny interpreted call (CPU)."""
     from mambalearn.bench import Rows
@@ -410,7 +445,10 @@ def run(gpu):
     return rows
 
 
-if __name__ == "__main__":
+if __name__ == "__main__":  # TRITON_INTERPRET=0 python -m mambalearn.bench.mamba3 --sm90 [--all]
     if "--sm90" in sys.argv:
-        for row in sm90_builds():
-            print("  ".join(f"{k}={v}" for k, v in row.items()), flush=True)
+        chunks = [int(a) for a in sys.argv[sys.argv.index("--sm90") + 1:] if a.isdigit()] or [64]
+        for q in chunks:
+            rows = sm90_variants(q) if "--all" in sys.argv else sm90_builds(chunk=q)
+            for row in rows:
+                print(f"chunk={q}  " + "  ".join(f"{k}={v}" for k, v in row.items()), flush=True)

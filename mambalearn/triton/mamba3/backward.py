@@ -29,7 +29,7 @@ from mambalearn.mamba3.sequential import per_head, rotate_pairs
 from mambalearn.triton.mamba3.backward_qk import _bwd_qk_kernel
 from mambalearn.triton.mamba3.backward_v import _bwd_v_kernel
 from mambalearn.triton.mamba3.chunk_state import state_grads
-from mambalearn.triton.mamba3.common import CONFIG, PI, SIZES, blocks, dot_dtype, tanh
+from mambalearn.triton.mamba3.common import CONFIG, PI, SIZES, blocks, dot_dtype, tanh, warps
 from mambalearn.triton.mamba3.state_passing import pass_state_grads
 
 
@@ -145,7 +145,7 @@ def launch_backward(x, saved, d_out, finals, chunk_size, cfg=CONFIG):
         st["Phi"], dY, D, HD, dV, dW, dG, dCv, dD,
         l, c, h, g, p, n, na,
         Q=Qc, BN=BN, NB=NB, P=P, TILES=HD.shape[-1], HAS_D=x["D"] is not None, DOT=dot,
-        num_warps=cfg["bwd_v_warps"],
+        num_warps=warps(cfg, "bwd_v_warps", Qc),
     )
     # 4. the queries and the keys: a column block and a head block per program; a block of all
     # the heads of a Q/K head writes dQ and dK themselves, smaller ones float32 partial sums
@@ -159,7 +159,7 @@ def launch_backward(x, saved, d_out, finals, chunk_size, cfg=CONFIG):
         dY, saved["H"], D, dQ, dK, dQb, dKb, dCq, dth, dth_tot,
         l, c, h, g, p, n, na,
         Q=Qc, BN=BN, NB=NB, P=P, HPP=hpp, DOT=dot,
-        num_warps=cfg["bwd_qk_warps"], num_stages=cfg["bwd_qk_stages"],
+        num_warps=warps(cfg, "bwd_qk_warps", Qc), num_stages=cfg["bwd_qk_stages"],
     )
     # 5. what couples steps: the angles' cumsum over chunks, the trapezoid's two-step weights
     dth_F, dK_last = cont(finals["angle"]), None

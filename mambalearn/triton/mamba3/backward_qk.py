@@ -97,8 +97,13 @@ def _bwd_qk_kernel(
         # 4. the decays' gradient from the entering state; the chunk's inputs' parts A k, Aᵀ q
         tl.store(dC_ptr + (row * NB + nb) * l + offs_t, tl.sum(q.to(tl.float32) * dq, axis=1),
                  mask=mask_t)
-        dq = tl.dot(A, k, acc=dq)
-        dk = tl.dot(tl.trans(A), q, acc=dk)
+        if DOT == tl.float32:  # the same products transposed: Triton 3.6 cannot build a tf32
+            # wgmma with A from registers and a rotated (joined) B (TritonGPUOptimizeDotOperands)
+            dq += tl.trans(tl.dot(tl.trans(k), tl.trans(A)))
+            dk += tl.trans(tl.dot(tl.trans(q), A))
+        else:
+            dq = tl.dot(A, k, acc=dq)
+            dk = tl.dot(tl.trans(A), q, acc=dk)
         # 5. dθ of the turning pairs, in-chunk reverse cumsum and total
         if nb * (BN // 2) < na:
             dth = pair_cross(dq, q.to(tl.float32), Q, BN) \

@@ -37,6 +37,7 @@ from mambalearn.triton.mamba3.common import (
     load_steps,
     load_turned,
     local_angles,
+    warps,
 )
 
 
@@ -134,7 +135,7 @@ def _launch(x, steps, X, Y, Yb, S, Z, Ypre, dZ, dY, chunk_size, grad, cfg):
         Z, Ypre, dZ, dY, S,
         l, c, h, g, p, n, na,
         Q=Qc, BN=BN, NB=NB, P=P, GRAD=grad, HAS_Z=Z is not None, DOT=dot_dtype(V),
-        num_warps=cfg["chunk_state_warps"],
+        num_warps=warps(cfg, "chunk_state_warps", Qc),
     )
 
 

@@ -222,6 +222,12 @@ def blocks(n, p, chunk_size, cfg):
     return BN, N // BN, P, Q
 
 
+def warps(cfg, key, chunk):
+    """``cfg[key]`` warps for chunks of 64 (or less), twice as many per doubling beyond: the
+    (q × q) tiles grow with q², the registers of a thread must not."""
+    return cfg[key] * max(1, int(chunk) // 64)
+
+
 def dot_dtype(t):
     """The operand dtype of ``tl.dot`` for inputs like ``t``: bf16/fp16 as is, else float32."""
     import torch

@@ -32,6 +32,7 @@ from mambalearn.triton.mamba3.common import (
     load_angles,
     load_steps,
     load_turned,
+    warps,
 )
 from mambalearn.triton.mamba3.state_passing import pass_states
 
@@ -126,7 +127,7 @@ def launch_forward(x, chunk_size, save, return_final, cfg=CONFIG):
         l, c, h, g, p, n, na,
         Q=Qc, BN=BN, NB=NB, P=P, HAS_D=x["D"] is not None, HAS_Z=x["Z"] is not None,
         DOT=dot_dtype(V),
-        num_warps=cfg["output_warps"],
+        num_warps=warps(cfg, "output_warps", Qc),
     )
     r = dict(out=out, H=H, steps=steps, theta_final=theta_final, y_pre=y_pre)
     if return_final:  # the last step's k, turned by the final angle: the next call's k_prev
