@@ -13,6 +13,7 @@ from mambalearn.bench.mamba3 import load, patch_bf16_dot
 from mambalearn.mamba3 import step as S
 from mambalearn.testing import assert_close, dot_dtype, rel_error
 from mambalearn.triton.mamba3 import mamba3_mimo_step, mamba3_siso_combined, mamba3_siso_step
+from mambalearn.triton.mamba3.common import CONFIG
 from tests.test_mamba3 import NAMES, make
 
 GPU = torch.cuda.is_available()
@@ -45,18 +46,20 @@ def oracle(kw, **extra):
     return mamba3.mamba3_siso_sequential(**d, **extra)
 
 
-def grads(fn, kw, seed, **extra):
-    """Gradients of a fixed random projection of every output w.r.t. every input."""
-    x = {k: v.detach().clone().requires_grad_() for k, v in kw.items()
+def grads(fn, kw, seed, final=True, **extra):
+    """Gradients of a fixed random projection of every output (all five with ``final``, else the
+    output alone) w.r.t. every input (None for an input that is None)."""
+    x = {k: None if v is None else v.detach().clone().requires_grad_() for k, v in kw.items()
          if k != "Input_States"}
     st = None
     if "Input_States" in kw:
         st = tuple(s.detach().clone().requires_grad_() for s in kw["Input_States"])
-    outs = fn(**x, Input_States=st, return_final_states=True, **extra)
+    outs = fn(**x, Input_States=st, return_final_states=final, **extra)
     g = torch.Generator().manual_seed(seed)
     sum((o.double() * torch.randn(o.shape, generator=g, dtype=torch.float64).to(o.device)).sum()
-        for o in outs).backward()
-    return [x[k].grad for k in NAMES] + ([] if st is None else [s.grad for s in st])
+        for o in (outs if final else (outs,))).backward()
+    return [None if x[k] is None else x[k].grad for k in NAMES] + \
+        ([] if st is None else [s.grad for s in st])
 
 
 @pytest.mark.parametrize("size", [
@@ -85,6 +88,40 @@ def test_backward_matches_autograd_of_the_oracle():
     got = grads(mamba3_siso_combined, on(kw), seed=1, chunk_size=16)
     for name, a, b in zip(NAMES + ("angle0", "ssm0", "k0", "v0"), got, want, strict=True):
         close(a, b, grad=True, msg=f"d{name}")
+
+
+# The launch settings change how the work is cut, never the result: state columns in blocks of 16
+# (n = 40: four blocks, the second with two turning pairs, the last two with none), several
+# programs per state row block, and dq/dk programs that walk some (partial sums) or all heads of a
+# Q/K head (dQ, dK written in place).
+SPLITS = [dict(col_block=16, chunk_state_col_block=16, state_rows=4, heads_per_program=2,
+               min_programs=1),
+          dict(col_block=32, chunk_state_col_block=16, state_rows=8, heads_per_program=32,
+               min_programs=1)]
+
+
+@pytest.mark.parametrize("cfg", SPLITS)
+def test_forward_and_backward_under_other_splits(cfg, monkeypatch):
+    for key, value in cfg.items():
+        monkeypatch.setitem(CONFIG, key, value)
+    kw = make(b=1, l=45, h=6, g=2, n=40, p=20, na=10, states=True)  # fresh random inputs
+    close(mamba3_siso_combined(**on(kw), chunk_size=16), oracle(on(kw)))
+    want = grads(mamba3.mamba3_siso_chunked, kw, seed=2, chunk_size=7)
+    got = grads(mamba3_siso_combined, on(kw), seed=2, chunk_size=16)
+    for name, a, b in zip(NAMES + ("angle0", "ssm0", "k0", "v0"), got, want, strict=True):
+        close(a, b, grad=True, msg=f"d{name}")
+
+
+def test_backward_without_D_Z_final_states_or_angles_and_chunk_32():
+    kw = make(b=2, l=50, h=2, g=2, n=8, p=16, na=1)  # one turning pair; 2 chunks of 32
+    kw.update(D=None, Z=None)
+    got = grads(mamba3_siso_combined, on(kw), seed=3, final=False, chunk_size=32)
+    want = grads(mamba3.mamba3_siso_chunked, kw, seed=3, final=False, chunk_size=9)
+    for name, a, b in zip(NAMES, got, want, strict=True):
+        if b is None:
+            assert a is None, name
+        else:
+            close(a, b, grad=True, msg=f"d{name}")
 
 
 def test_bfloat16_inputs(monkeypatch):
@@ -184,7 +221,7 @@ def test_siso_step_matches_mamba_ssm(monkeypatch):
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_fwd_bwd_match_mamba_ssm_on_gpu(ref_combined, dtype):
-    """At a model's size (n 128, p 64, q 64, l 1000): the output and every gradient of ours and of
+    """At a model's size (n 128, p 64, q 64, l 1008): the output and every gradient of ours and of
     mamba_ssm against the float64 oracle (chunked autograd) on the same bf16-rounded inputs."""
     from mambalearn.bench.mamba3 import AGREE, agreement
 

@@ -1,9 +1,11 @@
 """Bench topic ``mamba3``: chapter 15's kernels against mamba_ssm's own Mamba-3 Triton kernels.
 
-Rows: forward and forward+backward of ``mamba3_siso_combined`` (ours at chunk 32 and 64, theirs at
-64, bf16, b8 l2048 h32 p64 n128, one Q/K head, 32 angles, with D and Z), their agreement with
-the float64 oracle, and the decode steps — SISO ours and theirs, MIMO ours at ranks 1–8 (mamba_ssm's
-MIMO step is CuTe DSL, not runnable here) — with bytes, FLOPs and the byte floor of each.
+Rows: forward and forward+backward of ``mamba3_siso_combined`` (ours and theirs at chunk 64,
+bf16, b8 l2048 h32 p64 n128, one Q/K head, 32 angles, with D and Z), their agreement with the
+float64 oracle, and the decode steps — SISO ours and theirs, MIMO ours at ranks 1–8 (mamba_ssm's
+MIMO step is CuTe DSL, not runnable here) — with the floor of each (``mamba3_cost``). Without a
+GPU, ``sm90_builds`` compiles every kernel of ours for sm_90 and reports registers and spills
+(``TRITON_INTERPRET=0 python -m mambalearn.bench.mamba3 --sm90``).
 
 Loading mamba_ssm's kernels (``load``): on a GPU ``_reference.load``, with each autotuner cut to
 the configs with num_stages 2, num_warps 4 or 8, no maxnreg and chunk 64 where the chunk is tuned
@@ -75,8 +77,9 @@ def _cpu_utils():
     return mod
 
 
-def patch_bf16_dot(monkeypatch):
-    """Make the interpreter's tl.dot widen bfloat16 operands to float32 (triton 3.6–3.9 bug)."""
+def patch_bf16_dot(monkeypatch=None):
+    """Make the interpreter's tl.dot widen bfloat16 operands to float32 (triton 3.6–3.9 bug),
+    within pytest's ``monkeypatch`` (or for good without one)."""
     from triton.runtime import interpreter as I
 
     original = I.InterpreterBuilder.create_dot
@@ -89,7 +92,8 @@ def patch_bf16_dot(monkeypatch):
             return x
         return original(self, widen(a), widen(b), d, input_precision, max_num_imprecise_acc)
 
-    monkeypatch.setattr(I.InterpreterBuilder, "create_dot", create_dot)
+    (monkeypatch.setattr if monkeypatch else setattr)(I.InterpreterBuilder, "create_dot",
+                                                       create_dot)
 
 
 def load(name="mamba3_siso_combined", module="mamba3_siso_combined"):
@@ -124,11 +128,13 @@ def trim(mod, keep=None):
 
 
 # ---------------------------------------------------------------------------------------------
-# shapes, inputs, the measurements
+# shapes, inputs, the floors
 
 SHAPE = dict(b=8, l=2048, h=32, g=1, n=128, p=64, na=32)  # mamba_ssm's tuned case, 32 angles
 DECODE = dict(b=64, h=64, p=64, n=128)  # state 134 MB float32
-AGREE = dict(b=2, l=1000, h=16, g=1, n=128, p=64, na=32)  # l = 1000: a partial last chunk
+# l = 1008 = 15·64 + 48: a partial last chunk, yet l a multiple of 16 and h, g, n, p, na as in
+# SHAPE, so that neither side compiles its kernels again for the timings
+AGREE = dict(b=2, l=1008, h=32, g=1, n=128, p=64, na=32)
 
 
 def inputs(b, l, h, g, n, p, na, dtype=torch.bfloat16, device=None, seed=0, grad=False):
@@ -145,12 +151,34 @@ def inputs(b, l, h, g, n, p, na, dtype=torch.bfloat16, device=None, seed=0, grad
     return {k: v.requires_grad_(grad) for k, v in kw.items()}
 
 
-def scan_cost(b, l, h, g, n, p, na, in_bytes=2):
-    """Bytes a fused forward must move: Q, K, V, Z, Trap, Angles in, out written; ADT, DT fp32."""
+def mamba3_cost(b, l, h, g, n, p, na, chunk=64, backward=False, in_bytes=2):
+    """What any Mamba-3 SISO forward (+ backward) must do (bench/NOTES_mamba3.md):
+
+    bytes    Q, K, V, Z, Trap, Angles read once (``in_bytes``), ADT, DT (fp32), out written;
+             backward: the inputs and dout read again, dQ, dK, dV, dZ, dAngles, dTrap (and dADT,
+             dDT fp32) written — nothing else (a perfect recomputation)
+    matmuls  on full (q × q) chunk tiles, per token and head: q kᵀ, (·) v, q Hᵀ and the chunk
+             state, 2q(n + p) + 4pn; backward dq, dk, s (q²n), dv, dP (q²p), dq, dk, dv, dS (pn)
+    exps     the decays (q per token), cos, sin, tanh of the angles (3 na)
+    """
     from mambalearn.roofline import Cost
 
-    elems = 2 * b * l * g * n + 3 * b * l * h * p + b * l * h * na + b * h * l
-    return Cost(bytes=in_bytes * elems + 8 * b * h * l)
+    tokens = b * l * h
+    per_in = 2 * b * l * g * n + 3 * b * l * h * p + b * l * h * na + b * h * l  # in_bytes each
+    fwd = Cost(bytes=in_bytes * per_in + 8 * b * h * l,
+               matmul_flops=tokens * (2 * chunk * (n + p) + 4 * p * n),
+               exps=tokens * (chunk + 3 * na))
+    if not backward:
+        return fwd
+    bwd_bytes = in_bytes * (2 * per_in + b * l * h * p) + 16 * b * h * l
+    return Cost(bytes=fwd.bytes + bwd_bytes,
+                matmul_flops=fwd.matmul_flops + tokens * 2 * (3 * chunk * n + 2 * chunk * p
+                                                              + 4 * p * n),
+                exps=2 * fwd.exps)
+
+
+# ---------------------------------------------------------------------------------------------
+# the measurements
 
 
 def _fwd_bwd(fn, kw, chunk):
@@ -160,15 +188,17 @@ def _fwd_bwd(fn, kw, chunk):
     return run
 
 
-def timings(shape=SHAPE, chunks=(32, 64), theirs=None):
-    """Rows of forward and forward+backward milliseconds, ours at ``chunks`` and mamba_ssm's."""
+def timings(shape=SHAPE, chunks=(64,), theirs=None):
+    """Rows of forward and forward+backward milliseconds, ours at ``chunks`` and mamba_ssm's at
+    64, with the share of the floor (``mamba3_cost``) each reaches."""
     from mambalearn.roofline import floor
     from mambalearn.timing import time_ms
     from mambalearn.triton.mamba3 import mamba3_siso_combined
 
     kw = inputs(**shape, grad=True)
     name = "b{b} l{l} h{h} p{p} n{n}".format(**shape)
-    byte_floor = floor(scan_cost(**shape))["floor_ms"]
+    floors = {what: floor(mamba3_cost(**shape, backward=what == "fwd+bwd"))["floor_ms"]
+              for what in ("fwd", "fwd+bwd")}
     rows, ref_ms = [], {}
     backends = [("mamba_ssm", theirs, 64)] if theirs else []
     backends += [(f"ours q{c}", mamba3_siso_combined, c) for c in chunks]
@@ -180,8 +210,7 @@ def timings(shape=SHAPE, chunks=(32, 64), theirs=None):
             ref_ms.setdefault(what, ms if backend == "mamba_ssm" else None)
             ratio = ms / ref_ms[what] if ref_ms.get(what) else None
             rows.append(dict(topic="mamba3", backend=f"{backend} {what}", shape=name, ms=ms,
-                             ratio=ratio, floor_pct=100 * byte_floor / ms if what == "fwd"
-                             else None))
+                             ratio=ratio, floor_pct=100 * floors[what] / ms))
     return rows
 
 
@@ -213,6 +242,29 @@ def agreement(shape, dtype, theirs=None, chunk=64):
     return rows
 
 
+def decode_inputs(shape=DECODE, rank=None, device=None):
+    """Arguments of one decode step: SISO (``rank`` None: mamba3_siso_step's, the cache
+    included) or MIMO of ``rank`` (mamba3_mimo_step's but the state)."""
+    b, h, p, n = shape["b"], shape["h"], shape["p"], shape["n"]
+    na = min(32, n // 2)  # 32 angles, as the scan's shape
+    if rank is None:
+        kw = inputs(b, 1, h, 1, n, p, na, device=device)
+        one = {k: (v[:, 0] if k in ("Q", "K", "V", "Angles", "Z") else
+                   v[..., 0] if k in ("ADT", "DT", "Trap") else v) for k, v in kw.items()}
+        dev = one["V"].device
+        one["Input_States"] = [torch.zeros(b, h, na, device=dev),
+                               torch.randn(b, h, p, n, device=dev),
+                               torch.randn(b, h, n, device=dev), torch.randn(b, h, p, device=dev)]
+        return one
+    dev = device or ("cuda" if torch.cuda.is_available() else "cpu")
+    m = lambda *s: torch.randn(*s, device=dev, dtype=torch.bfloat16)
+    r = rank
+    return dict(Bstate=m(b, r, h, n), Xstate=m(b, h, p), A=-torch.rand(b, h, device=dev),
+                B=m(b, r, h, n), C=m(b, r, h, n), D=torch.randn(h, device=dev), x=m(b, h, p),
+                dt=torch.rand(b, h, device=dev), trap=torch.rand(b, h, device=dev),
+                xproj=m(r, h, p), outproj=m(r, h, p), z=m(b, h, p), zproj=m(r, h, p))
+
+
 def decode(shape=DECODE, ranks=(1, 2, 4, 8), theirs_step=None):
     """Rows of decode-step milliseconds: SISO ours (and mamba_ssm's), MIMO ours at ``ranks``."""
     from mambalearn.mamba3.step import decode_cost
@@ -222,35 +274,155 @@ def decode(shape=DECODE, ranks=(1, 2, 4, 8), theirs_step=None):
 
     b, h, p, n = shape["b"], shape["h"], shape["p"], shape["n"]
     name = f"b{b} h{h} p{p} n{n}"
-    kw = inputs(b, 1, h, 1, n, p, 32)
-    one = {k: (v[:, 0] if k in ("Q", "K", "V", "Angles", "Z") else
-               v[..., 0] if k in ("ADT", "DT", "Trap") else v) for k, v in kw.items()}
-    dev = one["V"].device
-    states = [torch.zeros(b, h, 32, device=dev), torch.randn(b, h, p, n, device=dev),
-              torch.randn(b, h, n, device=dev), torch.randn(b, h, p, device=dev)]
+    one = decode_inputs(shape)
     rows = []
     siso = decode_cost(b, h, p, n)
     backends = [("mamba_ssm siso", theirs_step)] if theirs_step else []
     ref = None
     for backend, fn in backends + [("ours siso", mamba3_siso_step)]:
-        ms = time_ms(lambda fn=fn: fn(**one, Input_States=states))
+        ms = time_ms(lambda fn=fn: fn(**one))
         ref = ref or ms  # mamba_ssm's, when it ran first
         rows.append(dict(topic="mamba3", backend=backend, shape=name, ms=ms,
                          ratio=ms / ref if theirs_step and backend.startswith("ours") else None,
                          floor_pct=100 * floor(siso)["floor_ms"] / ms,
                          gflops=siso.flops / ms / 1e6, intensity=siso.intensity))
-    state = torch.randn(b, h, p, n, device=dev)
+    state = torch.randn(b, h, p, n, device=one["V"].device)
     for r in ranks:
         cost = decode_cost(b, h, p, n, rank=r)
-        m = lambda *s: torch.randn(*s, device=dev, dtype=torch.bfloat16)
-        a = dict(Bstate=m(b, r, h, n), Xstate=m(b, h, p), A=-torch.rand(b, h, device=dev),
-                 B=m(b, r, h, n), C=m(b, r, h, n), D=torch.randn(h, device=dev), x=m(b, h, p),
-                 dt=torch.rand(b, h, device=dev), trap=torch.rand(b, h, device=dev),
-                 xproj=m(r, h, p), outproj=m(r, h, p), z=m(b, h, p), zproj=m(r, h, p))
+        a = decode_inputs(shape, rank=r)
         ms = time_ms(lambda a=a: mamba3_mimo_step(state, **a))
         rows.append(dict(topic="mamba3", backend=f"ours mimo r{r}", shape=name, ms=ms,
                          floor_pct=100 * floor(cost)["floor_ms"] / ms,
                          gflops=cost.flops / ms / 1e6, intensity=cost.intensity))
+    return rows
+
+
+# ---------------------------------------------------------------------------------------------
+# offline sm_90 builds: what each kernel of ours costs in registers, without a GPU
+
+KERNEL_MODULES = ("chunk_state", "state_passing", "forward", "backward_v", "backward_qk",
+                  "backward", "step")
+
+
+def _recorded_launches(fn):
+    """Run ``fn`` with every kernel of ours replaced by a recorder: [(kernel, args, kwargs)]."""
+    calls, saved = [], []
+
+    class Recorder:
+        def __init__(self, kernel):
+            self.kernel = kernel
+
+        def __getitem__(self, grid):
+            return lambda *a, **k: calls.append((self.kernel, a, k))
+
+    for mod in (importlib.import_module(f"mambalearn.triton.mamba3.{m}") for m in KERNEL_MODULES):
+        for name, obj in vars(mod).items():
+            if isinstance(obj, triton.runtime.jit.JITFunction) and name.endswith("_kernel"):
+                saved.append((mod, name, obj))
+    try:
+        for mod, name, obj in saved:
+            setattr(mod, name, Recorder(obj))
+        fn()
+    finally:
+        for mod, name, obj in saved:
+            setattr(mod, name, obj)
+    return calls
+
+
+def sm90_build(kernel, args, kwargs):
+    """Compile one launch for sm_90 as Triton's launcher would (its own binder specialises the
+    arguments) and read the cubin: registers, stack (spills), shared memory, SASS counts."""
+    import os
+    import re
+    import subprocess
+    import tempfile
+
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource, make_backend
+    from triton.runtime.jit import create_function_from_signature
+
+    target = GPUTarget("cuda", 90, 32)
+    backend = make_backend(target)
+    binder = create_function_from_signature(kernel.signature, kernel.params, backend)
+    bound, spec, options = binder(*args, **kwargs)
+    options, signature, constexprs, attrs = kernel._pack_args(backend, kwargs, bound, spec,
+                                                              options)
+    k = triton.compile(ASTSource(kernel, signature, constexprs, attrs), target=target,
+                       options=options.__dict__)
+    tool = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+        f.write(k.asm["cubin"])
+        f.flush()
+        usage = subprocess.run([tool, "-res-usage", f.name], capture_output=True, text=True).stdout
+        sass = subprocess.run([tool, "-sass", f.name], capture_output=True, text=True).stdout
+    res = dict(re.findall(r"\b(REG|STACK):(\d+)", usage))
+    ops = re.findall(r"/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_]*)", sass)
+    return dict(regs=int(res["REG"]), stack=int(res["STACK"]), smem=k.metadata.shared,
+                warps=options.num_warps, sass=len(ops), mufu=ops.count("MUFU"),
+                spill_ops=ops.count("LDL") + ops.count("STL"))
+
+
+def sm90_builds(shape=SHAPE, chunk=64, batch=1):
+    """Every kernel variant a bf16 forward + backward of ours at ``shape`` (batch cut to
+    ``batch``: the build does not depend on it) and the decode steps launch, built for sm_90:
+    one row each (``sm90_build``). Needs TRITON_INTERPRET=0 (a CPU is enough)."""
+    from mambalearn.triton.mamba3 import mamba3_mimo_step, mamba3_siso_combined, mamba3_siso_step
+
+    if _device.interpreted():
+        raise RuntimeError("sm90_builds compiles for a GPU: start Python with TRITON_INTERPRET=0")
+    kw = inputs(**dict(shape, b=batch), device="cpu", grad=True)
+    dec = dict(DECODE, b=batch)
+
+    def work():
+        _fwd_bwd(mamba3_siso_combined, kw, chunk)()
+        mamba3_siso_step(**decode_inputs(dec, device="cpu"))
+        state = torch.zeros(batch, dec["h"], dec["p"], dec["n"])
+        for r in (1, 4):
+            mamba3_mimo_step(state, **decode_inputs(dec, rank=r, device="cpu"))
+
+    rows, seen = [], set()
+    for kernel, args, kwargs in _recorded_launches(work):
+        flags = {k: v for k, v in kwargs.items() if k in ("GRAD", "REVERSE", "R")}
+        key = (kernel.fn.__name__, tuple(flags.items()))
+        if key not in seen:
+            seen.add(key)
+            rows.append(dict(kernel=kernel.fn.__name__, **flags,
+                             **sm90_build(kernel, args, kwargs)))
+    return rows
+
+
+def sm90_variants(chunk=64):
+    """``sm90_builds`` for the variants the benchmark does not launch (does every one compile?):
+    fp32 (tf32), fp16 and bf16 operands; with and without D, Z, Input_States and the final
+    states' gradients; GQA; n, p that are not powers of two. One row per kernel variant."""
+    from mambalearn.triton.mamba3 import mamba3_siso_combined
+
+    cases = [(torch.bfloat16, dict(b=1, l=200, h=8, g=1, n=128, p=64, na=32), True, False),
+             (torch.float32, dict(b=1, l=70, h=6, g=2, n=40, p=20, na=10), False, True),
+             (torch.float16, dict(b=1, l=70, h=4, g=4, n=16, p=16, na=8), True, True)]
+
+    def work():
+        for dtype, size, DZ, states in cases:
+            kw = inputs(**size, dtype=dtype, device="cpu")
+            if not DZ:
+                kw.update(D=None, Z=None)
+            b, h, p, n, na = (size[k] for k in ("b", "h", "p", "n", "na"))
+            st = [torch.rand(b, h, na), torch.randn(b, h, p, n), torch.randn(b, h, n),
+                  torch.randn(b, h, p)] if states else None
+            x = {k: None if v is None else v.requires_grad_() for k, v in kw.items()}
+            outs = mamba3_siso_combined(**x, Input_States=st, chunk_size=chunk,
+                                        return_final_states=states)
+            sum(o.float().sum() for o in (outs if states else (outs,))).backward()
+
+    rows, seen = [], set()
+    for kernel, args, kwargs in _recorded_launches(work):
+        flags = {k: str(v) for k, v in kwargs.items() if k in ("GRAD", "REVERSE", "DOT", "HAS_D",
+                                                               "HAS_Z", "P", "BN")}
+        key = (kernel.fn.__name__, tuple(flags.items()))
+        if key not in seen:
+            seen.add(key)
+            rows.append(dict(kernel=kernel.fn.__name__, **flags,
+                             **sm90_build(kernel, args, kwargs)))
     return rows
 
 
@@ -271,3 +443,12 @@ def run(gpu):
                                                                  "mamba3_siso_step")):
         rows.append(row)
     return rows
+
+
+if __name__ == "__main__":  # TRITON_INTERPRET=0 python -m mambalearn.bench.mamba3 --sm90 [--all]
+    if "--sm90" in sys.argv:
+        chunks = [int(a) for a in sys.argv[sys.argv.index("--sm90") + 1:] if a.isdigit()] or [64]
+        for q in chunks:
+            rows = sm90_variants(q) if "--all" in sys.argv else sm90_builds(chunk=q)
+            for row in rows:
+                print(f"chunk={q}  " + "  ".join(f"{k}={v}" for k, v in row.items()), flush=True)

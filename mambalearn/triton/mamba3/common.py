@@ -1,24 +1,102 @@
-"""What the Mamba-3 forward and backward kernels both compute for one chunk of one (batch, head).
+"""What every Mamba-3 SISO kernel computes for one chunk of one (batch, head), and their settings.
 
-The n state columns come in pairs (2j, 2j+1), the real and imaginary parts of n/2 complex numbers
-(chapter 15): every kernel loads the even and the odd columns as two (q, J) tiles, so a rotation
-is four multiplies and no shuffle, and every product over n is two ``tl.dot`` of depth J = n/2.
+**Local frames.** Inside chunk c the angles are θ_t = θ_c + φ_t, with θ_c the angle before the
+chunk and φ_t = Σ_{s≤t in c} Δ_s π tanh(Angles_s) the chunk's own turn so far. Rotations of pairs
+commute, so q_t·k_s = (R(φ_t) q̃_t)·(R(φ_s) k̃_s): everything inside a chunk only needs the
+*local* angles φ. The starting angle θ_c only turns the state handed between chunks, which is
+therefore kept in the frame of the chunk it enters,
 
-Inputs are contiguous (the launcher makes them so) in mamba_ssm's layouts:
-Q, K (b, l, g, n); V, Z (b, l, h, p); ADT, DT, Trap (b, h, l); Q_bias, K_bias (h, n);
-Angles (b, l, h, na).
+    H^L_c = H_c R(θ_c)       (each row's pairs turned by −θ_c)
+
+and ``state_passing`` turns it on by the chunk's total Φ_c. So no chunk waits for the angles of
+the chunks before it, and every kernel but the state passing runs a program per chunk.
+
+A (q, n) tile of Q or K is loaded contiguously and split into its even and odd columns by a
+reshape (q, n/2, 2): the pairs (2j, 2j+1) are the real and imaginary parts of n/2 complex
+numbers (chapter 15), so a rotation is four multiplies on registers and every product over n is
+one ``tl.dot``. The n columns are taken BN at a time (``col_block``; pairs never straddle a block),
+which halves what a program holds at n = 128 and lets blocks without turning pairs skip the
+angles. Layouts are mamba_ssm's: Q, K (b, l, g, n); V, Z (b, l, h, p); ADT, DT, Trap
+(b, h, l); Q_bias, K_bias (h, n); Angles (b, l, h, na).
 """
 
 import triton
 import triton.language as tl
 
-from mambalearn import device  # noqa: F401  (TRITON_INTERPRET before @triton.jit)
+from mambalearn import device
 
 PI = tl.constexpr(3.141592653589793)  # a global a kernel may read
+TWO_PI = tl.constexpr(6.283185307179586)
+LOG2E = tl.constexpr(1.4426950408889634)
 # The length is a run-time int Triton should not specialise on (it would compile again for every
-# l that is or is not a multiple of 16); the model's sizes (h, p, n, …) keep their specialisation,
-# which lets loads with strides h·p or g·n be vectorised.
+# l that is or is not a multiple of 16); the model's sizes (h, g, p, n, na) are compiled in
+# (tl.constexpr): strides become constants and the masks of full tiles fold away.
 SIZES = ["l", "n_chunks"]
+
+# Launch settings, as data (each launcher takes a ``cfg`` like this one). The warps come from
+# offline sm_90 builds at the benchmark shape (bench/NOTES_mamba3.md has the register counts).
+CONFIG = dict(
+    col_block=32,  # state columns (n) a kernel holds at once: BN, a power of two ≥ 16
+    chunk_state_col_block=64,  # the same for the chunk-state kernel (which holds less else)
+    chunk_state_warps=4,  # chunk states (forward) and state gradients (backward)
+    state_rows=8,  # rows of the (p × n) state per state-passing program
+    state_warps=2,
+    output_warps=4,  # the forward's outputs
+    bwd_v_warps=4,  # dv and the per-step weights' gradients
+    bwd_qk_warps=4,  # dq and dk (and dθ), one column block per program
+    bwd_qk_stages=2,  # its loop over heads prefetches the next head's tiles
+    heads_per_program=32,  # heads one dq/dk program sums over (GQA), at most,
+    min_programs=1024,  # … as long as this many dq/dk programs are left
+    steps_warps=4,  # dAngles, dDT, dTrap, dADT
+)
+
+# On a GPU, cos, sin and 2^x come straight from the special-function unit (one MUFU instruction
+# each; |error| < 2⁻²⁰ for cos/sin on |x| ≤ 100π, relative 2⁻²² for 2^x) instead of libdevice's
+# ~40-instruction cos/sin and tl.exp's five (range checks for denormals, which we flush to 0).
+if device.interpreted():
+    @triton.jit
+    def cos_sin(x):
+        """(cos x, sin x) in float32."""
+        return tl.cos(x), tl.sin(x)
+
+    @triton.jit
+    def exp2(x):
+        """2^x in float32."""
+        return tl.exp2(x)
+else:
+    @triton.jit
+    def cos_sin(x):
+        """(cos x, sin x) in float32, by MUFU.COS / MUFU.SIN."""
+        c = tl.inline_asm_elementwise("cos.approx.f32 $0, $1;", "=f,f", [x], dtype=tl.float32,
+                                      is_pure=True, pack=1)
+        s = tl.inline_asm_elementwise("sin.approx.f32 $0, $1;", "=f,f", [x], dtype=tl.float32,
+                                      is_pure=True, pack=1)
+        return c, s
+
+    @triton.jit
+    def exp2(x):
+        """2^x in float32, by MUFU.EX2 (denormal results flushed to 0)."""
+        return tl.inline_asm_elementwise("ex2.approx.ftz.f32 $0, $1;", "=f,f", [x],
+                                         dtype=tl.float32, is_pure=True, pack=1)
+
+
+@triton.jit
+def exp(x):
+    """e^x = 2^{x log₂e}."""
+    return exp2(x * LOG2E)
+
+
+@triton.jit
+def mod_two_pi(x):
+    """x mod 2π in [0, 2π): cos and sin stay accurate however far the angles run."""
+    return x - TWO_PI * tl.floor(x / TWO_PI)
+
+
+@triton.jit
+def wrap(x):
+    """x mod 2π in [−π, π): half the magnitude of ``mod_two_pi``, so twice the precision when
+    stored in float16, and the range where MUFU's cos/sin are most accurate."""
+    return x - TWO_PI * tl.floor(x / TWO_PI + 0.5)
 
 
 @triton.jit
@@ -41,53 +119,117 @@ def chunk_scalars(dt_ptr, adt_ptr, trap_ptr, offs_t, l):
 
 
 @triton.jit
-def chunk_angles(ang_ptr, stride_ang_t, offs_t, offs_j, l, na, dt, theta0):
-    """θ_t = θ₀ + Σ_{s≤t in chunk} Δ_s π tanh(a_s), mod 2π, for a (q, J) tile; also the raw a.
+def tanh(x):
+    """tanh x = 1 − 2 / (e^{2x} + 1) (exact at ±∞: e^{2x} → ∞ or 0)."""
+    return 1.0 - 2.0 / (exp(2.0 * x) + 1.0)
 
-    Pairs j ≥ na (not rotated) read a = 0, so their θ stays 0. Returns (theta, tanh_a, chunk_sum).
+
+@triton.jit
+def local_angles(ang_ptr, stride_t, offs_t, offs_j, l, na, dt):
+    """φ_t = Σ_{s≤t in chunk} Δ_s π tanh(a_s) mod 2π (in [−π, π)), a (Q, J) tile, and the chunk's
+    turn Φ (J,) mod 2π.
+
+    Pairs j ≥ na (not rotated) and steps ≥ l read a = 0, so they do not turn.
     """
     mask = (offs_t[:, None] < l) & (offs_j[None, :] < na)
-    a = tl.load(ang_ptr + offs_t[:, None] * stride_ang_t + offs_j[None, :], mask=mask,
+    a = tl.load(ang_ptr + offs_t[:, None] * stride_t + offs_j[None, :], mask=mask,
                 other=0.0).to(tl.float32)
-    tanh_a = 2.0 * tl.sigmoid(2.0 * a) - 1.0  # tanh, through the sigmoid Triton has everywhere
-    rate = PI * tanh_a * dt[:, None]  # (q, J): the angle step t turns each pair by
-    theta = theta0[None, :] + tl.cumsum(rate, axis=0)
-    theta = theta - 2.0 * PI * tl.floor(theta / (2.0 * PI))  # mod 2π: cos/sin stay accurate
-    return theta, tanh_a, tl.sum(rate, axis=0)
+    rate = PI * tanh(a) * dt[:, None]  # (Q, J): the angle step t turns each pair by
+    return wrap(tl.cumsum(rate, axis=0)), mod_two_pi(tl.sum(rate, axis=0))
 
 
 @triton.jit
-def load_pairs(ptr, bias_ptr, stride_t, offs_t, offs_j, l, half):
-    """The even and odd columns of a (q, n) tile plus its bias (h, n) row; 0 beyond l or n/2."""
-    mask = (offs_t[:, None] < l) & (offs_j[None, :] < half)
-    base = ptr + offs_t[:, None] * stride_t + 2 * offs_j[None, :]
-    be = tl.load(bias_ptr + 2 * offs_j, mask=offs_j < half, other=0.0).to(tl.float32)
-    bo = tl.load(bias_ptr + 2 * offs_j + 1, mask=offs_j < half, other=0.0).to(tl.float32)
-    xe = tl.load(base, mask=mask, other=0.0).to(tl.float32) + be[None, :]
-    xo = tl.load(base + 1, mask=mask, other=0.0).to(tl.float32) + bo[None, :]
-    return tl.where(mask, xe, 0.0), tl.where(mask, xo, 0.0)  # bias only where a step exists
+def load_steps(c2_ptr, w_ptr, g_ptr, offs_t, l):
+    """The per-step values the forward's first pass stored, for rows ``offs_t`` of one
+    (batch, head): c_t log₂e (c_t = Σ_{s≤t in chunk} ADT_s), w_t and γ_t; 0 beyond l."""
+    mask_t = offs_t < l
+    c2 = tl.load(c2_ptr + offs_t, mask=mask_t, other=0.0)
+    w = tl.load(w_ptr + offs_t, mask=mask_t, other=0.0)
+    gamma = tl.load(g_ptr + offs_t, mask=mask_t, other=0.0)
+    return c2, w, gamma
 
 
 @triton.jit
-def rotate(xe, xo, cos, sin):
-    """(x_e, x_o) turned by θ: x_e + i x_o ↦ e^{iθ}(x_e + i x_o)."""
-    return xe * cos - xo * sin, xe * sin + xo * cos
+def load_angles(phi_ptr, offs_t, nb, l, na, Q: tl.constexpr, BN: tl.constexpr):
+    """(cos φ, sin φ), (Q, BN/2), of the pairs of column block ``nb`` from the stored local angles
+    φ (rows t, na per row); (1, 0) where nothing turns, and no load if no pair of the block does."""
+    offs_j = nb * (BN // 2) + tl.arange(0, BN // 2)
+    if nb * (BN // 2) < na:
+        phi = tl.load(phi_ptr + offs_t[:, None] * na + offs_j[None, :],
+                      mask=(offs_t[:, None] < l) & (offs_j[None, :] < na), other=0.0).to(tl.float32)
+        cos, sin = cos_sin(phi)
+    else:
+        cos = tl.full([Q, BN // 2], 1.0, tl.float32)
+        sin = tl.zeros([Q, BN // 2], dtype=tl.float32)
+    return cos, sin
 
 
 @triton.jit
-def causal_decay(cs, Q: tl.constexpr):
-    """L_ts = exp(c_t − c_s) for s < t, 0 on and above the diagonal: a (q, q) tile."""
+def turn(x, cos, sin, Q: tl.constexpr, N: tl.constexpr):
+    """x_e + i x_o ↦ e^{iφ}(x_e + i x_o) for every pair of a (Q, N) tile; cos, sin are (Q, N/2).
+
+    Pass −sin to turn back (R(φ)ᵀ).
+    """
+    xe, xo = tl.split(tl.reshape(x, [Q, N // 2, 2]))
+    return tl.reshape(tl.join(xe * cos - xo * sin, xe * sin + xo * cos), [Q, N])
+
+
+@triton.jit
+def pair_cross(dx, x, Q: tl.constexpr, N: tl.constexpr):
+    """dx_o x_e − dx_e x_o per pair, (Q, N/2): ∂/∂φ of dx·R(φ)x̃ where x = R(φ)x̃."""
+    dxe, dxo = tl.split(tl.reshape(dx, [Q, N // 2, 2]))
+    xe, xo = tl.split(tl.reshape(x, [Q, N // 2, 2]))
+    return dxo * xe - dxe * xo
+
+
+@triton.jit
+def load_biased(ptr, bias_ptr, stride_t, offs_t, offs_n, l, n):
+    """X + bias: a (Q, N) tile of rows t of X, float32; 0 outside."""
+    mask = (offs_t[:, None] < l) & (offs_n[None, :] < n)
+    bias = tl.load(bias_ptr + offs_n, mask=offs_n < n, other=0.0).to(tl.float32)
+    x = tl.load(ptr + offs_t[:, None] * stride_t + offs_n[None, :], mask=mask,
+                other=0.0).to(tl.float32)
+    return tl.where(mask, x + bias[None, :], 0.0)  # bias only where a step exists
+
+
+@triton.jit
+def load_turned(ptr, bias_ptr, stride_t, offs_t, offs_n, l, n, cos, sin, Q: tl.constexpr,
+                N: tl.constexpr):
+    """R(φ)(X + bias): a (Q, N) tile of rows t of X, bias added, pairs turned; 0 outside."""
+    x = load_biased(ptr, bias_ptr, stride_t, offs_t, offs_n, l, n)
+    return turn(x, cos, sin, Q, N)
+
+
+@triton.jit
+def causal_decay(c2, Q: tl.constexpr):
+    """M_ts = exp(c_t − c_s) for s < t, 0 on and above the diagonal: a (Q, Q) tile, from
+    c2 = c log₂e (Q,)."""
     rows = tl.arange(0, Q)
-    # min(·, 0) keeps exp from overflowing where the mask throws the value away anyway
-    L = tl.exp(tl.minimum(cs[:, None] - cs[None, :], 0.0))
-    return tl.where(rows[:, None] > rows[None, :], L, 0.0)
+    # min(·, 0) keeps 2^x from overflowing where the mask throws the value away anyway
+    M = exp2(tl.minimum(c2[:, None] - c2[None, :], 0.0))
+    return tl.where(rows[:, None] > rows[None, :], M, 0.0)
 
 
-def blocks(n, p, chunk_size):
-    """(J, P, Q): tile sizes for n/2 pairs, p channels, the chunk; ≥ 16 for ``tl.dot``."""
-    J = max(16, triton.next_power_of_2(n // 2))
+def blocks(n, p, chunk_size, cfg):
+    """(BN, NB, P, Q): the column block and how many cover n, the channel tile (≥ p) and the
+    chunk; all powers of two ≥ 16 (``tl.dot``), and BN even so that pairs stay in one block."""
+    N = max(16, triton.next_power_of_2(n))
+    BN = min(N, int(cfg["col_block"]))
     P = max(16, triton.next_power_of_2(p))
     Q = int(chunk_size)
     if Q < 16 or Q & (Q - 1):
         raise ValueError(f"chunk_size must be a power of two ≥ 16, got {chunk_size}")
-    return J, P, Q
+    return BN, N // BN, P, Q
+
+
+def warps(cfg, key, chunk):
+    """``cfg[key]`` warps for chunks of 64 (or less), twice as many per doubling beyond: the
+    (q × q) tiles grow with q², the registers of a thread must not."""
+    return cfg[key] * max(1, int(chunk) // 64)
+
+
+def dot_dtype(t):
+    """The operand dtype of ``tl.dot`` for inputs like ``t``: bf16/fp16 as is, else float32."""
+    import torch
+
+    return {torch.bfloat16: tl.bfloat16, torch.float16: tl.float16}.get(t.dtype, tl.float32)

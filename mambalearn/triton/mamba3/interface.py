@@ -6,8 +6,9 @@ are cheap: inputs keep their dtype (mamba_ssm casts Q, K, V, Z, Trap and Angles 
 cumulative angles too, so its results are bf16-accurate even for float32 inputs), and bad input
 raises a ValueError/TypeError naming the argument. ``cu_seqlens`` is not supported.
 
-The autograd function saves only the inputs, the pre-state entering every chunk (b, h, c, p, n)
-and its angles; the backward recomputes everything inside a chunk (chapter 07's recomputation).
+The autograd function saves the inputs, the state entering every chunk in its frame
+(b, h, c, p, n, in the inputs' dtype), the chunks' turns and log-decays, the final angle and, with
+Z, the output before the gate; the backward recomputes everything inside a chunk (chapter 07).
 """
 
 import torch
@@ -17,6 +18,9 @@ from mambalearn.triton.mamba3.backward import launch_backward
 from mambalearn.triton.mamba3.forward import launch_forward
 
 _NAMES = ("Q", "K", "V", "ADT", "DT", "Trap", "Q_bias", "K_bias", "Angles", "D", "Z")
+# what the forward keeps for the backward besides the inputs (``forward.launch_forward``)
+_STEPS = ("C2", "W", "G", "Phi", "Turn", "Cend")  # ``chunk_state.chunk_states``
+_SAVED = ("H", "theta_final", "y_pre", *_STEPS)
 
 
 def _prepare(args, states):
@@ -31,7 +35,7 @@ def _prepare(args, states):
 
 
 class Mamba3SisoFn(torch.autograd.Function):
-    """Forward kernel + recomputing backward kernel; gradients for every tensor input."""
+    """Forward launches + recomputing backward launches; gradients for every tensor input."""
 
     @staticmethod
     def forward(ctx, Q, K, V, ADT, DT, Trap, Q_bias, K_bias, Angles, D, Z, ang0, S0, k0, v0,
@@ -39,23 +43,26 @@ class Mamba3SisoFn(torch.autograd.Function):
         states = None if S0 is None else (ang0, S0, k0, v0)
         x = _prepare((Q, K, V, ADT, DT, Trap, Q_bias, K_bias, Angles, D, Z), states)
         grad = any(ctx.needs_input_grad)
-        r = launch_forward(x, chunk_size, store_chunks=grad, return_final=True)
+        r = launch_forward(x, chunk_size, save=grad, return_final=return_final_states)
         ctx.chunk_size, ctx.has_states = chunk_size, states is not None
+        ctx.return_final = return_final_states
         if grad:
             saved = [x[k] for k in _NAMES] + list(x["states"] or (None,) * 4)
-            ctx.save_for_backward(*saved, r["S_chunks"], r["theta_chunks"])
-        out = (r["out"], r["angle"], r["ssm"], r["k"].to(V.dtype), x["V"][:, -1].clone())
+            kept = dict(r, **r["steps"])
+            ctx.save_for_backward(*saved, *(kept[k] for k in _SAVED))
         if not return_final_states:
-            ctx.mark_non_differentiable(*out[1:])
-        return out
+            return r["out"]
+        return r["out"], r["angle"], r["ssm"], r["k"].to(V.dtype), x["V"][:, -1].clone()
 
     @staticmethod
-    def backward(ctx, d_out, d_angle, d_ssm, d_k, d_v):
+    def backward(ctx, d_out, *d_finals):
         saved = ctx.saved_tensors
         x = dict(zip(_NAMES, saved[:11], strict=True))
         x["states"] = tuple(saved[11:15]) if ctx.has_states else None
-        finals = dict(angle=d_angle, ssm=d_ssm, k=d_k, v=d_v)
-        g = launch_backward(x, d_out, finals, saved[15], saved[16], ctx.chunk_size)
+        kept = dict(zip(_SAVED, saved[15:], strict=True))
+        kept["steps"] = {k: kept[k] for k in _STEPS}
+        finals = dict(zip(("angle", "ssm", "k", "v"), d_finals or (None,) * 4, strict=True))
+        g = launch_backward(x, kept, d_out, finals, ctx.chunk_size)
         grads = [g[k] for k in _NAMES]
         st = g["states"] if ctx.has_states else (None,) * 4
         return (*grads, *st, None, None)
@@ -77,6 +84,5 @@ def mamba3_siso_combined(Q, K, V, ADT, DT, Trap, Q_bias, K_bias, Angles, D=None,
                          "pad the batch or call once per sequence with Input_States")
     check_inputs(Q, K, V, ADT, DT, Trap, Q_bias, K_bias, Angles, D, Z, Input_States)
     st = Input_States or (None,) * 4
-    res = Mamba3SisoFn.apply(Q, K, V, ADT, DT, Trap, Q_bias, K_bias, Angles, D, Z, *st,
-                             int(chunk_size), bool(return_final_states))
-    return res if return_final_states else res[0]
+    return Mamba3SisoFn.apply(Q, K, V, ADT, DT, Trap, Q_bias, K_bias, Angles, D, Z, *st,
+                              int(chunk_size), bool(return_final_states))

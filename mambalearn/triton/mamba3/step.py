@@ -13,7 +13,7 @@ import triton.language as tl
 
 from mambalearn import device  # noqa: F401  (TRITON_INTERPRET before @triton.jit)
 from mambalearn.mamba3.sequential import check_inputs
-from mambalearn.triton.mamba3.common import PI
+from mambalearn.triton.mamba3.common import PI, cos_sin, exp, mod_two_pi, tanh
 
 
 @triton.jit
@@ -39,9 +39,10 @@ def _siso_step_kernel(
     dt = tl.load(DT_ptr + row).to(tl.float32)
     a = tl.load(Ang_ptr + row * na + j, mask=rot, other=0.0).to(tl.float32)
     theta = tl.load(ang_ptr + row * na + j, mask=rot, other=0.0).to(tl.float32)
-    theta += PI * (2.0 * tl.sigmoid(2.0 * a) - 1.0) * dt  # tanh(a) through the sigmoid
-    theta = theta - 2.0 * PI * tl.floor(theta / (2.0 * PI))
-    cos, sin = tl.cos(theta), sign * tl.sin(theta)
+    theta += PI * tanh(a) * dt
+    theta = mod_two_pi(theta)
+    cos, sin = cos_sin(theta)
+    sin = sign * sin
     qk_base = (bi * g + hi // (h // g)) * n
     q = tl.load(Q_ptr + qk_base + offs_n, mask=mask_n, other=0.0).to(tl.float32) \
         + tl.load(Qb_ptr + hi * n + offs_n, mask=mask_n, other=0.0)
@@ -57,7 +58,7 @@ def _siso_step_kernel(
         tl.store(k_out_ptr + row * n + offs_n, k, mask=mask_n)
     # 2. the trapezoid: α, β = (1 − λ)Δα on the previous token, γ = λΔ on this one
     lam = tl.sigmoid(tl.load(Trap_ptr + row).to(tl.float32))
-    alpha = tl.exp(tl.load(ADT_ptr + row).to(tl.float32))
+    alpha = exp(tl.load(ADT_ptr + row).to(tl.float32))
     beta, gamma = (1.0 - lam) * dt * alpha, lam * dt
     k_prev = tl.load(kst_ptr + row * n + offs_n, mask=mask_n, other=0.0).to(tl.float32)
     vp = tl.load(vst_ptr + row * p + offs_p, mask=mask_p, other=0.0).to(tl.float32)
@@ -135,7 +136,7 @@ def _mimo_step_kernel(
     S = tl.load(S_ptr + s_offs, mask=mask_s, other=0.0, eviction_policy="evict_first")
     dt = tl.load(dt_ptr + row).to(tl.float32)
     lam = tl.load(trap_ptr + row).to(tl.float32)
-    alpha = tl.exp(tl.load(A_ptr + row).to(tl.float32) * dt)
+    alpha = exp(tl.load(A_ptr + row).to(tl.float32) * dt)
     beta, gamma = (1.0 - lam) * dt * alpha, lam * dt
     x = tl.load(x_ptr + row * p + offs_p, mask=mask_p, other=0.0).to(tl.float32)
     xs = tl.load(Xs_ptr + row * p + offs_p, mask=mask_p, other=0.0).to(tl.float32)
