@@ -18,7 +18,7 @@
   "use strict";
   const SLIDE_W = 960, SLIDE_H = 700;
   const LIMIT = SLIDE_H - 12;       // px from a slide's top that its content may reach
-  const MIN_FONT = 13, MIN_IMAGE = 0.6, MIN_ZOOM = 0.7, MIN_LINES = 3, MAX_GROW = 1.6;
+  const MIN_FONT = 14, MIN_IMAGE = 0.6, MIN_ZOOM = 0.7, MIN_LINES = 3, MAX_GROW = 1.6;
   const deck = window.mambalearnDeck = {ready: false, continued: 0, scaled: []};
 
   const rect = (el) => el.getBoundingClientRect();
@@ -39,6 +39,7 @@
 
   // may `el` be cut between its children? (only elements whose text sits in child elements)
   function isContainer(el) {
+    if (el.tagName === "PRE") return el.classList.contains("ml-wrap");  // lines are blocks
     if (!/^(SECTION|DIV|UL|OL|BLOCKQUOTE)$/.test(el.tagName)) return false;
     if (/MathJax|mjx|jp-RenderedImage/.test(el.className)) return false;
     return [...el.childNodes].every((n) => n.nodeType !== Node.TEXT_NODE || !n.data.trim());
@@ -53,7 +54,7 @@
 
   // Cut `el` so that what stays ends above LIMIT in `section`; returns the rest, or null.
   function split(el, section) {
-    if (el.tagName === "PRE") return splitPre(el, section);
+    if (el.tagName === "PRE" && !el.classList.contains("ml-wrap")) return splitPre(el, section);
     if (!isContainer(el)) return null;
     const kids = blocks(el);
     let k = kids.findIndex((c) => bottomIn(c, section) > LIMIT);
@@ -112,7 +113,8 @@
     return h;
   }
 
-  // a <pre> wider than the slide: a smaller font; below MIN_FONT, wrap at spaces (not in words)
+  // a <pre> wider than the slide: a smaller font; below MIN_FONT, its long lines wrap at spaces
+  // (never inside a word) with a hanging indent, so a continued line reads as one
   function fitWidths(root) {
     for (const pre of root.querySelectorAll(".reveal .slides pre")) {
       for (let i = 0; i < 3 && pre.scrollWidth > pre.clientWidth + 1; i++) {
@@ -120,8 +122,42 @@
         const fit = Math.floor(2 * size * pre.clientWidth / pre.scrollWidth) / 2;
         pre.style.fontSize = Math.max(MIN_FONT, Math.min(fit, size - 0.5)) + "px";
       }
-      if (pre.scrollWidth > pre.clientWidth + 1) pre.classList.add("ml-wrap");
+      if (pre.scrollWidth > pre.clientWidth + 1) hangLines(pre);
     }
+  }
+
+  // one block per source line (tags split where a token spans lines), for the hanging indent
+  function hangLines(pre) {
+    const lines = [];
+    for (let end = firstNewline(pre); end; end = firstNewline(pre)) {
+      const range = document.createRange();
+      range.setStart(pre, 0);
+      range.setEnd(end.node, end.at);
+      lines.push(range.extractContents());  // the line; what remains starts with its newline
+      const nl = firstNewline(pre);
+      nl.node.deleteData(nl.at, 1);
+    }
+    if (pre.textContent) {
+      const range = document.createRange();
+      range.selectNodeContents(pre);
+      lines.push(range.extractContents());
+    }
+    pre.replaceChildren(...lines.map((line) => {
+      const span = document.createElement("span");
+      span.className = "ml-line";
+      span.append(line.textContent ? line : "\u200b");  // an empty line keeps its height
+      return span;
+    }));
+    pre.classList.add("ml-wrap");
+  }
+
+  function firstNewline(el) {
+    const walker = document.createTreeWalker(el, NodeFilter.SHOW_TEXT);
+    for (let node = walker.nextNode(); node; node = walker.nextNode()) {
+      const at = node.data.indexOf("\n");
+      if (at >= 0) return {node, at};
+    }
+    return null;
   }
 
   function paginate(section) {
@@ -142,14 +178,21 @@
   // the extent of what a slide shows, in px from its top left (notes and the hidden MathML
   // copy of each formula, kept for screen readers, take no room)
   function extent(section) {
-    const box = rect(section);
+    const box = rect(section), text = document.createRange();
     let right = 0, bottom = 0;
     for (const el of section.querySelectorAll("*")) {
       if (el.closest("aside.notes, script, .MJX_Assistive_MathML")) continue;
-      const r = rect(el);
-      if (r.width === 0 || r.height === 0) continue;
-      right = Math.max(right, r.right - box.left);
-      bottom = Math.max(bottom, r.bottom - box.top);
+      const rects = [rect(el)];
+      for (const c of el.childNodes) {  // text can run past its element's box
+        if (c.nodeType !== Node.TEXT_NODE || !c.data.trim()) continue;
+        text.selectNodeContents(c);
+        rects.push(...text.getClientRects());
+      }
+      for (const r of rects) {
+        if (r.width === 0 || r.height === 0) continue;
+        right = Math.max(right, r.right - box.left);
+        bottom = Math.max(bottom, r.bottom - box.top);
+      }
     }
     return {right, bottom};
   }

@@ -21,6 +21,8 @@ import os
 import subprocess
 import sys
 import tempfile
+import threading
+import time
 from pathlib import Path
 
 import nbformat
@@ -75,10 +77,8 @@ def executed(notebook, cache=None, timeout=300, position=0, fresh=False):
 def execute(nb, cwd, timeout=300, attempts=2, desc=None, position=0):
     """Run every cell of ``nb`` in a fresh python3 kernel started in ``cwd``; the executed copy.
 
-    A run that fails or exceeds ``timeout`` seconds in a cell is tried once more: on this
-    project's 2-core machines a kernel has now and then sat idle while its client waited for a
-    reply that never came (seen while other kernels and a browser started and stopped next to
-    it), which no chapter cell explains. ``desc``: the label of the progress bar
+    A run that fails or exceeds ``timeout`` seconds in a cell is tried once more. ``desc``: the
+    label of the progress bar
     (``mambalearn.utils.progress``, off under ``MAMBALEARN_PROGRESS=0``).
     """
     env = dict(os.environ, MPLBACKEND="module://matplotlib_inline.backend_inline")
@@ -100,23 +100,50 @@ def execute(nb, cwd, timeout=300, attempts=2, desc=None, position=0):
 
 
 def _run(cmd, env, timeout, total, desc, position):
-    """Run the child, advancing a progress bar on each cell it reports; raise if it fails."""
+    """Run the child, advancing a progress bar on each cell it reports; raise if it fails or
+    runs longer than ``timeout`` seconds (it is then killed)."""
     from mambalearn.utils import progress
 
     with progress(total=total, desc=desc, unit="cell", position=position, leave=True) as bar, \
             subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, text=True) as child:
+        fired = []
+        watchdog = threading.Timer(timeout, lambda: fired.append(child.kill()))
+        watchdog.start()
         try:
             for line in child.stdout:
                 if line.strip() == CELL_DONE:
                     bar.update(1)
                 else:
                     print(line, end="", file=sys.stderr)
-            child.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            child.kill()
-            raise
+            child.wait()
+        finally:
+            watchdog.cancel()
+        if fired:
+            raise subprocess.TimeoutExpired(cmd, timeout)
         if child.returncode != 0:
             raise subprocess.CalledProcessError(child.returncode, cmd)
+
+
+def _sliced(get_msg, slice_s=1.0):
+    """``get_msg`` of a channel, waiting in slices of ``slice_s`` seconds.
+
+    pyzmq's asyncio poll has let a reply that had arrived sit unseen until the poll's timeout
+    ran out (a whole cell timeout; on this project's 2-core machines in about one run in three
+    of chapter 02): each slice polls anew, so a missed wake-up costs at most a slice.
+    """
+    from queue import Empty
+
+    async def get(timeout=None):
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            left = slice_s if deadline is None else min(slice_s, deadline - time.monotonic())
+            try:
+                return await get_msg(timeout=max(0.0, left))
+            except Empty:
+                if deadline is not None and time.monotonic() >= deadline:
+                    raise
+
+    return get
 
 
 def _run_one(src, cwd, out, timeout):
@@ -124,16 +151,33 @@ def _run_one(src, cwd, out, timeout):
     from nbclient import NotebookClient
     from traitlets.config import Config
 
+    class Client(NotebookClient):
+        async def async_start_new_kernel_client(self):
+            kc = await super().async_start_new_kernel_client()
+            for channel in (kc.shell_channel, kc.iopub_channel):
+                channel.get_msg = _sliced(channel.get_msg)
+            return kc
+
     def done(**_):  # nbclient calls it for every code cell it ran (empty ones are not run)
         print(CELL_DONE, flush=True)
 
     nb = nbformat.read(src, as_version=4)
-    with tempfile.TemporaryDirectory() as sockets:  # an absolute path: the kernel runs in cwd
+    with tempfile.TemporaryDirectory() as tmp:
         config = Config(KERNEL_CONFIG)
-        config.KernelManager.ip = str(Path(sockets) / "kernel")
-        NotebookClient(nb, timeout=int(timeout), kernel_name="python3", on_cell_executed=done,
-                       extra_arguments=KERNEL_ARGS, config=config,
-                       resources={"metadata": {"path": cwd}}).execute()
+        config.KernelManager.ip = str(Path(tmp) / "kernel")  # absolute: the kernel runs in cwd
+        client = Client(nb, timeout=int(timeout), kernel_name="python3",
+                                on_cell_executed=done, extra_arguments=KERNEL_ARGS, config=config,
+                                resources={"metadata": {"path": cwd}})
+        # The kernel writes to a file, never to a pipe it would inherit from us: with a pipe,
+        # ipykernel's capture of fd-level output has held an execute reply back for a whole
+        # cell timeout (reproduced with chapter 02's widget cell).
+        log = Path(tmp) / "kernel.log"  # shown when the run fails (the kernel's own messages)
+        try:
+            with open(log, "w") as f:
+                client.execute(stdout=f, stderr=subprocess.STDOUT)
+        except BaseException:
+            sys.stderr.write(log.read_text())
+            raise
     nbformat.write(nb, out)
 
 

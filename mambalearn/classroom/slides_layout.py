@@ -3,8 +3,10 @@
 The notebook stays as it is; the deck gets a copy in which, for every visible code cell,
 
 1. **figures come without their code**: a cell whose output holds an image shows the image only
-   (the code draws the picture; the picture is the point). Tag a cell ``slides-show-code`` to
-   keep its code, ``slides-hide-code`` to hide the code of any cell;
+   (the code draws the picture; the picture is the point), and a cell that only defines
+   plotting functions (their bodies use ``plt``, ``ax`` or ``fig``) and prints nothing is left
+   out when it continues a slide. Tag a cell ``slides-show-code`` to keep its code,
+   ``slides-hide-code`` to hide the code of any cell;
 2. **plumbing stays off**: imports at the top of a cell (standard library, torch, numpy,
    matplotlib, ipywidgets and the course's utilities: ``mambalearn.testing``, ``timing``,
    ``utils``, ``device``, ``check``) are left out; imports of course modules stay, they say
@@ -41,6 +43,10 @@ def prepare(nb, width=CODE_WIDTH):
         if cell.cell_type != "code" or _slide_type(cell) in ("skip", "notes"):
             continue
         tags = set(cell.metadata.get("tags", []))
+        continues = _slide_type(cell) in ("-", "fragment")
+        if SHOW_CODE not in tags and continues and _defines_plots(cell):
+            cell.metadata["slideshow"] = dict(cell.metadata.get("slideshow", {}), slide_type="skip")
+            continue
         if HIDE_CODE in tags or (_draws_figure(cell) and SHOW_CODE not in tags):
             cell.metadata["transient"] = {"remove_source": True}
             continue
@@ -56,6 +62,21 @@ def _slide_type(cell):
 
 def _draws_figure(cell):
     return any(k.startswith("image/") for o in cell.get("outputs", []) for k in o.get("data", {}))
+
+
+PLOT_NAMES = {"plt", "ax", "axes", "fig", "matplotlib"}
+
+
+def _defines_plots(cell):
+    """True for a cell without output whose statements are all plotting function definitions."""
+    if cell.get("outputs"):
+        return False
+    try:
+        body = ast.parse(cell.source).body
+    except SyntaxError:
+        return False
+    draws = lambda f: any(isinstance(n, ast.Name) and n.id in PLOT_NAMES for n in ast.walk(f))
+    return bool(body) and all(isinstance(f, ast.FunctionDef) and draws(f) for f in body)
 
 
 def _is_plumbing(module):

@@ -214,6 +214,8 @@ READY = "() => window.mambalearnDeck && window.mambalearnDeck.ready === true"
 MEASURE = """async (deck) => {
     const [W, H] = [deck.width, deck.height];
     const frame = () => new Promise((r) => requestAnimationFrame(() => requestAnimationFrame(r)));
+    const slides = document.querySelector('.reveal .slides');
+    const text = document.createRange();
     const rows = [];
     const stacks = Reveal.getHorizontalSlides();
     for (let h = 0; h < stacks.length; h++) {
@@ -222,20 +224,32 @@ MEASURE = """async (deck) => {
             Reveal.slide(h, v, 10000);
             await frame();
             const s = Reveal.getCurrentSlide();
-            const box = document.querySelector('.reveal .slides').getBoundingClientRect();
-            const k = box.width / W;
+            const box = slides.getBoundingClientRect();
+            const k = box.width / W;  // reveal's scale of the slide to the window
             let [x0, y0, x1, y1, font, hidden] = [W, H, 0, 0, 99, []];
             for (const e of s.querySelectorAll('*')) {
                 if (e.closest('aside.notes, script, .MJX_Assistive_MathML')) continue;
                 const r = e.getBoundingClientRect();
                 if (r.width === 0 || r.height === 0) continue;
-                x0 = Math.min(x0, (r.left - box.left) / k);
-                x1 = Math.max(x1, (r.right - box.left) / k);
-                y0 = Math.min(y0, (r.top - box.top) / k);
-                y1 = Math.max(y1, (r.bottom - box.top) / k);
+                const rects = [r];
+                for (const c of e.childNodes) {  // text can run past its element's box
+                    if (c.nodeType !== 3 || !c.data.trim()) continue;
+                    text.selectNodeContents(c);
+                    rects.push(...text.getClientRects());
+                }
+                for (const q of rects) {
+                    x0 = Math.min(x0, (q.left - box.left) / k);
+                    x1 = Math.max(x1, (q.right - box.left) / k);
+                    y0 = Math.min(y0, (q.top - box.top) / k);
+                    y1 = Math.max(y1, (q.bottom - box.top) / k);
+                }
                 const cs = getComputedStyle(e);
-                if ([...e.childNodes].some((c) => c.nodeType === 3 && c.data.trim()))
-                    font = Math.min(font, parseFloat(cs.fontSize) * r.height / e.offsetHeight);
+                if (rects.length > 1) {  // text: its size in slide pixels, zoom included
+                    let zoom = 1;
+                    for (let a = e; a && a !== slides; a = a.parentElement)
+                        zoom *= parseFloat(getComputedStyle(a).zoom) || 1;
+                    font = Math.min(font, parseFloat(cs.fontSize) * zoom);
+                }
                 const clipX = cs.overflowX !== 'visible' && e.scrollWidth > e.clientWidth + 1;
                 const clipY = cs.overflowY !== 'visible' && e.scrollHeight > e.clientHeight + 1;
                 if (clipX || clipY) hidden.push(e.className || e.tagName);
