@@ -52,6 +52,11 @@ def print_decks(decks):
 
     from mambalearn.classroom import slides_offline
 
+    try:
+        slides_offline.chromium()
+    except RuntimeError as e:
+        print(f"decks written, no PDFs: {e}", file=sys.stderr)
+        return 0
     bad = 0
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=slides_offline.chromium(),

@@ -334,15 +334,21 @@ def pdf(deck, out=None, browser=None):
 
 
 def main(argv=None):
-    argv = sys.argv[1:] if argv is None else argv
-    if argv[:1] == ["fetch"]:
-        print(fetch(force="--force" in argv))
-    elif argv[:1] == ["pdf"] and len(argv) > 1:
-        for deck in argv[1:]:
-            print(pdf(deck))
+    import argparse
+
+    p = argparse.ArgumentParser(prog="python -m mambalearn.classroom.slides_offline",
+                                description=__doc__.split("\n\n")[0])
+    sub = p.add_subparsers(dest="command", required=True)
+    f = sub.add_parser("fetch", help="npm packages -> build/vendor (once)")
+    f.add_argument("--force", action="store_true", help="fetch again")
+    d = sub.add_parser("pdf", help="print decks to PDF through Chromium")
+    d.add_argument("decks", nargs="+", help="NN_name.slides.html files")
+    args = p.parse_args(argv)
+    if args.command == "fetch":
+        print(fetch(force=args.force))
     else:
-        print(__doc__.split("\n\n")[1])
-        return 2
+        for deck in args.decks:
+            print(pdf(deck))
     return 0
 
 
