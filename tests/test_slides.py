@@ -159,6 +159,12 @@ def test_every_widget_shows_one_figure(path):
                                   f"{len(images)} figures")
 
 
+def test_a_cell_that_raises_is_reported_in_one_line(tmp_path):
+    nb = new_notebook(cells=[new_code_cell("x = 1"), new_code_cell("1 / 0")])
+    with pytest.raises(execute.NotebookError, match=r"^nb: ZeroDivisionError: division by zero$"):
+        execute.execute(nb, tmp_path, desc="nb")
+
+
 def test_a_cell_or_a_child_that_runs_too_long_is_stopped(tmp_path):
     import os
     import time

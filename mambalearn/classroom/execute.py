@@ -30,6 +30,8 @@ import nbformat
 PACKAGE = Path(__file__).resolve().parents[1]
 CACHE = Path(os.environ.get("MAMBALEARN_EXECUTED", PACKAGE.parent / "build" / "executed"))
 CELL_DONE = "mambalearn-cell-done"  # the line the child prints after each cell
+CELL_ERROR = "mambalearn-cell-error"  # ... and before the error of a cell that raised
+RAISED = 3  # the child's exit status then
 # how the kernel runs (part of the fingerprint): IPC sockets; figures at twice their pixel size,
 # shown at their size (sharp on a projector, and room for a deck to enlarge them)
 KERNEL_ARGS = ["--InlineBackend.figure_formats=retina"]
@@ -92,11 +94,17 @@ def execute(nb, cwd, timeout=300, attempts=2, desc=None, position=0):
             try:
                 _run(cmd, env, timeout * 10, n_code, desc or Path(cwd).name, position)
                 return nbformat.read(out, as_version=4)
+            except NotebookError:
+                raise  # a cell raised: running it again would only raise again
             except subprocess.SubprocessError as e:
                 if attempt == attempts:
                     raise
                 print(f"executing {desc} failed ({type(e).__name__}); trying again",
                       file=sys.stderr)
+
+
+class NotebookError(RuntimeError):
+    """A cell raised; the message is its exception, e.g. ``ZeroDivisionError: division by zero``."""
 
 
 def _run(cmd, env, timeout, total, desc, position):
@@ -109,10 +117,13 @@ def _run(cmd, env, timeout, total, desc, position):
         fired = []
         watchdog = threading.Timer(timeout, lambda: fired.append(child.kill()))
         watchdog.start()
+        error = None
         try:
             for line in child.stdout:
                 if line.strip() == CELL_DONE:
                     bar.update(1)
+                elif line.startswith(CELL_ERROR):
+                    error = line[len(CELL_ERROR):].strip()
                 else:
                     print(line, end="", file=sys.stderr)
             child.wait()
@@ -120,6 +131,8 @@ def _run(cmd, env, timeout, total, desc, position):
             watchdog.cancel()
         if fired:
             raise subprocess.TimeoutExpired(cmd, timeout)
+        if child.returncode == RAISED and error:
+            raise NotebookError(f"{desc}: {error}")
         if child.returncode != 0:
             raise subprocess.CalledProcessError(child.returncode, cmd)
 
@@ -149,6 +162,7 @@ def _sliced(get_msg, slice_s=1.0):
 def _run_one(src, cwd, out, timeout):
     """The child process: nbclient runs the notebook over IPC, the result goes to ``out``."""
     from nbclient import NotebookClient
+    from nbclient.exceptions import CellExecutionError
     from traitlets.config import Config
 
     class Client(NotebookClient):
@@ -175,6 +189,10 @@ def _run_one(src, cwd, out, timeout):
         try:
             with open(log, "w") as f:
                 client.execute(stdout=f, stderr=subprocess.STDOUT)
+        except CellExecutionError as e:  # the traceback for the terminal, one line for the caller
+            print(e, file=sys.stderr)
+            print(f"{CELL_ERROR} {e.ename}: {e.evalue}".replace("\n", " ")[:500], flush=True)
+            sys.exit(RAISED)
         except BaseException:
             sys.stderr.write(log.read_text())
             raise
