@@ -3,7 +3,8 @@
 // Every slide must fit reveal's SLIDE_W x SLIDE_H box. Sizes are only known once the page is
 // laid out, fonts loaded and math typeset, so this runs then, on every (sub)slide:
 //   1. a <pre> (code or printed output) wider than the slide gets a smaller font, down to
-//      MIN_FONT px; one still too wide wraps at spaces (never inside a word);
+//      MIN_FONT px; one still too wide wraps at spaces (never inside a word); so does a display
+//      formula, down to MIN_MATH of its size;
 //   2. content below the slide's bottom moves to a continuation slide right after it (same
 //      stack, so the arrow keys reach it), headed "<title> (cont.)": whole cells where they can,
 //      else the block that crosses the bottom is split (a markdown cell between paragraphs,
@@ -18,7 +19,7 @@
   "use strict";
   const SLIDE_W = 960, SLIDE_H = 700;
   const LIMIT = SLIDE_H - 12;       // px from a slide's top that its content may reach
-  const MIN_FONT = 14, MIN_IMAGE = 0.6, MIN_ZOOM = 0.7, MIN_LINES = 3, MAX_GROW = 1.6;
+  const MIN_FONT = 14, MIN_MATH = 0.7, MIN_IMAGE = 0.6, MIN_ZOOM = 0.7, MIN_LINES = 3, MAX_GROW = 1.6;
   const deck = window.mambalearnDeck = {ready: false, continued: 0, scaled: []};
 
   const rect = (el) => el.getBoundingClientRect();
@@ -123,6 +124,14 @@
         pre.style.fontSize = Math.max(MIN_FONT, Math.min(fit, size - 0.5)) + "px";
       }
       if (pre.scrollWidth > pre.clientWidth + 1) hangLines(pre);
+    }
+    // a display formula wider than its line: a smaller font for it alone (MathJax sizes in em)
+    for (const display of root.querySelectorAll(".reveal .slides .MJXc-display")) {
+      const formula = display.querySelector(".MathJax_CHTML");
+      const room = rect(display).width, width = formula ? rect(formula).width : 0;
+      if (width > room) {
+        display.style.fontSize = Math.max(MIN_MATH, Math.floor(100 * room / width) / 100) * 100 + "%";
+      }
     }
   }
 

@@ -12,6 +12,7 @@
 * reveal.js in linear navigation (the arrow keys step through every slide, subslide and
   fragment), slide numbers, top-aligned slides, one PDF page per slide in the print view
   (``?print-pdf``), and ``window.Reveal`` / ``window.mambalearnDeck`` for tests;
+* markdown images embedded in the deck; MathJax without automatic line breaks;
 * no mermaid.js (an ES module from a CDN; no chapter draws mermaid diagrams).
 
 Offline (the default, ``mambalearn.classroom.slides_offline``) every asset comes from
@@ -29,6 +30,11 @@ TEMPLATE = """{%- extends 'index.html.j2' -%}
 {%- block html_head_js_mermaidjs -%}{%- endblock html_head_js_mermaidjs -%}
 {%- block html_head_css -%}
 <script>document.documentElement.classList.add("ml-layout");</script>
+<script type="text/x-mathjax-config">
+// no automatic line breaks: in a table cell MathJax broke "(b, c, h, p)" before it knew the
+// column's width; a formula too wide for the slide is caught by the deck's check instead
+MathJax.Hub.Config({CommonHTML: {linebreaks: {automatic: false}}});
+</script>
 <style type="text/css">
 {{ resources.mambalearn.css }}
 </style>
@@ -53,7 +59,7 @@ def exporter(offline=True, out_dir=None):
     from jinja2 import DictLoader
     from nbconvert import SlidesExporter
 
-    ex = SlidesExporter()
+    ex = SlidesExporter(embed_images=True)  # markdown images inside the deck, not beside it
     if offline:
         from mambalearn.classroom import slides_offline
 
@@ -63,9 +69,10 @@ def exporter(offline=True, out_dir=None):
     return ex
 
 
-def resources(name, transition="slide"):
-    """The resources ``exporter().from_notebook_node`` needs: metadata and the deck's assets."""
+def resources(name, path=".", transition="slide"):
+    """The resources ``exporter().from_notebook_node`` needs: the notebook's ``name`` and folder
+    (``path``: where its markdown images are found), the deck's assets."""
     config = dict(CONFIG, transition=transition)
-    return {"metadata": {"name": name},
+    return {"metadata": {"name": name, "path": str(path)},
             "mambalearn": {"css": (HERE / "deck.css").read_text(),
                            "js": (HERE / "deck.js").read_text(), "config": config}}

@@ -34,7 +34,8 @@ def export(notebook, out_dir, offline=True, timeout=300, nb=None, fresh=False):
         nb = executed(notebook, timeout=timeout, fresh=fresh)
     exporter = deck.exporter(offline, out_dir)
     body, _ = exporter.from_notebook_node(slides_layout.prepare(nb),
-                                          resources=deck.resources(notebook.stem))
+                                          resources=deck.resources(notebook.stem,
+                                                                   notebook.parent))
     if offline:
         from mambalearn.classroom import slides_offline
 
