@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # What the browser tests, offline decks and PDFs need besides Python packages: Debian's chromium
 # (driven by Playwright; never a downloaded browser build) and npm (reveal.js, MathJax... come
-# from the npm registry, see mambalearn/classroom/slides_offline.py). Idempotent: installs only what is missing.
+# from the npm registry, see mambalearn/slides_offline.py). Idempotent: installs only what is missing.
 set -euo pipefail
 chromium=${MAMBALEARN_CHROMIUM:-/usr/bin/chromium}
 need=()
