@@ -177,3 +177,12 @@ def test_a_cell_or_a_child_that_runs_too_long_is_stopped(tmp_path):
         execute._run([sys.executable, "-c", "import time; time.sleep(600)"], dict(os.environ),
                      2, 0, "hangs", 0)
     assert time.monotonic() - start < 120
+
+
+def test_online_deck_loads_its_assets_from_cdns(tmp_path):
+    from mambalearn.classroom import slides, slides_offline
+
+    html = slides.export(CH01, tmp_path, offline=False).read_text()
+    remote = slides_offline.remote_urls(html)
+    assert any("reveal.js" in u for u in remote) and any("mathjax" in u.lower() for u in remote)
+    assert "mermaid" not in html and not (tmp_path / "vendor").exists()

@@ -1,7 +1,6 @@
 """The deck's template: nbconvert's reveal.js slides with a projector's fonts and a layout step.
 
-``exporter(offline, out_dir)`` is a SlidesExporter whose template extends nbconvert's reveal
-``index.html.j2``:
+``exporter()`` is a SlidesExporter whose template extends nbconvert's reveal ``index.html.j2``:
 
 * ``deck.css``: prose 21 px, code 17 px (88 characters across the slide), printed output 16 px,
   no ``In [n]:`` prompts, lines never wrapped;
@@ -15,8 +14,9 @@
 * markdown images embedded in the deck; MathJax without automatic line breaks;
 * no mermaid.js (an ES module from a CDN; no chapter draws mermaid diagrams).
 
-Offline (the default, ``mambalearn.classroom.slides_offline``) every asset comes from
-``<out_dir>/vendor``; ``offline=False`` loads reveal.js and MathJax from public CDNs.
+Offline decks (the default of ``mambalearn.classroom.slides``) take every asset from
+``<out_dir>/vendor`` (``mambalearn.classroom.slides_offline``); else reveal.js and MathJax come
+from public CDNs.
 """
 
 from pathlib import Path
@@ -54,16 +54,13 @@ mambalearnDeck.start({
 """
 
 
-def exporter(offline=True, out_dir=None):
-    """A SlidesExporter with the deck's template; ``offline``: assets from ``out_dir/vendor``."""
+def exporter():
+    """A SlidesExporter with the deck's template (CDN assets until
+    ``slides_offline.configure(exporter, out_dir, template=False)`` points it at local ones)."""
     from jinja2 import DictLoader
     from nbconvert import SlidesExporter
 
     ex = SlidesExporter(embed_images=True)  # markdown images inside the deck, not beside it
-    if offline:
-        from mambalearn.classroom import slides_offline
-
-        slides_offline.configure(ex, out_dir)
     ex.extra_loaders = [DictLoader({"mambalearn_deck.html.j2": TEMPLATE})]
     ex.template_file = "mambalearn_deck.html.j2"
     return ex

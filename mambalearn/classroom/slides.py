@@ -32,13 +32,15 @@ def export(notebook, out_dir, offline=True, timeout=300, nb=None, fresh=False):
     out_dir.mkdir(parents=True, exist_ok=True)
     if nb is None:
         nb = executed(notebook, timeout=timeout, fresh=fresh)
-    exporter = deck.exporter(offline, out_dir)
+    exporter = deck.exporter()
+    if offline:
+        from mambalearn.classroom import slides_offline
+
+        slides_offline.configure(exporter, out_dir, template=False)
     body, _ = exporter.from_notebook_node(slides_layout.prepare(nb),
                                           resources=deck.resources(notebook.stem,
                                                                    notebook.parent))
     if offline:
-        from mambalearn.classroom import slides_offline
-
         remote = slides_offline.remote_urls(body)
         if remote:
             raise RuntimeError(f"offline deck {notebook.name} still loads {remote}")

@@ -175,14 +175,20 @@ def _local_fonts(match, dest):
     return "".join(f"@import url(../../../@fontsource/{slug}/{f});" for f in files)
 
 
-def configure(exporter, out_dir):
-    """Point a SlidesExporter (or HTMLExporter) at ``out_dir/vendor``; installs it if needed."""
+def configure(exporter, out_dir, template=True):
+    """Point a SlidesExporter (or HTMLExporter) at ``out_dir/vendor``; installs it if needed.
+
+    ``template``: also use nbconvert's template without its mermaid.js import (an exporter with
+    a template of its own, like the deck's, leaves that out itself).
+    """
     from jinja2 import DictLoader
 
     install(out_dir)
     for trait, url in URLS.items():
         if exporter.has_trait(trait):
             setattr(exporter, trait, url)
+    if not template:
+        return exporter
     # the same template (reveal's or lab's index.html.j2) without the mermaid.js import
     exporter.extra_loaders = [DictLoader({"mambalearn_offline.html.j2": TEMPLATE})]
     exporter.template_file = "mambalearn_offline.html.j2"
