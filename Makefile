@@ -73,14 +73,15 @@ grade: $(STAMP)  ## make grade NB=exercises/01_discretization.ipynb | make grade
 	@bash tools/browser-deps.sh bwrap  # each submission runs in a bubblewrap box (docs/GRADING.md)
 	$(PY) -m mambalearn grade $(if $(CLASS),--class $(CLASS) --out $(or $(OUT),grades.csv) --jobs $(JOBS),$(NB))
 
-test-browser: $(STAMP) browser  ## JupyterLab in headless Chromium, offline decks (part of make test)
-	$(TEST_ENV) $(PY) -m pytest -p no:cacheprovider tests/test_browser.py tests/test_slides_offline.py
+test-browser: $(STAMP) browser  ## JupyterLab in headless Chromium, every deck checked (part of make test)
+	$(TEST_ENV) $(PY) -m pytest -p no:cacheprovider tests/test_browser.py tests/test_slides_offline.py \
+	  tests/test_slides_fit.py
 
 browser:  ## Debian's chromium and npm, for the browser tests and offline decks (once)
 	@bash tools/browser-deps.sh
 
-slides: $(STAMP) $(if $(OFFLINE),browser)  ## slides/NN_name.slides.html; OFFLINE=1: local assets + PDFs
-	$(PY) -m mambalearn.classroom.slides notebooks/*.ipynb --out slides $(if $(OFFLINE),--offline --pdf,)
+slides: $(STAMP) browser  ## slides/NN_name.slides.html (assets local) + .pdf; ONLINE=1: assets from CDNs
+	$(PY) -m mambalearn.classroom.slides notebooks/*.ipynb --out slides --pdf $(if $(ONLINE),--online,)
 
 site: $(STAMP)  ## execute every chapter into site/ (static HTML, figures); OFFLINE=1: local MathJax
 	$(PY) -m mambalearn.classroom.site notebooks/*.ipynb --out site --jobs $(JOBS) $(if $(OFFLINE),--offline,)

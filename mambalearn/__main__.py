@@ -1,42 +1,49 @@
-"""Command line: ``python -m mambalearn {doctor,grade,bench}`` (also ``mambalearn ...``)."""
+"""Command line: ``python -m mambalearn {doctor,grade,bench}`` (also ``mambalearn ...``).
 
+Each command parses its own options (``python -m mambalearn COMMAND --help``): ``grade`` with
+``mambalearn.classroom.grade``'s parser, ``bench`` with ``mambalearn.bench.cli``'s. A bad
+argument gets a one-line error after the usage and exit status 2.
+"""
+
+import argparse
 import sys
 
-USAGE = """usage: python -m mambalearn COMMAND [args]
+COMMANDS = {
+    "doctor": "check versions, device mode and a tiny Triton scan",
+    "grade": "grade an exercise notebook or a class folder",
+    "bench": "time every backend at the benchmark shapes",
+}
 
-commands:
-  doctor                     check versions, device mode and a tiny Triton scan
-  grade NOTEBOOK [options]   grade an exercise notebook (--help for options)
-  bench [TOPIC ...] [--json FILE]
-                             time every backend at the benchmark shapes
-"""
+
+def _doctor(argv):
+    argparse.ArgumentParser(prog="python -m mambalearn doctor",
+                            description=COMMANDS["doctor"] + ".").parse_args(argv)
+    from mambalearn import doctor
+
+    return 0 if doctor.main() else 1
+
+
+def _grade(argv):
+    from mambalearn.classroom import grade
+
+    return grade.main(argv)
+
+
+def _bench(argv):
+    from mambalearn import bench
+
+    return bench.cli(argv)
 
 
 def main(argv=None):
-    argv = sys.argv[1:] if argv is None else argv
-    if not argv or argv[0] in ("-h", "--help"):
-        print(USAGE)
-        return 0
-    cmd, rest = argv[0], argv[1:]
-    if cmd == "doctor":
-        from mambalearn import doctor
-
-        return 0 if doctor.main() else 1
-    if cmd == "grade":
-        from mambalearn.classroom import grade
-
-        return grade.main(rest)
-    if cmd == "bench":
-        from mambalearn import bench
-
-        out = None
-        if "--json" in rest:
-            i = rest.index("--json")
-            out, rest = rest[i + 1], rest[:i] + rest[i + 2:]
-        bench.main(rest or None, out)
-        return 0
-    print(f"unknown command {cmd!r}\n\n{USAGE}", file=sys.stderr)
-    return 2
+    p = argparse.ArgumentParser(
+        prog="python -m mambalearn", description="mambalearn: the course's command line.",
+        epilog="`python -m mambalearn COMMAND --help` lists a command's options.")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    for name, text in COMMANDS.items():  # each command's own parser reads the rest
+        sub.add_parser(name, help=text, add_help=False, prefix_chars="\0")
+    args, rest = p.parse_known_args(argv)
+    return {"doctor": _doctor, "grade": _grade, "bench": _bench}[args.command](rest)
 
 
 if __name__ == "__main__":

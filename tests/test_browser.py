@@ -4,8 +4,9 @@ Starts ``jupyter lab`` on 127.0.0.1 (free port, random token, temporary config/r
 folders, a copy of the notebook so nothing in the repository is autosaved), drives Debian's
 chromium through Playwright (no browser download; `make browser` installs it), runs all cells,
 checks that no cell shows an error, moves the ipywidgets slider and waits for the figure to be
-redrawn. Every request that leaves 127.0.0.1 is refused and reported. The server and its kernels
-are shut down afterwards, and the test fails if any of their processes outlive it.
+redrawn, once (a figure function that returns its figure would be shown twice). Every request
+that leaves 127.0.0.1 is refused and reported. The server and its kernels are shut down
+afterwards, and the test fails if any of their processes outlive it.
 """
 
 import json
@@ -23,10 +24,9 @@ from pathlib import Path
 import nbformat
 import psutil  # comes with ipykernel
 import pytest
+from conftest import require_chromium
 
 from mambalearn.classroom import slides_offline
-
-from conftest import require_chromium  # noqa: E402
 
 require_chromium()
 
@@ -138,6 +138,8 @@ FIGURE = """() => {
     imgs.sort((a, b) => b.getAttribute('src').length - a.getAttribute('src').length);
     return imgs.length ? imgs[0].getAttribute('src') : null;
 }"""
+FIGURES = """() => [...document.querySelectorAll('.widget-interact .jp-OutputArea-output img')]
+    .filter(i => i.complete && i.naturalWidth > 100).length"""
 DRAWN = "() => { const f = (" + FIGURE + ")(); return f !== null && f.length > 10000; }"
 REDRAWN = "before => { const f = (" + FIGURE + ")(); return f !== null && f !== before; }"
 ERRORS = "[data-mime-type='application/vnd.jupyter.error']"
@@ -199,6 +201,8 @@ def test_chapter_01_runs_in_jupyterlab_and_the_slider_redraws(lab):
             page.wait_for_function(REDRAWN, arg=before, timeout=30_000)
             after_readout = slider.locator(".widget-readout").first.text_content()
             assert after_readout != readout, (readout, after_readout)
+            page.wait_for_timeout(1000)  # a second figure, if any, would be drawn by now
+            assert page.evaluate(FIGURES) == 1, "the slider shows more than one figure"
             ARTIFACTS.mkdir(parents=True, exist_ok=True)
             shot = ARTIFACTS / "lab_slider.png"
             page.evaluate("src => document.querySelector(`img[src=\"${src}\"]`).scrollIntoView()",

@@ -36,3 +36,12 @@ def test_site_pages_index_figures_and_failures(tmp_path):
     index = (out / "index.html").read_text()
     assert re.findall(r'href="([^"]+)"', index) == ["01_discretization.html"]
     assert site.title(nb, "") in index
+
+
+def test_site_index_numbers_chapters_once(tmp_path):
+    """The titles carry the chapter numbers ("05 · Memory"): the list is not numbered again."""
+    pages = [(tmp_path / "05_memory.html", "05 · Memory"), (tmp_path / "01_a.html", "01 · A")]
+    index = site.write_index(pages, tmp_path).read_text()
+    assert "<ol" not in index and "list-style: none" in index
+    assert re.findall(r'href="([^"]+)"', index) == ["01_a.html", "05_memory.html"]
+    assert [site.chapters(n) for n in (1, 2)] == ["1 chapter", "2 chapters"]

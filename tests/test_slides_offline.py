@@ -11,10 +11,9 @@ from pathlib import Path
 
 import nbformat
 import pytest
+from conftest import require_chromium
 
 from mambalearn.classroom import slides, slides_offline
-
-from conftest import require_chromium  # noqa: E402
 
 require_chromium()
 

@@ -9,7 +9,10 @@
     kernel          a boxed Jupyter kernel, driven cell by cell, watched for death and time
     runner          one submission's run: cells in the kernel, checks here (``remote``)
     remote          the bridge: a check's stand-in for the student's function in the kernel
-    slides          reveal.js decks from the chapters
-    slides_offline  decks with local assets, PDFs
+    execute         executed copies of the chapters, kept and shared by decks, site and tests
+    slides          reveal.js decks from the chapters (the command line)
+    slides_layout   what a code cell shows on a slide
+    deck            the deck's template, CSS and in-browser layout (deck.css, deck.js)
+    slides_offline  decks with local assets, PDFs, measuring slides in Chromium
     site            the static site of executed chapters
 """

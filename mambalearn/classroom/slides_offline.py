@@ -1,6 +1,6 @@
 """Offline decks: reveal.js, MathJax, require.js, jQuery, fonts and the widget manager, all local.
 
-    python -m mambalearn.classroom.slides_offline fetch          # npm packages -> build/vendor (once)
+    python -m mambalearn.classroom.slides_offline fetch     # npm packages -> build/vendor (once)
     python -m mambalearn.classroom.slides_offline pdf slides/01_discretization.slides.html
 
 ``fetch`` runs ``npm pack`` for the pinned packages below (the registry's tarballs, checked against
@@ -175,14 +175,20 @@ def _local_fonts(match, dest):
     return "".join(f"@import url(../../../@fontsource/{slug}/{f});" for f in files)
 
 
-def configure(exporter, out_dir):
-    """Point a SlidesExporter (or HTMLExporter) at ``out_dir/vendor``; installs it if needed."""
+def configure(exporter, out_dir, template=True):
+    """Point a SlidesExporter (or HTMLExporter) at ``out_dir/vendor``; installs it if needed.
+
+    ``template``: also use nbconvert's template without its mermaid.js import (an exporter with
+    a template of its own, like the deck's, leaves that out itself).
+    """
     from jinja2 import DictLoader
 
     install(out_dir)
     for trait, url in URLS.items():
         if exporter.has_trait(trait):
             setattr(exporter, trait, url)
+    if not template:
+        return exporter
     # the same template (reveal's or lab's index.html.j2) without the mermaid.js import
     exporter.extra_loaders = [DictLoader({"mambalearn_offline.html.j2": TEMPLATE})]
     exporter.template_file = "mambalearn_offline.html.j2"
@@ -206,13 +212,72 @@ def chromium():
     return CHROMIUM
 
 
-MATHJAX_DONE = """() => window.MathJax && MathJax.Hub && MathJax.Hub.queue
-    && MathJax.Hub.queue.pending === 0 && !MathJax.Hub.queue.running
-    && !document.querySelector('.MathJax_Processing')"""
+READY = "() => window.mambalearnDeck && window.mambalearnDeck.ready === true"
+
+# Every (sub)slide in turn, all fragments shown: the box of its visible content in slide pixels
+# (reveal scales the 960 x 700 slide to the window), the smallest font on it, and any element
+# that hides part of its content (a scroll box or a clip).
+MEASURE = """async (deck) => {
+    const [W, H] = [deck.width, deck.height];
+    const frame = () => new Promise((r) => requestAnimationFrame(() => requestAnimationFrame(r)));
+    const slides = document.querySelector('.reveal .slides');
+    const text = document.createRange();
+    const rows = [];
+    const stacks = Reveal.getHorizontalSlides();
+    for (let h = 0; h < stacks.length; h++) {
+        const n = Math.max(1, stacks[h].querySelectorAll(':scope > section').length);
+        for (let v = 0; v < n; v++) {
+            Reveal.slide(h, v, 10000);
+            await frame();
+            const s = Reveal.getCurrentSlide();
+            const box = slides.getBoundingClientRect();
+            const k = box.width / W;  // reveal's scale of the slide to the window
+            let [x0, y0, x1, y1, font, hidden] = [W, H, 0, 0, 99, []];
+            for (const e of s.querySelectorAll('*')) {
+                if (e.closest('aside.notes, script, .MJX_Assistive_MathML')) continue;
+                const r = e.getBoundingClientRect();
+                if (r.width === 0 || r.height === 0) continue;
+                const rects = [r];
+                for (const c of e.childNodes) {  // text can run past its element's box
+                    if (c.nodeType !== 3 || !c.data.trim()) continue;
+                    text.selectNodeContents(c);
+                    rects.push(...text.getClientRects());
+                }
+                for (const q of rects) {
+                    x0 = Math.min(x0, (q.left - box.left) / k);
+                    x1 = Math.max(x1, (q.right - box.left) / k);
+                    y0 = Math.min(y0, (q.top - box.top) / k);
+                    y1 = Math.max(y1, (q.bottom - box.top) / k);
+                }
+                const cs = getComputedStyle(e);
+                if (rects.length > 1) {  // text: its size in slide pixels, zoom included
+                    let zoom = 1;
+                    for (let a = e; a && a !== slides; a = a.parentElement)
+                        zoom *= parseFloat(getComputedStyle(a).zoom) || 1;
+                    font = Math.min(font, parseFloat(cs.fontSize) * zoom);
+                }
+                const clipX = cs.overflowX !== 'visible' && e.scrollWidth > e.clientWidth + 1;
+                const clipY = cs.overflowY !== 'visible' && e.scrollHeight > e.clientHeight + 1;
+                if (clipX || clipY) hidden.push(e.className || e.tagName);
+            }
+            const heading = s.querySelector('h1, h2, h3')?.cloneNode(true);
+            heading?.querySelectorAll('script, .anchor-link, .MJX_Assistive_MathML')
+                .forEach((e) => e.remove());
+            rows.push({h, v, title: heading ? heading.textContent.trim() : '',
+                       left: x0, top: y0, right: x1, bottom: y1, font, hidden,
+                       fits: x0 >= -1 && y0 >= -1 && x1 <= W + 1 && y1 <= H + 1 && !hidden.length});
+        }
+    }
+    Reveal.slide(0, 0, 0);
+    return rows;
+}"""
 
 
 def open_deck(browser, deck, query=""):
-    """A page showing ``deck`` with every non-file request refused; returns (page, refused URLs)."""
+    """A page showing ``deck`` laid out and started, every non-file request refused.
+
+    Returns (page, refused URLs). ``query``: e.g. ``?print-pdf`` for reveal's print view.
+    """
     context = browser.new_context(viewport={"width": 1280, "height": 800}, offline=True)
     refused = []
 
@@ -225,10 +290,29 @@ def open_deck(browser, deck, query=""):
     context.route("**/*", block)
     page = context.new_page()
     page.goto(Path(deck).resolve().as_uri() + query, wait_until="load")
-    # reveal.js comes in through require.js (no window.Reveal); it marks .reveal ready when set up
-    page.wait_for_selector(".reveal.ready", state="attached", timeout=30_000)
-    page.wait_for_function(MATHJAX_DONE, timeout=60_000)
+    # deck.js lays the slides out once MathJax has typeset, then starts reveal.js
+    page.wait_for_function(READY, timeout=90_000)
     return page, refused
+
+
+def measure(browser, deck):
+    """One row per (sub)slide of ``deck``: position ``h``/``v``, ``title``, the content box
+    ``left, top, right, bottom`` in slide pixels, the smallest ``font`` (px), ``hidden``
+    (elements that clip content) and ``fits`` (all of it inside the 960 x 700 slide)."""
+    from mambalearn.classroom.deck import HEIGHT, WIDTH
+
+    page, _ = open_deck(browser, deck, "?transition=none")
+    try:
+        return page.evaluate(MEASURE, {"width": WIDTH, "height": HEIGHT})
+    finally:
+        page.context.close()
+
+
+def describe(row):
+    """``#/3/1 "Title": 1020x740 px`` for a report."""
+    w, h = row["right"] - min(row["left"], 0), row["bottom"] - min(row["top"], 0)
+    clip = f", clipped in {row['hidden'][:2]}" if row["hidden"] else ""
+    return f'#/{row["h"]}/{row["v"]} "{row["title"][:50]}": {w:.0f}x{h:.0f} px{clip}'
 
 
 def pdf(deck, out=None, browser=None):
@@ -256,15 +340,21 @@ def pdf(deck, out=None, browser=None):
 
 
 def main(argv=None):
-    argv = sys.argv[1:] if argv is None else argv
-    if argv[:1] == ["fetch"]:
-        print(fetch(force="--force" in argv))
-    elif argv[:1] == ["pdf"] and len(argv) > 1:
-        for deck in argv[1:]:
-            print(pdf(deck))
+    import argparse
+
+    p = argparse.ArgumentParser(prog="python -m mambalearn.classroom.slides_offline",
+                                description=__doc__.split("\n\n")[0])
+    sub = p.add_subparsers(dest="command", required=True)
+    f = sub.add_parser("fetch", help="npm packages -> build/vendor (once)")
+    f.add_argument("--force", action="store_true", help="fetch again")
+    d = sub.add_parser("pdf", help="print decks to PDF through Chromium")
+    d.add_argument("decks", nargs="+", help="NN_name.slides.html files")
+    args = p.parse_args(argv)
+    if args.command == "fetch":
+        print(fetch(force=args.force))
     else:
-        print(__doc__.split("\n\n")[1])
-        return 2
+        for deck in args.decks:
+            print(pdf(deck))
     return 0
 
 

@@ -1,0 +1,165 @@
+"""What goes on a slide: rules applied to an executed chapter before nbconvert makes the deck.
+
+The notebook stays as it is; the deck gets a copy in which, for every visible code cell,
+
+1. **figures come without their code**: a cell whose output holds an image shows the image only
+   (the code draws the picture; the picture is the point), and a cell that only defines
+   plotting functions (their bodies use ``plt``, ``ax`` or ``fig``) and prints nothing is left
+   out when it continues a slide. Tag a cell ``slides-show-code`` to keep its code,
+   ``slides-hide-code`` to hide the code of any cell;
+2. **plumbing stays off**: imports at the top of a cell (standard library, torch, numpy,
+   matplotlib, ipywidgets and the course's utilities: ``mambalearn.testing``, ``timing``,
+   ``utils``, ``device``, ``check``) are left out; imports of course modules stay, they say
+   where the code lives;
+3. **code fits the slide's width**: a line longer than ``CODE_WIDTH`` characters (what fits a
+   960 px slide at the deck's code font) has its trailing comment moved above it, a long
+   comment is wrapped at words, and a statement still too long is reformatted by ``ruff format``
+   at that width (the same program either way: its syntax tree is compared before and after).
+
+Everything that needs real sizes (moving cells that do not fit onto a continuation slide,
+splitting long code or output at a line, shrinking a wide block) happens in the browser, where
+the sizes are known: ``mambalearn.classroom.deck``.
+"""
+
+import ast
+import copy
+import importlib.util
+import io
+import subprocess
+import sys
+import textwrap
+import tokenize
+
+CODE_WIDTH = 88  # characters of code per line at the deck's 17 px code font on a 960 px slide
+SHOW_CODE, HIDE_CODE = "slides-show-code", "slides-hide-code"
+PLUMBING = {"torch", "numpy", "matplotlib", "ipywidgets", "IPython", "tqdm", "mambalearn.testing",
+            "mambalearn.timing", "mambalearn.utils", "mambalearn.device", "mambalearn.check"}
+
+
+def prepare(nb, width=CODE_WIDTH):
+    """A copy of the executed notebook ``nb`` with the rules above applied to its visible code."""
+    nb = copy.deepcopy(nb)
+    for cell in nb.cells:
+        if cell.cell_type != "code" or _slide_type(cell) in ("skip", "notes"):
+            continue
+        tags = set(cell.metadata.get("tags", []))
+        continues = _slide_type(cell) in ("-", "fragment")
+        if SHOW_CODE not in tags and continues and _defines_plots(cell):
+            cell.metadata["slideshow"] = dict(cell.metadata.get("slideshow", {}), slide_type="skip")
+            continue
+        if HIDE_CODE in tags or (_draws_figure(cell) and SHOW_CODE not in tags):
+            cell.metadata["transient"] = {"remove_source": True}
+            continue
+        cell.source = fit_code(strip_plumbing(cell.source), width)
+        if not cell.source.strip():
+            cell.metadata["transient"] = {"remove_source": True}
+    return nb
+
+
+def _slide_type(cell):
+    return cell.metadata.get("slideshow", {}).get("slide_type", "-")
+
+
+def _draws_figure(cell):
+    return any(k.startswith("image/") for o in cell.get("outputs", []) for k in o.get("data", {}))
+
+
+PLOT_NAMES = {"plt", "ax", "axes", "fig", "matplotlib"}
+
+
+def _defines_plots(cell):
+    """True for a cell without output whose statements are all plotting function definitions."""
+    if cell.get("outputs"):
+        return False
+    try:
+        body = ast.parse(cell.source).body
+    except SyntaxError:
+        return False
+    draws = lambda f: any(isinstance(n, ast.Name) and n.id in PLOT_NAMES for n in ast.walk(f))
+    return bool(body) and all(isinstance(f, ast.FunctionDef) and draws(f) for f in body)
+
+
+def _is_plumbing(module):
+    root = module.split(".")[0]
+    return root in sys.stdlib_module_names or any(
+        module == p or module.startswith(p + ".") for p in PLUMBING)
+
+
+def strip_plumbing(source):
+    """``source`` without the plumbing imports it starts with (and the blank lines after them)."""
+    try:
+        body = ast.parse(source).body
+    except SyntaxError:
+        return source
+    end = 0
+    for stmt in body:
+        if isinstance(stmt, ast.Import) and all(_is_plumbing(a.name) for a in stmt.names):
+            end = stmt.end_lineno
+        elif isinstance(stmt, ast.ImportFrom) and stmt.level == 0 and _is_plumbing(stmt.module):
+            end = stmt.end_lineno
+        else:
+            break
+    return "\n".join(source.splitlines()[end:]).lstrip("\n") if end else source
+
+
+def fit_code(source, width=CODE_WIDTH):
+    """``source`` with every line at most ``width`` characters where that can be done safely.
+
+    Trailing comments of long lines go above them, long comments are wrapped, then each
+    top-level statement that still has a long line goes through ``ruff format``; a statement
+    whose reformatted syntax tree differs from the original (it never should) is kept as it was.
+    """
+    source = _wrap_comments(source, width)
+    lines = source.splitlines()
+    try:
+        body = ast.parse(source).body
+    except SyntaxError:  # IPython magics and the like: leave it to the deck's font fitting
+        return source
+    for stmt in reversed(body):  # bottom up, so earlier line numbers stay valid
+        first = min([stmt.lineno] + [d.lineno for d in getattr(stmt, "decorator_list", [])])
+        segment = lines[first - 1 : stmt.end_lineno]
+        if max(map(len, segment)) > width:
+            lines[first - 1 : stmt.end_lineno] = _ruff_format("\n".join(segment), width)
+    return "\n".join(lines)
+
+
+def _wrap_comments(source, width):
+    """Move the trailing comment of a too-long line above it; wrap too-long comment lines."""
+    lines = source.splitlines()
+    try:
+        tokens = list(tokenize.generate_tokens(io.StringIO(source).readline))
+    except (tokenize.TokenError, SyntaxError, IndentationError):
+        return source
+    comments = {t.start[0]: t for t in tokens if t.type == tokenize.COMMENT}
+    out = []
+    for row, line in enumerate(lines, start=1):
+        tok = comments.get(row)
+        if tok is None or len(line) <= width:
+            out.append(line)
+            continue
+        indent = line[: len(line) - len(line.lstrip())]
+        code = line[: tok.start[1]].rstrip()
+        text = tok.string.lstrip("#").strip()
+        out += textwrap.wrap(text, width - len(indent) - 2, initial_indent=indent + "# ",
+                             subsequent_indent=indent + "# ", break_long_words=False) or [line]
+        if code.strip():
+            out.append(code)
+    return "\n".join(out)
+
+
+def _ruff_format(segment, width):
+    """``segment`` (one top-level statement) as ``ruff format`` writes it at ``width``; its
+    lines, or the original lines if ruff is missing, fails, or changes the program."""
+    original = segment.splitlines()
+    if importlib.util.find_spec("ruff") is None:
+        return original
+    cmd = [sys.executable, "-m", "ruff", "format", "--isolated", f"--line-length={width}",
+           "--config", "format.quote-style='preserve'", "-"]
+    done = subprocess.run(cmd, input=segment, capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        return original
+    try:
+        same = ast.dump(ast.parse(done.stdout)) == ast.dump(ast.parse(segment))
+    except SyntaxError:
+        same = False
+    return done.stdout.rstrip("\n").splitlines() if same else original

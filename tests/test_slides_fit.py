@@ -1,0 +1,111 @@
+"""Every chapter's deck in headless Chromium: every slide fits reveal's 960 x 700 box with all its
+fragments shown, the arrow key reaches every slide, and the print view has all its math.
+
+The chapters are found, not listed (every ``notebooks/*.ipynb``). Each deck is built from the
+executed copy the other slide and site tests share (``mambalearn.classroom.execute``). A PDF of
+each deck's print view (one page per slide) is kept for an instructor to skim in
+``build/test-artifacts/slides/`` (``MAMBALEARN_ARTIFACTS`` moves it).
+"""
+
+import os
+import re
+from pathlib import Path
+
+import pytest
+from conftest import require_chromium
+
+from mambalearn.classroom import deck, slides, slides_offline
+
+require_chromium()
+
+ROOT = Path(__file__).resolve().parent.parent
+CHAPTERS = sorted((ROOT / "notebooks").glob("*.ipynb"))
+ARTIFACTS = Path(os.environ.get("MAMBALEARN_ARTIFACTS", ROOT / "build" / "test-artifacts"))
+
+
+@pytest.fixture(scope="module")
+def out(tmp_path_factory):
+    return tmp_path_factory.mktemp("decks")
+
+
+@pytest.fixture(scope="module")
+def browser():
+    from playwright.sync_api import sync_playwright  # the dev extra; the browser is Debian's
+
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=slides_offline.chromium(),
+                              args=slides_offline.CHROMIUM_ARGS)
+        yield b
+        b.close()
+
+
+WHERE = """() => [Reveal.getIndices().h, Reveal.getIndices().v,
+                   Reveal.isLastSlide() && !Reveal.availableFragments().next]"""
+
+
+def _arrow_through(page, presses):
+    """Press → until the deck's end (at most ``presses`` times): every [h, v] shown, in order."""
+    seen = []
+    for _ in range(presses):
+        h, v, end = page.evaluate(WHERE)
+        if not seen or seen[-1] != [h, v]:
+            seen.append([h, v])
+        if end:
+            break
+        page.keyboard.press("ArrowRight")
+    return seen
+
+
+MATH = """() => {
+    const sources = [...document.querySelectorAll('script[type^="math/tex"]')];
+    const missing = sources.filter((s) => {
+        const f = document.getElementById(s.id + '-Frame');
+        return !f || f.getBoundingClientRect().width === 0;
+    });
+    return [sources.length, missing.map((s) => s.textContent.slice(0, 40))];
+}"""
+
+
+@pytest.mark.parametrize("notebook", CHAPTERS, ids=[p.stem for p in CHAPTERS])
+def test_deck_fits_navigates_and_prints(notebook, out, browser):
+    path = slides.export(notebook, out)
+    rows = slides_offline.measure(browser, path)
+    over = [slides_offline.describe(r) for r in rows if not r["fits"]]
+    assert not over, f"{notebook.stem}: {len(over)} of {len(rows)} slides do not fit: {over}"
+    small = [slides_offline.describe(r) for r in rows if r["font"] < 12]
+    assert not small, f"{notebook.stem}: text smaller than 12 px on {small}"
+
+    # the right arrow, as a presenter presses it, shows every slide and subslide in order
+    page, _ = slides_offline.open_deck(browser, path, "?transition=none")
+    fragments = page.evaluate("() => document.querySelectorAll('.reveal .fragment').length")
+    seen = _arrow_through(page, len(rows) + fragments + 5)
+    page.context.close()
+    assert seen == [[r["h"], r["v"]] for r in rows], f"{notebook.stem}: → showed {seen}"
+
+    # the print view: every formula typeset (none left blank), one page per slide
+    page, refused = slides_offline.open_deck(browser, path, "?print-pdf")
+    n_math, missing = page.evaluate(MATH)
+    text = page.inner_text(".reveal .slides")
+    pdf = ARTIFACTS / "slides" / f"{notebook.stem}.pdf"
+    pdf.parent.mkdir(parents=True, exist_ok=True)
+    page.pdf(path=str(pdf), prefer_css_page_size=True, print_background=True)
+    page.context.close()
+    assert not refused, f"the deck asked the network for {refused[:3]}"
+    assert not missing, f"{notebook.stem}: {len(missing)} of {n_math} formulas not shown: {missing}"
+    assert "$$" not in text, "raw TeX left on the slides"
+    pages = len(re.findall(rb"/Type\s*/Page\b", pdf.read_bytes()))
+    assert pages == len(rows), (pages, len(rows))
+
+
+def test_a_slide_that_cannot_fit_is_reported(out, browser, tmp_path):
+    """The check fails where it should: an output with an unbreakable 400-character token."""
+    from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, new_output
+
+    cell = new_code_cell("print(token)", metadata={"slideshow": {"slide_type": "-"}})
+    cell.outputs = [new_output("stream", name="stdout", text="x" * 400 + "\n")]
+    nb = new_notebook(cells=[new_markdown_cell("# Too wide", metadata={
+        "slideshow": {"slide_type": "slide"}}), cell])
+    path = slides.export(tmp_path / "wide.ipynb", out, nb=nb)
+    rows = slides_offline.measure(browser, path)
+    assert [r["fits"] for r in rows] == [False]
+    assert rows[0]["right"] > deck.WIDTH and "Too wide" in slides_offline.describe(rows[0])
