@@ -22,7 +22,8 @@ Ring and all-gather scan twice (the summary, then the fix-up) but send only stat
 scans once but sends every token. Which wins depends on S versus the tokens, on α versus S/β
 (the ring sends only H, the all-gather (P, h)), on R, and on memory: all-gather holds R summaries.
 The network figures below are *assumptions* (vendor link rates), not measurements; the kernel
-times come from docs/BENCHMARKS.md. Issue 17 replaces both with measured fits.
+times are each rank's work measured on one H200 at the shard's own shape (docs/BENCHMARKS.md).
+Issue 17 replaces the network figures with fits to multi-GPU measurements.
 """
 
 import math
@@ -67,34 +68,46 @@ class Workload:
     source: str = field(default="", compare=False)
 
 
-# Measured per-rank kernel times (docs/BENCHMARKS.md, the lead's H200 call 4 of 2026-11-30,
-# commit fc73706; bf16): Mamba-1 b8 d2048 n16 l8192 fwd 1.741 ms, fwd+bwd 11.315 ms; SSD
-# b1 l16384 h80 p64 n128 chunk 256 fwd 0.718 ms, fwd+bwd 3.292 ms. Scaled linearly in tokens.
-MAMBA1_REF = dict(tokens=8 * 8192, t_fwd=1.741e-3, t_fwd_bwd=11.315e-3)
-SSD_REF = dict(tokens=16384, t_fwd=0.718e-3, t_fwd_bwd=3.292e-3)
+# Measured per-rank work (docs/BENCHMARKS.md, "The lead's H200 call of 2026-12-01",
+# `mambalearn/bench/gpu/parallel.py`; bf16, fp32 states): {tokens per shard: (fwd, fix-up = the
+# scan from a given state, fwd+bwd)} in ms, at the shard shapes below. Between the measured
+# lengths the times are interpolated, beyond them scaled in proportion to the tokens.
+MAMBA1_RANK = {8192: (1.615, 1.673, 4.669), 16384: (3.235, 3.344, 9.239),
+               32768: (6.533, 6.768, 18.352), 65536: (12.940, 13.410, 36.460)}  # b2 d2048 n16
+SSD_RANK = {8192: (0.570, 0.595, 3.162), 16384: (0.789, 0.786, 4.694),
+            32768: (1.531, 1.538, 8.861), 65536: (3.039, 3.038, 17.431)}  # b1 h80 p64 n128 q256
+SOURCE = "H200 per-rank times (docs/BENCHMARKS.md, 2026-12-01)"
+
+
+def measured(table, tokens):
+    """(t_fwd, t_fixup, t_fwd_bwd) in seconds for ``tokens`` per shard, from a measured table."""
+    xs = sorted(table)
+    if tokens <= xs[0] or tokens >= xs[-1]:
+        x = xs[0] if tokens <= xs[0] else xs[-1]
+        return tuple(v * 1e-3 * tokens / x for v in table[x])
+    hi = next(x for x in xs if x >= tokens)
+    lo = xs[xs.index(hi) - 1]
+    w = (tokens - lo) / (hi - lo)
+    return tuple(1e-3 * ((1 - w) * a + w * b) for a, b in zip(table[lo], table[hi], strict=True))
 
 
 def mamba1(l_shard, b=2, d=2048, n=16, bytes_per=2, t_fwd=None, t_bwd=None):
-    """The Mamba-1 workload of a shard of ``l_shard`` tokens (times scaled from MAMBA1_REF)."""
-    k = b * l_shard / MAMBA1_REF["tokens"]
-    t_f = MAMBA1_REF["t_fwd"] * k if t_fwd is None else t_fwd
-    t_b = (MAMBA1_REF["t_fwd_bwd"] - MAMBA1_REF["t_fwd"]) * k if t_bwd is None else t_bwd
+    """The Mamba-1 workload of a shard of ``l_shard`` tokens (times from MAMBA1_RANK, b2 d2048)."""
+    t_f, t_fix, t_fb = measured(MAMBA1_RANK, l_shard * b / 2)
+    t_f, t_b = (t_f if t_fwd is None else t_fwd), (t_fb - t_f if t_bwd is None else t_bwd)
     tok = b * d * l_shard * bytes_per  # one (b, d, l) tensor
     return Workload(f"Mamba-1 b{b} d{d} n{n}, {l_shard} tokens/GPU", b * d * n, b * d * n,
-                    3 * tok, tok, 2 * b * n * l_shard * bytes_per, t_f, t_b,
-                    "docs/BENCHMARKS.md (H200, 2026-11-30), scaled in tokens")
+                    3 * tok, tok, 2 * b * n * l_shard * bytes_per, t_f, t_b, SOURCE)
 
 
 def ssd(l_shard, b=1, h=80, p=64, n=128, g=1, bytes_per=2, t_fwd=None, t_bwd=None):
-    """The SSD workload of a shard of ``l_shard`` tokens (times scaled from SSD_REF)."""
-    k = b * l_shard / SSD_REF["tokens"]
-    t_f = SSD_REF["t_fwd"] * k if t_fwd is None else t_fwd
-    t_b = (SSD_REF["t_fwd_bwd"] - SSD_REF["t_fwd"]) * k if t_bwd is None else t_bwd
+    """The SSD workload of a shard of ``l_shard`` tokens (times from SSD_RANK, b1 h80)."""
+    t_f, t_fix, t_fb = measured(SSD_RANK, l_shard * b)
+    t_f, t_b = (t_f if t_fwd is None else t_fwd), (t_fb - t_f if t_bwd is None else t_bwd)
     tok = b * l_shard * h * p * bytes_per  # one (b, l, h, p) tensor
     return Workload(f"SSD b{b} h{h} p{p} n{n}, {l_shard} tokens/GPU", b * h * p * n, b * h,
                     2 * tok + b * l_shard * h * bytes_per, tok,
-                    2 * b * l_shard * g * n * bytes_per, t_f, t_b,
-                    "docs/BENCHMARKS.md (H200, 2026-11-30), scaled in tokens")
+                    2 * b * l_shard * g * n * bytes_per, t_f, t_b, SOURCE)
 
 
 def p2p(net, m):
