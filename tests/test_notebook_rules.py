@@ -8,6 +8,7 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS = sorted(p for d in ("notebooks", "solutions", "exercises")
                    for p in (ROOT / d).glob("*.ipynb"))
+pytest.importorskip("jupytext")  # tools/nb.py's converter; in the dev extra (a GPU box may lack it)
 spec = importlib.util.spec_from_file_location("nbtool", ROOT / "tools" / "nb.py")
 nbtool = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(nbtool)
