@@ -329,14 +329,9 @@ def _recorded_launches(fn):
     return calls
 
 
-def sm90_build(kernel, args, kwargs):
-    """Compile one launch for sm_90 as Triton's launcher would (its own binder specialises the
-    arguments) and read the cubin: registers, stack (spills), shared memory, SASS counts."""
-    import os
-    import re
-    import subprocess
-    import tempfile
-
+def _sm90_spec(kernel, args, kwargs):
+    """What Triton's launcher would compile for this launch on sm_90: (target, ASTSource, options);
+    its own binder specialises the arguments."""
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource, make_backend
     from triton.runtime.jit import create_function_from_signature
@@ -347,8 +342,20 @@ def sm90_build(kernel, args, kwargs):
     bound, spec, options = binder(*args, **kwargs)
     options, signature, constexprs, attrs = kernel._pack_args(backend, kwargs, bound, spec,
                                                               options)
-    k = triton.compile(ASTSource(kernel, signature, constexprs, attrs), target=target,
-                       options=options.__dict__)
+    return target, ASTSource(kernel, signature, constexprs, attrs), options
+
+
+def sm90_build(kernel, args, kwargs):
+    """Compile one launch for sm_90 as Triton's launcher would and read the cubin: registers,
+    stack (spills), shared memory, SASS counts and a hash of the SASS (did a change touch it?)."""
+    import hashlib
+    import os
+    import re
+    import subprocess
+    import tempfile
+
+    target, src, options = _sm90_spec(kernel, args, kwargs)
+    k = triton.compile(src, target=target, options=options.__dict__)
     tool = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
     with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
         f.write(k.asm["cubin"])
@@ -357,9 +364,11 @@ def sm90_build(kernel, args, kwargs):
         sass = subprocess.run([tool, "-sass", f.name], capture_output=True, text=True).stdout
     res = dict(re.findall(r"\b(REG|STACK):(\d+)", usage))
     ops = re.findall(r"/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_]*)", sass)
+    code = re.findall(r"/\*[0-9a-f]{4,}\*/\s+([^;]*;)", sass)  # instructions, no file names
     return dict(regs=int(res["REG"]), stack=int(res["STACK"]), smem=k.metadata.shared,
                 warps=options.num_warps, sass=len(ops), mufu=ops.count("MUFU"),
-                spill_ops=ops.count("LDL") + ops.count("STL"))
+                spill_ops=ops.count("LDL") + ops.count("STL"),
+                sass_hash=hashlib.sha1("\n".join(code).encode()).hexdigest()[:12])
 
 
 def sm90_builds(shape=SHAPE, chunk=64, batch=1):
@@ -391,38 +400,72 @@ def sm90_builds(shape=SHAPE, chunk=64, batch=1):
     return rows
 
 
-def sm90_variants(chunk=64):
-    """``sm90_builds`` for the variants the benchmark does not launch (does every one compile?):
-    fp32 (tf32), fp16 and bf16 operands; with and without D, Z, Input_States and the final
-    states' gradients; GQA; n, p that are not powers of two. One row per kernel variant."""
+# chapter 15's kernel cell (its kw32), the benchmark's and the agreement's (l is not compiled in),
+# one with GQA and n, p that are not powers of two, one of small n and the benchmark's p
+MATRIX_SHAPES = dict(notebook=dict(b=2, l=13, h=2, g=2, n=4, p=3, na=2), benchmark=dict(AGREE, b=1),
+                     odd=dict(b=1, l=70, h=6, g=2, n=40, p=20, na=10),
+                     narrow=dict(b=1, l=40, h=2, g=1, n=16, p=64, na=4))
+MATRIX_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+MATRIX_CHUNKS = (16, 32, 64, 128)
+
+
+def _matrix_case(size, dtype, chunk, extras):
+    """A forward + backward of ours on CPU tensors: with D, Z, Input_States and the final
+    states' gradients (``extras``) or none of them."""
     from mambalearn.triton.mamba3 import mamba3_siso_combined
 
-    cases = [(torch.bfloat16, dict(b=1, l=200, h=8, g=1, n=128, p=64, na=32), True, False),
-             (torch.float32, dict(b=1, l=70, h=6, g=2, n=40, p=20, na=10), False, True),
-             (torch.float16, dict(b=1, l=70, h=4, g=4, n=16, p=16, na=8), True, True)]
+    kw = inputs(**size, dtype=dtype, device="cpu")
+    if not extras:
+        kw.update(D=None, Z=None)
+    b, h, p, n, na = (size[k] for k in ("b", "h", "p", "n", "na"))
+    st = [torch.rand(b, h, na), torch.randn(b, h, p, n), torch.randn(b, h, n),
+          torch.randn(b, h, p)] if extras else None
+    x = {k: None if v is None else v.requires_grad_() for k, v in kw.items()}
+    outs = mamba3_siso_combined(**x, Input_States=st, chunk_size=chunk,
+                                return_final_states=extras)
+    sum(o.float().sum() for o in (outs if extras else (outs,))).backward()
 
-    def work():
-        for dtype, size, DZ, states in cases:
-            kw = inputs(**size, dtype=dtype, device="cpu")
-            if not DZ:
-                kw.update(D=None, Z=None)
-            b, h, p, n, na = (size[k] for k in ("b", "h", "p", "n", "na"))
-            st = [torch.rand(b, h, na), torch.randn(b, h, p, n), torch.randn(b, h, n),
-                  torch.randn(b, h, p)] if states else None
-            x = {k: None if v is None else v.requires_grad_() for k, v in kw.items()}
-            outs = mamba3_siso_combined(**x, Input_States=st, chunk_size=chunk,
-                                        return_final_states=states)
-            sum(o.float().sum() for o in (outs if states else (outs,))).backward()
 
+def sm90_matrix(chunks=MATRIX_CHUNKS, dtypes=MATRIX_DTYPES, shapes=MATRIX_SHAPES, log=None):
+    """Does every kernel build for sm_90? Each shape × dtype × chunk, forward + backward with and
+    without D/Z/Input_States (``_matrix_case``), and the decode steps (bf16, the benchmark's):
+    one row per distinct compilation (kernel, specialised signature, constexprs), with its case,
+    ``ok`` and the build's numbers (``sm90_build``) or the error. Needs TRITON_INTERPRET=0."""
+    from mambalearn.triton.mamba3 import mamba3_mimo_step, mamba3_siso_step
+
+    if _device.interpreted():
+        raise RuntimeError("sm90_matrix compiles for a GPU: start Python with TRITON_INTERPRET=0")
+    dec = dict(DECODE, b=1)
+
+    def steps():
+        mamba3_siso_step(**decode_inputs(dec, device="cpu"))
+        for r in (1, 4):
+            mamba3_mimo_step(torch.zeros(1, dec["h"], dec["p"], dec["n"]),
+                             **decode_inputs(dec, rank=r, device="cpu"))
+
+    cases = [("decode", "bf16", "-", "-", steps)]
+    cases += [(name, str(dt).replace("torch.", ""), q, extras,
+               lambda s=size, dt=dt, q=q, e=extras: _matrix_case(s, dt, q, e))
+              for name, size in shapes.items() for dt in dtypes for q in chunks
+              for extras in (True, False)]
     rows, seen = [], set()
-    for kernel, args, kwargs in _recorded_launches(work):
-        flags = {k: str(v) for k, v in kwargs.items() if k in ("GRAD", "REVERSE", "DOT", "HAS_D",
-                                                               "HAS_Z", "P", "BN")}
-        key = (kernel.fn.__name__, tuple(flags.items()))
-        if key not in seen:
+    for name, dt, q, extras, work in cases:
+        for kernel, args, kwargs in _recorded_launches(work):
+            target, src, options = _sm90_spec(kernel, args, kwargs)
+            key = (kernel.fn.__name__, repr(src.signature), repr(sorted(src.constants.items())),
+                   repr(src.attrs), options.num_warps, options.num_stages)
+            if key in seen:
+                continue
             seen.add(key)
-            rows.append(dict(kernel=kernel.fn.__name__, **flags,
-                             **sm90_build(kernel, args, kwargs)))
+            row = dict(kernel=kernel.fn.__name__, shape=name, dtype=dt, chunk=q, extras=extras,
+                       **{k: str(v) for k, v in kwargs.items() if k in ("GRAD", "REVERSE", "R")})
+            try:
+                row.update(ok=True, **sm90_build(kernel, args, kwargs))
+            except Exception as e:  # noqa: BLE001  (the row says which build failed, and why)
+                row.update(ok=False, error=f"{type(e).__name__}: {str(e).splitlines()[0][:120]}")
+            rows.append(row)
+            if log:
+                log(row)
     return rows
 
 
@@ -447,8 +490,13 @@ def run(gpu):
 
 if __name__ == "__main__":  # TRITON_INTERPRET=0 python -m mambalearn.bench.mamba3 --sm90 [--all]
     if "--sm90" in sys.argv:
-        chunks = [int(a) for a in sys.argv[sys.argv.index("--sm90") + 1:] if a.isdigit()] or [64]
-        for q in chunks:
-            rows = sm90_variants(q) if "--all" in sys.argv else sm90_builds(chunk=q)
-            for row in rows:
-                print(f"chunk={q}  " + "  ".join(f"{k}={v}" for k, v in row.items()), flush=True)
+        chunks = [int(a) for a in sys.argv[sys.argv.index("--sm90") + 1:] if a.isdigit()]
+        show = lambda row: print("  ".join(f"{k}={v}" for k, v in row.items()), flush=True)
+        if "--all" in sys.argv:
+            rows = sm90_matrix(tuple(chunks) or MATRIX_CHUNKS, log=show)
+            bad = [r for r in rows if not r["ok"]]
+            print(f"{len(rows)} builds, {len(rows) - len(bad)} ok, {len(bad)} failed")
+        else:
+            for q in chunks or [64]:
+                for row in sm90_builds(chunk=q):
+                    show(dict(chunk=q, **row))

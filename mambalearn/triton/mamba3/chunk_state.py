@@ -117,7 +117,11 @@ def _chunk_state_kernel(
                 cos = tl.full([Q, BN // 2], 1.0, tl.float32)
                 sin = tl.zeros([Q, BN // 2], dtype=tl.float32)
         y = load_turned(y_ptr, Yb_ptr + hi * n, g * n, offs_t, offs_n, l, n, cos, sin, Q, BN)
-        S = tl.dot(xr, y.to(DOT))  # (P, BN)
+        if DOT == tl.float32:  # the same product transposed: Triton 3.6 cannot give a tf32 wgmma
+            # a B made by reshaping joined pairs (TritonGPUOptimizeDotOperands, P ≥ 64)
+            S = tl.trans(tl.dot(tl.trans(y), tl.trans(xr)))  # (P, BN)
+        else:
+            S = tl.dot(xr, y.to(DOT))  # (P, BN)
         tl.store(S_ptr + chunk * p * n + offs_p[:, None] * n + offs_n[None, :],
                  S.to(S_ptr.dtype.element_ty),
                  mask=(offs_p[:, None] < p) & (offs_n[None, :] < n))
