@@ -43,7 +43,7 @@ def test_bench_help_lists_every_topic_and_option(flag, capsys):
 
 
 @pytest.mark.parametrize("args, message", [
-    (["bench", "memroy"], "unknown topic 'memroy' (topics: memory, model,"),
+    (["bench", "memroy"], "unknown topic 'memroy' (topics: mamba3, memory, model,"),
     (["bench", "scans", "--json"], "argument --json: expected one argument"),
     (["bench", "--jsn"], "unrecognized arguments: --jsn"),
     ([], "the following arguments are required: COMMAND"),
