@@ -105,7 +105,7 @@ ssd.run(True, shapes=[dict(b=4, l=4096, **ssd.HEADS)], forward=False)" ;;
         notebooks/15*.ipynb solutions/05*.ipynb solutions/15*.ipynb" TLIMIT=${TLIMIT:-230} \
         section notebooks &
       wait
-      step mamba3 100 python3 -m mambalearn.bench.gpu.mamba3 --limit 90 --json "$LOG/mamba3.json"
+      step mamba3 85 python3 -m mambalearn.bench.gpu.mamba3 --limit 75 --json "$LOG/mamba3.json"
       step attention 100 python3 mambalearn/bench/gpu/attention.py "$LOG" --budget 85
       step parallel 75 python3 mambalearn/bench/gpu/parallel.py "$LOG"
       section pack ;;
@@ -113,11 +113,11 @@ ssd.run(True, shapes=[dict(b=4, l=4096, **ssd.HEADS)], forward=False)" ;;
       # chapter 15 under nbval, the device script again), the Blelloch summary scan re-timed, and
       # the decode step's tiles (chapter 12, issue 20)
       section prep; export TAIL=${TAIL:-14}
-      step mamba3_tests 150 python3 -m pytest -m gpu -q -p no:cacheprovider tests/test_mamba3_triton.py
-      NBV="notebooks/15*.ipynb solutions/15*.ipynb" TLIMIT=110 section notebooks
-      step mamba3 100 python3 -m mambalearn.bench.gpu.mamba3 --limit 90 --json "$LOG/mamba3.json"
-      step parallel 45 python3 mambalearn/bench/gpu/parallel.py "$LOG"
-      step ssd_step 95 python3 -m mambalearn.bench.gpu.ssd_fused --sections step --limit 85 \
+      step mamba3_tests 110 python3 -m pytest -m gpu -q -p no:cacheprovider tests/test_mamba3_triton.py
+      NBV="notebooks/15*.ipynb solutions/15*.ipynb" TLIMIT=95 section notebooks
+      step mamba3 85 python3 -m mambalearn.bench.gpu.mamba3 --limit 75 --json "$LOG/mamba3.json"
+      step parallel 40 python3 mambalearn/bench/gpu/parallel.py "$LOG"
+      step ssd_step 80 python3 -m mambalearn.bench.gpu.ssd_fused --sections step --limit 70 \
         --json "$LOG/ssd_step.json"
       section pack ;;
   esac
