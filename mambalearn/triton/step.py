@@ -11,9 +11,9 @@ The kernel gives each program a (BLOCK_P, n) tile of one (batch, head): it loads
 it in registers, stores it back in the state's own dtype (float32 or bfloat16; arithmetic is
 always float32), and reduces over n for the output. Tiles are numbered so that programs launched
 together touch neighbouring memory (p-block fastest, then head, then batch row). Large batches
-are bound by bandwidth and take ~1024 values a program; small ones (one sequence: 2.6 MB of
-state) by latency, and take smaller tiles with more warps (``_tile``; the measurements are in
-docs/BENCHMARKS.md).
+are bound by bandwidth and take 4096 values a program; small ones (one sequence: 2.6 MB of
+state) by latency, and take 8192 values over 8 warps: fewer programs, each with more loads in
+flight (``_tile``; the measurements are in docs/BENCHMARKS.md and bench/NOTES_ssd.md).
 
 Mamba-2 passes per-head scalars broadcast with stride 0 (A (h, p, n), Δ (b, h, p)); the launcher
 detects that (``TIE_HDIM``) and the kernel then loads one A and one Δ per program instead of a
@@ -144,21 +144,21 @@ def _state_update_kernel(
              mask=offs_p < p)
 
 
-# (state values per tile, warps) for large batches (bandwidth-bound) and small ones (latency-bound,
-# the state stays in L2 between tokens); the H200 sweeps behind them: bench/NOTES_ssd.md
-TILE_LARGE = (4096, 8)
-TILE_SMALL = (2048, 4)
+# (state values per tile, warps, stream) for large batches (bandwidth-bound) and small ones
+# (latency-bound: fewer, larger programs); the H200 sweeps behind them: bench/NOTES_ssd.md
+TILE_LARGE = (4096, 8, True)
+TILE_SMALL = (8192, 8, True)
 SMALL_STATE = 1 << 22  # state values (b·h·p·n) up to which a batch counts as small (16 MB fp32)
 
 
 def _tile(p, n, values):
-    """(BLOCK_P, num_warps, stream) for a state of ``values`` values: TILE_LARGE (streamed past
-    L2) or TILE_SMALL (kept in L2). No autotuning: it would run the in-place update several
-    times."""
-    small = values <= SMALL_STATE
-    per_tile, warps = TILE_SMALL if small else TILE_LARGE
+    """(BLOCK_P, num_warps, stream) for a state of ``values`` values: TILE_LARGE or TILE_SMALL,
+    BLOCK_P no wider than the head, at most a warp per 256 values of the tile (at least 4).
+    No autotuning: it would run the in-place update several times."""
+    per_tile, warps, stream = TILE_SMALL if values <= SMALL_STATE else TILE_LARGE
     block_n = triton.next_power_of_2(n)
-    return max(1, min(triton.next_power_of_2(p), per_tile // block_n)), warps, not small
+    block_p = max(1, min(triton.next_power_of_2(p), per_tile // block_n))
+    return block_p, min(warps, max(4, block_p * block_n // 256)), stream
 
 
 def _check_slots(idx, slots):

@@ -120,6 +120,16 @@ ssd.run(True, shapes=[dict(b=4, l=4096, **ssd.HEADS)], forward=False)" ;;
       step ssd_step 80 python3 -m mambalearn.bench.gpu.ssd_fused --sections step --limit 70 \
         --json "$LOG/ssd_step.json"
       section pack ;;
+    session3c)  # 2026-12-01, the lead's third call: chapter 15's kernel cell on the GPU's tensors,
+      # the decode step's new small-batch tile, the SSD at b16 l1024 (not reached before)
+      section prep; export TAIL=${TAIL:-14}
+      step step_tests 50 python3 -m pytest -m gpu -q -p no:cacheprovider tests/test_step.py
+      NBV="notebooks/15*.ipynb" TLIMIT=60 section notebooks
+      step ssd_step 45 python3 -m mambalearn.bench.gpu.ssd_fused --sections step --limit 40 \
+        --json "$LOG/ssd_step.json"
+      step ssd_b16 110 python3 -c "from mambalearn.bench import ssd, table
+print(table(ssd.run(True, shapes=[dict(b=16, l=1024, **ssd.HEADS)])))"
+      section pack ;;
   esac
 }
 for s in "$@"; do section "$s"; done
