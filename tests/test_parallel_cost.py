@@ -54,3 +54,19 @@ def test_the_gpu_script_runs_tiny_on_cpu():
     assert rows[0]["out"] < 1e-5 and rows[0]["final"] < 1e-5  # SSD from a state vs the oracle
     assert any(r.get("tokens") == 8 and r["fwd"] > 0 for r in rows)
     assert "mamba1" in g["table"](rows)
+
+
+def test_the_summary_scan_follows_its_measured_table():
+    w = cost.ssd(32768)
+    for R, ms in cost.SSD_SUMMARY.items():
+        assert cost.summary_time(w, R) == pytest.approx(ms * 1e-3)
+    ts = [cost.summary_time(w, R) for R in (2, 8, 16, 64, 300, 1024, 4096)]
+    assert ts == sorted(ts) and ts[-1] == pytest.approx(4 * ts[-2])  # ∝ R beyond the table
+    assert cost.summary_time(w, 1) == 0.0
+    net = cost.Network(alpha=1e-5, beta=1e9)
+    bare = cost.Workload("w", w.state, w.decay, w.inputs_bytes, w.output_bytes, w.shared_bytes,
+                         w.t_fwd, w.t_bwd)
+    gap = cost.step_time(w, 64, "allgather", net)["fwd"] - cost.step_time(bare, 64, "allgather",
+                                                                          net)["fwd"]
+    assert gap == pytest.approx(cost.summary_time(w, 64))
+    assert cost.ssd(32768, h=160).summary_scan[8] == pytest.approx(2 * cost.SSD_SUMMARY[8])

@@ -12,11 +12,14 @@ With T_f, T_b one forward and one backward of a shard (kernel times measured on 
 state and |P| the decay of one rank (in float32), per step:
 
     ring       fwd 2T_f + (R−1)(α + 4S/β)                         bwd 2T_b + the same chain back
-    allgather  fwd 2T_f + allgather(4(|P| + S))                   bwd 2T_b + allgather(4S)
+    allgather  fwd 2T_f + allgather(4(|P| + S)) + T_s(R)          bwd 2T_b + allgather(4S) + T_s(R)
     alltoall   fwd T_f + all-to-all(inputs) + all-gather(B, C) + all-to-all(output)
                bwd T_b + all-to-all(∂output) + all-to-all(∂inputs) + reduce-scatter(∂B, ∂C)
     serial     fwd R·T_f + (R−1)(α + 4S/β): each rank scans only once its predecessor's final
                state arrived (no summaries) — the chain a summary pass removes.
+
+T_s(R) is the local ⊗-scan of the R gathered summaries (chapter 04's Blelloch scan), measured on
+one H200 at R = 8, 64, 1024; the backward's reverse scan is *assumed* to cost the same.
 
 Ring and all-gather scan twice (the summary, then the fix-up) but send only states; all-to-all
 scans once but sends every token. Which wins depends on S versus the tokens, on α versus S/β
@@ -66,6 +69,7 @@ class Workload:
     t_fwd: float
     t_bwd: float
     source: str = field(default="", compare=False)
+    summary_scan: dict | None = field(default=None, compare=False)  # {R: s}, measured; None: 0
 
 
 # Measured per-rank work (docs/BENCHMARKS.md, "The lead's H200 call of 2026-12-01",
@@ -76,6 +80,10 @@ MAMBA1_RANK = {8192: (1.615, 1.673, 4.669), 16384: (3.235, 3.344, 9.239),
                32768: (6.533, 6.768, 18.352), 65536: (12.940, 13.410, 36.460)}  # b2 d2048 n16
 SSD_RANK = {8192: (0.570, 0.595, 3.162), 16384: (0.789, 0.786, 4.694),
             32768: (1.531, 1.538, 8.861), 65536: (3.039, 3.038, 17.431)}  # b1 h80 p64 n128 q256
+# The all-gather's local scan of R summaries (`summary.rank_scan`, same shapes, second call of
+# 2026-12-01): {R: ms}. Interpolated in log R, proportional to R beyond 1024, the R = 8 time below.
+MAMBA1_SUMMARY = {8: 0.292, 64: 0.480, 1024: 1.128}
+SSD_SUMMARY = {8: 0.346, 64: 0.658, 1024: 9.731}
 SOURCE = "H200 per-rank times (docs/BENCHMARKS.md, 2026-12-01)"
 
 
@@ -91,13 +99,28 @@ def measured(table, tokens):
     return tuple(1e-3 * ((1 - w) * a + w * b) for a, b in zip(table[lo], table[hi], strict=True))
 
 
+def summary_time(w, R):
+    """T_s(R) in seconds: the local scan of R summaries from ``w.summary_scan`` (0 without one)."""
+    table = w.summary_scan
+    if not table or R <= 1:
+        return 0.0
+    xs = sorted(table)
+    if R <= xs[0] or R >= xs[-1]:
+        return 1e-3 * (table[xs[0]] if R <= xs[0] else table[xs[-1]] * R / xs[-1])
+    hi = next(x for x in xs if x >= R)
+    lo = xs[xs.index(hi) - 1]
+    u = math.log(R / lo) / math.log(hi / lo)
+    return 1e-3 * ((1 - u) * table[lo] + u * table[hi])
+
+
 def mamba1(l_shard, b=2, d=2048, n=16, bytes_per=2, t_fwd=None, t_bwd=None):
     """The Mamba-1 workload of a shard of ``l_shard`` tokens (times from MAMBA1_RANK, b2 d2048)."""
     t_f, t_fix, t_fb = measured(MAMBA1_RANK, l_shard * b / 2)
     t_f, t_b = (t_f if t_fwd is None else t_fwd), (t_fb - t_f if t_bwd is None else t_bwd)
     tok = b * d * l_shard * bytes_per  # one (b, d, l) tensor
     return Workload(f"Mamba-1 b{b} d{d} n{n}, {l_shard} tokens/GPU", b * d * n, b * d * n,
-                    3 * tok, tok, 2 * b * n * l_shard * bytes_per, t_f, t_b, SOURCE)
+                    3 * tok, tok, 2 * b * n * l_shard * bytes_per, t_f, t_b, SOURCE,
+                    _scaled(MAMBA1_SUMMARY, b * d * n / (2 * 2048 * 16)))
 
 
 def ssd(l_shard, b=1, h=80, p=64, n=128, g=1, bytes_per=2, t_fwd=None, t_bwd=None):
@@ -107,7 +130,13 @@ def ssd(l_shard, b=1, h=80, p=64, n=128, g=1, bytes_per=2, t_fwd=None, t_bwd=Non
     tok = b * l_shard * h * p * bytes_per  # one (b, l, h, p) tensor
     return Workload(f"SSD b{b} h{h} p{p} n{n}, {l_shard} tokens/GPU", b * h * p * n, b * h,
                     2 * tok + b * l_shard * h * bytes_per, tok,
-                    2 * b * l_shard * g * n * bytes_per, t_f, t_b, SOURCE)
+                    2 * b * l_shard * g * n * bytes_per, t_f, t_b, SOURCE,
+                    _scaled(SSD_SUMMARY, b * h * p * n / (80 * 64 * 128)))
+
+
+def _scaled(table, k):
+    """A summary-scan table for a state ``k`` times the measured one (the scan moves states)."""
+    return {R: ms * k for R, ms in table.items()}
 
 
 def p2p(net, m):
@@ -137,7 +166,8 @@ def step_time(w, R, algorithm, net=None):
         fwd, bwd = 2 * w.t_fwd + comm_f, 2 * w.t_bwd + comm_b
     elif algorithm == "allgather":
         comm_f, comm_b = all_gather(net, R, S + P), all_gather(net, R, S)
-        fwd, bwd = 2 * w.t_fwd + comm_f, 2 * w.t_bwd + comm_b
+        fwd = 2 * w.t_fwd + comm_f + summary_time(w, R)
+        bwd = 2 * w.t_bwd + comm_b + summary_time(w, R)
     elif algorithm == "alltoall":
         comm_f = (all_to_all(net, R, w.inputs_bytes) + all_gather(net, R, w.shared_bytes)
                   + all_to_all(net, R, w.output_bytes))
