@@ -21,6 +21,7 @@ when two exercises share a task name.
 
 import csv
 import sys
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -29,6 +30,10 @@ import nbformat
 
 from mambalearn.classroom import pristine as P
 from mambalearn.classroom import sandbox, submission
+
+# Python 3.11's ast can raise "SystemError: AST constructor recursion depth mismatch" when two
+# threads parse at once (seen grading a class with 3 test workers): the verdicts take turns.
+AST_LOCK = threading.Lock()
 
 
 def find_submissions(class_dir, exercises):
@@ -100,8 +105,9 @@ def grade_class(class_dir, exercises=None, jobs=2, timeout=120, wall=None, log=N
                 try:
                     results, _, killed = submission.run(nb, libraries[key[1]], ws, timeout, wall,
                                                         limits)
-                    rows = submission.verdicts(nb, sub, pristine, results, killed,
-                                               wall or timeout * 10, ws.rebuilds)
+                    with AST_LOCK:  # the verdicts parse code (see AST_LOCK)
+                        rows = submission.verdicts(nb, sub, pristine, results, killed,
+                                                   wall or timeout * 10, ws.rebuilds)
                 except Exception as e:  # noqa: BLE001 - one broken submission must not stop all
                     rows = submission.failed_all(shipped[key[1]], f"grader error: {e!r}"[:500])
             spans[key] = (start, time.monotonic() - t0)
