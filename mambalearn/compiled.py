@@ -135,6 +135,21 @@ def compile_for(kernel, signature, constexprs=None, num_warps=4, num_stages=3, a
 _SASS_LINE = re.compile(r"/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_]*)")
 
 
+def read_cubin(cubin):
+    """(resource usage, SASS listing) of a compiled kernel's cubin bytes, from the ``cuobjdump``
+    Triton ships (for kernels built in this process, e.g. by the benchmarks' sm_90 builds)."""
+    import tempfile
+
+    import triton
+
+    exe = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+        f.write(cubin)
+        f.flush()
+        return tuple(subprocess.run([exe, flag, f.name], capture_output=True, text=True,
+                                    check=True).stdout for flag in ("-res-usage", "-sass"))
+
+
 def opcode_counts(sass):
     """{opcode: count} over the SASS listing (``FFMA``, ``MUFU``, ``HGMMA``, ``LDG``, ``SHFL``...).
 

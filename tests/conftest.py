@@ -27,3 +27,17 @@ def require_chromium():
         if os.environ.get("CI"):
             raise
         pytest.skip(str(e), allow_module_level=True)
+
+
+@pytest.fixture(scope="module")
+def browser():
+    """Debian's Chromium, headless, through Playwright (the dev extra), one per test module."""
+    from playwright.sync_api import sync_playwright
+
+    from mambalearn.classroom import slides_offline
+
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=slides_offline.chromium(),
+                              args=slides_offline.CHROMIUM_ARGS)
+        yield b
+        b.close()

@@ -28,17 +28,6 @@ def out(tmp_path_factory):
     return tmp_path_factory.mktemp("decks")
 
 
-@pytest.fixture(scope="module")
-def browser():
-    from playwright.sync_api import sync_playwright  # the dev extra; the browser is Debian's
-
-    with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=slides_offline.chromium(),
-                              args=slides_offline.CHROMIUM_ARGS)
-        yield b
-        b.close()
-
-
 WHERE = """() => [Reveal.getIndices().h, Reveal.getIndices().v,
                    Reveal.isLastSlide() && !Reveal.availableFragments().next]"""
 

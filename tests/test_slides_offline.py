@@ -27,17 +27,6 @@ def deck(tmp_path_factory):
     return slides.export(CH01, tmp_path_factory.mktemp("slides"), offline=True)
 
 
-@pytest.fixture(scope="module")
-def browser():
-    from playwright.sync_api import sync_playwright  # the dev extra; the browser is Debian's
-
-    with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=slides_offline.chromium(),
-                              args=slides_offline.CHROMIUM_ARGS)
-        yield b
-        b.close()
-
-
 def _kinds():
     return [c.metadata["slideshow"]["slide_type"] for c in nbformat.read(CH01, as_version=4).cells]
 

@@ -349,25 +349,19 @@ def sm90_build(kernel, args, kwargs):
     """Compile one launch for sm_90 as Triton's launcher would and read the cubin: registers,
     stack (spills), shared memory, SASS counts and a hash of the SASS (did a change touch it?)."""
     import hashlib
-    import os
     import re
-    import subprocess
-    import tempfile
+
+    from mambalearn.compiled import opcode_counts, read_cubin
 
     target, src, options = _sm90_spec(kernel, args, kwargs)
     k = triton.compile(src, target=target, options=options.__dict__)
-    tool = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
-    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
-        f.write(k.asm["cubin"])
-        f.flush()
-        usage = subprocess.run([tool, "-res-usage", f.name], capture_output=True, text=True).stdout
-        sass = subprocess.run([tool, "-sass", f.name], capture_output=True, text=True).stdout
+    usage, sass = read_cubin(k.asm["cubin"])
     res = dict(re.findall(r"\b(REG|STACK):(\d+)", usage))
-    ops = re.findall(r"/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_]*)", sass)
+    ops = opcode_counts(sass)
     code = re.findall(r"/\*[0-9a-f]{4,}\*/\s+([^;]*;)", sass)  # instructions, no file names
     return dict(regs=int(res["REG"]), stack=int(res["STACK"]), smem=k.metadata.shared,
-                warps=options.num_warps, sass=len(ops), mufu=ops.count("MUFU"),
-                spill_ops=ops.count("LDL") + ops.count("STL"),
+                warps=options.num_warps, sass=sum(ops.values()), mufu=ops.get("MUFU", 0),
+                spill_ops=ops.get("LDL", 0) + ops.get("STL", 0),
                 sass_hash=hashlib.sha1("\n".join(code).encode()).hexdigest()[:12])
 
 

@@ -17,15 +17,13 @@ import argparse
 import json
 import os
 import re
-import subprocess
-import tempfile
-from collections import Counter
 
 import torch
 import triton
 from triton.backends.compiler import BaseBackend, GPUTarget
 from triton.runtime.jit import JITFunction, native_specialize_impl
 
+from mambalearn.compiled import opcode_counts, read_cubin
 from mambalearn.triton.ssd import forward, one_launch, outputs, states
 
 OPS = ("HGMMA", "HMMA", "MUFU", "LDG", "LDGSTS", "UTMALDG", "STG", "LDL", "STL", "BAR", "SHFL")
@@ -72,15 +70,9 @@ def compile_sm90(kernel, args, kw):
             attrs[(i,)] = [["tt.divisibility", 16]]
     src = triton.compiler.ASTSource(fn=fn, signature=sig, constexprs=constexprs, attrs=attrs)
     k = triton.compile(src, target=GPUTarget("cuda", 90, 32), options=opts)
-    tool = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
-    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
-        f.write(k.asm["cubin"])
-        f.flush()
-        usage = subprocess.run([tool, "-res-usage", f.name], capture_output=True, text=True).stdout
-        sass = subprocess.run([tool, "-sass", f.name], capture_output=True, text=True).stdout
+    usage, sass = read_cubin(k.asm["cubin"])
     res = dict(re.findall(r"\b(REG|STACK|LOCAL):(\d+)", usage))
-    ops = Counter(o.split(".")[0] for o in re.findall(
-        r"/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]*)", sass))
+    ops = opcode_counts(sass)
     return dict(registers=int(res["REG"]), spill_bytes=int(res["STACK"]) + int(res["LOCAL"]),
                 shared_kb=round(k.metadata.shared / 1024, 1), instructions=sum(ops.values()),
                 loops=loop_bodies(sass), **{o: ops.get(o, 0) for o in OPS}), sass
