@@ -130,6 +130,18 @@ ssd.run(True, shapes=[dict(b=4, l=4096, **ssd.HEADS)], forward=False)" ;;
       step ssd_b16 110 python3 -c "from mambalearn.bench import ssd, table
 print(table(ssd.run(True, shapes=[dict(b=16, l=1024, **ssd.HEADS)])))"
       section pack ;;
+    session4)  # 2026-12-01, the lead's fourth session, call 1: every GPU test, chapters 05, 14, 15
+      # and their solutions under nbval, then (timing, one at a time) the Mamba-1 rows with the
+      # prefetching forward against CUDA, and the SSD fwd+bwd at b16 l1024 (not reached before)
+      section prep; section build; export TAIL=${TAIL:-16}
+      TLIMIT=${TLIMIT:-200} section tests &
+      NBV="notebooks/05*.ipynb notebooks/14*.ipynb notebooks/15*.ipynb solutions/05*.ipynb \
+        solutions/14*.ipynb solutions/15*.ipynb" TLIMIT=${TLIMIT:-200} section notebooks &
+      wait
+      step selective 150 python3 -m mambalearn.bench.gpu.selective_scan --limit 140
+      step ssd_b16_bwd 100 python3 -c "from mambalearn.bench import ssd, table
+print(table(ssd.run(True, shapes=[dict(b=16, l=1024, **ssd.HEADS)], forward=False)))"
+      section pack ;;
   esac
 }
 for s in "$@"; do section "$s"; done
