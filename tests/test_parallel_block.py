@@ -61,6 +61,25 @@ def test_spawn_rejects_bad_arguments():
         spawn(_env_and_rank, 0)
     with pytest.raises(ValueError, match="backend"):
         spawn(_env_and_rank, 2, backend="mpi")
+    with pytest.raises(ValueError, match="start_method"):
+        spawn(_env_and_rank, 2, start_method="forkserver")
+
+
+def test_fresh_processes_run_notebook_functions_and_backward():
+    """start_method="spawn" (the default wherever CUDA is): a function defined in a notebook's
+    namespace (module "__main__", no file) and a closure travel by value; each rank runs a
+    backward after the parent ran one (what a forked child cannot do on a GPU machine)."""
+    w = torch.randn(3, requires_grad=True)
+    (w * w).sum().backward()  # the parent's autograd engine has run
+    scale = torch.tensor([2.0, -1.0, 0.5])
+    ns = {"torch": torch, "scale": scale, "__name__": "__main__"}
+    exec("def grad_of_rank(rank):\n"
+         "    v = (torch.arange(3.0) + rank).requires_grad_()\n"
+         "    (scale * v * v).sum().backward()\n"
+         "    return v.grad\n", ns)
+    got = spawn(ns["grad_of_rank"], 2, start_method="spawn", timeout=60)
+    for r, g in enumerate(got):
+        assert_close(g, 2 * scale * (torch.arange(3.0) + r))
 
 
 # ---------------------------------------------------------------------------------------------

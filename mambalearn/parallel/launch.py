@@ -7,8 +7,12 @@ order. A notebook cell or a test can thus use real collectives without ``torchru
     >>> spawn(lambda rank: rank * 10, 3)  # doctest: +SKIP
     [0, 10, 20]
 
-On CPU the processes are *forked*, so functions defined in a notebook work; NCCL needs the
-``spawn`` start method (CUDA cannot be forked), for which ``fn`` must live in an importable module.
+On a machine without a GPU the processes are *forked* (fast: nothing is imported again). Where
+CUDA is available they are started fresh (``spawn``): CUDA cannot be forked, and once the parent
+has run one backward, PyTorch's autograd engine has started a thread per GPU, after which a forked
+child's backward fails ("Unable to handle autograd's threading in combination with fork-based
+multiprocessing") — even with CPU tensors under gloo. A fresh process needs ``fn`` and ``args``
+pickled: ``cloudpickle`` sends them by value, so functions defined in a notebook work either way.
 Gloo talks over the loopback interface (every rank is on this machine). Every collective runs
 under the group's timeout; ``spawn`` itself gives up ``grace`` seconds after
 it, so a broken program ends with an error, never a hang. An exception on any rank is raised in
@@ -34,6 +38,17 @@ import torch.distributed as dist
 # and NVSHMEM.
 NCCL_ENV = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1",
             "NVSHMEM_DISABLE_NVLS": "1"}
+
+
+class _Pickled:
+    """Bytes from ``cloudpickle.dumps``, loaded again in the rank's process (plain ``pickle``)."""
+
+    def __init__(self, data):
+        self.data = data
+
+    @staticmethod
+    def load(obj):
+        return pickle.loads(obj.data) if isinstance(obj, _Pickled) else obj
 
 
 class RankError(RuntimeError):
@@ -68,6 +83,7 @@ def _worker(rank, world_size, backend, init_file, timeout, threads, fn, args, re
     torch.set_num_threads(threads)  # several processes share the cores: one thread each
     status = None
     try:
+        fn, args = _Pickled.load(fn), _Pickled.load(args)
         if backend == "nccl":
             torch.cuda.set_device(rank)
         dist.init_process_group(backend, init_method=f"file://{init_file}", rank=rank,
@@ -87,14 +103,14 @@ def _worker(rank, world_size, backend, init_file, timeout, threads, fn, args, re
                                          status[2] or ""))))
 
 
-def _check_spawnable(fn, start_method):
+def _check_spawnable(fn):
     if not callable(fn):
         raise TypeError(f"fn must be callable, got {type(fn).__name__}")
-    main = sys.modules.get("__main__")
-    if start_method == "spawn" and getattr(fn, "__module__", None) == "__main__" and \
-            not hasattr(main, "__file__"):
-        raise TypeError("with the 'spawn' start method (NCCL) fn must be defined in an importable "
-                        "module, not in a notebook or the interactive interpreter")
+
+
+def default_start_method(backend):
+    """"fork" on a CPU-only machine under gloo, else "spawn" (module doc: CUDA and autograd)."""
+    return "fork" if backend == "gloo" and not torch.cuda.is_available() else "spawn"
 
 
 def spawn(fn, world_size, backend=None, args=(), timeout=60.0, grace=30.0, threads=1,
@@ -109,7 +125,8 @@ def spawn(fn, world_size, backend=None, args=(), timeout=60.0, grace=30.0, threa
         timeout:      seconds any collective may wait (the process group's timeout)
         grace:        extra seconds before the caller stops waiting and kills the processes
         threads:      torch threads per process
-        start_method: "fork" (default for gloo) or "spawn" (default and required for NCCL)
+        start_method: "fork" or "spawn"; None = ``default_start_method(backend)`` ("spawn"
+                      wherever CUDA is available, required for NCCL)
 
     Raises :class:`RankError` if any rank raised (every rank's exception is in ``errors``) and
     ``TimeoutError`` if the processes did not finish in ``timeout + grace`` seconds.
@@ -122,8 +139,15 @@ def spawn(fn, world_size, backend=None, args=(), timeout=60.0, grace=30.0, threa
     if backend == "nccl" and torch.cuda.device_count() < world_size:
         raise ValueError(f"backend 'nccl' needs one GPU per rank: world_size = {world_size}, "
                          f"GPUs = {torch.cuda.device_count()}")
-    start_method = start_method or ("spawn" if backend == "nccl" else "fork")
-    _check_spawnable(fn, start_method)
+    start_method = start_method or default_start_method(backend)
+    if start_method not in ("fork", "spawn"):
+        raise ValueError(f'start_method must be "fork" or "spawn", got {start_method!r}')
+    if backend == "nccl" and start_method == "fork":
+        raise ValueError("backend 'nccl' needs start_method='spawn' (CUDA cannot be forked)")
+    _check_spawnable(fn)
+    if start_method == "spawn":  # by value: notebook functions, lambdas and closures travel too
+        import cloudpickle
+        fn, args = _Pickled(cloudpickle.dumps(fn)), _Pickled(cloudpickle.dumps(args))
     os.environ.update(NCCL_ENV)  # inherited by the children, whichever start method
     ctx = multiprocessing.get_context(start_method)
     results = ctx.Queue()
