@@ -142,6 +142,18 @@ print(table(ssd.run(True, shapes=[dict(b=16, l=1024, **ssd.HEADS)])))"
       step ssd_b16_bwd 100 python3 -c "from mambalearn.bench import ssd, table
 print(table(ssd.run(True, shapes=[dict(b=16, l=1024, **ssd.HEADS)], forward=False)))"
       section pack ;;
+    session4b)  # call 2: chapter 14 under nbval with fresh rank processes (spawn fix), the
+      # parallel tests on a GPU machine, the SSD fwd+bwd at b16 l1024 (ours and mamba_ssm only)
+      section prep; export TAIL=${TAIL:-14}
+      NBV="notebooks/14*.ipynb solutions/14*.ipynb" TLIMIT=170 section notebooks &
+      step parallel_tests 170 python3 -m pytest -q -p no:cacheprovider tests/test_parallel_block.py \
+        tests/test_parallel.py tests/test_parallel_triton.py
+      wait
+      step ssd_b16_bwd 100 python3 -c "from mambalearn.bench import ssd, table
+s = dict(b=16, l=1024, **ssd.HEADS); args, kw = ssd.make_inputs(**s, dtype=ssd.torch.bfloat16)
+print(table(ssd._fwd_bwd_rows(args, kw, 256, ssd.shape_name(**s, q=256,
+    dtype=ssd.torch.bfloat16), ssd.load_mamba_ssm_ssd(), oracle=False)))"
+      section pack ;;
   esac
 }
 for s in "$@"; do section "$s"; done
