@@ -7,7 +7,7 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from mambalearn import inference
+from mambalearn import inference, ops
 from mambalearn import model as M
 from mambalearn.parallel import RankError, spawn
 from mambalearn.parallel import verify as V
@@ -72,10 +72,10 @@ def test_fresh_processes_run_notebook_functions_and_backward():
     w = torch.randn(3, requires_grad=True)
     (w * w).sum().backward()  # the parent's autograd engine has run
     scale = torch.tensor([2.0, -1.0, 0.5])
-    ns = {"torch": torch, "scale": scale, "__name__": "__main__"}
-    exec("def grad_of_rank(rank):\n"
+    ns = {"torch": torch, "ops": ops, "scale": scale, "__name__": "__main__"}
+    exec("def grad_of_rank(rank):\n"  # (torch and a name `ops`: cloudpickle meets torch.ops)
          "    v = (torch.arange(3.0) + rank).requires_grad_()\n"
-         "    (scale * v * v).sum().backward()\n"
+         "    (scale * ops.apply((v, 0 * v), v)).sum().backward()\n"
          "    return v.grad\n", ns)
     got = spawn(ns["grad_of_rank"], 2, start_method="spawn", timeout=60)
     for r, g in enumerate(got):

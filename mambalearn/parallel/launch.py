@@ -19,7 +19,9 @@ it, so a broken program ends with an error, never a hang. An exception on any ra
 the caller as :class:`RankError`, which holds every rank's exception.
 """
 
+import collections
 import datetime
+import io
 import multiprocessing
 import os
 import pickle
@@ -41,10 +43,28 @@ NCCL_ENV = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1",
 
 
 class _Pickled:
-    """Bytes from ``cloudpickle.dumps``, loaded again in the rank's process (plain ``pickle``)."""
+    """Bytes from cloudpickle, loaded again in the rank's process (plain ``pickle``).
+
+    ``torch.ops`` is sent by name: cloudpickle takes it for a submodule of ``torch`` whenever a
+    function uses ``torch`` and some name ``ops`` (chapter 03's ``mambalearn.ops``), and the
+    object itself cannot be pickled.
+    """
 
     def __init__(self, data):
         self.data = data
+
+    @classmethod
+    def dump(cls, obj):
+        import cloudpickle
+
+        class Pickler(cloudpickle.Pickler):
+            dispatch_table = collections.ChainMap(
+                {type(torch.ops): lambda _: (getattr, (torch, "ops"))},
+                cloudpickle.Pickler.dispatch_table)
+
+        buf = io.BytesIO()
+        Pickler(buf).dump(obj)
+        return cls(buf.getvalue())
 
     @staticmethod
     def load(obj):
@@ -146,8 +166,7 @@ def spawn(fn, world_size, backend=None, args=(), timeout=60.0, grace=30.0, threa
         raise ValueError("backend 'nccl' needs start_method='spawn' (CUDA cannot be forked)")
     _check_spawnable(fn)
     if start_method == "spawn":  # by value: notebook functions, lambdas and closures travel too
-        import cloudpickle
-        fn, args = _Pickled(cloudpickle.dumps(fn)), _Pickled(cloudpickle.dumps(args))
+        fn, args = _Pickled.dump(fn), _Pickled.dump(args)
     os.environ.update(NCCL_ENV)  # inherited by the children, whichever start method
     ctx = multiprocessing.get_context(start_method)
     results = ctx.Queue()
