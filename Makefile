@@ -58,10 +58,10 @@ lab: $(STAMP)  ## JupyterLab opened on notebooks/ (exercises/ beside it), localh
 test: $(STAMP) $(NEWEST_STAMP) browser  ## everything: lint, layers, unit, property, notebooks, grading, slides, browser, newest Triton
 	$(PY) -m ruff check mambalearn tests tools
 	$(VENV)/bin/lint-imports --no-cache
-	@# solutions/ are not run by nbval here: tests/test_grading.py runs every cell of each one in
-	@# the grader's box (the library's answers switched off) and asserts that all of them pass
-	$(TEST_ENV) $(PY) -m pytest -n $(JOBS) --dist loadfile --nbval-lax --nbval-current-env \
-	  --nbval-cell-timeout=900 -p no:cacheprovider tests notebooks
+	@# each notebook runs once: tests/test_chapters_run.py executes every chapter (the copy the
+	@# deck, widget and site tests share) and fails on any error, as nbval-lax would; and
+	@# tests/test_grading.py runs every cell of every solution in the grader's box
+	$(TEST_ENV) $(PY) -m pytest -n $(JOBS) --dist loadfile -p no:cacheprovider tests
 	@echo "== the Triton-kernel tests again under Triton $(TRITON_NEWEST) (numpy $(NUMPY_NEWEST))"
 	$(TEST_ENV) PYTHONPATH=$(CURDIR) $(NEWEST)/bin/python -m pytest -n $(JOBS) --dist loadfile \
 	  -p no:cacheprovider $(KERNEL_TESTS)
