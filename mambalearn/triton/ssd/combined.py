@@ -1,5 +1,5 @@
-"""``mamba_chunk_scan_combined``: the SSD forward (chapter 10's five stages or chapter 11's fused
-kernels) and its backward, behind ``mamba_ssm``'s signature.
+"""``mamba_chunk_scan_combined``: the SSD forward (chapter 11's fused kernels by default, or chapter
+10's five stages) and its backward, behind ``mamba_ssm``'s signature.
 
 Backward: like mamba_ssm, the forward saves only its inputs. ``backward="triton"`` (the default)
 recomputes the states and runs the Triton kernels of ``mambalearn.triton.ssd.backward`` (the
@@ -90,7 +90,7 @@ def _head_step(heads_per_group, heads):
 def mamba_chunk_scan_combined(x, dt, A, B, C, chunk_size, D=None, z=None, dt_bias=None,
                               initial_states=None, seq_idx=None, dt_softplus=False,
                               dt_limit=(0.0, float("inf")), return_final_states=False,
-                              fused=False, backward="triton"):
+                              fused=True, backward="triton"):
     """out = ((L ∘ C Bᵀ)(Δx) + D x) · silu(z), L = exp(segsum(ΔA)), Δ = softplus(dt + dt_bias).
 
     Shapes (mamba_ssm's): x, z (b, l, h, p); dt (b, l, h); A, dt_bias (h,); B, C (b, l, g, n)
@@ -98,8 +98,10 @@ def mamba_chunk_scan_combined(x, dt, A, B, C, chunk_size, D=None, z=None, dt_bia
     → out (b, l, h, p) in x's dtype, plus final states (b, h, p, n) float32 if
     ``return_final_states``. l need not be a multiple of ``chunk_size`` (a power of two).
 
-    ``fused=True`` runs chapter 11's fused forward (``ssd_fused_forward``), ``False`` chapter
-    10's five stages; ``backward`` is ``"triton"`` or ``"reference"`` (module doc).
+    ``fused=True`` (the default) runs chapter 11's fused forward (``ssd_fused_forward``), faster
+    than the five stages and than mamba_ssm's and FLA's forwards at every shape docs/BENCHMARKS.md
+    measures; ``False`` chapter 10's five stages. With a float32 state both agree to float32
+    summation order (rel. 1e-4). ``backward`` is ``"triton"`` or ``"reference"`` (module doc).
     Drop-in for ``mamba_ssm.ops.triton.ssd_combined.mamba_chunk_scan_combined`` (without
     ``cu_seqlens``/``return_varlen_states``).
     """
