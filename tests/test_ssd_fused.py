@@ -41,6 +41,11 @@ def test_fused_forward_matches_oracle(l, q, g, launches):
             outputs=dict(BLOCK_M=16, BLOCK_K=8, EXP2=False),
         ),
         dict(chunk=8, outputs=dict(BLOCK_M=8, BLOCK_K=8)),
+        # the tensor-descriptor states kernel (one chunk a trip); whole chunks per outputs program
+        dict(states=dict(BLOCK_P=16, BLOCK_N=8, TMA=True), outputs=dict(BLOCK_M=8, BLOCK_K=8,
+                                                                        ROWS=None)),
+        dict(states=dict(TMA=True), outputs=dict(BLOCK_M=8, BLOCK_K=4, ROWS=None)),
+        dict(states=dict(TMA=True), outputs=dict(BLOCK_M=4, BLOCK_K=4, ROWS=2)),
     ],
 )
 def test_tiles_split_the_state_and_the_chunk(cfg):
@@ -56,13 +61,17 @@ def test_tiles_split_the_state_and_the_chunk(cfg):
     assert_close(final, want_f)
 
 
-def test_seq_idx_and_dt_limit():
+NEW = dict(states=dict(TMA=True), outputs=dict(ROWS=None))  # chapter 11's second designs
+
+
+@pytest.mark.parametrize("cfg", [None, NEW])
+def test_seq_idx_and_dt_limit(cfg):
     b, l, h, p, g, n, q = 2, 40, 2, 4, 1, 8, 16
     x, dt, A, B, C = make(b, l, h, p, g, n)
     seq = torch.zeros(b, l, dtype=torch.int32, device=dev)
     seq[:, 9:], seq[:, 16:], seq[1, 33:] = 1, 2, 3  # mid-chunk and on a chunk edge
     kw = dict(extras(b, l, h, p, n), seq_idx=seq, dt_limit=(0.05, 0.9))
-    out, final = ssd_fused_forward(x, dt, A, B, C, q, **kw)
+    out, final = ssd_fused_forward(x, dt, A, B, C, q, config=cfg, **kw)
     want, want_f = ref(x, dt, A, B, C, q, return_final_states=True, **kw)
     assert_close(out, want)
     assert_close(final, want_f)
@@ -79,13 +88,17 @@ def test_the_two_kernels_equal_chapter_10s_stages():
     dt_c, dA_cs = T.chunk_cumsum(dt, A, q, kw["dt_bias"], True)
     S = T.chunk_state(x, B, dt_c, dA_cs)
     H_want, final_want = T.state_passing(S, dA_cs, kw["initial_states"], l=l, out_dtype=x.dtype)
-    H, final = states.chunk_states(x, B, dt_c, dA_cs, kw["initial_states"])
-    assert_close(H, H_want)
-    assert_close(final, final_want)
-    out_want = T.chunk_scan(x, C, T.bmm_chunk(C, B, q), dt_c, dA_cs, H_want, kw["D"], kw["z"])
+    for tma in (False, True):  # pointer loads, 64 steps a trip; tensor descriptors, a chunk
+        H, final = states.chunk_states(x, B, dt_c, dA_cs, kw["initial_states"],
+                                       config=dict(TMA=tma))
+        assert_close(H, H_want)
+        assert_close(final, final_want)
     for D in (kw["D"], kw["D"][:, 0].contiguous()):  # per (head, p) and per head
         out_want = T.chunk_scan(x, C, T.bmm_chunk(C, B, q), dt_c, dA_cs, H_want, D, kw["z"])
-        assert_close(outputs.chunk_outputs(x, C, B, dt_c, dA_cs, H, D, kw["z"]), out_want)
+        for rows in (1, None):  # a row block a program; the whole chunk
+            got = outputs.chunk_outputs(x, C, B, dt_c, dA_cs, H, D, kw["z"],
+                                        config=dict(BLOCK_M=8, BLOCK_K=8, ROWS=rows))
+            assert_close(got, out_want)
 
 
 def test_rows_tensor_descriptors_cannot_take_fall_back_to_chapter_10():

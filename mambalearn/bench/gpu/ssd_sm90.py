@@ -26,6 +26,7 @@ from triton.runtime.jit import JITFunction, native_specialize_impl
 from mambalearn.compiled import opcode_counts, read_cubin
 from mambalearn.triton.ssd import forward, one_launch, outputs, states
 
+STATES_KERNEL = {False: "_chunk_states_kernel", True: "_chunk_states_tma_kernel"}  # by TMA
 OPS = ("HGMMA", "HMMA", "MUFU", "LDG", "LDGSTS", "UTMALDG", "STG", "LDL", "STL", "BAR", "SHFL")
 
 
@@ -102,7 +103,8 @@ def launches(names, shape, q, cfg):
     c = triton.cdiv(l, q)
     dtc, H = e(b, h, c, q, dt=torch.float32), e(b, c, h, p, n)
     jobs = dict(
-        states=(states, "_chunk_states_kernel", states.chunk_states, (x, B, dtc, dtc),
+        states=(states, STATES_KERNEL[bool((cfg.get("states") or {}).get("TMA"))],
+                states.chunk_states, (x, B, dtc, dtc),
                 dict(config=cfg.get("states"))),
         outputs=(outputs, "_chunk_outputs_kernel", outputs.chunk_outputs,
                  (x, C, B, dtc, dtc, H, D), dict(config=cfg.get("outputs"))),

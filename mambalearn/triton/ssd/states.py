@@ -29,11 +29,14 @@ software pipeline keeps the next blocks' loads in flight while the product runs.
 import torch
 import triton
 import triton.language as tl
+from triton.tools.tensor_descriptor import TensorDescriptor
 
-from mambalearn.triton.ssd.common import INTERP, launch_options, p2
+from mambalearn.triton.ssd.common import INTERP, launch_options, p2, tma_ok
 
 # BLOCK_P / BLOCK_N None: the largest of TILES that still gives PROGRAMS_PER_SM programs per SM
-CONFIG = dict(BLOCK_P=None, BLOCK_N=None, BLOCK_K=64, num_warps=4, num_stages=3, maxnreg=None)
+# TMA: the tensor-descriptor kernel, one chunk a loop trip (BLOCK_K unused); else pointer loads
+CONFIG = dict(BLOCK_P=None, BLOCK_N=None, BLOCK_K=64, num_warps=4, num_stages=3, maxnreg=None,
+              TMA=False)
 TILES = ((64, 64), (32, 64), (32, 32))  # (BLOCK_P, BLOCK_N), largest first
 PROGRAMS_PER_SM = 1  # 64 × 64 wins even at 160 programs (b1 l16384): bench/NOTES_ssd.md
 
@@ -111,6 +114,58 @@ def _chunk_states_kernel(
     tl.store(final_ptr + pid_bh.to(tl.int64) * p * N + np_offs, H, mask=ok_np)
 
 
+@triton.jit
+def _chunk_states_tma_kernel(
+    x_desc, B_desc,     # tensor descriptors of x (b, l, h, p) and B (b, l, g, n): one chunk a tile
+    dtc_ptr, dacs_ptr, init_ptr, seq_ptr,  # Δ, dA_cs (b, h, c, q); H_0 (b, h, p, n); seq_idx
+    H_ptr,              # out: (b, c, h, p, n), the state entering each chunk, in H's dtype
+    final_ptr,          # out: (b, h, p, n) float32, the state after the last chunk
+    l, h, p, nchunks, heads_per_group, stride_seqb, stride_seql,
+    N: tl.constexpr, Q: tl.constexpr,           # state size; chunk length
+    BLOCK_P: tl.constexpr, BLOCK_N: tl.constexpr,
+    HAS_INIT: tl.constexpr, HAS_SEQ: tl.constexpr,
+):
+    """One chunk per loop trip: H_{c+1} = exp(a_last) H_c + (w ∘ B_cᵀ) x_c, the product's
+    accumulator seeded with exp(a_last) H_c (the same sum in another float32 order)."""
+    pid_n, pid_p, pid_bh = tl.program_id(0), tl.program_id(1), tl.program_id(2)
+    pid_b, pid_h = pid_bh // h, pid_bh % h
+    pid_g = pid_h // heads_per_group
+    offs_p = pid_p * BLOCK_P + tl.arange(0, BLOCK_P)
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    offs_q = tl.arange(0, Q)
+    ok_np = (offs_n[:, None] < N) & (offs_p[None, :] < p)
+    np_offs = offs_p[None, :] * N + offs_n[:, None]  # (BLOCK_N, BLOCK_P) inside one (p, n) state
+    if HAS_INIT:  # H_0, the state entering chunk 0 (it belongs to sequence 0)
+        H = tl.load(init_ptr + pid_bh.to(tl.int64) * p * N + np_offs, mask=ok_np,
+                    other=0.0).to(tl.float32)
+    else:
+        H = tl.zeros((BLOCK_N, BLOCK_P), dtype=tl.float32)
+    row = pid_bh.to(tl.int64) * nchunks * Q  # this head's rows of Δ and dA_cs
+    seq_base = seq_ptr + pid_b.to(tl.int64) * stride_seqb
+    a_last = tl.load(dacs_ptr + row + Q - 1)  # the chunk's last dA_cs, loaded a trip ahead
+    seq_prev = 0  # the sequence running at the previous chunk's end; H_0 belongs to sequence 0
+    for c in range(0, nchunks):
+        H_row = ((pid_b * nchunks + c) * h + pid_h).to(tl.int64) * p * N
+        tl.store(H_ptr + H_row + np_offs, H.to(H_ptr.dtype.element_ty), mask=ok_np)
+        a_next = tl.load(dacs_ptr + row + (tl.minimum(c + 1, nchunks - 1) * Q + Q - 1))
+        cs = row + c * Q
+        w = tl.exp(tl.minimum(a_last - tl.load(dacs_ptr + cs + offs_q), 0.0))
+        w *= tl.load(dtc_ptr + cs + offs_q)  # (Q,) decay to the chunk's end times Δ
+        alpha = tl.exp(a_last)
+        if HAS_SEQ:  # only steps of the sequence running at the chunk's end count
+            t = c * Q + offs_q
+            seq_k = tl.load(seq_base + t * stride_seql, mask=t < l, other=-1)
+            seq_last = tl.load(seq_base + (tl.minimum((c + 1) * Q, l) - 1) * stride_seql)
+            w = tl.where(seq_k == seq_last, w, 0.0)
+            alpha = tl.where(seq_last == seq_prev, alpha, 0.0)  # a new sequence: no leak
+            seq_prev = seq_last
+        BT = B_desc.load([pid_b, c * Q, pid_g, pid_n * BLOCK_N]).reshape(Q, BLOCK_N).T
+        xk = x_desc.load([pid_b, c * Q, pid_h, pid_p * BLOCK_P]).reshape(Q, BLOCK_P)
+        H = tl.dot((BT.to(tl.float32) * w[None, :]).to(xk.dtype), xk, acc=alpha * H)
+        a_last = a_next
+    tl.store(final_ptr + pid_bh.to(tl.int64) * p * N + np_offs, H, mask=ok_np)
+
+
 def state_tiles(bh, p, n, cfg):
     """(BLOCK_P, BLOCK_N): ``cfg``'s if set, else the largest of ``TILES`` whose grid has at
     least ``PROGRAMS_PER_SM`` programs per SM (each program walks the whole sequence, so with
@@ -146,11 +201,21 @@ def chunk_states(x, B, dt_c, dA_cs, initial_states=None, seq_idx=None, H_dtype=N
     H = torch.empty(b, c, h, p, n, device=x.device, dtype=H_dtype or x.dtype)
     final = torch.empty(b, h, p, n, device=x.device, dtype=torch.float32)
     init = initial_states.contiguous() if initial_states is not None else None
+    seq_st = seq_idx.stride() if seq_idx is not None else (0, 0)
+    if cfg["TMA"] and tma_ok(x, B):
+        desc = lambda t, k: TensorDescriptor.from_tensor(t, [1, q, 1, k])
+        _chunk_states_tma_kernel[(triton.cdiv(n, BN), triton.cdiv(p, BP), b * h)](
+            desc(x, BP), desc(B, BN), dt_c, dA_cs, init if init is not None else dt_c,
+            seq_idx if seq_idx is not None else dt_c, H, final, l, h, p, c, h // g, *seq_st,
+            N=n, Q=q, BLOCK_P=BP, BLOCK_N=BN, HAS_INIT=init is not None,
+            HAS_SEQ=seq_idx is not None, num_warps=cfg["num_warps"],
+            num_stages=1 if INTERP else cfg["num_stages"], **launch_options(cfg))
+        return H, final
     grid = (b * h * triton.cdiv(p, BP) * triton.cdiv(n, BN),)
     _chunk_states_kernel[grid](
         x, B, dt_c, dA_cs, init if init is not None else dt_c,
         seq_idx if seq_idx is not None else dt_c, H, final, l, h, p, c, h // g,
-        *x.stride(), *B.stride(), *(seq_idx.stride() if seq_idx is not None else (0, 0)),
+        *x.stride(), *B.stride(), *seq_st,
         N=n, Q=q, BLOCK_P=BP, BLOCK_N=BN, BLOCK_K=BK, HAS_INIT=init is not None,
         HAS_SEQ=seq_idx is not None, EVEN=l % q == 0 and n % BN == 0 and p % BP == 0,
         num_warps=cfg["num_warps"], num_stages=1 if INTERP else cfg["num_stages"],
