@@ -46,6 +46,10 @@ def test_fused_forward_matches_oracle(l, q, g, launches):
                                                                         ROWS=None)),
         dict(states=dict(TMA=True), outputs=dict(BLOCK_M=8, BLOCK_K=4, ROWS=None)),
         dict(states=dict(TMA=True), outputs=dict(BLOCK_M=4, BLOCK_K=4, ROWS=2)),
+        # each sequence's walk split in segments (the carries folded between two launches)
+        dict(chunk=8, states=dict(TMA=True, SPLIT=3), outputs=dict(BLOCK_M=8, BLOCK_K=8)),
+        dict(chunk=4, states=dict(TMA=True, SPLIT=4, BLOCK_P=16, BLOCK_N=8),
+             outputs=dict(BLOCK_M=4, BLOCK_K=4)),
     ],
 )
 def test_tiles_split_the_state_and_the_chunk(cfg):
@@ -62,9 +66,10 @@ def test_tiles_split_the_state_and_the_chunk(cfg):
 
 
 NEW = dict(states=dict(TMA=True), outputs=dict(ROWS=None))  # chapter 11's second designs
+SPLIT = dict(chunk=4, states=dict(TMA=True, SPLIT=3))  # segments start mid-sequence, on an edge
 
 
-@pytest.mark.parametrize("cfg", [None, NEW])
+@pytest.mark.parametrize("cfg", [None, NEW, SPLIT])
 def test_seq_idx_and_dt_limit(cfg):
     b, l, h, p, g, n, q = 2, 40, 2, 4, 1, 8, 16
     x, dt, A, B, C = make(b, l, h, p, g, n)
@@ -88,9 +93,9 @@ def test_the_two_kernels_equal_chapter_10s_stages():
     dt_c, dA_cs = T.chunk_cumsum(dt, A, q, kw["dt_bias"], True)
     S = T.chunk_state(x, B, dt_c, dA_cs)
     H_want, final_want = T.state_passing(S, dA_cs, kw["initial_states"], l=l, out_dtype=x.dtype)
-    for tma in (False, True):  # pointer loads, 64 steps a trip; tensor descriptors, a chunk
-        H, final = states.chunk_states(x, B, dt_c, dA_cs, kw["initial_states"],
-                                       config=dict(TMA=tma))
+    for cfg in (dict(TMA=False), dict(TMA=True), dict(TMA=True, SPLIT=2)):
+        # pointer loads, 64 steps a trip; tensor descriptors, a chunk a trip; and split in two
+        H, final = states.chunk_states(x, B, dt_c, dA_cs, kw["initial_states"], config=cfg)
         assert_close(H, H_want)
         assert_close(final, final_want)
     for D in (kw["D"], kw["D"][:, 0].contiguous()):  # per (head, p) and per head
@@ -159,6 +164,9 @@ def test_fused_flag_selects_it_and_backward_reuses_ch10():
         (128, {}),
         (64, dict(outputs=dict(BLOCK_K=32, maxnreg=128))),
         (128, dict(outputs=dict(EXP2=True))),
+        (128, dict(states=dict(TMA=True))),  # the tensor-descriptor states kernel
+        (64, dict(states=dict(TMA=True))),
+        (128, dict(states=dict(TMA=True, SPLIT=4), outputs=dict(ROWS=None))),  # split walks
     ],
 )
 def test_gpu_fused_equals_unfused_at_the_same_chunk(q, cfg):
@@ -181,13 +189,14 @@ def test_gpu_fused_equals_unfused_at_the_same_chunk(q, cfg):
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
-def test_gpu_fused_seq_idx_and_odd_length():
+@pytest.mark.parametrize("cfg", [None, dict(states=dict(TMA=True, SPLIT=3))])
+def test_gpu_fused_seq_idx_and_odd_length(cfg):
     b, l, h, p, g, n, q = 2, 1000, 8, 64, 2, 128, 128
     x, dt, A, B, C = make(b, l, h, p, g, n, dtype=torch.bfloat16)
     seq = torch.zeros(b, l, dtype=torch.int32, device=dev)
     seq[:, 300:], seq[:, 640:], seq[1, 901:] = 1, 2, 3
     kw = dict(extras(b, l, h, p, n, z=False), seq_idx=seq)
-    out, final = ssd_fused_forward(x, dt, A, B, C, q, **kw)
+    out, final = ssd_fused_forward(x, dt, A, B, C, q, config=cfg, **kw)
     want, want_f = T.ssd_forward(x, dt, A, B, C, q, **kw)
     assert (out.float() - want.float()).norm() / want.float().norm() < 1e-4
     assert (final - want_f).norm() / want_f.norm() < 1e-4
