@@ -233,7 +233,7 @@ def chunk_states(x, B, dt_c, dA_cs, initial_states=None, seq_idx=None, H_dtype=N
     final = torch.empty(b, h, p, n, device=x.device, dtype=torch.float32)
     init = initial_states.contiguous() if initial_states is not None else None
     seq_st = seq_idx.stride() if seq_idx is not None else (0, 0)
-    if cfg["TMA"] and tma_ok(x, B):
+    if cfg["TMA"] and tma_ok(x, B, H):
         _launch_tma(x, B, dt_c, dA_cs, init, seq_idx, H, final, BP, BN, cfg)
         return H, final
     grid = (b * h * triton.cdiv(p, BP) * triton.cdiv(n, BN),)
