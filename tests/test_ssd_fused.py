@@ -47,9 +47,8 @@ def test_fused_forward_matches_oracle(l, q, g, launches):
         dict(states=dict(TMA=True), outputs=dict(BLOCK_M=8, BLOCK_K=4, ROWS=None)),
         dict(states=dict(TMA=True), outputs=dict(BLOCK_M=4, BLOCK_K=4, ROWS=2)),
         # each sequence's walk split in segments (the carries folded between two launches)
-        dict(chunk=8, states=dict(TMA=True, SPLIT=3), outputs=dict(BLOCK_M=8, BLOCK_K=8)),
-        dict(chunk=4, states=dict(TMA=True, SPLIT=4, BLOCK_P=16, BLOCK_N=8),
-             outputs=dict(BLOCK_M=4, BLOCK_K=4)),
+        dict(chunk=8, states=dict(TMA=True, SPLIT=3, BLOCK_P=16, BLOCK_N=8),
+             outputs=dict(BLOCK_M=8, BLOCK_K=8)),
     ],
 )
 def test_tiles_split_the_state_and_the_chunk(cfg):
@@ -65,11 +64,11 @@ def test_tiles_split_the_state_and_the_chunk(cfg):
     assert_close(final, want_f)
 
 
-NEW = dict(states=dict(TMA=True), outputs=dict(ROWS=None))  # chapter 11's second designs
-SPLIT = dict(chunk=4, states=dict(TMA=True, SPLIT=3))  # segments start mid-sequence, on an edge
+OLD = dict(states=dict(TMA=False), outputs=dict(ROWS=None))  # pointer-load states, whole chunks
+SPLIT = dict(chunk=4, states=dict(SPLIT=3))  # segments start mid-sequence and on a chunk edge
 
 
-@pytest.mark.parametrize("cfg", [None, NEW, SPLIT])
+@pytest.mark.parametrize("cfg", [None, OLD, SPLIT])
 def test_seq_idx_and_dt_limit(cfg):
     b, l, h, p, g, n, q = 2, 40, 2, 4, 1, 8, 16
     x, dt, A, B, C = make(b, l, h, p, g, n)
@@ -164,9 +163,9 @@ def test_fused_flag_selects_it_and_backward_reuses_ch10():
         (128, {}),
         (64, dict(outputs=dict(BLOCK_K=32, maxnreg=128))),
         (128, dict(outputs=dict(EXP2=True))),
-        (128, dict(states=dict(TMA=True))),  # the tensor-descriptor states kernel
-        (64, dict(states=dict(TMA=True))),
-        (128, dict(states=dict(TMA=True, SPLIT=4), outputs=dict(ROWS=None))),  # split walks
+        (128, dict(states=dict(TMA=False))),  # the pointer-load states kernel (until 12-01)
+        (64, {}),
+        (128, dict(states=dict(SPLIT=4), outputs=dict(ROWS=None))),  # split walks, whole chunks
     ],
 )
 def test_gpu_fused_equals_unfused_at_the_same_chunk(q, cfg):
@@ -189,7 +188,7 @@ def test_gpu_fused_equals_unfused_at_the_same_chunk(q, cfg):
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
-@pytest.mark.parametrize("cfg", [None, dict(states=dict(TMA=True, SPLIT=3))])
+@pytest.mark.parametrize("cfg", [dict(states=dict(TMA=False)), dict(states=dict(SPLIT=3))])
 def test_gpu_fused_seq_idx_and_odd_length(cfg):
     b, l, h, p, g, n, q = 2, 1000, 8, 64, 2, 128, 128
     x, dt, A, B, C = make(b, l, h, p, g, n, dtype=torch.bfloat16)

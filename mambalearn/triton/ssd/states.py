@@ -24,6 +24,22 @@ kernels agree to float32 summation order.
 The parallelism is b · h · ⌈p/BLOCK_P⌉ · ⌈n/BLOCK_N⌉ programs (b1 h80 p64 n128 with 64 × 64 tiles:
 160), each looping over l / BLOCK_K blocks; their loads do not depend on the state, so the
 software pipeline keeps the next blocks' loads in flight while the product runs.
+
+Two kernels do this. ``_chunk_states_kernel`` (pointer loads, BLOCK_K steps a loop trip) is the
+one the backward's recompute uses. ``_chunk_states_tma_kernel`` (``CONFIG["TMA"]``, the fused
+forward's) takes a whole chunk a trip through tensor descriptors (no masks, no chunk-edge
+branches; the entering state leaves by a TMA store) and fits in 96 registers, five programs an SM.
+Each program's time is the length of its walk, so with few (batch, head) pairs (b1) the walk is
+cut into S segments, in two launches, exactly:
+
+    phase 1   segment 0 walks from H_0 (writing H); segment j > 0 walks from 0 without writing:
+              its end state E_j and Γ_j = Π of its chunk decays exp(a_last)
+    phase 2   segment j ≥ 1 starts from K_j = Γ_{j−1} K_{j−1} + E_{j−1} (K_1 = E_0) and walks
+              again, writing H; the last one writes the final state
+
+— (2S − 1)/S of the work in 2/S of the time, chapter 14's context parallelism inside one GPU; the
+stored states are still bf16 of the float32 state, as chapter 10 rounds them. Measurements:
+bench/NOTES_ssd.md.
 """
 
 import torch
