@@ -3,7 +3,9 @@
     TRITON_INTERPRET=0 python -m mambalearn.bench.gpu.ssd_sm90 [KERNEL ...] [--shape b,l,h,p,g,n]
         [--chunk Q] [--config JSON]
 
-KERNEL: states, outputs, one_launch (default: all three), at Mamba-2 2.7B's shape, bf16. Each
+KERNEL: states, outputs, one_launch (default: all three), at Mamba-2 2.7B's shape, bf16
+(``--config '{"states": {"BLOCK_P": 64, "BLOCK_N": 64, "TMA": true}}'``: the tensor-descriptor
+states kernel, both launches of its split walk with ``"SPLIT": 4``). Each
 launcher runs with meta tensors and a recorder in place of its kernel; the recorded launch is
 compiled with ``triton.compile`` for ``GPUTarget("cuda", 90, 32)``, specialised as Triton's launcher
 would (``native_specialize_impl``: 16-divisible ints and pointers marked, ints equal to 1 and None

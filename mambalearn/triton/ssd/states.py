@@ -54,7 +54,8 @@ from mambalearn.triton.ssd.common import INTERP, LOG2E, _exp2, launch_options, p
 # pipeline depth is TMA_STAGES), each sequence walked in SPLIT segments (None: ``split``'s choice)
 CONFIG = dict(BLOCK_P=None, BLOCK_N=None, BLOCK_K=64, num_warps=4, num_stages=3, maxnreg=None,
               TMA=False, TMA_STAGES=1, TMA_MAXNREG=96, SPLIT=None)
-SPLIT_PROGRAMS_PER_SM, SPLIT_MIN_CHUNKS = 5, 8  # TMA kernel, 1 stage, ≤ 96 registers: 5 a SM
+# TMA kernel, 1 stage, 16-bit inputs: ≤ 96 registers (TMA_MAXNREG, no spill), 5 programs a SM
+SPLIT_PROGRAMS_PER_SM, SPLIT_MIN_CHUNKS = 5, 8
 TILES = ((64, 64), (32, 64), (32, 32))  # (BLOCK_P, BLOCK_N), largest first
 PROGRAMS_PER_SM = 1  # 64 × 64 wins even at 160 programs (b1 l16384): bench/NOTES_ssd.md
 
@@ -264,16 +265,16 @@ def chunk_states(x, B, dt_c, dA_cs, initial_states=None, seq_idx=None, H_dtype=N
     return H, final
 
 
-def split(programs, nchunks, cfg):
+def split(programs, nchunks, cfg, device):
     """Segments per sequence for the tensor-descriptor kernel: ``cfg["SPLIT"]`` if set, else
     as many as fit one wave of ``SPLIT_PROGRAMS_PER_SM`` programs per SM beside the others, at
     least 3 (with 2 the two launches walk as long as one) and at least ``SPLIT_MIN_CHUNKS``
     chunks each; 1 = no split."""
     if cfg["SPLIT"] is not None:
         return max(1, min(int(cfg["SPLIT"]), nchunks))
-    if INTERP:
+    if INTERP or device.type != "cuda":  # (meta tensors: the offline sm_90 builds)
         return 1
-    sms = torch.cuda.get_device_properties(torch.cuda.current_device()).multi_processor_count
+    sms = torch.cuda.get_device_properties(device).multi_processor_count
     s = min(SPLIT_PROGRAMS_PER_SM * sms // programs, nchunks // SPLIT_MIN_CHUNKS)
     return s if s >= 3 else 1
 
@@ -284,7 +285,7 @@ def _launch_tma(x, B, dt_c, dA_cs, init, seq_idx, H, final, BP, BN, cfg):
     g, n = B.shape[2], B.shape[3]
     c, q = dA_cs.shape[2], dA_cs.shape[3]
     tiles = (triton.cdiv(n, BN), triton.cdiv(p, BP))
-    nseg = split(b * h * tiles[0] * tiles[1], c, cfg)
+    nseg = split(b * h * tiles[0] * tiles[1], c, cfg, x.device)
     seg = triton.cdiv(c, nseg)
     nseg = triton.cdiv(c, seg)  # no empty segment
     E = torch.empty(b * h * nseg, p, n, device=x.device, dtype=torch.float32) if nseg > 1 else final
@@ -300,4 +301,4 @@ def _launch_tma(x, B, dt_c, dA_cs, init, seq_idx, H, final, BP, BN, cfg):
             N=n, Q=q, BLOCK_P=BP, BLOCK_N=BN, HAS_INIT=init is not None,
             HAS_SEQ=seq_idx is not None, PHASE=phase, num_warps=cfg["num_warps"],
             num_stages=1 if INTERP else cfg["TMA_STAGES"],
-            **launch_options(dict(maxnreg=cfg["TMA_MAXNREG"])))
+            **launch_options(dict(maxnreg=cfg["TMA_MAXNREG"] if x.element_size() == 2 else None)))
