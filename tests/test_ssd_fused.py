@@ -46,6 +46,9 @@ def test_fused_forward_matches_oracle(l, q, g, launches):
                                                                         ROWS=None)),
         dict(states=dict(TMA=True), outputs=dict(BLOCK_M=8, BLOCK_K=4, ROWS=None)),
         dict(states=dict(TMA=True), outputs=dict(BLOCK_M=4, BLOCK_K=4, ROWS=2)),
+        # every column block in one pipelined loop (the mask on each trip)
+        dict(outputs=dict(BLOCK_M=8, BLOCK_K=8, LOOP=True)),
+        dict(outputs=dict(BLOCK_M=8, BLOCK_K=4, LOOP=True)),
         # each sequence's walk split in segments (the carries folded between two launches)
         dict(chunk=8, states=dict(TMA=True, SPLIT=3, BLOCK_P=16, BLOCK_N=8),
              outputs=dict(BLOCK_M=8, BLOCK_K=8)),
@@ -66,9 +69,10 @@ def test_tiles_split_the_state_and_the_chunk(cfg):
 
 OLD = dict(states=dict(TMA=False), outputs=dict(ROWS=None))  # pointer-load states, whole chunks
 SPLIT = dict(chunk=4, states=dict(SPLIT=3))  # segments start mid-sequence and on a chunk edge
+LOOP = dict(outputs=dict(BLOCK_M=8, BLOCK_K=8, LOOP=True))  # sequences inside a masked loop
 
 
-@pytest.mark.parametrize("cfg", [None, OLD, SPLIT])
+@pytest.mark.parametrize("cfg", [None, OLD, SPLIT, LOOP])
 def test_seq_idx_and_dt_limit(cfg):
     b, l, h, p, g, n, q = 2, 40, 2, 4, 1, 8, 16
     x, dt, A, B, C = make(b, l, h, p, g, n)
@@ -166,6 +170,7 @@ def test_fused_flag_selects_it_and_backward_reuses_ch10():
         (128, dict(states=dict(TMA=False))),  # the pointer-load states kernel (until 12-01)
         (64, {}),
         (128, dict(states=dict(SPLIT=4), outputs=dict(ROWS=None))),  # split walks, whole chunks
+        (128, dict(outputs=dict(LOOP=True))),  # the diagonal tile inside the pipelined loop
     ],
 )
 def test_gpu_fused_equals_unfused_at_the_same_chunk(q, cfg):

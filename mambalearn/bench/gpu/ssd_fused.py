@@ -168,10 +168,11 @@ def _parts(args, kw, shape, peers, floor_ms):
         _speed_row(shape, name, time_ms(f), peers, floor_ms, None)
 
 
-# the fused designs of section 5 (``fused.CONFIG`` overrides), new first
+# the fused designs of section 5 (``fused.CONFIG`` overrides), new first. Helper ssd2's call
+# timed {q128 TMA states + ROWS 1 (now the default), q64 TMA states} (bench/NOTES_ssd.md); next:
 NEW = {
-    "fused q128 TMA-states rows1": dict(chunk=128, states=dict(TMA=True), outputs=dict(ROWS=1)),
-    "fused q64 TMA-states": dict(chunk=64, states=dict(TMA=True)),
+    "fused q128 outputs LOOP": dict(outputs=dict(LOOP=True)),
+    "fused default": {},
 }
 
 
@@ -246,7 +247,7 @@ def compare(gpu, limit, old_dir=None):
                 ms[name] = time_ms(f)
                 r = dict(section="compare", shape=shape, design=name, ms=ms[name])
                 if name in NEW:  # the 1e-4 criterion: vs the unfused kernel at the same chunk
-                    q = NEW[name]["chunk"]
+                    q = NEW[name].get("chunk", 128)
                     r["rel_unfused"] = rel_error(f().float(),
                                                  unfused.ssd_forward(*args, q, **kw)[0].float())
                 row(**r)
@@ -274,16 +275,13 @@ def _old_fused(old, args, kw):
 # launches alone in section 5: (name, chunk, kernel, config); kernel "states" / "outputs" (this
 # tree's modules) or "old states" / "old outputs"
 PARTS = [
-    ("cumsum", 128, "cumsum", None), ("cumsum", 64, "cumsum", None),
+    ("cumsum", 128, "cumsum", None),
     ("states TMA 1 stage (auto split)", 128, "states", dict(TMA=True)),
-    ("states TMA 1 stage no split", 128, "states", dict(TMA=True, SPLIT=1)),
     ("states TMA 2 stages no split", 128, "states", dict(TMA=True, SPLIT=1, TMA_STAGES=2,
                                                          TMA_MAXNREG=None)),
-    ("states TMA (auto split)", 64, "states", dict(TMA=True)),
     ("states previous", 128, "old states", None),
     ("outputs rows1", 128, "outputs", dict(ROWS=1)),
-    ("outputs whole chunk", 128, "outputs", dict(ROWS=None)),
-    ("outputs", 64, "outputs", None),
+    ("outputs LOOP", 128, "outputs", dict(LOOP=True)),
     ("outputs previous", 128, "old outputs", None),
 ]
 

@@ -36,7 +36,8 @@ from mambalearn.triton.ssd.common import INTERP, LOG2E, _exp2, launch_options, p
 
 # EXP2 off: chapter 10's roundings exactly (bench/NOTES_ssd.md: exp2 left 1e-4 on some inputs)
 # ROWS: row blocks of BLOCK_M rows per program, 1 or None (the whole chunk: Q // BLOCK_M)
-CONFIG = dict(BLOCK_M=64, BLOCK_K=64, ROWS=1, num_warps=4, num_stages=2, EXP2=False,
+# LOOP: every column block of a row block in one pipelined loop, the causal mask on each trip
+CONFIG = dict(BLOCK_M=64, BLOCK_K=64, ROWS=1, LOOP=False, num_warps=4, num_stages=2, EXP2=False,
               maxnreg=None)
 
 
@@ -75,6 +76,7 @@ def _chunk_outputs_kernel(
     D_ptr, seq_ptr,     # D (h,) or (h, p); seq_idx (b, l)
     l, h, p, nchunks, heads_per_group, stride_Dh, stride_Dp, stride_seqb, stride_seql,
     Q: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr, ROWS: tl.constexpr,
+    LOOP: tl.constexpr,
     BLOCK_P: tl.constexpr, BLOCK_N: tl.constexpr, EXP2: tl.constexpr,
     HAS_D: tl.constexpr, D_PER_HEAD: tl.constexpr, HAS_Z: tl.constexpr, HAS_SEQ: tl.constexpr,
 ):
@@ -113,28 +115,40 @@ def _chunk_outputs_kernel(
         acc = tl.dot(C_m, H_c.to(C_m.dtype).T) * scale_m[:, None]  # L2, and no registers held)
         if EXP2:
             a_m = a_m * LOG2E
-        # diagonal block, BLOCK_K steps at a time: left of the diagonal unmasked, then on it
-        if ROWS == N_MB:  # m0 is a constant: unrolled
-            for kb in tl.static_range(r * BLOCK_M // BLOCK_K):
-                acc, x_k = _block(acc, C_m, a_m, seq_m, offs_m, kb * BLOCK_K, t0, pid_b, pid_g,
-                                  pid_h, B_desc, x_desc, dtc_ptr + cs, dacs_ptr + cs, seq_base,
-                                  l, stride_seql, BLOCK_K, BLOCK_N, BLOCK_P, False, EXP2, HAS_SEQ)
-        else:
-            for k0 in range(0, m0, BLOCK_K):
-                acc, x_k = _block(acc, C_m, a_m, seq_m, offs_m, k0, t0, pid_b, pid_g, pid_h,
-                                  B_desc, x_desc, dtc_ptr + cs, dacs_ptr + cs, seq_base, l,
-                                  stride_seql, BLOCK_K, BLOCK_N, BLOCK_P, False, EXP2, HAS_SEQ)
-        if BLOCK_K == BLOCK_M:  # one diagonal tile; its x tile is x_m, the D x term's
-            acc, x_m = _block(acc, C_m, a_m, seq_m, offs_m, m0, t0, pid_b, pid_g, pid_h, B_desc,
-                              x_desc, dtc_ptr + cs, dacs_ptr + cs, seq_base, l, stride_seql,
-                              BLOCK_K, BLOCK_N, BLOCK_P, True, EXP2, HAS_SEQ)
-        else:
-            for k0 in range(m0, m0 + BLOCK_M, BLOCK_K):
-                acc, x_k = _block(acc, C_m, a_m, seq_m, offs_m, k0, t0, pid_b, pid_g, pid_h,
+        # the diagonal block's columns s ≤ t, BLOCK_K steps at a time
+        if LOOP:  # one pipelined loop (the next tiles' loads in flight), masked on every trip
+            x_m = tl.zeros((BLOCK_K, BLOCK_P), dtype=x_desc.dtype)
+            for k0 in range(0, m0 + BLOCK_M, BLOCK_K):
+                acc, x_m = _block(acc, C_m, a_m, seq_m, offs_m, k0, t0, pid_b, pid_g, pid_h,
                                   B_desc, x_desc, dtc_ptr + cs, dacs_ptr + cs, seq_base, l,
                                   stride_seql, BLOCK_K, BLOCK_N, BLOCK_P, True, EXP2, HAS_SEQ)
-            if HAS_D:
+            if BLOCK_K != BLOCK_M and HAS_D:  # the last trip's x is x_m only if the tiles match
                 x_m = xm_desc.load([pid_b, t0 + m0, pid_h, 0]).reshape(BLOCK_M, BLOCK_P)
+        else:  # left of the diagonal unmasked, then the diagonal masked
+            if ROWS == N_MB:  # m0 is a constant: unrolled
+                for kb in tl.static_range(r * BLOCK_M // BLOCK_K):
+                    acc, x_k = _block(acc, C_m, a_m, seq_m, offs_m, kb * BLOCK_K, t0, pid_b,
+                                      pid_g, pid_h, B_desc, x_desc, dtc_ptr + cs, dacs_ptr + cs,
+                                      seq_base, l, stride_seql, BLOCK_K, BLOCK_N, BLOCK_P, False,
+                                      EXP2, HAS_SEQ)
+            else:
+                for k0 in range(0, m0, BLOCK_K):
+                    acc, x_k = _block(acc, C_m, a_m, seq_m, offs_m, k0, t0, pid_b, pid_g, pid_h,
+                                      B_desc, x_desc, dtc_ptr + cs, dacs_ptr + cs, seq_base, l,
+                                      stride_seql, BLOCK_K, BLOCK_N, BLOCK_P, False, EXP2,
+                                      HAS_SEQ)
+            if BLOCK_K == BLOCK_M:  # one diagonal tile; its x tile is x_m, the D x term's
+                acc, x_m = _block(acc, C_m, a_m, seq_m, offs_m, m0, t0, pid_b, pid_g, pid_h,
+                                  B_desc, x_desc, dtc_ptr + cs, dacs_ptr + cs, seq_base, l,
+                                  stride_seql, BLOCK_K, BLOCK_N, BLOCK_P, True, EXP2, HAS_SEQ)
+            else:
+                for k0 in range(m0, m0 + BLOCK_M, BLOCK_K):
+                    acc, x_k = _block(acc, C_m, a_m, seq_m, offs_m, k0, t0, pid_b, pid_g, pid_h,
+                                      B_desc, x_desc, dtc_ptr + cs, dacs_ptr + cs, seq_base, l,
+                                      stride_seql, BLOCK_K, BLOCK_N, BLOCK_P, True, EXP2,
+                                      HAS_SEQ)
+                if HAS_D:
+                    x_m = xm_desc.load([pid_b, t0 + m0, pid_h, 0]).reshape(BLOCK_M, BLOCK_P)
         if HAS_D:  # skip connection D x_t, D per head (one scalar) or per (head, p)
             if D_PER_HEAD:
                 acc += tl.load(D_ptr + pid_h * stride_Dh).to(tl.float32) * x_m.to(tl.float32)
@@ -181,7 +195,8 @@ def chunk_outputs(x, C, B, dt_c, dA_cs, H, D=None, z=None, seq_idx=None, config=
         TensorDescriptor.from_tensor(H.view(b * c * h, p, n), [1, BP, BN]),
         dt_c, dA_cs, D if D is not None else dt_c, seq_idx if seq_idx is not None else dt_c,
         l, h, p, c, h // g, *Dst, *(seq_idx.stride() if seq_idx is not None else (0, 0)),
-        Q=q, BLOCK_M=BM, BLOCK_K=BK, ROWS=rows, BLOCK_P=BP, BLOCK_N=BN, EXP2=bool(cfg["EXP2"]),
+        Q=q, BLOCK_M=BM, BLOCK_K=BK, ROWS=rows, LOOP=bool(cfg["LOOP"]), BLOCK_P=BP, BLOCK_N=BN,
+        EXP2=bool(cfg["EXP2"]),
         HAS_D=D is not None, D_PER_HEAD=D is not None and D.ndim == 1, HAS_Z=z is not None,
         HAS_SEQ=seq_idx is not None, num_warps=cfg["num_warps"],
         num_stages=1 if INTERP else cfg["num_stages"],
