@@ -27,19 +27,6 @@ def launch_options(cfg):
     return {} if INTERP or not cfg.get("maxnreg") else dict(maxnreg=cfg["maxnreg"])
 
 
-def tma_ok(*tensors):
-    """True when every tensor can back a tensor descriptor: last dim contiguous, the other
-    strides and the base 16-byte aligned (TMA's rule)."""
-    for t in tensors:
-        if t is None:
-            continue
-        if t.stride(-1) != 1 or any(s * t.element_size() % 16 for s in t.stride()[:-1]):
-            return False
-        if t.device.type != "meta" and t.data_ptr() % 16:
-            return False
-    return True
-
-
 @triton.jit
 def _exp2(x):
     """2^x, one MUFU.EX2 instruction, results below 2^-126 flushed to 0. (``tl.exp``/``tl.exp2``

@@ -32,7 +32,7 @@ import triton
 import triton.language as tl
 from triton.tools.tensor_descriptor import TensorDescriptor
 
-from mambalearn.triton.ssd.common import INTERP, LOG2E, _exp2, launch_options, p2, tma_ok
+from mambalearn.triton.ssd.common import INTERP, LOG2E, _exp2, launch_options, p2
 
 # EXP2 off: chapter 10's roundings exactly (bench/NOTES_ssd.md: exp2 left 1e-4 on some inputs)
 # ROWS: row blocks of BLOCK_M rows per program, 1 or None (the whole chunk: Q // BLOCK_M)
@@ -163,6 +163,19 @@ def _chunk_outputs_kernel(
             acc *= z_m * tl.sigmoid(z_m)
         out_desc.store([pid_b, t0 + m0, pid_h, 0],
                        acc.to(out_desc.dtype).reshape(1, BLOCK_M, 1, BLOCK_P))
+
+
+def tma_ok(*tensors):
+    """True when every tensor can back a tensor descriptor: last dim contiguous, the other
+    strides and the base 16-byte aligned (TMA's rule)."""
+    for t in tensors:
+        if t is None:
+            continue
+        if t.stride(-1) != 1 or any(s * t.element_size() % 16 for s in t.stride()[:-1]):
+            return False
+        if t.device.type != "meta" and t.data_ptr() % 16:
+            return False
+    return True
 
 
 def chunk_outputs(x, C, B, dt_c, dA_cs, H, D=None, z=None, seq_idx=None, config=None):

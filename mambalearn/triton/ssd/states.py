@@ -47,7 +47,8 @@ import triton
 import triton.language as tl
 from triton.tools.tensor_descriptor import TensorDescriptor
 
-from mambalearn.triton.ssd.common import INTERP, LOG2E, _exp2, launch_options, p2, tma_ok
+from mambalearn.triton.ssd.common import INTERP, LOG2E, _exp2, launch_options, p2
+from mambalearn.triton.ssd.outputs import tma_ok
 
 # BLOCK_P / BLOCK_N None: the largest of TILES that still gives PROGRAMS_PER_SM programs per SM
 # TMA: the tensor-descriptor kernel, one chunk a loop trip (BLOCK_K, num_stages unused; its
