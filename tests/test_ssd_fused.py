@@ -41,6 +41,17 @@ def test_fused_forward_matches_oracle(l, q, g, launches):
             outputs=dict(BLOCK_M=16, BLOCK_K=8, EXP2=False),
         ),
         dict(chunk=8, outputs=dict(BLOCK_M=8, BLOCK_K=8)),
+        # the tensor-descriptor states kernel (one chunk a trip); whole chunks per outputs program
+        dict(states=dict(BLOCK_P=16, BLOCK_N=8, TMA=True), outputs=dict(BLOCK_M=8, BLOCK_K=8,
+                                                                        ROWS=None)),
+        dict(states=dict(TMA=True), outputs=dict(BLOCK_M=8, BLOCK_K=4, ROWS=None)),
+        dict(states=dict(TMA=True), outputs=dict(BLOCK_M=4, BLOCK_K=4, ROWS=2)),
+        # every column block in one pipelined loop (the mask on each trip)
+        dict(outputs=dict(BLOCK_M=8, BLOCK_K=8, LOOP=True)),
+        dict(outputs=dict(BLOCK_M=8, BLOCK_K=4, LOOP=True)),
+        # each sequence's walk split in segments (the carries folded between two launches)
+        dict(chunk=8, states=dict(TMA=True, SPLIT=3, BLOCK_P=16, BLOCK_N=8),
+             outputs=dict(BLOCK_M=8, BLOCK_K=8)),
     ],
 )
 def test_tiles_split_the_state_and_the_chunk(cfg):
@@ -56,13 +67,19 @@ def test_tiles_split_the_state_and_the_chunk(cfg):
     assert_close(final, want_f)
 
 
-def test_seq_idx_and_dt_limit():
+OLD = dict(states=dict(TMA=False), outputs=dict(ROWS=None))  # pointer-load states, whole chunks
+SPLIT = dict(chunk=4, states=dict(SPLIT=3))  # segments start mid-sequence and on a chunk edge
+LOOP = dict(outputs=dict(BLOCK_M=8, BLOCK_K=8, LOOP=True))  # sequences inside a masked loop
+
+
+@pytest.mark.parametrize("cfg", [None, OLD, SPLIT, LOOP])
+def test_seq_idx_and_dt_limit(cfg):
     b, l, h, p, g, n, q = 2, 40, 2, 4, 1, 8, 16
     x, dt, A, B, C = make(b, l, h, p, g, n)
     seq = torch.zeros(b, l, dtype=torch.int32, device=dev)
     seq[:, 9:], seq[:, 16:], seq[1, 33:] = 1, 2, 3  # mid-chunk and on a chunk edge
     kw = dict(extras(b, l, h, p, n), seq_idx=seq, dt_limit=(0.05, 0.9))
-    out, final = ssd_fused_forward(x, dt, A, B, C, q, **kw)
+    out, final = ssd_fused_forward(x, dt, A, B, C, q, config=cfg, **kw)
     want, want_f = ref(x, dt, A, B, C, q, return_final_states=True, **kw)
     assert_close(out, want)
     assert_close(final, want_f)
@@ -79,13 +96,17 @@ def test_the_two_kernels_equal_chapter_10s_stages():
     dt_c, dA_cs = T.chunk_cumsum(dt, A, q, kw["dt_bias"], True)
     S = T.chunk_state(x, B, dt_c, dA_cs)
     H_want, final_want = T.state_passing(S, dA_cs, kw["initial_states"], l=l, out_dtype=x.dtype)
-    H, final = states.chunk_states(x, B, dt_c, dA_cs, kw["initial_states"])
-    assert_close(H, H_want)
-    assert_close(final, final_want)
-    out_want = T.chunk_scan(x, C, T.bmm_chunk(C, B, q), dt_c, dA_cs, H_want, kw["D"], kw["z"])
+    for cfg in (dict(TMA=False), dict(TMA=True), dict(TMA=True, SPLIT=2)):
+        # pointer loads, 64 steps a trip; tensor descriptors, a chunk a trip; and split in two
+        H, final = states.chunk_states(x, B, dt_c, dA_cs, kw["initial_states"], config=cfg)
+        assert_close(H, H_want)
+        assert_close(final, final_want)
     for D in (kw["D"], kw["D"][:, 0].contiguous()):  # per (head, p) and per head
         out_want = T.chunk_scan(x, C, T.bmm_chunk(C, B, q), dt_c, dA_cs, H_want, D, kw["z"])
-        assert_close(outputs.chunk_outputs(x, C, B, dt_c, dA_cs, H, D, kw["z"]), out_want)
+        for rows in (1, None):  # a row block a program; the whole chunk
+            got = outputs.chunk_outputs(x, C, B, dt_c, dA_cs, H, D, kw["z"],
+                                        config=dict(BLOCK_M=8, BLOCK_K=8, ROWS=rows))
+            assert_close(got, out_want)
 
 
 def test_rows_tensor_descriptors_cannot_take_fall_back_to_chapter_10():
@@ -146,6 +167,10 @@ def test_fused_flag_selects_it_and_backward_reuses_ch10():
         (128, {}),
         (64, dict(outputs=dict(BLOCK_K=32, maxnreg=128))),
         (128, dict(outputs=dict(EXP2=True))),
+        (128, dict(states=dict(TMA=False))),  # the pointer-load states kernel (until 12-01)
+        (64, {}),
+        (128, dict(states=dict(SPLIT=4), outputs=dict(ROWS=None))),  # split walks, whole chunks
+        (128, dict(outputs=dict(LOOP=True))),  # the diagonal tile inside the pipelined loop
     ],
 )
 def test_gpu_fused_equals_unfused_at_the_same_chunk(q, cfg):
@@ -168,13 +193,14 @@ def test_gpu_fused_equals_unfused_at_the_same_chunk(q, cfg):
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
-def test_gpu_fused_seq_idx_and_odd_length():
+@pytest.mark.parametrize("cfg", [dict(states=dict(TMA=False)), dict(states=dict(SPLIT=3))])
+def test_gpu_fused_seq_idx_and_odd_length(cfg):
     b, l, h, p, g, n, q = 2, 1000, 8, 64, 2, 128, 128
     x, dt, A, B, C = make(b, l, h, p, g, n, dtype=torch.bfloat16)
     seq = torch.zeros(b, l, dtype=torch.int32, device=dev)
     seq[:, 300:], seq[:, 640:], seq[1, 901:] = 1, 2, 3
     kw = dict(extras(b, l, h, p, n, z=False), seq_idx=seq)
-    out, final = ssd_fused_forward(x, dt, A, B, C, q, **kw)
+    out, final = ssd_fused_forward(x, dt, A, B, C, q, config=cfg, **kw)
     want, want_f = T.ssd_forward(x, dt, A, B, C, q, **kw)
     assert (out.float() - want.float()).norm() / want.float().norm() < 1e-4
     assert (final - want_f).norm() / want_f.norm() < 1e-4

@@ -11,6 +11,11 @@
 3. the decode step: tiles at b1 (CUDA-graph replay) and b64 (eager and graph), fp32 state, vs
    mamba_ssm's ``selective_state_update``
 4. ``--ncu``: one Nsight Compute pass over the default fused forward at b4 l4096 (if time is left)
+5. ``compare`` (helper ssd2, 2026-12-01): the designs of ``NEW`` through the public path
+   ``mamba_chunk_scan_combined(..., 256, fused=True)`` (``fused.CONFIG`` set to each), first at
+   each shape (b1 l16384, b4 l4096, b16 l1024), then chapter 11's previous default (its kernels
+   loaded from ``--old DIR``, if given), our unfused kernel, mamba_ssm and FLA; each new design's
+   relative difference to the unfused kernel at its chunk; then the launches alone (``PARTS``)
 
 Stops starting new work when --limit seconds are used; rows are printed as they come and a short
 table last. On a CPU: a tiny smoke run of sections 1–3 through the interpreter.
@@ -163,6 +168,151 @@ def _parts(args, kw, shape, peers, floor_ms):
         _speed_row(shape, name, time_ms(f), peers, floor_ms, None)
 
 
+# the fused designs of section 5 (``fused.CONFIG`` overrides), new first. Helper ssd2's call
+# timed {q128 TMA states + ROWS 1 (now the default), q64 TMA states} (bench/NOTES_ssd.md); next:
+NEW = {
+    "fused q128 outputs LOOP": dict(outputs=dict(LOOP=True)),
+    "fused default": {},
+}
+
+
+def _fused_public(cfg):
+    """The public path with ``fused.CONFIG`` set to ``cfg`` (merged into a copy of the default)
+    while it runs."""
+    from mambalearn.triton.ssd import fused
+    from mambalearn.triton.ssd.combined import mamba_chunk_scan_combined
+
+    base = {k: (dict(v) if isinstance(v, dict) else v) for k, v in fused.CONFIG.items()}
+    want = {k: (dict(base[k], **v) if isinstance(v, dict) else v) for k, v in cfg.items()}
+
+    def go(args, kw):
+        saved = dict(fused.CONFIG)
+        fused.CONFIG.update({k: want.get(k, base[k]) for k in base})
+        try:
+            return mamba_chunk_scan_combined(*args, 256, fused=True, **kw)
+        finally:
+            fused.CONFIG.clear()
+            fused.CONFIG.update(saved)
+    return go
+
+
+def _old_modules(path):
+    """Chapter 11's states and outputs modules as they were before (files in ``path``), or
+    None."""
+    import importlib.util
+
+    if not path:
+        return None
+    mods = []
+    for name in ("states", "outputs"):
+        spec = importlib.util.spec_from_file_location(f"old_{name}", f"{path}/{name}.py")
+        m = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(m)
+        mods.append(m)
+    return mods
+
+
+def compare(gpu, limit, old_dir=None):
+    """Section 5: the new designs, first, then the previous default, unfused, mamba_ssm, FLA."""
+    dev = "cuda" if gpu else "cpu"
+    theirs = load_mamba_ssm_ssd() if gpu else None
+    fla = load_fla() if gpu else None
+    old = _old_modules(old_dir)
+    shapes = [(1, 16384), (4, 4096), (16, 1024)] if gpu else [(1, 64)]
+    h, p, g, n = (80, 64, 1, 128) if gpu else (2, 8, 1, 8)
+    for b, l in shapes:
+        if left(limit) < 25:
+            row(section="compare", shape=f"b{b} l{l}", error="skipped: time limit")
+            continue
+        args, kw = make_inputs(b, l, h, p, g, n, dtype=torch.bfloat16 if gpu else torch.float32,
+                               device=dev)
+        shape = f"b{b} l{l}"
+        fns = {}
+        for name, cfg in NEW.items():
+            go = _fused_public(cfg)
+            fns[name] = lambda go=go, a=args, k=kw: go(a, k)
+        if old is not None:
+            fns["fused previous default q128"] = lambda a=args, k=kw: _old_fused(old, a, k)
+        fns["unfused q256"] = lambda a=args, k=kw: unfused.ssd_forward(*a, 256, **k)[0]
+        if theirs is not None:
+            fns["mamba_ssm"] = lambda a=args, k=kw: theirs(*a, 256, **k)
+        if fla is not None:
+            fns["fla (no D)"] = fla_fn(fla, args, kw)
+        ms = {}
+        for name, f in fns.items():
+            if left(limit) < 15:
+                row(section="compare", shape=shape, design=name, error="skipped: time limit")
+                continue
+            try:
+                ms[name] = time_ms(f)
+                r = dict(section="compare", shape=shape, design=name, ms=ms[name])
+                if name in NEW:  # the 1e-4 criterion: vs the unfused kernel at the same chunk
+                    q = NEW[name].get("chunk", 128)
+                    r["rel_unfused"] = rel_error(f().float(),
+                                                 unfused.ssd_forward(*args, q, **kw)[0].float())
+                row(**r)
+            except Exception as e:  # noqa: BLE001 - a design that fails is a row too
+                row(section="compare", shape=shape, design=name,
+                    error=f"{type(e).__name__}: {e}"[:300])
+        for r in ROWS:  # ratios once the peers are in
+            if r.get("section") == "compare" and r.get("shape") == shape and "ms" in r:
+                r["vs_mamba"] = r["ms"] / ms["mamba_ssm"] if "mamba_ssm" in ms else None
+                r["vs_fla"] = r["ms"] / ms["fla (no D)"] if "fla (no D)" in ms else None
+        _compare_parts(args, kw, shape, old, limit)
+        if gpu:
+            torch.cuda.empty_cache()
+
+
+def _old_fused(old, args, kw):
+    """The previous default two launches (chunk 128) from the old modules, as ``fused`` ran
+    them."""
+    x, dt, A, B, C = args
+    dt_c, dA_cs = unfused.chunk_cumsum(dt, A, 128, kw["dt_bias"], True)
+    H, _ = old[0].chunk_states(x, B, dt_c, dA_cs)
+    return old[1].chunk_outputs(x, C, B, dt_c, dA_cs, H, kw["D"])
+
+
+# launches alone in section 5: (name, chunk, kernel, config); kernel "states" / "outputs" (this
+# tree's modules) or "old states" / "old outputs"
+PARTS = [
+    ("cumsum", 128, "cumsum", None),
+    ("states TMA 1 stage (auto split)", 128, "states", dict(TMA=True)),
+    ("states TMA 2 stages no split", 128, "states", dict(TMA=True, SPLIT=1, TMA_STAGES=2,
+                                                         TMA_MAXNREG=None)),
+    ("states previous", 128, "old states", None),
+    ("outputs rows1", 128, "outputs", dict(ROWS=1)),
+    ("outputs LOOP", 128, "outputs", dict(LOOP=True)),
+    ("outputs previous", 128, "old outputs", None),
+]
+
+
+def _part_fn(kernel, q, cfg, args, kw, old):
+    """A closure running one launch of ``PARTS`` on prepared inputs."""
+    x, dt, A, B, C = args
+    dt_c, dA_cs = unfused.chunk_cumsum(dt, A, q, kw["dt_bias"], True)
+    if kernel == "cumsum":
+        return lambda: unfused.chunk_cumsum(dt, A, q, kw["dt_bias"], True)
+    if kernel == "states":
+        return lambda: states.chunk_states(x, B, dt_c, dA_cs, config=cfg)
+    if kernel == "old states":
+        return lambda: old[0].chunk_states(x, B, dt_c, dA_cs)
+    H, _ = states.chunk_states(x, B, dt_c, dA_cs)
+    mod, cfg = (outputs, cfg) if kernel == "outputs" else (old[1], None)
+    return lambda: mod.chunk_outputs(x, C, B, dt_c, dA_cs, H, kw["D"], config=cfg)
+
+
+def _compare_parts(args, kw, shape, old, limit):
+    for name, q, kernel, cfg in PARTS:
+        if left(limit) < 8 or (kernel.startswith("old") and old is None):
+            continue
+        try:
+            f = _part_fn(kernel, q, cfg, args, kw, old)
+            row(section="part", shape=shape, design=f"{name} q{q}", ms=time_ms(f))
+        except Exception as e:  # noqa: BLE001
+            row(section="part", shape=shape, design=f"{name} q{q}",
+                error=f"{type(e).__name__}: {e}"[:300])
+
+
 def decode(gpu, limit):
     """Section 3: the decode step's tiles at b1 (graph) and b64 (eager, graph), fp32 state."""
     theirs = bstep.load_mamba_ssm_step() if gpu else None
@@ -233,10 +383,12 @@ def main():
     ap.add_argument("--ncu", action="store_true")
     ap.add_argument("--json", default=None)
     ap.add_argument("--sections", default="correct,speed,step")
+    ap.add_argument("--old", default=None, help="compare: a folder with the previous states.py, "
+                    "outputs.py of chapter 11")
     a = ap.parse_args()
     gpu = torch.cuda.is_available()
     run = dict(correct=lambda: correctness(gpu), speed=lambda: speed(gpu, a.limit),
-               step=lambda: decode(gpu, a.limit))
+               step=lambda: decode(gpu, a.limit), compare=lambda: compare(gpu, a.limit, a.old))
     for name in a.sections.split(","):  # in the order given
         if left(a.limit) > 10:
             run[name]()
@@ -246,7 +398,7 @@ def main():
         json.dump(ROWS, open(a.json, "w"), indent=1)
     print(f"\n== {time.time() - T0:.0f} s; speed (ms, vs mamba_ssm, vs FLA, rel to unfused):")
     for r in ROWS:
-        if r.get("section") == "speed" and "ms" in r:
+        if r.get("section") in ("speed", "compare", "part") and "ms" in r:
             f = lambda k, r=r: "-" if r.get(k) is None else f"{r[k]:.3g}"
             print(f"{r['shape']:10s} {r['design']:42s} {r['ms']:7.3f} {f('vs_mamba'):>6s} "
                   f"{f('vs_fla'):>6s} {f('rel_unfused'):>8s}")

@@ -3,7 +3,9 @@
     TRITON_INTERPRET=0 python -m mambalearn.bench.gpu.ssd_sm90 [KERNEL ...] [--shape b,l,h,p,g,n]
         [--chunk Q] [--config JSON]
 
-KERNEL: states, outputs, one_launch (default: all three), at Mamba-2 2.7B's shape, bf16. Each
+KERNEL: states, outputs, one_launch (default: all three), at Mamba-2 2.7B's shape, bf16
+(``--config '{"states": {"BLOCK_P": 64, "BLOCK_N": 64, "TMA": true}}'``: the tensor-descriptor
+states kernel, both launches of its split walk with ``"SPLIT": 4``). Each
 launcher runs with meta tensors and a recorder in place of its kernel; the recorded launch is
 compiled with ``triton.compile`` for ``GPUTarget("cuda", 90, 32)``, specialised as Triton's launcher
 would (``native_specialize_impl``: 16-divisible ints and pointers marked, ints equal to 1 and None
@@ -26,6 +28,7 @@ from triton.runtime.jit import JITFunction, native_specialize_impl
 from mambalearn.compiled import opcode_counts, read_cubin
 from mambalearn.triton.ssd import forward, one_launch, outputs, states
 
+STATES_KERNEL = {False: "_chunk_states_kernel", True: "_chunk_states_tma_kernel"}  # by TMA
 OPS = ("HGMMA", "HMMA", "MUFU", "LDG", "LDGSTS", "UTMALDG", "STG", "LDL", "STL", "BAR", "SHFL")
 
 
@@ -102,7 +105,8 @@ def launches(names, shape, q, cfg):
     c = triton.cdiv(l, q)
     dtc, H = e(b, h, c, q, dt=torch.float32), e(b, c, h, p, n)
     jobs = dict(
-        states=(states, "_chunk_states_kernel", states.chunk_states, (x, B, dtc, dtc),
+        states=(states, STATES_KERNEL[bool((cfg.get("states") or {}).get("TMA"))],
+                states.chunk_states, (x, B, dtc, dtc),
                 dict(config=cfg.get("states"))),
         outputs=(outputs, "_chunk_outputs_kernel", outputs.chunk_outputs,
                  (x, C, B, dtc, dtc, H, D), dict(config=cfg.get("outputs"))),

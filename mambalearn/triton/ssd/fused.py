@@ -1,9 +1,11 @@
 """The fused SSD forward (chapter 11): chapter 10's five kernels in three launches, or in one.
 
-``launches=2`` (the default; with chapter 10's 8 µs chunk cumsum before them):
+``launches=2`` (the default; with chapter 10's 10 µs chunk cumsum before them):
 ``states.chunk_states`` walks the chunks of each (batch, head) with the state in float32
-registers (chunk state and state passing in one kernel), then ``outputs.chunk_outputs`` computes
-every chunk's outputs in parallel with C Bᵀ formed on chip (bmm and chunk scan in one kernel).
+registers (chunk state and state passing in one kernel; for a single long sequence the walk is
+cut into segments whose carries are folded between two launches), then
+``outputs.chunk_outputs`` computes every chunk's outputs in parallel with C Bᵀ formed on chip (bmm
+and chunk scan in one kernel).
 Between them only the state entering each chunk crosses memory, in x's dtype (as chapter 10 stores
 it), plus Δ and dA_cs.
 
@@ -27,8 +29,9 @@ from mambalearn.triton.ssd.one_launch import CONFIG as ONE_CONFIG
 from mambalearn.triton.ssd.one_launch import ssd_one_launch
 
 # launch settings of each design's kernels (tiles, warps, pipeline stages); measured in
-# bench/NOTES_ssd.md. ``ssd_fused_forward(config=...)`` overrides any of them.
-CONFIG = dict(chunk=128, states=dict(states.CONFIG), outputs=dict(outputs.CONFIG),
+# bench/NOTES_ssd.md. ``ssd_fused_forward(config=...)`` overrides any of them. The states kernel
+# is the tensor-descriptor one (its walk split in segments when b·h is small).
+CONFIG = dict(chunk=128, states=dict(states.CONFIG, TMA=True), outputs=dict(outputs.CONFIG),
               one=dict(ONE_CONFIG))
 
 

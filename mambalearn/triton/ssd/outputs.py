@@ -19,7 +19,12 @@ per-element addresses or masks to compute. That is most of what a program spends
 arithmetic (bench/NOTES_ssd.md counts it in the SASS); it needs 16-byte aligned rows
 (``tma_ok``). Blocks strictly left of the diagonal need no causal mask; only the diagonal blocks
 mask s > t. The decay is one MUFU.EX2 per element (``common._exp2``); ``EXP2``: from log2-scaled a,
-one multiply less (rounds a little differently from chapter 10's exp(a_t − a_s)).
+one multiply less (rounds a little differently from chapter 10's exp(a_t − a_s)). When BLOCK_K =
+BLOCK_M the diagonal block is one tile, and its x tile is x_m: the D x term reuses it.
+
+``CONFIG["ROWS"]``: row blocks per program — 1 (each its own program, the default), or None (the
+whole chunk in one program, its setup and Hᵀ load shared): measured 25 % slower, its 211
+registers leave two programs an SM instead of three (bench/NOTES_ssd.md).
 """
 
 import torch
@@ -30,7 +35,10 @@ from triton.tools.tensor_descriptor import TensorDescriptor
 from mambalearn.triton.ssd.common import INTERP, LOG2E, _exp2, launch_options, p2
 
 # EXP2 off: chapter 10's roundings exactly (bench/NOTES_ssd.md: exp2 left 1e-4 on some inputs)
-CONFIG = dict(BLOCK_M=64, BLOCK_K=64, num_warps=4, num_stages=2, EXP2=False, maxnreg=None)
+# ROWS: row blocks of BLOCK_M rows per program, 1 or None (the whole chunk: Q // BLOCK_M)
+# LOOP: every column block of a row block in one pipelined loop, the causal mask on each trip
+CONFIG = dict(BLOCK_M=64, BLOCK_K=64, ROWS=1, LOOP=False, num_warps=4, num_stages=2, EXP2=False,
+              maxnreg=None)
 
 
 @triton.jit
@@ -38,7 +46,8 @@ def _block(acc, C_m, a_m, seq_m, offs_m, k0, t0, pid_b, pid_g, pid_h, B_desc, x_
            dtc_row, dacs_row, seq_base, l, stride_seql,
            BLOCK_K: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_P: tl.constexpr,
            CAUSAL: tl.constexpr, EXP2: tl.constexpr, HAS_SEQ: tl.constexpr):
-    """acc += ((C_m B_kᵀ) ∘ exp(a_t − a_s) Δ_s [s ≤ t]) x_k for the BLOCK_K steps from k0."""
+    """acc += ((C_m B_kᵀ) ∘ exp(a_t − a_s) Δ_s [s ≤ t]) x_k for the BLOCK_K steps from k0.
+    Returns (acc, x_k): the x tile, which the diagonal block shares with the D x term."""
     offs_k = k0 + tl.arange(0, BLOCK_K)
     B_k = B_desc.load([pid_b, t0 + k0, pid_g, 0]).reshape(BLOCK_K, BLOCK_N)
     s = tl.dot(C_m, B_k.T)  # (BLOCK_M, BLOCK_K) float32: C_t · B_s
@@ -56,7 +65,7 @@ def _block(acc, C_m, a_m, seq_m, offs_m, k0, t0, pid_b, pid_g, pid_h, B_desc, x_
             keep = keep & (seq_m[:, None] == seq_k[None, :])
         pm = tl.where(keep, pm, 0.0)  # (the where also drops any inf above the diagonal)
     x_k = x_desc.load([pid_b, t0 + k0, pid_h, 0]).reshape(BLOCK_K, BLOCK_P)
-    return acc + tl.dot(pm.to(x_k.dtype), x_k)
+    return acc + tl.dot(pm.to(x_k.dtype), x_k), x_k
 
 
 @triton.jit
@@ -66,56 +75,94 @@ def _chunk_outputs_kernel(
     dtc_ptr, dacs_ptr,  # Δ, dA_cs (b, h, c, q) float32
     D_ptr, seq_ptr,     # D (h,) or (h, p); seq_idx (b, l)
     l, h, p, nchunks, heads_per_group, stride_Dh, stride_Dp, stride_seqb, stride_seql,
-    Q: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr,
+    Q: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr, ROWS: tl.constexpr,
+    LOOP: tl.constexpr,
     BLOCK_P: tl.constexpr, BLOCK_N: tl.constexpr, EXP2: tl.constexpr,
     HAS_D: tl.constexpr, D_PER_HEAD: tl.constexpr, HAS_Z: tl.constexpr, HAS_SEQ: tl.constexpr,
 ):
-    # grid (row blocks, heads, b · c): the longest row blocks first; heads next, so that programs
-    # running together share the chunk's B and C (a 3-D grid: no divisions to split a program id)
+    # grid (row-block groups, heads, b · c): a program does ROWS row blocks of BLOCK_M rows of
+    # one chunk (ROWS = Q // BLOCK_M: the whole chunk, one setup and one Hᵀ load shared by all);
+    # the longest groups first; heads next, so that programs running together share the chunk's
+    # B and C (a 3-D grid: no divisions to split a program id)
     N_MB: tl.constexpr = Q // BLOCK_M
-    m0 = (N_MB - 1 - tl.program_id(0)) * BLOCK_M
+    if ROWS == N_MB:
+        first = 0  # a compile-time constant: the row loop below is straight-line code
+    else:
+        first = (N_MB // ROWS - 1 - tl.program_id(0)) * ROWS
     pid_h = tl.program_id(1)
     pid_b, pid_c = tl.program_id(2) // nchunks, tl.program_id(2) % nchunks
     pid_g = pid_h // heads_per_group
     t0 = pid_c * Q  # the chunk's first step
-    offs_m = m0 + tl.arange(0, BLOCK_M)  # steps t of the chunk
     cs = ((pid_b * h + pid_h) * nchunks + pid_c).to(tl.int64) * Q  # its row of Δ and a
-    a_m = tl.load(dacs_ptr + cs + offs_m)  # (BLOCK_M,)
-    C_m = C_desc.load([pid_b, t0 + m0, pid_g, 0]).reshape(BLOCK_M, BLOCK_N)
-    H_c = H_desc.load([(pid_b * nchunks + pid_c) * h + pid_h, 0, 0]).reshape(BLOCK_P, BLOCK_N)
-    # off-diagonal: exp(a_t) · C_t H_cᵀ, the entering state read out by C
-    scale_m = tl.exp(a_m)
+    H_row = (pid_b * nchunks + pid_c) * h + pid_h  # the chunk's entering state in H
     seq_base = seq_ptr + pid_b.to(tl.int64) * stride_seqb
-    seq_m = offs_m  # a placeholder without seq_idx
+    seq_prev = 0
     if HAS_SEQ:  # the entering state belongs to the sequence running before the chunk
-        seq_m = tl.load(seq_base + (t0 + offs_m) * stride_seql, mask=t0 + offs_m < l, other=-1)
         seq_prev = tl.load(seq_base + (t0 - 1) * stride_seql, mask=pid_c > 0, other=0)
-        scale_m = tl.where(seq_m == seq_prev, scale_m, 0.0)
-    acc = tl.dot(C_m, H_c.to(C_m.dtype).T) * scale_m[:, None]  # (BLOCK_M, BLOCK_P)
-    if EXP2:
-        a_m = a_m * LOG2E
-    # diagonal block, BLOCK_K steps at a time: left of the diagonal unmasked, then on it
-    for k0 in range(0, m0, BLOCK_K):
-        acc = _block(acc, C_m, a_m, seq_m, offs_m, k0, t0, pid_b, pid_g, pid_h, B_desc, x_desc,
-                     dtc_ptr + cs, dacs_ptr + cs, seq_base, l, stride_seql,
-                     BLOCK_K, BLOCK_N, BLOCK_P, False, EXP2, HAS_SEQ)
-    for k0 in range(m0, m0 + BLOCK_M, BLOCK_K):
-        acc = _block(acc, C_m, a_m, seq_m, offs_m, k0, t0, pid_b, pid_g, pid_h, B_desc, x_desc,
-                     dtc_ptr + cs, dacs_ptr + cs, seq_base, l, stride_seql,
-                     BLOCK_K, BLOCK_N, BLOCK_P, True, EXP2, HAS_SEQ)
-    if HAS_D:  # skip connection D x_t, D per head (one scalar) or per (head, p)
-        x_m = xm_desc.load([pid_b, t0 + m0, pid_h, 0]).reshape(BLOCK_M, BLOCK_P).to(tl.float32)
-        if D_PER_HEAD:
-            acc += tl.load(D_ptr + pid_h * stride_Dh).to(tl.float32) * x_m
-        else:
-            offs_p = tl.arange(0, BLOCK_P)
-            Dv = tl.load(D_ptr + pid_h * stride_Dh + offs_p * stride_Dp, mask=offs_p < p, other=0.0)
-            acc += Dv.to(tl.float32)[None, :] * x_m
-    if HAS_Z:  # gate: y · silu(z)
-        z_m = z_desc.load([pid_b, t0 + m0, pid_h, 0]).reshape(BLOCK_M, BLOCK_P).to(tl.float32)
-        acc *= z_m * tl.sigmoid(z_m)
-    out_desc.store([pid_b, t0 + m0, pid_h, 0],
-                   acc.to(out_desc.dtype).reshape(1, BLOCK_M, 1, BLOCK_P))
+    for r in tl.static_range(ROWS):
+        m0 = (first + r) * BLOCK_M
+        offs_m = m0 + tl.arange(0, BLOCK_M)  # steps t of the chunk
+        a_m = tl.load(dacs_ptr + cs + offs_m)  # (BLOCK_M,)
+        C_m = C_desc.load([pid_b, t0 + m0, pid_g, 0]).reshape(BLOCK_M, BLOCK_N)
+        # off-diagonal: exp(a_t) · C_t H_cᵀ, the entering state read out by C
+        scale_m = tl.exp(a_m)
+        seq_m = offs_m  # a placeholder without seq_idx
+        if HAS_SEQ:
+            seq_m = tl.load(seq_base + (t0 + offs_m) * stride_seql, mask=t0 + offs_m < l,
+                            other=-1)
+            scale_m = tl.where(seq_m == seq_prev, scale_m, 0.0)
+        H_c = H_desc.load([H_row, 0, 0]).reshape(BLOCK_P, BLOCK_N)  # (each row block loads it:
+        acc = tl.dot(C_m, H_c.to(C_m.dtype).T) * scale_m[:, None]  # L2, and no registers held)
+        if EXP2:
+            a_m = a_m * LOG2E
+        # the diagonal block's columns s ≤ t, BLOCK_K steps at a time
+        if LOOP:  # one pipelined loop (the next tiles' loads in flight), masked on every trip
+            x_m = tl.zeros((BLOCK_K, BLOCK_P), dtype=x_desc.dtype)
+            for k0 in range(0, m0 + BLOCK_M, BLOCK_K):
+                acc, x_m = _block(acc, C_m, a_m, seq_m, offs_m, k0, t0, pid_b, pid_g, pid_h,
+                                  B_desc, x_desc, dtc_ptr + cs, dacs_ptr + cs, seq_base, l,
+                                  stride_seql, BLOCK_K, BLOCK_N, BLOCK_P, True, EXP2, HAS_SEQ)
+            if BLOCK_K != BLOCK_M and HAS_D:  # the last trip's x is x_m only if the tiles match
+                x_m = xm_desc.load([pid_b, t0 + m0, pid_h, 0]).reshape(BLOCK_M, BLOCK_P)
+        else:  # left of the diagonal unmasked, then the diagonal masked
+            if ROWS == N_MB:  # m0 is a constant: unrolled
+                for kb in tl.static_range(r * BLOCK_M // BLOCK_K):
+                    acc, x_k = _block(acc, C_m, a_m, seq_m, offs_m, kb * BLOCK_K, t0, pid_b,
+                                      pid_g, pid_h, B_desc, x_desc, dtc_ptr + cs, dacs_ptr + cs,
+                                      seq_base, l, stride_seql, BLOCK_K, BLOCK_N, BLOCK_P, False,
+                                      EXP2, HAS_SEQ)
+            else:
+                for k0 in range(0, m0, BLOCK_K):
+                    acc, x_k = _block(acc, C_m, a_m, seq_m, offs_m, k0, t0, pid_b, pid_g, pid_h,
+                                      B_desc, x_desc, dtc_ptr + cs, dacs_ptr + cs, seq_base, l,
+                                      stride_seql, BLOCK_K, BLOCK_N, BLOCK_P, False, EXP2,
+                                      HAS_SEQ)
+            if BLOCK_K == BLOCK_M:  # one diagonal tile; its x tile is x_m, the D x term's
+                acc, x_m = _block(acc, C_m, a_m, seq_m, offs_m, m0, t0, pid_b, pid_g, pid_h,
+                                  B_desc, x_desc, dtc_ptr + cs, dacs_ptr + cs, seq_base, l,
+                                  stride_seql, BLOCK_K, BLOCK_N, BLOCK_P, True, EXP2, HAS_SEQ)
+            else:
+                for k0 in range(m0, m0 + BLOCK_M, BLOCK_K):
+                    acc, x_k = _block(acc, C_m, a_m, seq_m, offs_m, k0, t0, pid_b, pid_g, pid_h,
+                                      B_desc, x_desc, dtc_ptr + cs, dacs_ptr + cs, seq_base, l,
+                                      stride_seql, BLOCK_K, BLOCK_N, BLOCK_P, True, EXP2,
+                                      HAS_SEQ)
+                if HAS_D:
+                    x_m = xm_desc.load([pid_b, t0 + m0, pid_h, 0]).reshape(BLOCK_M, BLOCK_P)
+        if HAS_D:  # skip connection D x_t, D per head (one scalar) or per (head, p)
+            if D_PER_HEAD:
+                acc += tl.load(D_ptr + pid_h * stride_Dh).to(tl.float32) * x_m.to(tl.float32)
+            else:
+                offs_p = tl.arange(0, BLOCK_P)
+                Dv = tl.load(D_ptr + pid_h * stride_Dh + offs_p * stride_Dp, mask=offs_p < p,
+                             other=0.0)
+                acc += Dv.to(tl.float32)[None, :] * x_m.to(tl.float32)
+        if HAS_Z:  # gate: y · silu(z)
+            z_m = z_desc.load([pid_b, t0 + m0, pid_h, 0]).reshape(BLOCK_M, BLOCK_P)
+            z_m = z_m.to(tl.float32)
+            acc *= z_m * tl.sigmoid(z_m)
+        out_desc.store([pid_b, t0 + m0, pid_h, 0],
+                       acc.to(out_desc.dtype).reshape(1, BLOCK_M, 1, BLOCK_P))
 
 
 def tma_ok(*tensors):
@@ -149,16 +196,20 @@ def chunk_outputs(x, C, B, dt_c, dA_cs, H, D=None, z=None, seq_idx=None, config=
     BM = min(cfg["BLOCK_M"], q)
     BK = min(cfg["BLOCK_K"], BM)
     BP, BN = p2(p, 8), p2(n, 8)
+    rows = min(cfg["ROWS"] or q // BM, q // BM)  # row blocks per program
+    if (q // BM) % rows:
+        raise ValueError(f"config ROWS={rows} must divide the {q // BM} row blocks of a chunk")
     out = torch.empty(b, l, h, p, device=x.device, dtype=x.dtype)
-    desc = lambda t, rows, cols: TensorDescriptor.from_tensor(t, [1, rows, 1, cols])
+    desc = lambda t, m, k: TensorDescriptor.from_tensor(t, [1, m, 1, k])
     Dst = (0, 0) if D is None else ((D.stride(0), 0) if D.ndim == 1 else D.stride())
-    _chunk_outputs_kernel[(q // BM, h, b * c)](
+    _chunk_outputs_kernel[(q // BM // rows, h, b * c)](
         desc(C, BM, BN), desc(B, BK, BN), desc(x, BK, BP), desc(x, BM, BP),
         desc(z, BM, BP) if z is not None else None, desc(out, BM, BP),
         TensorDescriptor.from_tensor(H.view(b * c * h, p, n), [1, BP, BN]),
         dt_c, dA_cs, D if D is not None else dt_c, seq_idx if seq_idx is not None else dt_c,
         l, h, p, c, h // g, *Dst, *(seq_idx.stride() if seq_idx is not None else (0, 0)),
-        Q=q, BLOCK_M=BM, BLOCK_K=BK, BLOCK_P=BP, BLOCK_N=BN, EXP2=bool(cfg["EXP2"]),
+        Q=q, BLOCK_M=BM, BLOCK_K=BK, ROWS=rows, LOOP=bool(cfg["LOOP"]), BLOCK_P=BP, BLOCK_N=BN,
+        EXP2=bool(cfg["EXP2"]),
         HAS_D=D is not None, D_PER_HEAD=D is not None and D.ndim == 1, HAS_Z=z is not None,
         HAS_SEQ=seq_idx is not None, num_warps=cfg["num_warps"],
         num_stages=1 if INTERP else cfg["num_stages"],
