@@ -154,6 +154,18 @@ s = dict(b=16, l=1024, **ssd.HEADS); args, kw = ssd.make_inputs(**s, dtype=ssd.t
 print(table(ssd._fwd_bwd_rows(args, kw, 256, ssd.shape_name(**s, q=256,
     dtype=ssd.torch.bfloat16), ssd.load_mamba_ssm_ssd(), oracle=False)))"
       section pack ;;
+    session4c)  # call 3, after helper ssd2's merge and the fused default: every GPU test, the
+      # parallel tests (fresh rank processes), chapters 10/11/14 under nbval, then the SSD topic
+      # (forward and fwd+bwd, all three shapes, the new default against mamba_ssm and FLA)
+      section prep; export TAIL=${TAIL:-16}
+      TLIMIT=200 section tests &
+      step parallel_tests 200 python3 -m pytest -q -p no:cacheprovider -n 4 \
+        tests/test_parallel_block.py tests/test_parallel.py &
+      NBV="notebooks/10*.ipynb notebooks/11*.ipynb notebooks/14*.ipynb solutions/10*.ipynb \
+        solutions/14*.ipynb" TLIMIT=200 section notebooks &
+      wait
+      LIMIT=260 section ssd
+      section pack ;;
   esac
 }
 for s in "$@"; do section "$s"; done
