@@ -166,6 +166,8 @@ print(table(ssd._fwd_bwd_rows(args, kw, 256, ssd.shape_name(**s, q=256,
       wait
       LIMIT=260 section ssd
       section pack ;;
+    session4d)  # call 4: the fused forward's time against what ran before it in the process
+      section prep; step ssd_order 170 python3 -m mambalearn.bench.gpu.ssd_order; section pack ;;
   esac
 }
 for s in "$@"; do section "$s"; done

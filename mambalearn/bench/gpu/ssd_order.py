@@ -1,0 +1,69 @@
+"""Device script, chapter 11: does the fused SSD forward's time depend on what ran before it?
+
+    PYTHONUNBUFFERED=1 python3 -m mambalearn.bench.gpu.ssd_order
+
+In ``mambalearn bench ssd`` (2026-12-01, the lead's fourth session, call 3) the default fused
+forward took 0.43 ms at b4 l4096 — timed first — and then 0.80 ms at b1 l16384 and b16 l1024,
+timed after the b4 fwd+bwd rows; helper ssd2's run, with no backward before, had 0.52 and 0.44.
+This times the fused forward and its three launches alone (chunk cumsum, states, outputs), with
+chapter 10's unfused forward as the control, at the three shapes: first, after our fwd+bwd at b4,
+and after mamba_ssm's fwd+bwd at b4. A short table last.
+"""
+
+import torch
+
+from mambalearn.bench import time_ms
+from mambalearn.bench.ssd import HEADS, fwd_bwd, load_mamba_ssm_ssd, make_inputs
+from mambalearn.triton.ssd import fused, outputs, states
+from mambalearn.triton.ssd import mamba_chunk_scan_combined as ours
+from mambalearn.triton.ssd.forward import chunk_cumsum, ssd_forward
+
+SHAPES = [dict(b=16, l=1024), dict(b=4, l=4096), dict(b=1, l=16384)]
+
+
+def parts(args, kw):
+    """ms of the fused forward, its launches alone, and the unfused forward, at one shape."""
+    x, dt, A, B, C = args
+    q, cfg = fused.CONFIG["chunk"], fused.CONFIG
+    dt_c, dA_cs = chunk_cumsum(dt, A, q, kw["dt_bias"], True)
+    H, _ = states.chunk_states(x, B, dt_c, dA_cs, None, None, config=cfg["states"])
+    return dict(
+        fused=time_ms(lambda: ours(*args, 256, **kw)),
+        cumsum=time_ms(lambda: chunk_cumsum(dt, A, q, kw["dt_bias"], True)),
+        states=time_ms(lambda: states.chunk_states(x, B, dt_c, dA_cs, None, None,
+                                                   config=cfg["states"])),
+        outputs=time_ms(lambda: outputs.chunk_outputs(x, C, B, dt_c, dA_cs, H, kw["D"],
+                                                      config=cfg["outputs"])),
+        unfused=time_ms(lambda: ssd_forward(*args, 256, **kw)[0]))
+
+
+def sweep(label, table):
+    for s in SHAPES:
+        args, kw = make_inputs(**s, **HEADS)
+        row = parts(args, kw)
+        table.append((label, f"b{s['b']} l{s['l']}", row))
+        print(label, s, {k: round(v, 3) for k, v in row.items()}, flush=True)
+        del args, kw
+
+
+def main():
+    table = []
+    sweep("first", table)
+    args, kw = make_inputs(b=4, l=4096, **HEADS)
+    dout = torch.randn_like(args[0])
+    go = fwd_bwd(lambda *a, **k: ours(*a, 256, **k), args, kw, dout)
+    print("ours fwd+bwd b4", round(time_ms(go), 3), flush=True)
+    sweep("after ours fwd+bwd", table)
+    theirs = load_mamba_ssm_ssd()
+    go = fwd_bwd(lambda *a, **k: theirs(*a, 256, **k), args, kw, dout)
+    print("mamba_ssm fwd+bwd b4", round(time_ms(go), 3), flush=True)
+    del args, kw, go
+    sweep("after mamba_ssm fwd+bwd", table)
+    keys = list(table[0][2])
+    print(f"{'when':26} {'shape':10} " + " ".join(f"{k:>8}" for k in keys))
+    for label, shape, row in table:
+        print(f"{label:26} {shape:10} " + " ".join(f"{row[k]:8.3f}" for k in keys))
+
+
+if __name__ == "__main__":
+    main()
