@@ -167,7 +167,9 @@ print(table(ssd._fwd_bwd_rows(args, kw, 256, ssd.shape_name(**s, q=256,
       LIMIT=260 section ssd
       section pack ;;
     session4d)  # call 4: the fused forward's time against what ran before it in the process
-      section prep; step ssd_order 170 python3 -m mambalearn.bench.gpu.ssd_order; section pack ;;
+      section prep; step ssd_order 170 python3 -m mambalearn.bench.gpu.ssd_order backward; section pack ;;
+    session4e)  # call 5: the b1 fused forward probed along the bench topic's own order
+      section prep; step ssd_order 190 python3 -m mambalearn.bench.gpu.ssd_order bench; section pack ;;
   esac
 }
 for s in "$@"; do section "$s"; done

@@ -1,14 +1,17 @@
 """Device script, chapter 11: does the fused SSD forward's time depend on what ran before it?
 
-    PYTHONUNBUFFERED=1 python3 -m mambalearn.bench.gpu.ssd_order
+    PYTHONUNBUFFERED=1 python3 -m mambalearn.bench.gpu.ssd_order bench | backward
 
 In ``mambalearn bench ssd`` (2026-12-01, the lead's fourth session, call 3) the default fused
 forward took 0.43 ms at b4 l4096 — timed first — and then 0.80 ms at b1 l16384 and b16 l1024,
 timed after the b4 fwd+bwd rows; helper ssd2's run, with no backward before, had 0.52 and 0.44.
 This times the fused forward and its three launches alone (chunk cumsum, states, outputs), with
 chapter 10's unfused forward as the control, at the three shapes: first, after our fwd+bwd at b4,
-and after mamba_ssm's fwd+bwd at b4. A short table last.
+and after mamba_ssm's fwd+bwd at b4; first, the b1 shape probed along the bench topic's own order
+(``bench_order``). A short table last.
 """
+
+import argparse
 
 import torch
 
@@ -46,8 +49,33 @@ def sweep(label, table):
         del args, kw
 
 
-def main():
-    table = []
+def bench_order(table):
+    """The order of ``mambalearn bench ssd`` (forward rows at b4, its fwd+bwd rows with the oracle,
+    then the forward rows at b1), the b1 fused forward and launches probed after each step."""
+    from mambalearn.bench import ssd
+
+    theirs, fla = ssd.load_mamba_ssm_ssd(), ssd.load_fla()
+    b1 = make_inputs(b=1, l=16384, **HEADS)
+    probe = lambda label: table.append((label, "b1 l16384", parts(*b1))) or print(
+        label, {k: round(v, 3) for k, v in table[-1][2].items()}, flush=True)
+    probe("bench order: first")
+    args, kw = make_inputs(b=4, l=4096, **HEADS)
+    name = ssd.shape_name(b=4, l=4096, q=256, dtype=torch.bfloat16, **HEADS)
+    for r in ssd._forward_rows(args, kw, 256, (), name, theirs, fla, None):
+        print(r["backend"], round(r["ms"], 3), flush=True)
+    probe("after b4 forward rows")
+    for r in ssd._fwd_bwd_rows(args, kw, 256, name, theirs, oracle=True):
+        print(r["backend"], round(r["ms"], 3), flush=True)
+    probe("after b4 fwd+bwd rows")
+    del args, kw
+    name = ssd.shape_name(b=1, l=16384, q=256, dtype=torch.bfloat16, **HEADS)
+    for r in ssd._forward_rows(*b1, 256, (), name, theirs, fla, None):
+        print(r["backend"], round(r["ms"], 3), flush=True)
+    probe("after b1 forward rows")
+
+
+def after_backward(table):
+    """The three shapes first, after our fwd+bwd at b4, after mamba_ssm's (call 4)."""
     sweep("first", table)
     args, kw = make_inputs(b=4, l=4096, **HEADS)
     dout = torch.randn_like(args[0])
@@ -59,6 +87,14 @@ def main():
     print("mamba_ssm fwd+bwd b4", round(time_ms(go), 3), flush=True)
     del args, kw, go
     sweep("after mamba_ssm fwd+bwd", table)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("order", choices=["bench", "backward"], help="bench: bench_order (call 5); "
+                    "backward: after_backward (call 4)")
+    table = []
+    (bench_order if ap.parse_args().order == "bench" else after_backward)(table)
     keys = list(table[0][2])
     print(f"{'when':26} {'shape':10} " + " ".join(f"{k:>8}" for k in keys))
     for label, shape, row in table:
