@@ -176,7 +176,10 @@ def _chunk_states_tma_kernel(
             H = tl.load(G_ptr + pid_bh * nseg + i) * H + tl.load(E_base + i * p * N, mask=ok_np,
                                                                  other=0.0)
     elif HAS_INIT:  # H_0, the state entering chunk 0 (it belongs to sequence 0)
-        H = tl.load(init_ptr + pid_bh.to(tl.int64) * p * N + np_offs, mask=ok_np & (j == 0),
+        # segment 0 reads H_0, the others start from zero (where, not &: a block mask with a
+        # scalar condition stays a boolean block)
+        first = tl.where(j == 0, ok_np, False)
+        H = tl.load(init_ptr + pid_bh.to(tl.int64) * p * N + np_offs, mask=first,
                     other=0.0).to(tl.float32)
     else:
         H = tl.zeros((BLOCK_N, BLOCK_P), dtype=tl.float32)
