@@ -14,7 +14,9 @@ NEWEST := .venv-newest
 TORCH_CPU_INDEX ?= https://download.pytorch.org/whl/cpu
 JOBS   ?= 2
 NB     ?=
-PIP    := $(PY) -m pip install -q --disable-pip-version-check
+# --no-compile: no .pyc of every installed file up front; Python writes one on a module's first import
+PIP    := $(PY) -m pip install -q --disable-pip-version-check --no-compile
+NPIP    = $(NEWEST)/bin/python -m pip install -q --disable-pip-version-check --no-compile
 # Tests run headless and quiet; `make lab` keeps the user's settings (figures need the inline backend).
 TEST_ENV := MAMBALEARN_PROGRESS=0 MPLBACKEND=Agg
 
@@ -41,12 +43,11 @@ $(NEWEST_STAMP): constraints.txt Makefile
 	@test -x $(NEWEST)/bin/python || $(PYTHON) -m venv $(NEWEST)
 	@grep -v -E '^(numpy|triton)==' constraints.txt > $(NEWEST)/constraints.txt
 	@if $(NEWEST)/bin/python -c "import torch" 2>/dev/null; then :; \
-	elif nvidia-smi -L >/dev/null 2>&1; then $(NEWEST)/bin/python -m pip install -q \
-	  --disable-pip-version-check -c $(NEWEST)/constraints.txt torch==$(TORCH_VERSION); \
-	else $(NEWEST)/bin/python -m pip install -q --disable-pip-version-check --no-deps --no-index \
-	  torch==$(TORCH_VERSION)+cpu 2>/dev/null || $(NEWEST)/bin/python -m pip install -q \
-	  --disable-pip-version-check --no-deps torch==$(TORCH_VERSION)+cpu --index-url $(TORCH_CPU_INDEX); fi
-	$(NEWEST)/bin/python -m pip install -q --disable-pip-version-check -c $(NEWEST)/constraints.txt \
+	elif nvidia-smi -L >/dev/null 2>&1; then $(NPIP) -c $(NEWEST)/constraints.txt \
+	  torch==$(TORCH_VERSION); \
+	else $(NPIP) --no-deps --no-index torch==$(TORCH_VERSION)+cpu 2>/dev/null \
+	  || $(NPIP) --no-deps torch==$(TORCH_VERSION)+cpu --index-url $(TORCH_CPU_INDEX); fi
+	$(NPIP) -c $(NEWEST)/constraints.txt \
 	  triton==$(TRITON_NEWEST) numpy==$(NUMPY_NEWEST) pytest pytest-xdist hypothesis \
 	  filelock sympy networkx jinja2 fsspec typing-extensions setuptools
 	@touch $(NEWEST_STAMP)

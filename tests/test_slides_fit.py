@@ -58,17 +58,17 @@ MATH = """() => {
 @pytest.mark.parametrize("notebook", CHAPTERS, ids=[p.stem for p in CHAPTERS])
 def test_deck_fits_navigates_and_prints(notebook, out, browser):
     path = slides.export(notebook, out)
-    rows = slides_offline.measure(browser, path)
+    page, _ = slides_offline.open_deck(browser, path, "?transition=none")
+    rows = page.evaluate(slides_offline.MEASURE, {"width": deck.WIDTH, "height": deck.HEIGHT})
+    # then, on the same page (MEASURE ends on the first slide), the right arrow as a presenter
+    # presses it: every slide and subslide in order
+    fragments = page.evaluate("() => document.querySelectorAll('.reveal .fragment').length")
+    seen = _arrow_through(page, len(rows) + fragments + 5)
+    page.context.close()
     over = [slides_offline.describe(r) for r in rows if not r["fits"]]
     assert not over, f"{notebook.stem}: {len(over)} of {len(rows)} slides do not fit: {over}"
     small = [slides_offline.describe(r) for r in rows if r["font"] < 12]
     assert not small, f"{notebook.stem}: text smaller than 12 px on {small}"
-
-    # the right arrow, as a presenter presses it, shows every slide and subslide in order
-    page, _ = slides_offline.open_deck(browser, path, "?transition=none")
-    fragments = page.evaluate("() => document.querySelectorAll('.reveal .fragment').length")
-    seen = _arrow_through(page, len(rows) + fragments + 5)
-    page.context.close()
     assert seen == [[r["h"], r["v"]] for r in rows], f"{notebook.stem}: → showed {seen}"
 
     # the print view: every formula typeset (none left blank), one page per slide
