@@ -14,9 +14,8 @@ NEWEST := .venv-newest
 TORCH_CPU_INDEX ?= https://download.pytorch.org/whl/cpu
 JOBS   ?= 2
 NB     ?=
-# --no-compile: no .pyc of every installed file up front; Python writes one on a module's first import
-PIP    := $(PY) -m pip install -q --disable-pip-version-check --no-compile
-NPIP    = $(NEWEST)/bin/python -m pip install -q --disable-pip-version-check --no-compile
+PIP    := $(PY) -m pip install -q --disable-pip-version-check
+NPIP    = $(NEWEST)/bin/python -m pip install -q --disable-pip-version-check
 # Tests run headless and quiet; `make lab` keeps the user's settings (figures need the inline backend).
 TEST_ENV := MAMBALEARN_PROGRESS=0 MPLBACKEND=Agg
 
