@@ -123,11 +123,6 @@ def _worker(rank, world_size, backend, init_file, timeout, threads, fn, args, re
                                          status[2] or ""))))
 
 
-def _check_spawnable(fn):
-    if not callable(fn):
-        raise TypeError(f"fn must be callable, got {type(fn).__name__}")
-
-
 def default_start_method(backend):
     """"fork" on a CPU-only machine under gloo, else "spawn" (module doc: CUDA and autograd)."""
     return "fork" if backend == "gloo" and not torch.cuda.is_available() else "spawn"
@@ -164,7 +159,8 @@ def spawn(fn, world_size, backend=None, args=(), timeout=60.0, grace=30.0, threa
         raise ValueError(f'start_method must be "fork" or "spawn", got {start_method!r}')
     if backend == "nccl" and start_method == "fork":
         raise ValueError("backend 'nccl' needs start_method='spawn' (CUDA cannot be forked)")
-    _check_spawnable(fn)
+    if not callable(fn):
+        raise TypeError(f"fn must be callable, got {type(fn).__name__}")
     if start_method == "spawn":  # by value: notebook functions, lambdas and closures travel too
         fn, args = _Pickled.dump(fn), _Pickled.dump(args)
     os.environ.update(NCCL_ENV)  # inherited by the children, whichever start method
