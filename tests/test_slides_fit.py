@@ -59,8 +59,8 @@ MATH = """() => {
 def test_deck_fits_navigates_and_prints(notebook, out, browser):
     path = slides.export(notebook, out)
     page, _ = slides_offline.open_deck(browser, path, "?transition=none")
-    rows = page.evaluate(slides_offline.MEASURE, {"width": deck.WIDTH, "height": deck.HEIGHT})
-    # then, on the same page (MEASURE ends on the first slide), the right arrow as a presenter
+    rows = slides_offline.measure_page(page)
+    # then, on the same page (measuring ends on the first slide), the right arrow as a presenter
     # presses it: every slide and subslide in order
     fragments = page.evaluate("() => document.querySelectorAll('.reveal .fragment').length")
     seen = _arrow_through(page, len(rows) + fragments + 5)

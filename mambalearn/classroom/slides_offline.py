@@ -299,13 +299,18 @@ def measure(browser, deck):
     """One row per (sub)slide of ``deck``: position ``h``/``v``, ``title``, the content box
     ``left, top, right, bottom`` in slide pixels, the smallest ``font`` (px), ``hidden``
     (elements that clip content) and ``fits`` (all of it inside the 960 x 700 slide)."""
-    from mambalearn.classroom.deck import HEIGHT, WIDTH
-
     page, _ = open_deck(browser, deck, "?transition=none")
     try:
-        return page.evaluate(MEASURE, {"width": WIDTH, "height": HEIGHT})
+        return measure_page(page)
     finally:
         page.context.close()
+
+
+def measure_page(page):
+    """``measure``'s rows on a deck already open (``open_deck``); ends on the first slide."""
+    from mambalearn.classroom.deck import HEIGHT, WIDTH
+
+    return page.evaluate(MEASURE, {"width": WIDTH, "height": HEIGHT})
 
 
 def describe(row):
