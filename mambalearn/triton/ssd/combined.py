@@ -98,10 +98,10 @@ def mamba_chunk_scan_combined(x, dt, A, B, C, chunk_size, D=None, z=None, dt_bia
     → out (b, l, h, p) in x's dtype, plus final states (b, h, p, n) float32 if
     ``return_final_states``. l need not be a multiple of ``chunk_size`` (a power of two).
 
-    ``fused=True`` (the default) runs chapter 11's fused forward (``ssd_fused_forward``), faster
-    than the five stages and than mamba_ssm's and FLA's forwards at every shape docs/BENCHMARKS.md
-    measures; ``False`` chapter 10's five stages. With a float32 state both agree to float32
-    summation order (rel. 1e-4). ``backward`` is ``"triton"`` or ``"reference"`` (module doc).
+    ``fused=True`` (the default) runs chapter 11's fused forward (``ssd_fused_forward``; its
+    H200 timings against the five stages and the peers: docs/BENCHMARKS.md), ``False`` chapter
+    10's five stages. With a float32 state both agree to float32 summation order (rel. 1e-4).
+    ``backward`` is ``"triton"`` or ``"reference"`` (module doc).
     Drop-in for ``mamba_ssm.ops.triton.ssd_combined.mamba_chunk_scan_combined`` (without
     ``cu_seqlens``/``return_varlen_states``).
     """
