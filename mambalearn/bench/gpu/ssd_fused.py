@@ -11,7 +11,7 @@
 3. the decode step: tiles at b1 (CUDA-graph replay) and b64 (eager and graph), fp32 state, vs
    mamba_ssm's ``selective_state_update``
 4. ``--ncu``: one Nsight Compute pass over the default fused forward at b4 l4096 (if time is left)
-5. ``compare`` (helper ssd2, 2026-12-01): the designs of ``NEW`` through the public path
+5. ``compare``: the designs of ``NEW`` through the public path
    ``mamba_chunk_scan_combined(..., 256, fused=True)`` (``fused.CONFIG`` set to each), first at
    each shape (b1 l16384, b4 l4096, b16 l1024), then chapter 11's previous default (its kernels
    loaded from ``--old DIR``, if given), our unfused kernel, mamba_ssm and FLA; each new design's
@@ -91,20 +91,29 @@ def correctness(gpu):
                 row(section="correct", design=name, error=f"{type(e).__name__}: {e}"[:300])
 
 
-def speed(gpu, limit):
-    """Section 2: designs and peers at the three shapes."""
+def _at_shapes(section, gpu, limit, shapes, margin):
+    """(shape label, args, kw) at each (b, l) of ``shapes`` (on a CPU one tiny shape), h80 p64
+    n128 g1 bf16 on the GPU; a row "skipped" where fewer than ``margin`` seconds are left."""
     dev = "cuda" if gpu else "cpu"
-    theirs = load_mamba_ssm_ssd() if gpu else None
-    fla = load_fla() if gpu else None
-    shapes = SHAPES if gpu else [(1, 64)]
     h, p, g, n = (80, 64, 1, 128) if gpu else (2, 8, 1, 8)
-    for b, l in shapes:
-        if left(limit) < 30:
-            row(section="speed", shape=f"b{b} l{l}", error="skipped: time limit")
+    for b, l in shapes if gpu else [(1, 64)]:
+        if left(limit) < margin:
+            row(section=section, shape=f"b{b} l{l}", error="skipped: time limit")
             continue
         args, kw = make_inputs(b, l, h, p, g, n, dtype=torch.bfloat16 if gpu else torch.float32,
                                device=dev)
-        shape = f"b{b} l{l}"
+        yield f"b{b} l{l}", args, kw
+        del args, kw
+        if gpu:
+            torch.cuda.empty_cache()
+
+
+def speed(gpu, limit):
+    """Section 2: designs and peers at the three shapes."""
+    theirs = load_mamba_ssm_ssd() if gpu else None
+    fla = load_fla() if gpu else None
+    for shape, args, kw in _at_shapes("speed", gpu, limit, SHAPES, 30):
+        (b, l, h, p), (g, n) = args[0].shape, args[3].shape[2:]
         fl = roofline.floor(roofline.ssd_cost(b, l, h, p, n, 256, g, in_bytes=2))["floor_ms"]
         peers = {}
         if theirs is not None:
@@ -137,8 +146,6 @@ def speed(gpu, limit):
             except Exception as e:  # noqa: BLE001
                 row(section="speed", shape=shape, design=name,
                     error=f"{type(e).__name__}: {e}"[:300])
-        if gpu:
-            torch.cuda.empty_cache()
 
 
 def _speed_row(shape, name, ms, peers, floor_ms, rel):
@@ -168,8 +175,8 @@ def _parts(args, kw, shape, peers, floor_ms):
         _speed_row(shape, name, time_ms(f), peers, floor_ms, None)
 
 
-# the fused designs of section 5 (``fused.CONFIG`` overrides), new first. Helper ssd2's call
-# timed {q128 TMA states + ROWS 1 (now the default), q64 TMA states} (bench/NOTES_ssd.md); next:
+# the fused designs of section 5 (``fused.CONFIG`` overrides), new first (what each call timed:
+# bench/NOTES_ssd.md)
 NEW = {
     "fused q128 outputs LOOP": dict(outputs=dict(LOOP=True)),
     "fused default": {},
@@ -214,19 +221,11 @@ def _old_modules(path):
 
 def compare(gpu, limit, old_dir=None):
     """Section 5: the new designs, first, then the previous default, unfused, mamba_ssm, FLA."""
-    dev = "cuda" if gpu else "cpu"
     theirs = load_mamba_ssm_ssd() if gpu else None
     fla = load_fla() if gpu else None
     old = _old_modules(old_dir)
-    shapes = [(1, 16384), (4, 4096), (16, 1024)] if gpu else [(1, 64)]
-    h, p, g, n = (80, 64, 1, 128) if gpu else (2, 8, 1, 8)
-    for b, l in shapes:
-        if left(limit) < 25:
-            row(section="compare", shape=f"b{b} l{l}", error="skipped: time limit")
-            continue
-        args, kw = make_inputs(b, l, h, p, g, n, dtype=torch.bfloat16 if gpu else torch.float32,
-                               device=dev)
-        shape = f"b{b} l{l}"
+    for shape, args, kw in _at_shapes("compare", gpu, limit, [(1, 16384), (4, 4096), (16, 1024)],
+                                      25):
         fns = {}
         for name, cfg in NEW.items():
             go = _fused_public(cfg)
@@ -259,8 +258,6 @@ def compare(gpu, limit, old_dir=None):
                 r["vs_mamba"] = r["ms"] / ms["mamba_ssm"] if "mamba_ssm" in ms else None
                 r["vs_fla"] = r["ms"] / ms["fla (no D)"] if "fla (no D)" in ms else None
         _compare_parts(args, kw, shape, old, limit)
-        if gpu:
-            torch.cuda.empty_cache()
 
 
 def _old_fused(old, args, kw):
@@ -286,7 +283,7 @@ PARTS = [
 ]
 
 
-def _part_fn(kernel, q, cfg, args, kw, old):
+def part_fn(kernel, q, cfg, args, kw, old):
     """A closure running one launch of ``PARTS`` on prepared inputs."""
     x, dt, A, B, C = args
     dt_c, dA_cs = unfused.chunk_cumsum(dt, A, q, kw["dt_bias"], True)
@@ -306,7 +303,7 @@ def _compare_parts(args, kw, shape, old, limit):
         if left(limit) < 8 or (kernel.startswith("old") and old is None):
             continue
         try:
-            f = _part_fn(kernel, q, cfg, args, kw, old)
+            f = part_fn(kernel, q, cfg, args, kw, old)
             row(section="part", shape=shape, design=f"{name} q{q}", ms=time_ms(f))
         except Exception as e:  # noqa: BLE001
             row(section="part", shape=shape, design=f"{name} q{q}",

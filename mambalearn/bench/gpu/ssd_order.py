@@ -2,13 +2,10 @@
 
     PYTHONUNBUFFERED=1 python3 -m mambalearn.bench.gpu.ssd_order bench | backward
 
-In ``mambalearn bench ssd`` (2026-12-01, the lead's fourth session, call 3) the default fused
-forward took 0.43 ms at b4 l4096 — timed first — and then 0.80 ms at b1 l16384 and b16 l1024,
-timed after the b4 fwd+bwd rows; helper ssd2's run, with no backward before, had 0.52 and 0.44.
-This times the fused forward and its three launches alone (chunk cumsum, states, outputs), with
-chapter 10's unfused forward as the control, at the three shapes: first, after our fwd+bwd at b4,
-and after mamba_ssm's fwd+bwd at b4; first, the b1 shape probed along the bench topic's own order
-(``bench_order``). A short table last.
+Times the default fused forward and its three launches alone (chunk cumsum, states, outputs),
+with chapter 10's unfused forward as the control: ``backward`` at three shapes first, after our
+fwd+bwd at b4 and after mamba_ssm's; ``bench`` at b1 along ``mambalearn bench ssd``'s own order
+(``bench_order``). Why (one slow run of the bench topic): bench/NOTES_ssd.md. A table last.
 """
 
 import argparse
@@ -16,28 +13,23 @@ import argparse
 import torch
 
 from mambalearn.bench import time_ms
+from mambalearn.bench.gpu.ssd_fused import part_fn
 from mambalearn.bench.ssd import HEADS, fwd_bwd, load_mamba_ssm_ssd, make_inputs
-from mambalearn.triton.ssd import fused, outputs, states
+from mambalearn.triton.ssd import fused
 from mambalearn.triton.ssd import mamba_chunk_scan_combined as ours
-from mambalearn.triton.ssd.forward import chunk_cumsum, ssd_forward
+from mambalearn.triton.ssd.forward import ssd_forward
 
 SHAPES = [dict(b=16, l=1024), dict(b=4, l=4096), dict(b=1, l=16384)]
 
 
 def parts(args, kw):
-    """ms of the fused forward, its launches alone, and the unfused forward, at one shape."""
-    x, dt, A, B, C = args
+    """ms of the fused forward, its launches alone (as it configures them), and the unfused
+    forward, at one shape."""
     q, cfg = fused.CONFIG["chunk"], fused.CONFIG
-    dt_c, dA_cs = chunk_cumsum(dt, A, q, kw["dt_bias"], True)
-    H, _ = states.chunk_states(x, B, dt_c, dA_cs, None, None, config=cfg["states"])
-    return dict(
-        fused=time_ms(lambda: ours(*args, 256, **kw)),
-        cumsum=time_ms(lambda: chunk_cumsum(dt, A, q, kw["dt_bias"], True)),
-        states=time_ms(lambda: states.chunk_states(x, B, dt_c, dA_cs, None, None,
-                                                   config=cfg["states"])),
-        outputs=time_ms(lambda: outputs.chunk_outputs(x, C, B, dt_c, dA_cs, H, kw["D"],
-                                                      config=cfg["outputs"])),
-        unfused=time_ms(lambda: ssd_forward(*args, 256, **kw)[0]))
+    launch = lambda kernel, c: time_ms(part_fn(kernel, q, c, args, kw, None))
+    return dict(fused=time_ms(lambda: ours(*args, 256, **kw)), cumsum=launch("cumsum", None),
+                states=launch("states", cfg["states"]), outputs=launch("outputs", cfg["outputs"]),
+                unfused=time_ms(lambda: ssd_forward(*args, 256, **kw)[0]))
 
 
 def sweep(label, table):
