@@ -56,7 +56,7 @@ lab: $(STAMP)  ## JupyterLab opened on notebooks/ (exercises/ beside it), localh
 	  --LabApp.default_url=/lab/tree/notebooks $(if $(filter 0,$(shell id -u)),--allow-root,)
 
 test: $(STAMP) $(NEWEST_STAMP) browser  ## everything: lint, layers, unit, property, notebooks, grading, slides, browser, newest Triton
-	$(PY) -m ruff check mambalearn tests tools
+	$(PY) -m ruff check mambalearn tests tools bench
 	$(VENV)/bin/lint-imports --no-cache
 	@# each notebook runs once: tests/test_chapters_run.py executes every chapter (the copy the
 	@# deck, widget and site tests share) and fails on any error, as nbval-lax would; and

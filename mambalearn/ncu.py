@@ -1,7 +1,7 @@
 """Reading an Nsight Compute profile: the few metrics that say where a kernel's time goes (ch. 08).
 
 ``ncu --page raw --csv`` writes one row per kernel launch with thousands of metrics; the
-project keeps the ones below in ``docs/profiles/*.csv`` (``mambalearn/bench/gpu/profile.py``):
+project keeps the ones below in ``docs/profiles/*.csv`` (``bench/gpu/profile.py``):
 
     ms                 gpu__time_duration.sum — the kernel alone, no launch overhead
     registers          launch__registers_per_thread

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from mambalearn.bench.gpu import attention
+from bench.gpu import attention
 
 SCRIPT = Path(attention.__file__)
 

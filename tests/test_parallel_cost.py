@@ -43,7 +43,7 @@ def test_winners_at_the_chapter_shapes():
 
 
 def test_the_gpu_script_runs_tiny_on_cpu():
-    g = runpy.run_path(str(ROOT / "mambalearn/bench/gpu/parallel.py"), run_name="dry")
+    g = runpy.run_path(str(ROOT / "bench/gpu/parallel.py"), run_name="dry")
     f32 = torch.float32
     rows = []
     g["accuracy_rows"](rows, l=8, m1=dict(b=1, d=2, n=2, dtype=f32),

@@ -6,7 +6,7 @@ Shapes (DESIGN.md §6): b8 d2048 n16 l2048 bf16 with z, D, delta_bias and softpl
 l8192 and at n64. Backends: the sequential oracle, the PyTorch scans (Blelloch, Hillis–Steele,
 chunked), the chunked-recompute autograd wrapper (chapter 07), our Triton teaching and tuned
 kernels, and ``mamba_ssm``'s CUDA kernel when its extension ``selective_scan_cuda`` can be
-imported (built from ``.mamba_ref`` by ``mambalearn/bench/gpu/selective_scan.py``). The slow PyTorch
+imported (built from ``.mamba_ref`` by ``bench/gpu/selective_scan.py``). The slow PyTorch
 backends run at the first shape only.
 
 Each row: time (median of ``triton.testing.do_bench``), ratio to mamba_ssm measured in the same
@@ -45,7 +45,7 @@ def load_mamba_ssm():
         found = sorted(glob.glob(os.path.join(REF, "build", "selective_scan_cuda*.so")))
         if not found:
             print("mamba_ssm: no selective_scan_cuda extension "
-                  "(mambalearn/bench/gpu/selective_scan.py builds it)")
+                  "(bench/gpu/selective_scan.py builds it)")
             return None
         spec = importlib.util.spec_from_file_location("selective_scan_cuda", found[0])
         mod = importlib.util.module_from_spec(spec)

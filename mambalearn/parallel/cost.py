@@ -73,7 +73,7 @@ class Workload:
 
 
 # Measured per-rank work (docs/BENCHMARKS.md, "The lead's H200 call of 2026-12-01",
-# `mambalearn/bench/gpu/parallel.py`; bf16, fp32 states): {tokens per shard: (fwd, fix-up = the
+# `bench/gpu/parallel.py`; bf16, fp32 states): {tokens per shard: (fwd, fix-up = the
 # scan from a given state, fwd+bwd)} in ms, at the shard shapes below. Between the measured
 # lengths the times are interpolated, beyond them scaled in proportion to the tokens.
 MAMBA1_RANK = {8192: (1.615, 1.673, 4.669), 16384: (3.235, 3.344, 9.239),

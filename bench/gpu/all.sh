@@ -2,8 +2,8 @@
 # The lead's device runs: GPU tests, notebooks under nbval, and the bench topics, each under its own
 # time limit so one slow part cannot starve the rest; logs and JSON go to $OUT/run/.
 # Usage on the device, from the repo root (carry .whl for the Jupyter wheels, .mamba_ref for mamba_ssm):
-#   bash mambalearn/bench/gpu/all.sh final | final2 | final3 | final4   # the calls BENCHMARKS.md records
-#   bash mambalearn/bench/gpu/all.sh SECTION... # prep build tests notebooks executed selective scans ssd
+#   bash bench/gpu/all.sh final | final2 | final3 | final4   # the calls BENCHMARKS.md records
+#   bash bench/gpu/all.sh SECTION... # prep build tests notebooks executed selective scans ssd
 #                                    # ssd_steps ssd_acc ssd_fused memory step model
 #                                    # profile (WL=workloads) wait_build experiments (SET=…) pack
 set -u
@@ -26,7 +26,7 @@ section() {
     build)  # mamba_ssm's CUDA selective scan, sm_90 only, in the background (CPU work)
       python3 - <<'PY'
 import os, runpy, subprocess, sys
-g = runpy.run_path("mambalearn/bench/gpu/selective_scan.py", run_name="build_only")
+g = runpy.run_path("bench/gpu/selective_scan.py", run_name="build_only")
 subprocess.Popen([sys.executable, "-c", g["BUILD"], g["SRC"]], start_new_session=True,
                  env=dict(os.environ, MAX_JOBS="10", TORCH_CUDA_ARCH_LIST="9.0"),
                  stdout=open(os.environ["OUT"] + "/run/build.log", "w"), stderr=subprocess.STDOUT)
@@ -38,16 +38,16 @@ PY
         -q -p no:cacheprovider -n 4 --dist loadfile --durations=0 --junitxml="$LOG/notebooks.xml" \
         ${NBV:-notebooks/0*.ipynb notebooks/12*.ipynb solutions} ;;
     executed)  # the notebooks whose outputs we read (tables, figures), kept with their outputs
-      step executed 270 env -u MPLBACKEND python3 mambalearn/bench/gpu/run_notebook.py "$LOG" ${NBS:-notebooks/1[013]*.ipynb} ;;
+      step executed 270 env -u MPLBACKEND python3 bench/gpu/run_notebook.py "$LOG" ${NBS:-notebooks/1[013]*.ipynb} ;;
     ssd_steps) step ssd_steps 70 python3 -c "from mambalearn.bench import ssd, table; print(table(ssd.backward_steps(True)))" ;;
     ssd_acc) step ssd_acc 60 python3 -c "from mambalearn.bench import ssd
 ssd.run(True, shapes=[dict(b=4, l=4096, **ssd.HEADS)], forward=False)" ;;
-    ssd_fused) step ssd_fused 130 python3 mambalearn/bench/gpu/ssd_fused.py --limit 110 --json "$LOG/ssd_fused.json" ;;
-    selective) step selective 200 python3 mambalearn/bench/gpu/selective_scan.py --stage final --limit 195 ;;
+    ssd_fused) step ssd_fused 130 python3 bench/gpu/ssd_fused.py --limit 110 --json "$LOG/ssd_fused.json" ;;
+    selective) step selective 200 python3 bench/gpu/selective_scan.py --stage final --limit 195 ;;
     scans|memory|ssd|step|model) step "bench_$1" "${LIMIT:-60}" python3 -m mambalearn bench "$1" \
         --json "$LOG/bench_$1.json" ;;
-    profile) step "profile_${WL// /_}" "${PLIMIT:-240}" python3 mambalearn/bench/gpu/profile.py ncu "$LOG/profile" $WL ;;
-    experiments) step experiments "${ELIMIT:-200}" python3 mambalearn/bench/gpu/experiments.py \
+    profile) step "profile_${WL// /_}" "${PLIMIT:-240}" python3 bench/gpu/profile.py ncu "$LOG/profile" $WL ;;
+    experiments) step experiments "${ELIMIT:-200}" python3 bench/gpu/experiments.py \
         --set "${SET:-registers}" --limit "${ELIMIT:-200}" --json "$LOG/experiments.json" ;;
     wait_build)  # until the background build has left its .so (or the limit)
       for _ in $(seq 1 "${BLIMIT:-120}"); do
@@ -73,7 +73,7 @@ ssd.run(True, shapes=[dict(b=4, l=4096, **ssd.HEADS)], forward=False)" ;;
         solutions/04*.ipynb solutions/09*.ipynb solutions/10*.ipynb"
       section tests & section notebooks & wait
       LIMIT=60 section scans
-      step selective 100 python3 mambalearn/bench/gpu/selective_scan.py --stage final --defaults --limit 100
+      step selective 100 python3 bench/gpu/selective_scan.py --stage final --defaults --limit 100
       section pack ;;
     profile1|profile2)  # 2026-11-30, session 2, calls 1 and 2: ncu profiles of ours and mamba_ssm's,
       # then the experiment set of that call (`first`, then `registers` with the new defaults)
@@ -105,9 +105,9 @@ ssd.run(True, shapes=[dict(b=4, l=4096, **ssd.HEADS)], forward=False)" ;;
         notebooks/15*.ipynb solutions/05*.ipynb solutions/15*.ipynb" TLIMIT=${TLIMIT:-230} \
         section notebooks &
       wait
-      step mamba3 85 python3 -m mambalearn.bench.gpu.mamba3 --limit 75 --json "$LOG/mamba3.json"
-      step attention 100 python3 mambalearn/bench/gpu/attention.py "$LOG" --budget 85
-      step parallel 75 python3 mambalearn/bench/gpu/parallel.py "$LOG"
+      step mamba3 85 python3 -m bench.gpu.mamba3 --limit 75 --json "$LOG/mamba3.json"
+      step attention 100 python3 bench/gpu/attention.py "$LOG" --budget 85
+      step parallel 75 python3 bench/gpu/parallel.py "$LOG"
       section pack ;;
     session3b)  # 2026-12-01, the lead's second call: the Mamba-3 fp32 build fixed (its GPU tests,
       # chapter 15 under nbval, the device script again), the Blelloch summary scan re-timed, and
@@ -115,9 +115,9 @@ ssd.run(True, shapes=[dict(b=4, l=4096, **ssd.HEADS)], forward=False)" ;;
       section prep; export TAIL=${TAIL:-14}
       step mamba3_tests 110 python3 -m pytest -m gpu -q -p no:cacheprovider tests/test_mamba3_triton.py
       NBV="notebooks/15*.ipynb solutions/15*.ipynb" TLIMIT=95 section notebooks
-      step mamba3 85 python3 -m mambalearn.bench.gpu.mamba3 --limit 75 --json "$LOG/mamba3.json"
-      step parallel 40 python3 mambalearn/bench/gpu/parallel.py "$LOG"
-      step ssd_step 80 python3 -m mambalearn.bench.gpu.ssd_fused --sections step --limit 70 \
+      step mamba3 85 python3 -m bench.gpu.mamba3 --limit 75 --json "$LOG/mamba3.json"
+      step parallel 40 python3 bench/gpu/parallel.py "$LOG"
+      step ssd_step 80 python3 -m bench.gpu.ssd_fused --sections step --limit 70 \
         --json "$LOG/ssd_step.json"
       section pack ;;
     session3c)  # 2026-12-01, the lead's third call: chapter 15's kernel cell on the GPU's tensors,
@@ -125,7 +125,7 @@ ssd.run(True, shapes=[dict(b=4, l=4096, **ssd.HEADS)], forward=False)" ;;
       section prep; export TAIL=${TAIL:-14}
       step step_tests 50 python3 -m pytest -m gpu -q -p no:cacheprovider tests/test_step.py
       NBV="notebooks/15*.ipynb" TLIMIT=60 section notebooks
-      step ssd_step 45 python3 -m mambalearn.bench.gpu.ssd_fused --sections step --limit 40 \
+      step ssd_step 45 python3 -m bench.gpu.ssd_fused --sections step --limit 40 \
         --json "$LOG/ssd_step.json"
       step ssd_b16 110 python3 -c "from mambalearn.bench import ssd, table
 print(table(ssd.run(True, shapes=[dict(b=16, l=1024, **ssd.HEADS)])))"
@@ -138,7 +138,7 @@ print(table(ssd.run(True, shapes=[dict(b=16, l=1024, **ssd.HEADS)])))"
       NBV="notebooks/05*.ipynb notebooks/14*.ipynb notebooks/15*.ipynb solutions/05*.ipynb \
         solutions/14*.ipynb solutions/15*.ipynb" TLIMIT=${TLIMIT:-200} section notebooks &
       wait
-      step selective 150 python3 -m mambalearn.bench.gpu.selective_scan --limit 140
+      step selective 150 python3 -m bench.gpu.selective_scan --limit 140
       step ssd_b16_bwd 100 python3 -c "from mambalearn.bench import ssd, table
 print(table(ssd.run(True, shapes=[dict(b=16, l=1024, **ssd.HEADS)], forward=False)))"
       section pack ;;
@@ -167,9 +167,9 @@ print(table(ssd._fwd_bwd_rows(args, kw, 256, ssd.shape_name(**s, q=256,
       LIMIT=260 section ssd
       section pack ;;
     session4d)  # call 4: the fused forward's time against what ran before it in the process
-      section prep; step ssd_order 170 python3 -m mambalearn.bench.gpu.ssd_order backward; section pack ;;
+      section prep; step ssd_order 170 python3 -m bench.gpu.ssd_order backward; section pack ;;
     session4e)  # call 5: the b1 fused forward probed along the bench topic's own order
-      section prep; step ssd_order 190 python3 -m mambalearn.bench.gpu.ssd_order bench; section pack ;;
+      section prep; step ssd_order 190 python3 -m bench.gpu.ssd_order bench; section pack ;;
   esac
 }
 for s in "$@"; do section "$s"; done

@@ -1,6 +1,6 @@
 """What the SSD kernels become on an H200, without one: sm_90 builds on a CPU (chapters 10–11).
 
-    TRITON_INTERPRET=0 python -m mambalearn.bench.gpu.ssd_sm90 [KERNEL ...] [--shape b,l,h,p,g,n]
+    TRITON_INTERPRET=0 python -m bench.gpu.ssd_sm90 [KERNEL ...] [--shape b,l,h,p,g,n]
         [--chunk Q] [--config JSON]
 
 KERNEL: states, outputs, one_launch (default: all three), at Mamba-2 2.7B's shape, bf16

@@ -1,9 +1,9 @@
 """Device script for chapter 09's selective scan: one run on a GPU machine, from the repo root.
 
-    PYTHONUNBUFFERED=1 python3 -m mambalearn.bench.gpu.selective_scan [--limit S] [--build]
+    PYTHONUNBUFFERED=1 python3 -m bench.gpu.selective_scan [--limit S] [--build]
         [--tests S]
-    python3 -m mambalearn.bench.gpu.selective_scan --cpu-smoke    # the control flow, tiny, on a CPU
-    python3 -m mambalearn.bench.gpu.selective_scan --defaults     # the default kernels only
+    python3 -m bench.gpu.selective_scan --cpu-smoke    # the control flow, tiny, on a CPU
+    python3 -m bench.gpu.selective_scan --defaults     # the default kernels only
 
 In one process, under the wall budget ``--limit``: (``--build``) mamba_ssm's CUDA selective scan
 built from ``.mamba_ref`` in the background; (``--tests S``) ``pytest -m gpu`` on the Mamba-1

@@ -1,6 +1,6 @@
 """Chapter 15 on the H200, one call: agreement first, then timings side by side, a table last.
 
-    python3 -m mambalearn.bench.gpu.mamba3 --limit 90 --json $OUT/mamba3.json
+    python3 -m bench.gpu.mamba3 --limit 90 --json $OUT/mamba3.json
 
 1. agreement: ours and mamba_ssm's ``mamba3_siso_combined`` against the float64 oracle (chunked
    autograd on the GPU), output and every gradient, bf16 (``bench.mamba3.AGREE``: l = 1008, a

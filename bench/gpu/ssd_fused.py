@@ -1,6 +1,6 @@
 """Device script, chapter 11: the fused SSD forward's designs side by side, decode tiles.
 
-    PYTHONUNBUFFERED=1 python3 -m mambalearn.bench.gpu.ssd_fused [--limit S] [--ncu] [--json F]
+    PYTHONUNBUFFERED=1 python3 -m bench.gpu.ssd_fused [--limit S] [--ncu] [--json F]
 
 1. correctness at b2 l1024 h16 p64 n128 g1 (bf16; fp32 for the default; D, z, dt_bias, initial
    states): every design of ``DESIGNS`` against the float32 oracle and chapter 10's unfused kernel

@@ -4,7 +4,7 @@ precision table, in one process.
 Run on the GPU machine from the repo root, with ``.mamba_ref`` carried (or ``MAMBA_SSM_PATH`` set to
 a ``mamba_ssm`` package directory) and, for the FLA rows, fla-core on the path:
 
-    PYTHONUNBUFFERED=1 python3 -m mambalearn.bench.gpu.ssd [--fused-chunks 128,64] [--limit S]
+    PYTHONUNBUFFERED=1 python3 -m bench.gpu.ssd [--fused-chunks 128,64] [--limit S]
 
 Prints rows as they are measured and the table last; writes everything to ``$OUT/ssd.json``. The
 same timings: ``python3 -m mambalearn bench ssd step``.

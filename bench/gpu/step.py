@@ -1,6 +1,6 @@
 """Device script, chapters 12–13: the decode-step kernel at the real shape, the model per token.
 
-    PYTHONUNBUFFERED=1 python3 mambalearn/bench/gpu/step.py [all|tune]
+    PYTHONUNBUFFERED=1 python3 bench/gpu/step.py [all|tune]
 
 (on the H200; writes $OUT/step.json)
 

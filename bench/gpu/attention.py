@@ -1,7 +1,7 @@
 """Device script, chapter 12: when does Mamba beat attention? One model width, many lengths.
 
-    python3 mambalearn/bench/gpu/attention.py OUTDIR [--budget 85]      (on the H200)
-    python3 mambalearn/bench/gpu/attention.py OUTDIR                    (no GPU: a tiny smoke run)
+    python3 bench/gpu/attention.py OUTDIR [--budget 85]      (on the H200)
+    python3 bench/gpu/attention.py OUTDIR                    (no GPU: a tiny smoke run)
 
 Writes OUTDIR/attention_h200.json and OUTDIR/attention_h200.png (``attention_cpu_smoke.*`` on a
 CPU) and prints ``torch.cuda.get_device_properties(0)`` (its L2 size is what chapter 05 cites).
@@ -317,7 +317,7 @@ def main(argv=None):
 
     res = {"device": device_properties(), "torch": torch.__version__, "triton": triton.__version__,
            "cpu_smoke": not gpu, "config": cfg,
-           "command": "python3 mambalearn/bench/gpu/attention.py " + " ".join(argv or sys.argv[1:]),
+           "command": "python3 bench/gpu/attention.py " + " ".join(argv or sys.argv[1:]),
            "date": time.strftime("%Y-%m-%d")}
     os.makedirs(args.outdir, exist_ok=True)
     stem = os.path.join(args.outdir, "attention_h200" if gpu else "attention_cpu_smoke")

@@ -1,6 +1,6 @@
 """Device script, chapter 11: does the fused SSD forward's time depend on what ran before it?
 
-    PYTHONUNBUFFERED=1 python3 -m mambalearn.bench.gpu.ssd_order bench | backward
+    PYTHONUNBUFFERED=1 python3 -m bench.gpu.ssd_order bench | backward
 
 Times the default fused forward and its three launches alone (chunk cumsum, states, outputs),
 with chapter 10's unfused forward as the control: ``backward`` at three shapes first, after our
@@ -12,8 +12,8 @@ import argparse
 
 import torch
 
+from bench.gpu.ssd_fused import part_fn
 from mambalearn.bench import time_ms
-from mambalearn.bench.gpu.ssd_fused import part_fn
 from mambalearn.bench.ssd import HEADS, fwd_bwd, load_mamba_ssm_ssd, make_inputs
 from mambalearn.triton.ssd import fused
 from mambalearn.triton.ssd import mamba_chunk_scan_combined as ours

@@ -1,7 +1,7 @@
 """Mamba-1 launch experiments on the GPU, each checked against the default kernels, in one call.
 
-    PYTHONUNBUFFERED=1 python3 mambalearn/bench/gpu/experiments.py [--limit S] [--json FILE]
-    python3 mambalearn/bench/gpu/experiments.py --cpu-smoke   # the control flow, interpreted, tiny
+    PYTHONUNBUFFERED=1 python3 bench/gpu/experiments.py [--limit S] [--json FILE]
+    python3 bench/gpu/experiments.py --cpu-smoke   # the control flow, interpreted, tiny
 
 Every row of ``EXPERIMENTS``: forward and forward+backward median ms, peak GB of fwd+bwd, and the
 largest relative error of out and of the eight gradients against the default kernels on the same

@@ -14,7 +14,7 @@ communication, timed with CUDA events at the cost model's shapes (bf16, fp32 sta
 
 Run from the repo root on the GPU machine (≤ 60 s on one H200):
 
-    python3 mambalearn/bench/gpu/parallel.py OUTDIR
+    python3 bench/gpu/parallel.py OUTDIR
 
 Prints one row per measurement and a table last; writes OUTDIR/parallel.json.
 """

@@ -1,6 +1,6 @@
 """Execute notebooks and keep their outputs (the device runs: figures and printed tables to read).
 
-    python3 mambalearn/bench/gpu/run_notebook.py OUTDIR NB.ipynb...
+    python3 bench/gpu/run_notebook.py OUTDIR NB.ipynb...
 
 Each notebook runs top to bottom in its own kernel (cwd = its folder), all at once in separate
 processes, like nbval's lax mode:

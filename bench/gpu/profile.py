@@ -1,8 +1,8 @@
 """Nsight Compute profiles of our kernels and mamba_ssm's (where chapters 09–11's time goes).
 
-    python3 mambalearn/bench/gpu/profile.py run WORKLOAD   # one workload, in cudaProfilerStart/Stop
-    python3 mambalearn/bench/gpu/profile.py ncu OUTDIR WORKLOAD...  # each under ncu, then reports
-    TRITON_INTERPRET=0 python3 mambalearn/bench/gpu/profile.py sm90 N [FORWARD] [DUMP]  # no GPU
+    python3 bench/gpu/profile.py run WORKLOAD   # one workload, in cudaProfilerStart/Stop
+    python3 bench/gpu/profile.py ncu OUTDIR WORKLOAD...  # each under ncu, then reports
+    TRITON_INTERPRET=0 python3 bench/gpu/profile.py sm90 N [FORWARD] [DUMP]  # no GPU
 
 Workloads (one forward + backward each, after a warm-up run outside the profiled range):
     m1_16, m1_64        our Mamba-1 selective scan (default kernels), b8 d2048 n16/n64 l2048 bf16
