@@ -25,7 +25,7 @@ import subprocess
 import sys
 import time
 
-ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 sys.path.insert(0, ROOT)
 OUT = os.environ.get("OUT", "/tmp/out")
 REF = os.path.join(ROOT, ".mamba_ref")
