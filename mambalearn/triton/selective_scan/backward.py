@@ -336,8 +336,11 @@ def _bwd_kernel(
 
 
 def launch(dout, u, delta, A, Bk, Ck, D, z, delta_bias, softplus, seq_idx, states, bufs,
-           shape, config, B, C):
-    """Launch the sub-block backward into ``bufs`` (`GradBuffers`); Bk, Ck: kernel layouts."""
+           shape, config, B, C, seg_len=None):
+    """Launch the sub-block backward into ``bufs`` (`GradBuffers` with one segment: this kernel
+    walks the whole sequence, ``seg_len`` is not used); Bk, Ck: kernel layouts."""
+    if bufs.gbuf.shape[0] != 1:
+        raise ValueError("the sub-block backward runs one segment (its sequence is not cut)")
     b, d, l, n, g = shape
     bc, interp = config.backward, device.interpreted()
     scr = config.chunk // bc.block_l  # sub-blocks in a chunk

@@ -99,11 +99,14 @@ def _so_atomic(ptr, v, t_ok, EVEN_L: tl.constexpr):
 def _bwd_so_kernel(
     u_ptr, delta_ptr, A_ptr, B_ptr, C_ptr, D_ptr, z_ptr, bias_ptr, seq_ptr, dout_ptr,
     states_ptr,  # (b, d, c, n) fp32: the state entering each chunk (from the forward)
-    gbuf_ptr,  # (b, d, n) fp32: the adjoint leaving the later chunk, per state
+    gbuf_ptr,  # (S, b, d, n) fp32: the adjoint leaving the later chunk, per state and segment
+               # (in: g at the first step after the segment, or the last state's gradient)
     du_ptr, ddelta_ptr, dz_ptr,  # (b, d, l) gradients
     dB_ptr, dC_ptr,  # (b, g, n, l) fp32 zeroed, if B / C vary with time
-    dA_ptr, dBf_ptr, dCf_ptr, dD_ptr, dbias_ptr,  # fp32 sums per batch row: (b,d,n) ×3, (b,d) ×2
+    dA_ptr, dBf_ptr, dCf_ptr, dD_ptr, dbias_ptr,  # fp32 sums per segment and batch row:
+                                                  # (S·b, d, n) ×3, (S·b, d) ×2
     l, d, dpg, g,  # length, channels, channels per group, groups
+    seg_len, bd,  # steps a segment (a multiple of BLOCK_L; l if one), b·d (a segment's rows)
     stride_Bb, stride_Bg, stride_Bn,  # B: (b, g, n, l) or fixed (d, n); 0 if absent
     stride_Cb, stride_Cg, stride_Cn,  # C: likewise
     stride_dBb, stride_dBg, stride_dBn,  # the time-varying dB buffer
@@ -116,8 +119,9 @@ def _bwd_so_kernel(
     REV_LOADS: tl.constexpr,  # adjoint inputs loaded time-reversed: 1 flip, not 3
 ):
     EVEN: tl.constexpr = EVEN_L and EVEN_D
-    pid_bg, pid_d = tl.program_id(0), tl.program_id(1)
+    pid_bg, pid_d, pid_s = tl.program_id(0), tl.program_id(1), tl.program_id(2)
     bi, gi = pid_bg // g, pid_bg % g
+    c_lo = pid_s * (seg_len // BLOCK_L)  # this program's segment: chunks c_lo … c_hi
     d_loc = pid_d * BLOCK_D + tl.arange(0, BLOCK_D)
     d_mask = d_loc < dpg
     d_idx = gi * dpg + d_loc  # (BLOCK_D,)
@@ -125,7 +129,9 @@ def _bwd_so_kernel(
     bd_row = (bi * d + d_idx).to(tl.int64)  # (BLOCK_D,)
     row = bd_row * l
     nchunks = tl.cdiv(l, BLOCK_L)
-    g_c = gbuf_ptr + bd_row * N  # (BLOCK_D,) the adjoint carries of these rows
+    c_hi = tl.minimum(c_lo + seg_len // BLOCK_L, nchunks) - 1
+    sd_row = pid_s.to(tl.int64) * bd + bd_row  # (BLOCK_D,) these rows in the segment's sums
+    g_c = gbuf_ptr + sd_row * N  # (BLOCK_D,) the adjoint carries of these rows
     Dv = tl.zeros((BLOCK_D,), dtype=tl.float32)
     if HAS_D:
         Dv = ld(D_ptr + d_idx, d_mask, EVEN_D)
@@ -139,8 +145,8 @@ def _bwd_so_kernel(
     Cv_ptr = C_ptr + bi * stride_Cb + gi * stride_Cg
     dBv_ptr = dB_ptr + bi * stride_dBb + gi * stride_dBg
     dCv_ptr = dC_ptr + bi * stride_dCb + gi * stride_dCg
-    c = nchunks - 1
-    while c >= 0:  # chunks from last to first
+    c = c_hi
+    while c >= c_lo:  # chunks from last to first
         # 1. the chunk's tiles, shared by every state
         t = c * BLOCK_L + cols  # (BLOCK_L,)
         t_r = c * BLOCK_L + (BLOCK_L - 1 - cols)  # (BLOCK_L,) the same steps, reversed
@@ -215,27 +221,29 @@ def _bwd_so_kernel(
                                         HAS_D, HAS_Z, SOFTPLUS, EVEN)
         tl.debug_barrier()  # the adjoints stored above are read by other threads next chunk
         c -= 1
-    # 4. this program's sums over its batch row (the launcher adds the rows: no atomics)
-    pn = bd_row[:, None] * N + cols[None, :]  # (BLOCK_D, BLOCK_L), columns < N used
+    # 4. this program's sums over its segment of its batch row (the launcher adds the rows: no
+    # atomics)
+    pn = sd_row[:, None] * N + cols[None, :]  # (BLOCK_D, BLOCK_L), columns < N used
     n_mask = d_mask[:, None] & (cols[None, :] < N)
     tl.store(dA_ptr + pn, dA_acc, mask=n_mask)
     if not VAR_B:
         tl.store(dBf_ptr + pn, dBf_acc, mask=n_mask)
     if not VAR_C:
         tl.store(dCf_ptr + pn, dCf_acc, mask=n_mask)
-    tl.store(dD_ptr + bd_row, dD_acc, mask=d_mask)
-    tl.store(dbias_ptr + bd_row, dbias_acc, mask=d_mask)
+    tl.store(dD_ptr + sd_row, dD_acc, mask=d_mask)
+    tl.store(dbias_ptr + sd_row, dbias_acc, mask=d_mask)
 
 
 def launch(dout, u, delta, A, Bk, Ck, D, z, delta_bias, softplus, seq_idx, states, bufs,
-           shape, config, B, C):
-    """Launch the state-outer backward into ``bufs`` (`GradBuffers`); Bk, Ck: kernel layouts."""
+           shape, config, B, C, seg_len):
+    """Launch the state-outer backward into ``bufs`` (`GradBuffers`, one slot per segment of
+    ``seg_len`` steps); Bk, Ck: kernel layouts."""
     b, d, l, n, g = shape
     bc, interp = config.backward, device.interpreted()
     even_l, even_d = cfgs.even_flags(bc.even, l, d // g, config.chunk, bc.block_d)
     sB, sC = bc_strides(Bk), bc_strides(Ck)
     sdB, sdC = bufs.strides(bufs.dB, Bk.ndim == 4), bufs.strides(bufs.dC, Ck.ndim == 4)
-    _bwd_so_kernel[(b * g, triton.cdiv(d // g, bc.block_d))](
+    _bwd_so_kernel[(b * g, triton.cdiv(d // g, bc.block_d), bufs.gbuf.shape[0])](
         u, delta, A, Bk, Ck,  # inputs
         D if D is not None else A,  # optional inputs: A stands in for absent ones (unread)
         z if z is not None else A,
@@ -246,6 +254,7 @@ def launch(dout, u, delta, A, Bk, Ck, D, z, delta_bias, softplus, seq_idx, state
         bufs.dB, bufs.dC,  # time-varying dB / dC (atomic adds)
         bufs.dA_rows, bufs.dBf_rows, bufs.dCf_rows, bufs.dD_rows, bufs.dbias_rows,  # row sums
         l, d, d // g, g,  # length, channels, channels per group, groups
+        seg_len, b * d,  # steps a segment, a segment's rows of the sums
         sB.b, sB.g, sB.n,  # strides of B (zeros if fixed (d, n): contiguous)
         sC.b, sC.g, sC.n,  # strides of C
         sdB.b, sdB.g, sdB.n,  # strides of the dB buffer

@@ -10,6 +10,7 @@ time side by side. Every figure behind a default is in ``bench/NOTES_selective_s
 """
 
 import dataclasses
+import math
 from dataclasses import dataclass
 
 import torch
@@ -17,6 +18,7 @@ import torch
 LAYOUTS = ("state-outer", "sub-block")  # the backward's
 FORWARD_LAYOUTS = ("scan", "recurrent")
 UNROLL_MAX = 16  # the scan forward's states unrolled up to this n (compile time grows)
+MIN_SEGMENT = 512  # the shortest piece of a sequence worth its own summary (steps)
 
 
 @dataclass(frozen=True)
@@ -35,6 +37,18 @@ class Forward:
     even: bool = True  # drop the masks where the tile divides l and the channels of a group
     maxnreg: int | None = None  # registers per thread (None: the compiler's choice)
     prefetch: bool = False  # recurrent: each step's B, C rows loaded one step ahead
+    per_sm: int = 2  # programs of this launch one SM holds at once (its registers × warps)
+
+
+@dataclass(frozen=True)
+class Summary:
+    """The launch of the segment summaries (``segments``): one channel a thread, ``block_l``
+    steps a tile, each step's B (or C) row loaded one step ahead if ``prefetch``."""
+
+    block_d: int
+    block_l: int
+    num_warps: int
+    prefetch: bool = True
 
 
 @dataclass(frozen=True)
@@ -52,15 +66,20 @@ class Backward:
     stages: int = 0  # sub-block: > 0 pipelines the run-time state loop
     unroll: bool = False  # sub-block: states unrolled (carries in registers)
     maxnreg: int | None = None
+    per_sm: int = 21  # programs of this launch one SM holds at once (its registers × warps)
 
 
 @dataclass(frozen=True)
 class Config:
-    """Steps between stored states, and the forward's and backward's launches."""
+    """Steps between stored states, the forward's and backward's launches, and how many
+    segments a sequence is cut into (``segments``: None = as many as fill the GPU, see
+    `segment_plan`; 1 = never cut) with the launch of their summaries."""
 
     chunk: int
     forward: Forward
     backward: Backward
+    segments: int | None = None
+    summary: Summary = None
 
     def __post_init__(self):
         if self.forward.layout not in FORWARD_LAYOUTS:
@@ -75,6 +94,16 @@ class Config:
         if self.backward.layout == "sub-block" and self.chunk % self.backward.block_l:
             raise ValueError(f"chunk {self.chunk} must be a multiple of backward.block_l "
                              f"{self.backward.block_l}")
+        if self.segments is not None and (not isinstance(self.segments, int)
+                                          or self.segments < 1):
+            raise ValueError(f"segments must be None or an int ≥ 1, got {self.segments!r}")
+        if self.summary is None:
+            object.__setattr__(self, "summary", SUMMARY)
+
+    @property
+    def segment_unit(self):
+        """Segments are whole chunks and whole summary tiles: a multiple of both."""
+        return math.lcm(self.chunk, self.summary.block_l)
 
     def check(self, n):
         """ValueError if this configuration cannot run n states."""
@@ -84,8 +113,9 @@ class Config:
                              f"got n = {n}")
 
     def replace(self, **changes):
-        """A copy with fields changed; ``forward=`` / ``backward=`` may be dicts of changes."""
-        for part in ("forward", "backward"):
+        """A copy with fields changed; ``forward=`` / ``backward=`` / ``summary=`` may be dicts
+        of changes."""
+        for part in ("forward", "backward", "summary"):
             if isinstance(changes.get(part), dict):
                 changes[part] = dataclasses.replace(getattr(self, part), **changes[part])
         return dataclasses.replace(self, **changes)
@@ -100,23 +130,27 @@ def chunk_size(n):
 
 # --- the H200 defaults (the measurements behind each: bench/NOTES_selective_scan.md) ----------
 # forward, n ≤ 16: a scan along time, unmasked `while` over time blocks, states unrolled
-FORWARD = Forward(block_d=64, block_l=32, num_warps=4)
+FORWARD = Forward(block_d=64, block_l=32, num_warps=4, per_sm=2)  # 255 registers × 128 threads
 # forward, n > 16: the same tile with a run-time state loop (unrolled spills at n64), 8 warps
-FORWARD_LARGE_N = Forward(block_d=64, block_l=32, num_warps=8, unroll=False)
+FORWARD_LARGE_N = Forward(block_d=64, block_l=32, num_warps=8, unroll=False, per_sm=2)
 # forward, the recurrent kernel (one channel a thread, every state in registers): the default
 # only where the H200 measured it faster than the scan (n = 64). Its speed depends on ptxas
 # issuing each step's B/C loads early, which the n = 16 and n = 32 builds do not (NOTES).
-FORWARD_RECURRENT = Forward(block_d=32, block_l=8, num_warps=1, layout="recurrent")
+FORWARD_RECURRENT = Forward(block_d=32, block_l=8, num_warps=1, layout="recurrent", per_sm=8)
 RECURRENT_DEFAULT_N = (64,)
 # backward, n ≤ 16: state-outer, two channels a program; 96 registers buy occupancy (spills)
-BACKWARD = Backward("state-outer", block_d=2, num_warps=1, maxnreg=96)
+BACKWARD = Backward("state-outer", block_d=2, num_warps=1, maxnreg=96, per_sm=21)
 # backward, 16 < n ≤ chunk: state-outer, one channel a program (mamba_ssm's atomic count)
-BACKWARD_LARGE_N = Backward("state-outer", block_d=1, num_warps=1, maxnreg=80)
+BACKWARD_LARGE_N = Backward("state-outer", block_d=1, num_warps=1, maxnreg=80, per_sm=25)
 # backward, n > chunk: state-outer cannot hold the row sums; the sub-block kernel
-BACKWARD_RUNTIME_LOOP = Backward("sub-block", block_d=32, block_l=8, num_warps=1, even=False)
+BACKWARD_RUNTIME_LOOP = Backward("sub-block", block_d=32, block_l=8, num_warps=1, even=False,
+                                 per_sm=9)
+# the summaries of a cut sequence: the recurrent layout, one warp of 32 channels, 8 steps a tile
+SUMMARY = Summary(block_d=32, block_l=8, num_warps=1)
 # the interpreter (CPU): small tiles, masks kept in the backward
 CPU_FORWARD = Forward(block_d=4, block_l=8, num_warps=1)
 CPU_BACKWARD = Backward("sub-block", block_d=4, block_l=8, num_warps=1, even=False)
+CPU_SUMMARY = Summary(block_d=4, block_l=8, num_warps=1)
 
 
 def default_config(n, device, l=None):
@@ -124,7 +158,8 @@ def default_config(n, device, l=None):
     sequences of l steps (None: any)."""
     q = chunk_size(n)
     if torch.device(device).type == "cpu":
-        return Config(q, dataclasses.replace(CPU_FORWARD, unroll=n <= UNROLL_MAX), CPU_BACKWARD)
+        return Config(q, dataclasses.replace(CPU_FORWARD, unroll=n <= UNROLL_MAX), CPU_BACKWARD,
+                      summary=CPU_SUMMARY)
     if n <= UNROLL_MAX:
         return Config(q, FORWARD, BACKWARD)
     # (l % 16: the measured build; without it the u/Δ/z rows are not known 16-byte aligned and
@@ -132,6 +167,30 @@ def default_config(n, device, l=None):
     recurrent = n in RECURRENT_DEFAULT_N and (l is None or l % 16 == 0)
     fwd = FORWARD_RECURRENT if recurrent else FORWARD_LARGE_N
     return Config(q, fwd, BACKWARD_LARGE_N if n <= q else BACKWARD_RUNTIME_LOOP)
+
+
+# --- cutting a sequence into segments (chapter 09's last step) ----------------------------------
+def sm_count(device):
+    """Streaming multiprocessors of a CUDA device (0 elsewhere: the interpreter is not cut)."""
+    device = torch.device(device)
+    if device.type != "cuda":
+        return 0
+    return torch.cuda.get_device_properties(device).multi_processor_count
+
+
+def segment_plan(segments, programs, per_sm, l, unit, device):
+    """(S, steps a segment): how a sequence of l steps is cut for a launch of ``programs``
+    programs a segment. ``segments`` None: while the programs fill the GPU's slots (SMs ×
+    ``per_sm``) one segment; else as many as fill them, each at least MIN_SEGMENT steps; an
+    int: that many. A segment is a whole number of ``unit`` steps (`Config.segment_unit`);
+    the last may be shorter."""
+    units = -(-l // unit)
+    if segments is None:
+        slots = sm_count(device) * per_sm
+        want = 1 if programs >= slots else -(-slots // programs)
+        segments = max(1, min(want, l // MIN_SEGMENT))
+    seg_len = -(-units // min(segments, units)) * unit
+    return -(-l // seg_len), seg_len
 
 
 # --- named variants the GPU scripts time side by side (outcomes: NOTES) ------------------------

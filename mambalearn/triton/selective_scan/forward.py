@@ -149,8 +149,10 @@ def _fwd_kernel(
     u_ptr, delta_ptr, A_ptr, B_ptr, C_ptr,  # inputs: u, delta (b, d, l); A (d, n); B, C
     D_ptr, z_ptr, bias_ptr, seq_ptr,  # optional inputs (unread where absent)
     out_ptr, states_ptr,  # outputs: out (b, d, l); states (b, d, c, n) fp32
-    last_ptr,  # (b, d, n) fp32: in, h_{−1}; out, h_{l−1} (the run-time state loop's carries)
+    last_ptr,  # (S, b, d, n) fp32: in, the state entering each segment; out, the one leaving
+               # it (h_{l−1} in the last); the run-time state loop keeps its carries there
     l, d, dpg, g,  # length, channels, channels per group, groups
+    seg_len, bdn,  # steps a segment (a multiple of CHUNK; l if one), b·d·n (a slot of last)
     stride_Bb, stride_Bg, stride_Bn,  # B: (b, g, n, l) or fixed (d, n); 0 if absent
     stride_Cb, stride_Cg, stride_Cn,  # C: likewise
     N: tl.constexpr, NP: tl.constexpr,  # states, and n padded to a power of two
@@ -158,14 +160,17 @@ def _fwd_kernel(
     CHUNK: tl.constexpr,  # steps between stored states (a multiple of BLOCK_L)
     HAS_D: tl.constexpr, HAS_Z: tl.constexpr, HAS_BIAS: tl.constexpr, SOFTPLUS: tl.constexpr,
     VAR_B: tl.constexpr, VAR_C: tl.constexpr, HAS_SEQ: tl.constexpr,
-    HAS_H0: tl.constexpr,  # unrolled: start from the h_{−1} in `last`, not from zeros
+    HAS_H0: tl.constexpr,  # unrolled: start from the state in `last`, not from zeros
     UNROLL: tl.constexpr,  # states unrolled (carries in registers) or a run-time loop
     EVEN_L: tl.constexpr, EVEN_D: tl.constexpr,  # the tile divides l / dpg: no masks there
     STATE_UNROLL: tl.constexpr,  # run-time state loop: states per turn
     STAGES: tl.constexpr,  # > 0: a `for` over the time blocks whose loads Triton pipelines
 ):                         # (STAGES deep, cp.async); 0: a `while` (the interpreter's path)
-    pid_bg, pid_d = tl.program_id(0), tl.program_id(1)
+    pid_bg, pid_d, pid_s = tl.program_id(0), tl.program_id(1), tl.program_id(2)
     bi, gi = pid_bg // g, pid_bg % g  # batch row, group of B/C
+    t_lo = pid_s * seg_len  # this program's segment of the sequence: steps t_lo … t_hi − 1
+    t_hi = tl.minimum(t_lo + seg_len, l)
+    last_ptr += pid_s.to(tl.int64) * bdn  # its slot of `last`
     d_loc = pid_d * BLOCK_D + tl.arange(0, BLOCK_D)  # channel inside its group
     d_mask = d_loc < dpg
     d_idx = gi * dpg + d_loc  # (BLOCK_D,) channel index
@@ -188,7 +193,7 @@ def _fwd_kernel(
     Bv_ptr = B_ptr + bi * stride_Bb + gi * stride_Bg  # this program's (n, l) slice of B
     Cv_ptr = C_ptr + bi * stride_Cb + gi * stride_Cg
     if STAGES > 0:  # compiled: Triton's pipeliner issues block i + 1's loads during block i
-        for t0 in tl.range(0, l, BLOCK_L, num_stages=STAGES):
+        for t0 in tl.range(t_lo, t_hi, BLOCK_L, num_stages=STAGES):
             H = _fwd_block(t0, H, bias_v, D_v, u_ptr, delta_ptr, A_ptr, B_ptr, C_ptr, z_ptr,
                            seq_ptr, out_ptr, states_ptr, last_ptr, Bv_ptr, Cv_ptr, l, bi, d_idx,
                            d_mask, bd_row, row, st_row, cols, ncols, stride_Bn, stride_Cn, N,
@@ -198,8 +203,8 @@ def _fwd_kernel(
         # (`while`, not `for t0 in range(0, l, BLOCK_L)`: Triton 3.6's interpreter cannot take
         # a runtime `range` bound with NumPy ≥ 2.4, triton-lang/triton#9171; see triton/scan.py.
         # Compiled, a `while` is never software-pipelined: every block waits for its loads.)
-        t0 = 0
-        while t0 < l:
+        t0 = t_lo
+        while t0 < t_hi:
             t0 = tl.multiple_of(t0, BLOCK_L)  # a `while` hides that from the compiler
             H = _fwd_block(t0, H, bias_v, D_v, u_ptr, delta_ptr, A_ptr, B_ptr, C_ptr, z_ptr,
                            seq_ptr, out_ptr, states_ptr, last_ptr, Bv_ptr, Cv_ptr, l, bi, d_idx,
@@ -211,37 +216,40 @@ def _fwd_kernel(
         tl.store(last_ptr + bd_row[:, None] * N + ncols[None, :], H, mask=n_mask)
 
 
-def forward(u, delta, A, B, C, D, z, delta_bias, softplus, seq_idx, initial_state, shape,
+def forward(u, delta, A, B, C, D, z, delta_bias, softplus, seq_idx, starts, seg_len, shape,
             config):
-    """Launch the forward. Returns out (b, d, l), states (b, d, c, n) fp32, last (b, d, n) fp32."""
+    """Launch the forward over S = len(starts) segments of ``seg_len`` steps, each from its
+    entering state ``starts`` (S, b, d, n) fp32 (`segments.forward_starts`; None: one segment
+    from h = 0). Returns out (b, d, l), states (b, d, c, n) fp32, last (b, d, n) fp32."""
     b, d, l, n, g = shape
     fc, q, interp = config.forward, config.chunk, device.interpreted()
     u, delta, A = u.contiguous(), delta.contiguous(), A.contiguous()
     z = z.contiguous() if z is not None else None
-    h0 = initial_state.contiguous() if initial_state is not None else None
     Bk, Ck = bc_layout(B, upcast=True), bc_layout(C, upcast=True)  # fp32 (b, g, n, l) or (d, n)
     sB, sC = bc_strides(Bk), bc_strides(Ck)
     out = torch.empty_like(u)
     states = torch.empty((b, d, triton.cdiv(l, q), n), device=u.device, dtype=torch.float32)
-    states[:, :, 0] = 0.0 if h0 is None else h0  # h_{−1}; the kernel writes every later chunk's
-    # `last` starts as h_{−1} (the run-time state loop carries each state in it)
-    last = torch.zeros((b, d, n), device=u.device, dtype=torch.float32) if h0 is None \
-        else h0.clone()
+    has_h0 = starts is not None
+    # `last`: the state entering each segment, then the one leaving it (the run-time state loop
+    # carries each state in it, so it starts as zeros when nothing is given)
+    last = starts if has_h0 else torch.zeros((1, b, d, n), device=u.device, dtype=torch.float32)
+    states[:, :, 0] = last[0]  # h_{−1}; the kernel writes every later chunk's
     even_l, even_d = cfgs.even_flags(fc.even, l, d // g, fc.block_l, fc.block_d)
-    _fwd_kernel[(b * g, triton.cdiv(d // g, fc.block_d))](
+    _fwd_kernel[(b * g, triton.cdiv(d // g, fc.block_d), last.shape[0])](
         u, delta, A, Bk, Ck,  # inputs
         D if D is not None else A,  # optional inputs: A stands in for absent ones (unread)
         z if z is not None else A,
         delta_bias if delta_bias is not None else A,
         seq_idx if seq_idx is not None else A,
         out, states,  # outputs
-        last,  # h_{−1} in, h_{l−1} out
+        last,  # the state entering each segment in, the one leaving it out
         l, d, d // g, g,  # length, channels, channels per group, groups
+        seg_len, b * d * n,  # steps a segment, a slot of `last`
         sB.b, sB.g, sB.n,  # strides of B (zeros if fixed (d, n): contiguous)
         sC.b, sC.g, sC.n,  # strides of C
         N=n, NP=triton.next_power_of_2(n), BLOCK_D=fc.block_d, BLOCK_L=fc.block_l, CHUNK=q,
         **flags(D, z, delta_bias, softplus, B, C, seq_idx),  # HAS_D … HAS_SEQ
-        HAS_H0=h0 is not None, UNROLL=fc.unroll, EVEN_L=even_l, EVEN_D=even_d,
+        HAS_H0=has_h0, UNROLL=fc.unroll, EVEN_L=even_l, EVEN_D=even_d,
         STATE_UNROLL=fc.state_unroll, STAGES=cfgs.stages(fc.stages, interp),
         num_warps=fc.num_warps, **cfgs.compile_options(fc.maxnreg, interp))
-    return out, states, last
+    return out, states, last[-1]

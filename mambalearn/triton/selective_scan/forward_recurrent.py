@@ -31,7 +31,15 @@ import triton.language as tl
 from mambalearn import device
 from mambalearn.triton.selective_scan import config as cfgs
 from mambalearn.triton.selective_scan.interface import flags
-from mambalearn.triton.selective_scan.tile import LOG2E, column, ld, seq_start, softplus, st
+from mambalearn.triton.selective_scan.tile import (
+    LOG2E,
+    column,
+    ld,
+    load_step,
+    seq_start,
+    softplus,
+    st,
+)
 
 
 @triton.jit
@@ -50,23 +58,14 @@ def _load_tile(u_ptr, delta_ptr, z_ptr, row, cols, t0, l, d_mask, HAS_Z: tl.cons
 
 
 @triton.jit
-def _load_step(Xv3, t, stride_Xl, l, zero3, n3, N: tl.constexpr, NP: tl.constexpr,
-               EVEN_L: tl.constexpr):
-    """Row t of a transposed B or C for every state, in the state tile's shape (the same in
-    every channel row). (The step's mask is a tensor: a scalar and-ed in is not a bool mask.)"""
-    if EVEN_L and N == NP:
-        return tl.load(Xv3 + t * stride_Xl)
-    else:
-        return tl.load(Xv3 + t * stride_Xl, mask=(zero3 + t < l) & (n3 < N), other=0.0)
-
-
-@triton.jit
 def _fwd_rec_kernel(
     u_ptr, delta_ptr, A_ptr, B_ptr, C_ptr,  # inputs: u, delta (b, d, l); A (d, n); B, C
     D_ptr, z_ptr, bias_ptr, seq_ptr,  # optional inputs (unread where absent)
     out_ptr, states_ptr,  # outputs: out (b, d, l); states (b, d, c, n) fp32
-    last_ptr,  # (b, d, n) fp32: in, h_{−1} (zeros if none is given); out, h_{l−1}
+    last_ptr,  # (S, b, d, n) fp32: in, the state entering each segment (zeros if none is
+               # given); out, the state leaving it (h_{l−1} in the last)
     l, d, dpg, g,  # length, channels, channels per group, groups
+    seg_len, bdn,  # steps a segment (a multiple of CHUNK; l if one), b·d·n (a slot of last)
     stride_Bb, stride_Bg, stride_Bl,  # B transposed (b, g, l, n); fixed (d, n) B: contiguous
     stride_Cb, stride_Cg, stride_Cl,  # C: likewise
     N: tl.constexpr, NP: tl.constexpr, V: tl.constexpr,  # states, padded, and the vector width
@@ -79,8 +78,11 @@ def _fwd_rec_kernel(
 ):
     EVEN: tl.constexpr = EVEN_L and EVEN_D
     EVEN_N: tl.constexpr = EVEN_D and N == NP  # the state tile needs no mask
-    pid_bg, pid_d = tl.program_id(0), tl.program_id(1)
+    pid_bg, pid_d, pid_s = tl.program_id(0), tl.program_id(1), tl.program_id(2)
     bi, gi = pid_bg // g, pid_bg % g  # batch row, group of B/C
+    t_lo = pid_s * seg_len  # this program's segment of the sequence: steps t_lo … t_hi − 1
+    t_hi = tl.minimum(t_lo + seg_len, l)
+    last_ptr += pid_s.to(tl.int64) * bdn  # its slot of `last`
     d_loc = pid_d * BLOCK_D + tl.arange(0, BLOCK_D)  # (BLOCK_D,) channel inside its group
     d_mask = d_loc < dpg
     d_idx = gi * dpg + d_loc  # (BLOCK_D,) channel index
@@ -115,16 +117,17 @@ def _fwd_rec_kernel(
         D_v = ld(D_ptr + d_idx, d_mask, EVEN_D)
     # the tiles' inputs are loaded one tile ahead: a `while` is not software-pipelined, and
     # with one warp per scheduler nothing else would hide the DRAM latency at each tile's top
-    last_t0 = ((l - 1) // BLOCK_L) * BLOCK_L  # the last tile (prefetched again at the end)
-    x_nx, dt_nx, z_nx = _load_tile(u_ptr, delta_ptr, z_ptr, row, cols, 0, l, d_mask, HAS_Z, EVEN)
+    last_t0 = ((t_hi - 1) // BLOCK_L) * BLOCK_L  # the last tile (prefetched again at the end)
+    x_nx, dt_nx, z_nx = _load_tile(u_ptr, delta_ptr, z_ptr, row, cols, t_lo, l, d_mask, HAS_Z,
+                                   EVEN)
     B_nx = Bt  # (PREFETCH: the next step's rows of B and C)
     C_nx = Ct
     if PREFETCH and VAR_B:
-        B_nx = _load_step(Bv3, 0, stride_Bl, l, zero3, n3, N, NP, EVEN_L)
+        B_nx = load_step(Bv3, t_lo, stride_Bl, l, zero3, n3, N, NP, EVEN_L)
     if PREFETCH and VAR_C:
-        C_nx = _load_step(Cv3, 0, stride_Cl, l, zero3, n3, N, NP, EVEN_L)
-    t0 = 0
-    while t0 < l:  # (`while`: triton-lang/triton#9171, see ``forward``)
+        C_nx = load_step(Cv3, t_lo, stride_Cl, l, zero3, n3, N, NP, EVEN_L)
+    t0 = t_lo
+    while t0 < t_hi:  # (`while`: triton-lang/triton#9171, see ``forward``)
         t0 = tl.multiple_of(t0, BLOCK_L)
         # 1. the tile's inputs, shared by every state: one vector load per thread and tensor
         t = t0 + cols  # (BLOCK_L,)
@@ -149,16 +152,16 @@ def _fwd_rec_kernel(
             dtx_k = column(dtx, cols, k)[:, None, None]
             if VAR_B:
                 if PREFETCH:  # step t + 1's row now, used next step (the last one reads l − 1)
-                    Bt, B_nx = B_nx, _load_step(Bv3, tl.minimum(t0 + k + 1, l - 1), stride_Bl, l,
+                    Bt, B_nx = B_nx, load_step(Bv3, tl.minimum(t0 + k + 1, l - 1), stride_Bl, l,
                                                 zero3, n3, N, NP, EVEN_L)
                 else:
-                    Bt = _load_step(Bv3, t0 + k, stride_Bl, l, zero3, n3, N, NP, EVEN_L)
+                    Bt = load_step(Bv3, t0 + k, stride_Bl, l, zero3, n3, N, NP, EVEN_L)
             if VAR_C:
                 if PREFETCH:
-                    Ct, C_nx = C_nx, _load_step(Cv3, tl.minimum(t0 + k + 1, l - 1), stride_Cl, l,
+                    Ct, C_nx = C_nx, load_step(Cv3, tl.minimum(t0 + k + 1, l - 1), stride_Cl, l,
                                                 zero3, n3, N, NP, EVEN_L)
                 else:
-                    Ct = _load_step(Cv3, t0 + k, stride_Cl, l, zero3, n3, N, NP, EVEN_L)
+                    Ct = load_step(Cv3, t0 + k, stride_Cl, l, zero3, n3, N, NP, EVEN_L)
             a = tl.exp2(dt_k * A2)  # Ā_t = 2^(Δ·A·log2 e): the one exp per (step, state)
             if HAS_SEQ:
                 a = tl.where(column(start.to(tl.float32), cols, k)[:, None, None] > 0, 0.0, a)
@@ -186,9 +189,11 @@ def bt_layout(X):
     return X.float().transpose(-1, -2).contiguous()  # (b, g, l, n)
 
 
-def forward(u, delta, A, B, C, D, z, delta_bias, softplus, seq_idx, initial_state, shape,
+def forward(u, delta, A, B, C, D, z, delta_bias, softplus, seq_idx, starts, seg_len, shape,
             config):
-    """Launch the recurrent forward. Returns out, states (b, d, c, n) and last (b, d, n) fp32."""
+    """Launch the recurrent forward over S = len(starts) segments of ``seg_len`` steps, each
+    from its entering state ``starts`` (S, b, d, n) fp32 (None: one segment from h = 0).
+    Returns out, states (b, d, c, n) and last (b, d, n) fp32."""
     b, d, l, n, g = shape
     fc, q, interp = config.forward, config.chunk, device.interpreted()
     u, delta, A = u.contiguous(), delta.contiguous(), A.contiguous()
@@ -199,23 +204,25 @@ def forward(u, delta, A, B, C, D, z, delta_bias, softplus, seq_idx, initial_stat
     np2 = triton.next_power_of_2(n)
     out = torch.empty_like(u)
     states = torch.empty((b, d, triton.cdiv(l, q), n), device=u.device, dtype=torch.float32)
-    states[:, :, 0] = 0.0 if initial_state is None else initial_state  # h_{−1}
-    last = torch.zeros((b, d, n), device=u.device, dtype=torch.float32) if initial_state is None \
-        else initial_state.contiguous().clone()  # h_{−1} in, h_{l−1} out
+    # the state entering each segment in, the one leaving it out (zeros when nothing is given)
+    last = starts if starts is not None else \
+        torch.zeros((1, b, d, n), device=u.device, dtype=torch.float32)
+    states[:, :, 0] = last[0]  # h_{−1}
     even_l, even_d = cfgs.even_flags(fc.even, l, d // g, fc.block_l, fc.block_d)
-    _fwd_rec_kernel[(b * g, triton.cdiv(d // g, fc.block_d))](
+    _fwd_rec_kernel[(b * g, triton.cdiv(d // g, fc.block_d), last.shape[0])](
         u, delta, A, Bk, Ck,  # inputs
         D if D is not None else A,  # optional inputs: A stands in for absent ones (unread)
         z if z is not None else A,
         delta_bias if delta_bias is not None else A,
         seq_idx if seq_idx is not None else A,
         out, states,  # outputs
-        last,  # h_{−1} in, h_{l−1} out
+        last,  # the state entering each segment in, the one leaving it out
         l, d, d // g, g,  # length, channels, channels per group, groups
+        seg_len, b * d * n,  # steps a segment, a slot of `last`
         *sB,  # strides of the transposed B (b, g, l); zeros if fixed
         *sC,  # strides of the transposed C
         N=n, NP=np2, V=min(4, np2), BLOCK_D=fc.block_d, BLOCK_L=fc.block_l, CHUNK=q,
         **flags(D, z, delta_bias, softplus, B, C, seq_idx),  # HAS_D … HAS_SEQ
         EVEN_L=even_l, EVEN_D=even_d, PREFETCH=fc.prefetch,
         num_warps=fc.num_warps, **cfgs.compile_options(fc.maxnreg, interp))
-    return out, states, last
+    return out, states, last[-1]

@@ -7,9 +7,11 @@ and the per-step end of the chain rule.
 
 Shapes: `GradBuffers` holds du, ddelta, dz (b, d, l) in the inputs' dtypes; dB, dC fp32 in the
 kernel layout (b, g, n, l) if they vary with time (atomic adds over channel tiles); per-batch-row
-sums dA, fixed dB/dC (b, d, n) and dD, dbias (b, d) fp32 (each program owns its rows: no atomics,
-added over b in `finish`); gbuf (b, d, n) fp32, the adjoint carried between chunks: it starts as
-the gradient of the last state (zeros if none) and ends as g_0, the adjoint at step 0.
+sums dA, fixed dB/dC (S·b, d, n) and dD, dbias (S·b, d) fp32 (each program owns its rows of its
+segment: no atomics, added over segments and b in `finish`); gbuf (S, b, d, n) fp32, the adjoint
+carried between chunks, one slot per segment: it starts as the adjoint that enters the segment
+from the right (`segments.adjoint_carries`; one segment: the last state's gradient, or zeros) and
+slot 0 ends as g_0, the adjoint at step 0.
 """
 
 from dataclasses import dataclass
@@ -39,32 +41,33 @@ class GradBuffers:
     gbuf: torch.Tensor
 
     @classmethod
-    def allocate(cls, u, delta, z, Bk, Ck, dlast, n):
-        """Zeroed sums; gbuf = the last state's gradient ``dlast`` (b, d, n), or zeros."""
+    def allocate(cls, u, delta, z, Bk, Ck, carries, n):
+        """Zeroed sums, one set per segment; gbuf = ``carries`` (S, b, d, n) fp32, the adjoint
+        entering each segment from the right (`segments.adjoint_carries`)."""
         b, d = u.shape[0], u.shape[1]
+        S = carries.shape[0]
         f32 = dict(device=u.device, dtype=torch.float32)
         zeros_if = lambda var, shape: torch.zeros(shape if var else (1,), **f32)
         return cls(du=torch.empty_like(u), ddelta=torch.empty_like(delta),
                    dz=torch.empty_like(z) if z is not None else None,
                    dB=zeros_if(Bk.ndim == 4, Bk.shape), dC=zeros_if(Ck.ndim == 4, Ck.shape),
-                   dA_rows=torch.zeros((b, d, n), **f32),
-                   dBf_rows=zeros_if(Bk.ndim == 2, (b, d, n)),
-                   dCf_rows=zeros_if(Ck.ndim == 2, (b, d, n)),
-                   dD_rows=torch.zeros((b, d), **f32), dbias_rows=torch.zeros((b, d), **f32),
-                   gbuf=torch.zeros((b, d, n), **f32) if dlast is None
-                   else dlast.float().clone(memory_format=torch.contiguous_format))
+                   dA_rows=torch.zeros((S * b, d, n), **f32),
+                   dBf_rows=zeros_if(Bk.ndim == 2, (S * b, d, n)),
+                   dCf_rows=zeros_if(Ck.ndim == 2, (S * b, d, n)),
+                   dD_rows=torch.zeros((S * b, d), **f32),
+                   dbias_rows=torch.zeros((S * b, d), **f32), gbuf=carries)
 
     def strides(self, X, var):
         """Strides of a time-varying dB/dC buffer (b, g, n, l); zeros for a stand-in."""
         return bc_strides(X) if var else Strides(0, 0, 0)
 
     def finish(self, B, C, D, delta_bias):
-        """The eight gradients in the arguments' shapes, and g_0 (b, d, n)."""
+        """The eight gradients in the arguments' shapes, and g_0 (b, d, n) (segment 0's slot)."""
         dB = self.dBf_rows.sum(0) if B.ndim == 2 else self.dB
         dC = self.dCf_rows.sum(0) if C.ndim == 2 else self.dC
         return (*finish_grads(self.du, self.ddelta, self.dA_rows.sum(0), dB, dC,
                               self.dD_rows.sum(0), self.dz, self.dbias_rows.sum(0), B, C, D,
-                              delta_bias), self.gbuf)
+                              delta_bias), self.gbuf[0])
 
 
 @triton.jit

@@ -63,6 +63,18 @@ def load_bc(X_ptr, Xv_ptr, n, t, l, d_idx, d_mask, stride_Xn, N: tl.constexpr,
 
 
 @triton.jit
+def load_step(Xv3, t, stride_Xl, l, zero3, n3, N: tl.constexpr, NP: tl.constexpr,
+              EVEN_L: tl.constexpr):
+    """Row t of a transposed B or C (b, g, l, n) for every state, in a recurrent kernel's state
+    tile shape (BLOCK_D, NP / V, V), the same in every channel row (``zero3`` gives it that
+    shape). (The step's mask is a tensor: a scalar and-ed in is not a bool mask.)"""
+    if EVEN_L and N == NP:
+        return tl.load(Xv3 + t * stride_Xl)
+    else:
+        return tl.load(Xv3 + t * stride_Xl, mask=(zero3 + t < l) & (n3 < N), other=0.0)
+
+
+@triton.jit
 def load_delta(delta_ptr, bias_ptr, offs, mask, d_idx, d_mask, HAS_BIAS: tl.constexpr,
                SOFTPLUS: tl.constexpr, EVEN: tl.constexpr):
     """Δ = softplus(delta + bias) for a tile, and delta + bias (the backward needs it). Masked

@@ -12,25 +12,41 @@ context-parallel scan needs (chapter 14). Its launch settings are a `config.Conf
 The kernels, one module each: ``forward`` (a scan along time per state, a state stored per
 chunk), ``forward_recurrent`` (one channel a thread, every state in registers, step by step),
 ``backward_state_outer`` (the default backward up to n = the chunk) and ``backward`` (the
-sub-block backward); ``config`` holds the settings, ``tile`` the jit helpers they share.
+sub-block backward); ``segments`` cuts a sequence into pieces that run side by side where the
+batch is too small to fill the GPU (summaries, then a carry pass: the same ⊗-scan); ``config``
+holds the settings, ``tile`` the jit helpers they share.
 """
+
+import triton
 
 from mambalearn.triton.selective_scan import backward as sub_block
 from mambalearn.triton.selective_scan import backward_state_outer as state_outer
 from mambalearn.triton.selective_scan import forward as scan
 from mambalearn.triton.selective_scan import forward_recurrent as recurrent
-from mambalearn.triton.selective_scan.config import Config, default_config
+from mambalearn.triton.selective_scan import segments
+from mambalearn.triton.selective_scan.config import Config, default_config, segment_plan
 from mambalearn.triton.selective_scan.gradients import GradBuffers
 from mambalearn.triton.selective_scan.interface import Kernels, bc_layout, run
 
 
 def forward(u, delta, A, B, C, D, z, delta_bias, softplus, seq_idx, initial_state, shape,
             config):
-    """Launch the forward ``config.forward.layout`` names. Returns out (b, d, l), the states
-    entering each chunk (b, d, c, n) fp32 and the last state (b, d, n) fp32."""
-    kernel = recurrent if config.forward.layout == "recurrent" else scan
-    return kernel.forward(u, delta, A, B, C, D, z, delta_bias, softplus, seq_idx, initial_state,
-                          shape, config)
+    """Launch the forward ``config.forward.layout`` names, the sequence cut into as many
+    segments as `segment_plan` says (with more than one, their summaries and the carry first).
+    Returns out (b, d, l), the states entering each chunk (b, d, c, n) fp32 and the last state
+    (b, d, n) fp32."""
+    b, d, l, n, g = shape
+    fc = config.forward
+    programs = b * g * triton.cdiv(d // g, fc.block_d)  # a segment's
+    S, seg_len = segment_plan(config.segments, programs, fc.per_sm, l, config.segment_unit,
+                              u.device)
+    starts = None
+    if S > 1 or initial_state is not None:
+        starts = segments.forward_starts(u, delta, A, B, delta_bias, softplus, seq_idx,
+                                         initial_state, shape, S, seg_len, config.summary)
+    kernel = recurrent if fc.layout == "recurrent" else scan
+    return kernel.forward(u, delta, A, B, C, D, z, delta_bias, softplus, seq_idx, starts,
+                          seg_len, shape, config)
 
 
 def backward(dout, dlast, u, delta, A, B, C, D, z, delta_bias, softplus, seq_idx, states, shape,
@@ -38,14 +54,22 @@ def backward(dout, dlast, u, delta, A, B, C, D, z, delta_bias, softplus, seq_idx
     """Launch the backward ``config.backward.layout`` names. Returns the eight gradients
     (du, ddelta, dA, dB, dC, dD, dz, ddelta_bias) and g_0 (b, d, n), the adjoint at step 0
     (always: it is the adjoint carry's last value)."""
-    n = shape[3]
+    b, d, l, n, g = shape
     u, delta, A, dout = u.contiguous(), delta.contiguous(), A.contiguous(), dout.contiguous()
     z = z.contiguous() if z is not None else None
+    bc = config.backward
+    S, seg_len = 1, l
+    if bc.layout == "state-outer":  # (the sub-block kernel walks the whole sequence)
+        programs = b * g * triton.cdiv(d // g, bc.block_d)  # a segment's
+        S, seg_len = segment_plan(config.segments, programs, bc.per_sm, l,
+                                  config.segment_unit, u.device)
+    carries = segments.adjoint_carries(dout, delta, A, C, z, delta_bias, softplus, seq_idx,
+                                       dlast, shape, S, seg_len, config.summary)
     Bk, Ck = bc_layout(B, upcast=True), bc_layout(C, upcast=True)  # fp32 (b, g, n, l) or (d, n)
-    bufs = GradBuffers.allocate(u, delta, z, Bk, Ck, dlast, n)
-    kernel = state_outer if config.backward.layout == "state-outer" else sub_block
+    bufs = GradBuffers.allocate(u, delta, z, Bk, Ck, carries, n)
+    kernel = state_outer if bc.layout == "state-outer" else sub_block
     kernel.launch(dout, u, delta, A, Bk, Ck, D, z, delta_bias, softplus, seq_idx, states, bufs,
-                  shape, config, B, C)
+                  shape, config, B, C, seg_len)
     return bufs.finish(B, C, D, delta_bias)
 
 

@@ -1,0 +1,107 @@
+"""The sequence cut into segments (chapter 09's last step) against the float64 oracle.
+
+CPU: Triton's interpreter, the configs ask for segments (on a GPU `segment_plan` decides). Each
+case crosses segment boundaries with a ragged last segment, and runs the forward (both layouts),
+the summaries, the carry scans and the state-outer backward with every gradient, the initial
+state's and the last state's included; packed sequences start inside a segment, on a segment
+boundary and in the last segment.
+"""
+
+import pytest
+import torch
+
+from mambalearn import testing
+from mambalearn.scan.sequential import selective_scan_sequential
+from mambalearn.triton.selective_scan import config as cfgs
+from mambalearn.triton.selective_scan import default_config, selective_scan_fn
+
+DEV = "cuda" if torch.cuda.is_available() else "cpu"
+STATE_OUTER = cfgs.Backward("state-outer", block_d=2, num_warps=1)
+RECURRENT = cfgs.Forward(block_d=4, block_l=8, num_warps=1, layout="recurrent", prefetch=True)
+
+
+def make(b, d, l, n, bc, z=True, bias=True):
+    """Fresh random inputs: B/C (b, n, l) shared, (b, 1, n, l) grouped or (d, n) fixed."""
+    r = lambda *s: torch.randn(*s, device=DEV)
+    shapes = {"shared": (b, n, l), "grouped": (b, 1, n, l), "fixed": (d, n)}
+    return dict(u=r(b, d, l), delta=0.5 * r(b, d, l), A=-(0.5 + torch.rand(d, n, device=DEV)),
+                B=r(*shapes[bc[0]]), C=r(*shapes[bc[1]]), D=r(d), z=r(b, d, l) if z else None,
+                delta_bias=0.3 * r(d) if bias else None)
+
+
+def leaves(x):
+    return {k: v.detach().clone().requires_grad_() if v is not None else None
+            for k, v in x.items()}
+
+
+def oracle(x, h0, seq_idx):
+    """The float64 sequential scan, each packed sequence on its own (h0 enters the first)."""
+    ref = leaves({k: v.double() if v is not None else None for k, v in x.items()})
+    h0r = h0.double().requires_grad_() if h0 is not None else None
+    l = x["u"].shape[-1]
+    bounds = [0, l] if seq_idx is None else [0] + [
+        t for t in range(1, l) if seq_idx[0, t] != seq_idx[0, t - 1]] + [l]
+    outs, last = [], None
+    for i, (s, e) in enumerate(zip(bounds[:-1], bounds[1:], strict=True)):
+        cut = {k: v[..., s:e] if v is not None and (k in ("u", "delta", "z") or (
+            k in "BC" and v.ndim > 2)) else v for k, v in ref.items()}
+        o, last = selective_scan_sequential(**cut, delta_softplus=True, return_last_state=True,
+                                            initial_state=h0r if i == 0 else None)
+        outs.append(o)
+    return ref, h0r, torch.cat(outs, -1), last
+
+
+def check(cfg, x, h0=None, seq_idx=None):
+    xs, h0l = leaves(x), h0.clone().requires_grad_() if h0 is not None else None
+    out, last = selective_scan_fn(**xs, delta_softplus=True, return_last_state=True,
+                                  initial_state=h0l, seq_idx=seq_idx, config=cfg)
+    ref, h0r, ref_out, ref_last = oracle(x, h0, seq_idx)
+    testing.assert_close(out, ref_out, msg="out")
+    testing.assert_close(last, ref_last, msg="last state")
+    dout, dlast = torch.randn_like(out), torch.randn_like(last)
+    torch.autograd.backward([out, last], [dout, dlast])
+    torch.autograd.backward([ref_out, ref_last], [dout.double(), dlast.double()])
+    for k, v in xs.items():
+        if v is not None:
+            testing.assert_close(v.grad, ref[k].grad, grad=True, msg=f"d{k}")
+    if h0 is not None:
+        testing.assert_close(h0l.grad, h0r.grad, grad=True, msg="d initial_state")
+
+
+def seg_config(n, segments, forward=None, chunk=16):
+    cfg = default_config(n, DEV).replace(chunk=chunk, segments=segments, backward=STATE_OUTER)
+    return cfg.replace(forward=forward) if forward else cfg
+
+
+@pytest.mark.parametrize("forward", [None, RECURRENT], ids=["scan", "recurrent"])
+@pytest.mark.parametrize("bc,h0", [(("grouped", "fixed"), True), (("fixed", "shared"), False)])
+def test_segments_match_the_oracle(forward, bc, h0):
+    # 75 steps, chunk 16, 3 segments of 32 (the last 11 steps): every boundary crossed
+    x = make(1, 3, 75, 2, bc)
+    check(seg_config(2, 3, forward), x, torch.randn(1, 3, 2, device=DEV) if h0 else None)
+
+
+def test_segments_with_packed_sequences():
+    # sequences start inside segment 0, exactly on segment 1's first step, and in the last
+    l = 80
+    seq_idx = torch.zeros(1, l, dtype=torch.int32, device=DEV)
+    for t in (5, 32, 70):
+        seq_idx[0, t:] += 1
+    x = make(1, 2, l, 3, ("shared", "shared"), z=False)
+    check(seg_config(3, 3), x, torch.randn(1, 2, 3, device=DEV), seq_idx)
+
+
+def test_segments_large_n_runtime_state_loop():
+    # n > 16: the scan forward's run-time state loop keeps its carries in the segment's slot
+    x = make(2, 2, 70, 17, ("shared", "grouped"), bias=False)
+    check(seg_config(17, 3, chunk=32).replace(backward=cfgs.Backward(
+        "state-outer", block_d=1, num_warps=1)), x)
+
+
+def test_segment_plan():
+    # one segment while the programs fill the slots; else enough, of whole chunks
+    assert cfgs.segment_plan(None, 512, 2, 32768, 64, "cpu") == (1, 32768)  # no SMs: never cut
+    assert cfgs.segment_plan(4, 32, 2, 1000, 64, "cpu") == (4, 256)
+    assert cfgs.segment_plan(40, 32, 2, 130, 64, "cpu") == (3, 64)  # at most one per chunk
+    with pytest.raises(ValueError, match="segments"):
+        default_config(16, "cpu").replace(segments=0)
