@@ -76,19 +76,23 @@ def seg_config(n, segments, forward=None, chunk=16):
 @pytest.mark.parametrize("forward", [None, RECURRENT], ids=["scan", "recurrent"])
 @pytest.mark.parametrize("bc,h0", [(("grouped", "fixed"), True), (("fixed", "shared"), False)])
 def test_segments_match_the_oracle(forward, bc, h0):
-    # 75 steps, chunk 16, 3 segments of 32 (the last 11 steps): every boundary crossed
+    # 75 steps, chunk 16, 3 segments of 32 (the last 11 steps): every boundary crossed; with
+    # h0 the summaries cut each segment in two pieces
     x = make(1, 3, 75, 2, bc)
-    check(seg_config(2, 3, forward), x, torch.randn(1, 3, 2, device=DEV) if h0 else None)
+    cfg = seg_config(2, 3, forward).replace(summary=dict(split=2 if h0 else 1))
+    check(cfg, x, torch.randn(1, 3, 2, device=DEV) if h0 else None)
 
 
 def test_segments_with_packed_sequences():
-    # sequences start inside segment 0, exactly on segment 1's first step, and in the last
-    l = 80
+    # sequences start inside segment 0, exactly on segment 1's first step, and in the last;
+    # the summaries cut each segment in two pieces (the second of the last one past l: empty)
+    l = 72
     seq_idx = torch.zeros(1, l, dtype=torch.int32, device=DEV)
     for t in (5, 32, 70):
         seq_idx[0, t:] += 1
     x = make(1, 2, l, 3, ("shared", "shared"), z=False)
-    check(seg_config(3, 3), x, torch.randn(1, 2, 3, device=DEV), seq_idx)
+    cfg = seg_config(3, 3).replace(summary=dict(split=2))
+    check(cfg, x, torch.randn(1, 2, 3, device=DEV), seq_idx)
 
 
 def test_segments_large_n_runtime_state_loop():
@@ -103,5 +107,6 @@ def test_segment_plan():
     assert cfgs.segment_plan(None, 512, 2, 32768, 64, "cpu") == (1, 32768)  # no SMs: never cut
     assert cfgs.segment_plan(4, 32, 2, 1000, 64, "cpu") == (4, 256)
     assert cfgs.segment_plan(40, 32, 2, 130, 64, "cpu") == (3, 64)  # at most one per chunk
+    assert cfgs.summary_split(1, 4096, 64, cfgs.SUMMARY, "cpu") == 1
     with pytest.raises(ValueError, match="segments"):
         default_config(16, "cpu").replace(segments=0)

@@ -49,6 +49,8 @@ class Summary:
     block_l: int
     num_warps: int
     prefetch: bool = True
+    per_sm: int = 16  # programs one SM holds at once (127 registers × 32 threads, sm_90)
+    split: int | None = None  # pieces a summarised segment is cut into (None: `summary_split`)
 
 
 @dataclass(frozen=True)
@@ -191,6 +193,25 @@ def segment_plan(segments, programs, per_sm, l, unit, device):
         segments = max(1, min(want, l // MIN_SEGMENT))
     seg_len = -(-units // min(segments, units)) * unit
     return -(-l // seg_len), seg_len
+
+
+def summary_split(S, seg_len, programs, summary, device):
+    """k: how many summaries each of the S − 1 summarised segments is cut into, so that the
+    summary launch ((S − 1)·k × ``programs`` one-warp programs) fills the GPU's slots too.
+    A power of two; seg_len / k a whole number of summary tiles and ≥ MIN_SEGMENT / 8 steps."""
+    if summary.split is not None:
+        if S > 1 and seg_len % (summary.split * summary.block_l):
+            raise ValueError(f"summary.split = {summary.split} must cut a segment of {seg_len} "
+                             f"steps into whole tiles of {summary.block_l}")
+        return summary.split
+    slots = sm_count(device) * summary.per_sm
+    if S < 2 or programs * (S - 1) >= slots:
+        return 1
+    want, k = -(-slots // (programs * (S - 1))), 1
+    while (2 * k <= want and seg_len % (2 * k * summary.block_l) == 0
+           and seg_len // (2 * k) >= MIN_SEGMENT // 8):
+        k *= 2
+    return k
 
 
 # --- named variants the GPU scripts time side by side (outcomes: NOTES) ------------------------

@@ -14,8 +14,13 @@ At batch one the tuned kernels have too few programs to fill the GPU: they are p
                                                (g_t = C_t dy_t + Ā_{t+1} g_{t+1}, dy = dout·silu(z))
 
 2. carry: the state entering every segment is an exclusive ⊗-scan of the summaries along the
-   segments — chapter 08's `scan_single_block`, one row of S − 1 pairs per (b, d, n) —
+   segments — chapter 08's `scan_single_block`, one row of pairs per (b, d, n) —
 3. finish: the forward and backward kernels run every segment at once from its carried start.
+
+The summaries may be finer than the segments (each summarised segment cut into k pieces,
+`config.summary_split`): their one-warp programs need more of them to fill the GPU than the
+finishing kernels do, and the carry scan then simply runs over (S − 1)·k pairs, the finish
+reading every k-th result.
 
 Each Ā is then computed twice in every segment but the last (its summary and its finish): the
 price of filling the machine. A packed sequence starting inside a segment zeroes its P (the
@@ -25,8 +30,8 @@ The summary kernels use the recurrent layout (``forward_recurrent``): one channe
 its n states in registers, step by step — per (step, state) one exp2 and three multiply-adds.
 
 Shapes: u, delta, z, dout (b, d, l); A (d, n) fp32; B, C fp32 (b, g, l, n) (the recurrent
-layout) or fixed (d, n); summaries (b, d, n, S − 1) fp32; starts and adjoint carries (S, b, d, n)
-fp32.
+layout) or fixed (d, n); summaries (b, d, n, M) fp32, M = (S − 1)·k; starts and adjoint carries
+(S, b, d, n) fp32.
 """
 
 import torch
@@ -57,15 +62,15 @@ def _channels(pid_bg, pid_d, d, dpg, g, BLOCK_D: tl.constexpr, NP: tl.constexpr,
 @triton.jit
 def _state_summary_kernel(
     u_ptr, delta_ptr, A_ptr, B_ptr, bias_ptr, seq_ptr,  # inputs: u, Δ (b, d, l); A; B
-    E_ptr, P_ptr,  # outputs (b, d, n, S − 1) fp32: E_s and P_s of segments 0 … S − 2
-    l, d, dpg, g, seg_len, n_sum,  # length, channels, per group, groups, segment, S − 1
+    E_ptr, P_ptr,  # outputs (b, d, n, M) fp32: E_s and P_s of the pieces 0 … M − 1
+    l, d, dpg, g, seg_len, n_sum,  # length, channels, per group, groups, a piece's steps, M
     stride_Bb, stride_Bg, stride_Bl,  # B transposed (b, g, l, n); fixed (d, n): contiguous
     N: tl.constexpr, NP: tl.constexpr, V: tl.constexpr,  # states, padded, vector width
     BLOCK_D: tl.constexpr, BLOCK_L: tl.constexpr,  # channels (one a thread) × steps a tile
     HAS_BIAS: tl.constexpr, SOFTPLUS: tl.constexpr, VAR_B: tl.constexpr,
     HAS_SEQ: tl.constexpr, EVEN_D: tl.constexpr, PREFETCH: tl.constexpr,
 ):
-    s = tl.program_id(2)  # the segment (never the last: it is whole and inside l)
+    s = tl.program_id(2)  # the piece (never in the last segment: it is whole, inside l)
     bi, gi, d_idx, d_mask, bd_row, n3, zero3 = _channels(
         tl.program_id(0), tl.program_id(1), d, dpg, g, BLOCK_D, NP, V)
     EVEN_N: tl.constexpr = EVEN_D and N == NP
@@ -119,7 +124,7 @@ def _state_summary_kernel(
     P = tl.exp2(sum_dt[:, None, None] * A2)  # Π Ā = exp(A Σ Δ)
     if HAS_SEQ:
         P = tl.where(fresh[:, None, None] > 0, 0.0, P)  # a start forgets what came before
-    at = (bd_row[:, None, None] * N + n3) * n_sum + s  # (BLOCK_D, NP/V, V) in (b, d, n, S − 1)
+    at = (bd_row[:, None, None] * N + n3) * n_sum + s  # (BLOCK_D, NP/V, V) in (b, d, n, M)
     tl.store(E_ptr + at, H, mask=n_mask)
     tl.store(P_ptr + at, P, mask=n_mask)
 
@@ -138,8 +143,9 @@ def _load_dt(delta_ptr, bias_v, offs, mask, HAS_BIAS: tl.constexpr, SOFTPLUS: tl
 @triton.jit
 def _adjoint_summary_kernel(
     delta_ptr, A_ptr, C_ptr, z_ptr, bias_ptr, seq_ptr, dout_ptr,  # inputs
-    G_ptr, P_ptr,  # outputs (b, d, n, S − 1) fp32: G_s and P'_s of segments 1 … S − 1
-    l, d, dpg, g, seg_len, n_sum,  # length, channels, per group, groups, segment, S − 1
+    G_ptr, P_ptr,  # outputs (b, d, n, M) fp32: G_s and P'_s of pieces first … first + M − 1
+    l, d, dpg, g, seg_len, n_sum, first,  # length, channels, per group, groups, a piece's
+                                          # steps, M, the first piece (those of segment 0 skip)
     stride_Cb, stride_Cg, stride_Cl,  # C transposed (b, g, l, n); fixed (d, n): contiguous
     N: tl.constexpr, NP: tl.constexpr, V: tl.constexpr,  # states, padded, vector width
     BLOCK_D: tl.constexpr, BLOCK_L: tl.constexpr,  # channels (one a thread) × steps a tile
@@ -147,7 +153,8 @@ def _adjoint_summary_kernel(
     HAS_SEQ: tl.constexpr, EVEN_D: tl.constexpr, PREFETCH: tl.constexpr,
 ):
     j = tl.program_id(2)
-    s = j + 1  # the segment (never the first: nothing comes before it to carry into)
+    s = j + first  # the piece (none in the first segment: nothing comes before to carry into)
+                   # (a piece past l is empty: G = 0, P' = 1, the ⊗ identity)
     bi, gi, d_idx, d_mask, bd_row, n3, zero3 = _channels(
         tl.program_id(0), tl.program_id(1), d, dpg, g, BLOCK_D, NP, V)
     EVEN_N: tl.constexpr = EVEN_D and N == NP
@@ -235,65 +242,72 @@ def _strides(X):
 
 
 def forward_starts(u, delta, A, B, delta_bias, softplus, seq_idx, initial_state, shape, S,
-                   seg_len, summary):
+                   seg_len, k, summary):
     """The state entering every segment, (S, b, d, n) fp32: h_{−1} (or 0) for the first, the
-    carried state for the others (summaries of segments 0 … S − 2, then an inclusive ⊗-scan)."""
+    carried state for the others (summaries of the (S − 1)·k pieces of segments 0 … S − 2,
+    then an inclusive ⊗-scan over them)."""
     b, d, l, n, g = shape
     starts = torch.zeros((S, b, d, n), device=u.device, dtype=torch.float32)
     if initial_state is not None:
         starts[0] = initial_state
     if S == 1:
         return starts
-    E = torch.empty((b, d, n, S - 1), device=u.device, dtype=torch.float32)
+    M = (S - 1) * k
+    E = torch.empty((b, d, n, M), device=u.device, dtype=torch.float32)
     P = torch.empty_like(E)
     Bk = bt_layout(B)
     grid, tile = _launch_args(u, d, g, n, summary)
     f = flags(None, None, delta_bias, softplus, B, B, seq_idx)
-    _state_summary_kernel[(*grid, S - 1)](
+    _state_summary_kernel[(*grid, M)](
         u.contiguous(), delta.contiguous(), A.contiguous(), Bk,  # inputs
         delta_bias if delta_bias is not None else A,  # optional inputs (unread where absent)
         seq_idx if seq_idx is not None else A,
         E, P,  # outputs
-        l, d, d // g, g, seg_len, S - 1,  # length, channels, per group, groups, segment, S − 1
+        l, d, d // g, g, seg_len // k, M,  # length, channels, per group, groups, a piece, M
         *_strides(Bk),  # strides of the transposed B (b, g, l); zeros if fixed
         HAS_BIAS=f["HAS_BIAS"], SOFTPLUS=f["SOFTPLUS"], VAR_B=f["VAR_B"],
         HAS_SEQ=f["HAS_SEQ"], **tile)
-    if initial_state is not None:  # fold h_{−1} into segment 0: P_0 h_{−1} + E_0
+    if initial_state is not None:  # fold h_{−1} into piece 0: P_0 h_{−1} + E_0
         E[..., 0] += P[..., 0] * initial_state
-    H = scan_single_block(P.view(-1, S - 1), E.view(-1, S - 1))  # (b·d·n, S − 1)
-    starts[1:] = H.view(b, d, n, S - 1).permute(3, 0, 1, 2)  # state leaving s = entering s + 1
+    H = scan_single_block(P.view(-1, M), E.view(-1, M))  # (b·d·n, M): state leaving each piece
+    ends = H.view(b, d, n, M)[..., k - 1::k]  # leaving segments 0 … S − 2
+    starts[1:] = ends.permute(3, 0, 1, 2)  # = entering segments 1 … S − 1
     return starts
 
 
 def adjoint_carries(dout, delta, A, C, z, delta_bias, softplus, seq_idx, dlast, shape, S,
-                    seg_len, summary):
+                    seg_len, k, summary):
     """The adjoint carried into every segment from the right, (S, b, d, n) fp32: slot s holds
     g at the first step of segment s + 1 (slot S − 1: the last state's gradient, or 0) —
-    what the state-outer backward reads as the later chunk's adjoint."""
+    what the state-outer backward reads as the later chunk's adjoint. Summaries of the
+    (S − 1)·k pieces of segments 1 … S − 1, then a reverse ⊗-scan over them."""
     b, d, l, n, g = shape
     carries = torch.zeros((S, b, d, n), device=dout.device, dtype=torch.float32)
     if dlast is not None:
         carries[S - 1] = dlast
     if S == 1:
         return carries
-    G = torch.empty((b, d, n, S - 1), device=dout.device, dtype=torch.float32)
+    M = (S - 1) * k
+    G = torch.empty((b, d, n, M), device=dout.device, dtype=torch.float32)
     P = torch.empty_like(G)
     Ck = bt_layout(C)
     grid, tile = _launch_args(dout, d, g, n, summary)
     f = flags(None, z, delta_bias, softplus, C, C, seq_idx)
-    _adjoint_summary_kernel[(*grid, S - 1)](
+    _adjoint_summary_kernel[(*grid, M)](
         delta.contiguous(), A.contiguous(), Ck,  # inputs
         z.contiguous() if z is not None else A,  # optional inputs (unread where absent)
         delta_bias if delta_bias is not None else A,
         seq_idx if seq_idx is not None else A,
         dout.contiguous(),
         G, P,  # outputs
-        l, d, d // g, g, seg_len, S - 1,  # length, channels, per group, groups, segment, S − 1
+        l, d, d // g, g, seg_len // k, M, k,  # length, channels, per group, groups, a piece,
+                                              # M, the first piece
         *_strides(Ck),  # strides of the transposed C (b, g, l); zeros if fixed
         HAS_Z=f["HAS_Z"], HAS_BIAS=f["HAS_BIAS"], SOFTPLUS=f["SOFTPLUS"], VAR_C=f["VAR_C"],
         HAS_SEQ=f["HAS_SEQ"], **tile)
-    if dlast is not None:  # fold the last state's gradient into the last segment
+    if dlast is not None:  # fold the last state's gradient into the last piece
         G[..., -1] += P[..., -1] * dlast
-    Gs = scan_single_block(P.view(-1, S - 1), G.view(-1, S - 1), reverse=True)
-    carries[:S - 1] = Gs.view(b, d, n, S - 1).permute(3, 0, 1, 2)  # g at segment s + 1's start
+    Gs = scan_single_block(P.view(-1, M), G.view(-1, M), reverse=True)  # g at each piece's start
+    firsts = Gs.view(b, d, n, M)[..., ::k]  # g at the first step of segments 1 … S − 1
+    carries[:S - 1] = firsts.permute(3, 0, 1, 2)
     return carries

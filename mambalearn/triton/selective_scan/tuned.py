@@ -24,7 +24,12 @@ from mambalearn.triton.selective_scan import backward_state_outer as state_outer
 from mambalearn.triton.selective_scan import forward as scan
 from mambalearn.triton.selective_scan import forward_recurrent as recurrent
 from mambalearn.triton.selective_scan import segments
-from mambalearn.triton.selective_scan.config import Config, default_config, segment_plan
+from mambalearn.triton.selective_scan.config import (
+    Config,
+    default_config,
+    segment_plan,
+    summary_split,
+)
 from mambalearn.triton.selective_scan.gradients import GradBuffers
 from mambalearn.triton.selective_scan.interface import Kernels, bc_layout, run
 
@@ -42,8 +47,10 @@ def forward(u, delta, A, B, C, D, z, delta_bias, softplus, seq_idx, initial_stat
                               u.device)
     starts = None
     if S > 1 or initial_state is not None:
+        k = summary_split(S, seg_len, b * g * triton.cdiv(d // g, config.summary.block_d),
+                          config.summary, u.device)
         starts = segments.forward_starts(u, delta, A, B, delta_bias, softplus, seq_idx,
-                                         initial_state, shape, S, seg_len, config.summary)
+                                         initial_state, shape, S, seg_len, k, config.summary)
     kernel = recurrent if fc.layout == "recurrent" else scan
     return kernel.forward(u, delta, A, B, C, D, z, delta_bias, softplus, seq_idx, starts,
                           seg_len, shape, config)
@@ -63,8 +70,10 @@ def backward(dout, dlast, u, delta, A, B, C, D, z, delta_bias, softplus, seq_idx
         programs = b * g * triton.cdiv(d // g, bc.block_d)  # a segment's
         S, seg_len = segment_plan(config.segments, programs, bc.per_sm, l,
                                   config.segment_unit, u.device)
+    k = summary_split(S, seg_len, b * g * triton.cdiv(d // g, config.summary.block_d),
+                      config.summary, u.device)
     carries = segments.adjoint_carries(dout, delta, A, C, z, delta_bias, softplus, seq_idx,
-                                       dlast, shape, S, seg_len, config.summary)
+                                       dlast, shape, S, seg_len, k, config.summary)
     Bk, Ck = bc_layout(B, upcast=True), bc_layout(C, upcast=True)  # fp32 (b, g, n, l) or (d, n)
     bufs = GradBuffers.allocate(u, delta, z, Bk, Ck, carries, n)
     kernel = state_outer if bc.layout == "state-outer" else sub_block
