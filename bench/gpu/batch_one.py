@@ -1,0 +1,259 @@
+"""Device script: the batch sweep at fixed tokens — Mamba-1 (cut into segments) and the decode step.
+
+    PYTHONUNBUFFERED=1 python3 -m bench.gpu.batch_one [--limit S] [--sections m1,variants,step]
+    python3 -m bench.gpu.batch_one --cpu-smoke     # the control flow, tiny, on a CPU
+
+Every ratio is measured the project's way (`mambalearn.timing.compare`): both kernels in this
+process, each warmed ≥ 1 s, then 5 interleaved rounds, the median of the per-round ratios (and
+their spread). mamba_ssm's CUDA selective scan is built from ``.mamba_ref`` in the background at
+the start (about 130 s); its Triton decode step is imported from the same source tree.
+
+Sections:
+  m1        b·l = 32 768 and 262 144 tokens, b ∈ {1, 2, 4, 8, 16, 64}, d2048, n16 and n64, bf16
+            u/Δ/z/B/C, fp32 A/D/bias, z, D, softplus: ours (default plan) vs CUDA, fwd and fwd+bwd,
+            with the segments each launch used, the exp floor of one pass and the output error
+  variants  b1 l32768 n16 / n64 forward: segments 1 … 32, the recurrent forward with prefetch
+  step      decode step b1 and b64 h80 p64 n128 fp32 state, 20 calls replayed in a CUDA graph:
+            a sweep of (BLOCK_P, warps, evict-first), then the default and the best against
+            mamba_ssm's selective_state_update, interleaved
+JSON rows go to $OUT/batch_one.json; a short table is printed last.
+"""
+
+import argparse
+import json
+import os
+import sys
+import time
+import traceback
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+sys.path.insert(0, ROOT)
+
+import torch  # noqa: E402
+
+OUT = os.environ.get("OUT", "/tmp/out")
+T0 = time.time()
+ROWS = []
+EXP_RATE = 132 * 16 * 1.98e9  # exp2 per second on an H200 (SMs × MUFU lanes × clock)
+
+
+def log(*a):
+    print(f"[{time.time() - T0:6.1f}s]", *a, flush=True)
+
+
+def keep(**row):
+    ROWS.append(row)
+    log(" ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in row.items()))
+    json.dump(dict(meta=meta(), rows=ROWS), open(os.path.join(OUT, "batch_one.json"), "w"),
+              indent=1)
+
+
+def meta():
+    import triton
+    dev = torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu"
+    return dict(device=dev, date=time.strftime("%Y-%m-%d"), torch=torch.__version__,
+                triton=triton.__version__, command="python3 -m bench.gpu.batch_one "
+                + " ".join(sys.argv[1:]), commit=os.environ.get("MAMBALEARN_COMMIT", "?"),
+                peers={"mamba_ssm": "2.3.2.post1 (CUDA selective scan built for sm_90; Triton "
+                       "selective_state_update)"},
+                method="timing.compare: warm ≥ 1 s each, 5 interleaved rounds, median ratio")
+
+
+def rel(a, b):
+    a, b = a.double(), b.double()
+    return ((a - b).norm() / b.norm()).item()
+
+
+def plan_of(x, n, d, l, b):
+    """The segments the default forward and backward use at this shape."""
+    import triton
+
+    from mambalearn.triton.selective_scan import config as cfgs
+    cfg = cfgs.default_config(n, "cuda", l)
+    f, k = cfg.forward, cfg.backward
+    fw = cfgs.segment_plan(cfg.segments, b * triton.cdiv(d, f.block_d), f.per_sm, l,
+                           cfg.segment_unit, "cuda")[0]
+    bw = cfgs.segment_plan(cfg.segments, b * triton.cdiv(d, k.block_d), k.per_sm, l,
+                           cfg.segment_unit, "cuda")[0] if k.layout == "state-outer" else 1
+    return fw, bw
+
+
+def m1(args, peer, deadline):
+    from mambalearn.bench.selective_scan import fwd_bwd, inputs
+    from mambalearn.timing import compare
+    from mambalearn.triton.selective_scan import selective_scan_fn as ours
+    d = 2048 if args.gpu else 8
+    tokens = (32768, 262144) if args.gpu else (64,)
+    batches = (1, 2, 4, 8, 16, 64) if args.gpu else (1, 2)
+    for n in ((16, 64) if args.gpu else (4,)):
+        for tok in tokens:
+            for b in batches:
+                if time.time() > deadline:
+                    log("m1: time limit")
+                    return
+                l = tok // b
+                dev = torch.device("cuda" if args.gpu else "cpu")
+                x = inputs(b, d, n, l, dev, dtype=torch.bfloat16 if args.gpu else torch.float32)
+                fns = {"ours fwd": lambda: ours(**x, delta_softplus=True),
+                       "ours fwd+bwd": fwd_bwd(ours, x)}
+                if peer is not None:
+                    fns["cuda fwd"] = lambda: peer(**x, delta_softplus=True)
+                    fns["cuda fwd+bwd"] = fwd_bwd(peer, x)
+                with torch.no_grad():
+                    err = rel(ours(**x, delta_softplus=True), peer(**x, delta_softplus=True)) \
+                        if peer is not None else None
+                c = compare(fns, warm_s=1.0 if args.gpu else 0.0, rounds=5 if args.gpu else 1,
+                            rep=50)
+                fw, bw = plan_of(x, n, d, l, b)
+                floor = b * d * n * l / EXP_RATE * 1e3
+                for work in ("fwd", "fwd+bwd"):
+                    row = dict(topic="m1", n=n, tokens=tok, b=b, l=l, work=work,
+                               ours_ms=c.ms(f"ours {work}"), segments=fw if work == "fwd" else
+                               f"{fw}/{bw}", exp_floor_ms=floor * (1 if work == "fwd" else 2))
+                    if peer is not None:
+                        r, spread = c.ratio(f"ours {work}", f"cuda {work}")
+                        row.update(cuda_ms=c.ms(f"cuda {work}"), ratio=r, spread=spread)
+                    if work == "fwd":
+                        row["out_err_vs_cuda"] = err
+                    keep(**row)
+                del x, fns
+                if args.gpu:
+                    torch.cuda.empty_cache()
+
+
+def variants(args, peer, deadline):
+    """b1 l32768: the forward with each segment count, and the recurrent forward."""
+    import dataclasses
+
+    from mambalearn.bench.selective_scan import inputs
+    from mambalearn.timing import compare
+    from mambalearn.triton.selective_scan import config as cfgs
+    from mambalearn.triton.selective_scan import selective_scan_fn as ours
+    d, l = (2048, 32768) if args.gpu else (8, 128)
+    for n in ((16, 64) if args.gpu else (4,)):
+        if time.time() > deadline:
+            return
+        dev = torch.device("cuda" if args.gpu else "cpu")
+        x = inputs(1, d, n, l, dev, dtype=torch.bfloat16 if args.gpu else torch.float32)
+        base = cfgs.default_config(n, dev, l)
+        rec = dataclasses.replace(cfgs.FORWARD_RECURRENT, prefetch=True)
+        cands = {f"S={s}": base.replace(segments=s) for s in (1, 2, 4, 8, 16, 32)}
+        cands["default"] = base
+        cands.update({f"recurrent prefetch S={s}": base.replace(forward=rec, segments=s)
+                      for s in (16, 32, 64)})
+        cands["S=8 split 1"] = base.replace(segments=8, summary=dict(split=1))
+        fns = {k: (lambda c=c: ours(**x, delta_softplus=True, config=c)) for k, c in
+               cands.items()}
+        want = peer(**x, delta_softplus=True) if peer is not None else None
+        if peer is not None:
+            fns["cuda"] = lambda: peer(**x, delta_softplus=True)
+        with torch.no_grad():
+            errs = {k: rel(f(), want) if want is not None else None for k, f in fns.items()}
+            c = compare(fns, warm_s=1.0 if args.gpu else 0.0, rounds=5 if args.gpu else 1,
+                        rep=50)
+        for k in fns:
+            row = dict(topic="m1 variants b1 fwd", n=n, l=l, variant=k, ms=c.ms(k),
+                       out_err_vs_cuda=errs[k])
+            if peer is not None:
+                row["ratio"], row["spread"] = c.ratio(k, "cuda")
+            keep(**row)
+
+
+def step(args, deadline):
+    """The decode step: a tile sweep, then default and best against mamba_ssm, interleaved."""
+    from mambalearn import inference
+    from mambalearn.bench import step as bstep
+    from mambalearn.timing import compare
+    from mambalearn.triton.step import selective_state_update as ours
+    theirs = bstep.load_mamba_ssm_step() if args.gpu else None
+    shapes = [(1, 80, 64, 128), (64, 80, 64, 128)] if args.gpu else [(1, 2, 4, 8)]
+    for b, h, p, n in shapes:
+        dev = "cuda" if args.gpu else "cpu"
+        inp = bstep.mamba2_step_inputs(b, h, p, n, torch.float32, device=dev)
+        a = {k: v for k, v in inp.items() if k != "state"}
+        want = inference.decode_step(inp["state"].double(), *(a[k].double() for k in (
+            "x", "dt", "A", "B", "C", "D")), None, a["dt_bias"].double(), True)
+
+        def fn_for(tune, theirs_fn=None):
+            s = inp["state"].clone()
+            f = (lambda: theirs_fn(s, **a)) if theirs_fn else (lambda: ours(s, **a, **tune))
+            return f
+
+        def graph(f):
+            if not args.gpu:
+                return f
+            f()
+            torch.cuda.synchronize()
+            g = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(g):
+                for _ in range(20):
+                    f()
+            return g.replay
+
+        out = ours(inp["state"].clone(), **a)
+        keep(topic="step correct", b=b, err=rel(out, want))
+        sweep = {}
+        for bp in (2, 4, 8, 16, 32, 64):
+            for nw in (1, 2, 4, 8):
+                for stream in (False, True):
+                    if time.time() > deadline or bp * n // (32 * nw) < 1:
+                        continue
+                    tune = dict(block_p=bp, num_warps=nw, stream=stream)
+                    try:
+                        g = graph(fn_for(tune))
+                        sweep[(bp, nw, stream)] = bstep_ms(g, args) / 20
+                    except Exception as e:  # noqa: BLE001 - a tile that fails to build
+                        log("tile", tune, type(e).__name__, str(e)[:80])
+        best = sorted(sweep, key=sweep.get)[:3]
+        for k in best:
+            keep(topic="step sweep", b=b, block_p=k[0], warps=k[1], stream=k[2], ms=sweep[k])
+        fns = {"default": graph(fn_for({}))}
+        for k in best:
+            fns[f"{k[0]}x{k[1]}{' evict' if k[2] else ''}"] = graph(fn_for(
+                dict(block_p=k[0], num_warps=k[1], stream=k[2])))
+        if theirs is not None:
+            fns["mamba_ssm"] = graph(fn_for({}, theirs))
+        c = compare(fns, warm_s=1.0 if args.gpu else 0.0, rounds=5 if args.gpu else 1, rep=50)
+        for k in fns:
+            row = dict(topic="step graph x20", b=b, tile=k, us_per_call=c.ms(k) / 20 * 1e3,
+                       floor_us=bstep.floor_ms(b, h, p, n, torch.float32) * 1e3)
+            if theirs is not None:
+                row["ratio"], row["spread"] = c.ratio(k, "mamba_ssm")
+            keep(**row)
+
+
+def bstep_ms(fn, args):
+    from mambalearn.timing import time_ms
+    return time_ms(fn, warmup=5, rep=20 if args.gpu else 1)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--limit", type=float, default=400)
+    ap.add_argument("--sections", default="m1,variants,step")
+    ap.add_argument("--cpu-smoke", action="store_true")
+    args = ap.parse_args()
+    args.gpu = not args.cpu_smoke
+    os.makedirs(OUT, exist_ok=True)
+    deadline = T0 + args.limit
+    peer = None
+    if args.gpu:
+        from bench.gpu.selective_scan import start_build, wait_peer
+        start_build()
+    for name in args.sections.split(","):
+        try:
+            if name == "step":
+                step(args, deadline)
+                continue
+            if args.gpu and peer is None:
+                peer = wait_peer(min(deadline, time.time() + 200))
+                log("mamba_ssm CUDA:", "ready" if peer else "not built")
+            {"m1": m1, "variants": variants}[name](args, peer, deadline)
+        except Exception:  # noqa: BLE001 - report, then the next section
+            traceback.print_exc()
+    print("\n" + "\n".join(" | ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
+                                     for k, v in r.items()) for r in ROWS))
+
+
+if __name__ == "__main__":
+    main()
