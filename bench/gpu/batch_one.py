@@ -94,10 +94,10 @@ def m1(args, peer, deadline):
                 l = tok // b
                 dev = torch.device("cuda" if args.gpu else "cpu")
                 x = inputs(b, d, n, l, dev, dtype=torch.bfloat16 if args.gpu else torch.float32)
-                fns = {"ours fwd": lambda: ours(**x, delta_softplus=True),
+                fns = {"ours fwd": lambda x=x: ours(**x, delta_softplus=True),
                        "ours fwd+bwd": fwd_bwd(ours, x)}
                 if peer is not None:
-                    fns["cuda fwd"] = lambda: peer(**x, delta_softplus=True)
+                    fns["cuda fwd"] = lambda x=x: peer(**x, delta_softplus=True)
                     fns["cuda fwd+bwd"] = fwd_bwd(peer, x)
                 with torch.no_grad():
                     err = rel(ours(**x, delta_softplus=True), peer(**x, delta_softplus=True)) \
@@ -116,7 +116,7 @@ def m1(args, peer, deadline):
                     if work == "fwd":
                         row["out_err_vs_cuda"] = err
                     keep(**row)
-                del x, fns
+                x = fns = None  # free the inputs before the next shape
                 if args.gpu:
                     torch.cuda.empty_cache()
 
@@ -142,11 +142,11 @@ def variants(args, peer, deadline):
         cands.update({f"recurrent prefetch S={s}": base.replace(forward=rec, segments=s)
                       for s in (16, 32, 64)})
         cands["S=8 split 1"] = base.replace(segments=8, summary=dict(split=1))
-        fns = {k: (lambda c=c: ours(**x, delta_softplus=True, config=c)) for k, c in
+        fns = {k: (lambda c=c, x=x: ours(**x, delta_softplus=True, config=c)) for k, c in
                cands.items()}
         want = peer(**x, delta_softplus=True) if peer is not None else None
         if peer is not None:
-            fns["cuda"] = lambda: peer(**x, delta_softplus=True)
+            fns["cuda"] = lambda x=x: peer(**x, delta_softplus=True)
         with torch.no_grad():
             errs = {k: rel(f(), want) if want is not None else None for k, f in fns.items()}
             c = compare(fns, warm_s=1.0 if args.gpu else 0.0, rounds=5 if args.gpu else 1,
@@ -174,7 +174,7 @@ def step(args, deadline):
         want = inference.decode_step(inp["state"].double(), *(a[k].double() for k in (
             "x", "dt", "A", "B", "C", "D")), None, a["dt_bias"].double(), True)
 
-        def fn_for(tune, theirs_fn=None):
+        def fn_for(tune, theirs_fn=None, inp=inp, a=a):
             s = inp["state"].clone()
             f = (lambda: theirs_fn(s, **a)) if theirs_fn else (lambda: ours(s, **a, **tune))
             return f
