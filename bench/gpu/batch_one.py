@@ -239,7 +239,8 @@ def main():
     peer = None
     if args.gpu:
         from bench.gpu.selective_scan import start_build, wait_peer
-        start_build()
+        if not os.path.exists("/tmp/ssbuild"):  # (unless a build is already under way)
+            start_build()
     for name in args.sections.split(","):
         try:
             if name == "step":
