@@ -69,8 +69,11 @@ def check(cfg, x, h0=None, seq_idx=None):
 
 
 def seg_config(n, segments, forward=None, chunk=16):
-    cfg = default_config(n, DEV).replace(chunk=chunk, segments=segments, backward=STATE_OUTER)
-    return cfg.replace(forward=forward) if forward else cfg
+    """The default config with ``segments`` and the state-outer backward, at a small chunk (the
+    forward's tile no longer than it)."""
+    cfg = default_config(n, DEV)
+    fwd = forward or dict(block_l=min(chunk, cfg.forward.block_l))
+    return cfg.replace(chunk=chunk, segments=segments, backward=STATE_OUTER, forward=fwd)
 
 
 @pytest.mark.parametrize("forward", [None, RECURRENT], ids=["scan", "recurrent"])
@@ -100,6 +103,11 @@ def test_segments_large_n_runtime_state_loop():
     x = make(2, 2, 70, 17, ("shared", "grouped"), bias=False)
     check(seg_config(17, 3, chunk=32).replace(backward=cfgs.Backward(
         "state-outer", block_d=1, num_warps=1)), x)
+
+
+def test_default_plan_cuts_only_where_it_pays():
+    # ⌊slots / programs⌋: a launch that fills half the GPU or more is not cut
+    assert cfgs.segment_plan(None, 256, 2, 4096, 64, "cpu")[0] == 1
 
 
 def test_segment_plan():

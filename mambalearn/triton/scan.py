@@ -173,8 +173,7 @@ def scan_single_block(a, b, reverse=False):
     if a2.shape[0] == 0:
         return h.view(shape)
     BLOCK_L = triton.next_power_of_2(l)
-    # (a warp holds 32 steps: short rows, e.g. the segment summaries of chapter 09, take one)
-    num_warps = 1 if BLOCK_L <= 32 else 4 if BLOCK_L <= 1024 else 8 if BLOCK_L <= 4096 else 16
+    num_warps = 4 if BLOCK_L <= 1024 else 8 if BLOCK_L <= 4096 else 16
     _scan_single_block_kernel[(a2.shape[0],)](
         a2, b2, h, l, *_strides(a2, b2, h),
         BLOCK_L=BLOCK_L, REVERSE=bool(reverse), num_warps=num_warps)

@@ -336,9 +336,9 @@ def _bwd_kernel(
 
 
 def launch(dout, u, delta, A, Bk, Ck, D, z, delta_bias, softplus, seq_idx, states, bufs,
-           shape, config, B, C, seg_len=None):
+           shape, config, B, C, plan=None):
     """Launch the sub-block backward into ``bufs`` (`GradBuffers` with one segment: this kernel
-    walks the whole sequence, ``seg_len`` is not used); Bk, Ck: kernel layouts."""
+    walks the whole sequence, ``plan`` is not used); Bk, Ck: kernel layouts."""
     if bufs.gbuf.shape[0] != 1:
         raise ValueError("the sub-block backward runs one segment (its sequence is not cut)")
     b, d, l, n, g = shape

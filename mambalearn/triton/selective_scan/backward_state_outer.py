@@ -23,6 +23,7 @@ from mambalearn.triton.selective_scan.interface import bc_strides, flags
 from mambalearn.triton.selective_scan.tile import (
     LOG2E,
     column,
+    fold_adjoints,
     ld,
     load_bc,
     load_delta,
@@ -100,13 +101,15 @@ def _bwd_so_kernel(
     u_ptr, delta_ptr, A_ptr, B_ptr, C_ptr, D_ptr, z_ptr, bias_ptr, seq_ptr, dout_ptr,
     states_ptr,  # (b, d, c, n) fp32: the state entering each chunk (from the forward)
     gbuf_ptr,  # (S, b, d, n) fp32: the adjoint leaving the later chunk, per state and segment
-               # (in: g at the first step after the segment, or the last state's gradient)
+               # (in: the last state's gradient in slot S − 1, the others folded here)
+    G_ptr, P_ptr,  # (M, b, d, n) fp32: the adjoint summaries of the pieces after segment 0
     du_ptr, ddelta_ptr, dz_ptr,  # (b, d, l) gradients
     dB_ptr, dC_ptr,  # (b, g, n, l) fp32 zeroed, if B / C vary with time
     dA_ptr, dBf_ptr, dCf_ptr, dD_ptr, dbias_ptr,  # fp32 sums per segment and batch row:
                                                   # (S·b, d, n) ×3, (S·b, d) ×2
     l, d, dpg, g,  # length, channels, channels per group, groups
-    seg_len, bd,  # steps a segment (a multiple of BLOCK_L; l if one), b·d (a segment's rows)
+    seg_len, bd, k, M,  # steps a segment (l if one), b·d (a segment's rows), pieces a segment,
+                        # all pieces
     stride_Bb, stride_Bg, stride_Bn,  # B: (b, g, n, l) or fixed (d, n); 0 if absent
     stride_Cb, stride_Cg, stride_Cn,  # C: likewise
     stride_dBb, stride_dBg, stride_dBn,  # the time-varying dB buffer
@@ -117,6 +120,7 @@ def _bwd_so_kernel(
     VAR_B: tl.constexpr, VAR_C: tl.constexpr, HAS_SEQ: tl.constexpr,
     EVEN_L: tl.constexpr, EVEN_D: tl.constexpr,  # the tile divides l / dpg: no masks there
     REV_LOADS: tl.constexpr,  # adjoint inputs loaded time-reversed: 1 flip, not 3
+    FOLD: tl.constexpr,  # S > 1: the segments before the last fold their adjoint carry
 ):
     EVEN: tl.constexpr = EVEN_L and EVEN_D
     pid_bg, pid_d, pid_s = tl.program_id(0), tl.program_id(1), tl.program_id(2)
@@ -141,6 +145,14 @@ def _bwd_so_kernel(
     dCf_acc = tl.zeros((BLOCK_D, BLOCK_L), dtype=tl.float32)  # fixed C only
     dD_acc = tl.zeros((BLOCK_D,), dtype=tl.float32)
     dbias_acc = tl.zeros((BLOCK_D,), dtype=tl.float32)
+    if FOLD:
+        if pid_s < tl.num_programs(2) - 1:  # g at the first step after this segment: the
+            # pieces after it, folded with ⊗ from the right (column n = state n)
+            n_tile = d_mask[:, None] & (cols[None, :] < N)
+            at = bd_row[:, None] * N + cols[None, :]
+            g_in = fold_adjoints(G_ptr, P_ptr, at, n_tile, pid_s * k, M, bd * N)
+            tl.store(g_c[:, None] + cols[None, :], g_in, mask=n_tile)
+            tl.debug_barrier()  # the chunk loop reads these per state, across threads
     Bv_ptr = B_ptr + bi * stride_Bb + gi * stride_Bg
     Cv_ptr = C_ptr + bi * stride_Cb + gi * stride_Cg
     dBv_ptr = dB_ptr + bi * stride_dBb + gi * stride_dBg
@@ -235,10 +247,12 @@ def _bwd_so_kernel(
 
 
 def launch(dout, u, delta, A, Bk, Ck, D, z, delta_bias, softplus, seq_idx, states, bufs,
-           shape, config, B, C, seg_len):
+           shape, config, B, C, plan):
     """Launch the state-outer backward into ``bufs`` (`GradBuffers`, one slot per segment of
-    ``seg_len`` steps); Bk, Ck: kernel layouts."""
+    ``plan`` = (S, seg_len, k, G, P), G and P the adjoint summaries or None); Bk, Ck: kernel
+    layouts."""
     b, d, l, n, g = shape
+    S, seg_len, k, G, P = plan
     bc, interp = config.backward, device.interpreted()
     even_l, even_d = cfgs.even_flags(bc.even, l, d // g, config.chunk, bc.block_d)
     sB, sC = bc_strides(Bk), bc_strides(Ck)
@@ -250,16 +264,17 @@ def launch(dout, u, delta, A, Bk, Ck, D, z, delta_bias, softplus, seq_idx, state
         delta_bias if delta_bias is not None else A,
         seq_idx if seq_idx is not None else A,
         dout, states, bufs.gbuf,  # upstream gradient, stored states, adjoint carry
+        G if G is not None else bufs.gbuf, P if P is not None else bufs.gbuf,  # summaries
         bufs.du, bufs.ddelta, bufs.dz if z is not None else A,  # (b, d, l) gradients
         bufs.dB, bufs.dC,  # time-varying dB / dC (atomic adds)
         bufs.dA_rows, bufs.dBf_rows, bufs.dCf_rows, bufs.dD_rows, bufs.dbias_rows,  # row sums
         l, d, d // g, g,  # length, channels, channels per group, groups
-        seg_len, b * d,  # steps a segment, a segment's rows of the sums
+        seg_len, b * d, k, (S - 1) * k,  # steps a segment, its rows, pieces a segment, all
         sB.b, sB.g, sB.n,  # strides of B (zeros if fixed (d, n): contiguous)
         sC.b, sC.g, sC.n,  # strides of C
         sdB.b, sdB.g, sdB.n,  # strides of the dB buffer
         sdC.b, sdC.g, sdC.n,  # strides of the dC buffer
         N=n, BLOCK_D=bc.block_d, BLOCK_L=config.chunk,
         **flags(D, z, delta_bias, softplus, B, C, seq_idx),  # HAS_D … HAS_SEQ
-        EVEN_L=even_l, EVEN_D=even_d, REV_LOADS=bc.rev_loads,
+        EVEN_L=even_l, EVEN_D=even_d, REV_LOADS=bc.rev_loads, FOLD=S > 1,
         num_warps=bc.num_warps, **cfgs.compile_options(bc.maxnreg, interp))

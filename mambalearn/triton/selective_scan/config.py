@@ -182,15 +182,15 @@ def sm_count(device):
 
 def segment_plan(segments, programs, per_sm, l, unit, device):
     """(S, steps a segment): how a sequence of l steps is cut for a launch of ``programs``
-    programs a segment. ``segments`` None: while the programs fill the GPU's slots (SMs ×
-    ``per_sm``) one segment; else as many as fill them, each at least MIN_SEGMENT steps; an
-    int: that many. A segment is a whole number of ``unit`` steps (`Config.segment_unit`);
-    the last may be shorter."""
+    programs a segment. ``segments`` None: ⌊slots / programs⌋ segments (slots: SMs ×
+    ``per_sm``), each at least MIN_SEGMENT steps — one while the programs fill at least half
+    the GPU; an int: that many. A segment is a whole number of ``unit`` steps
+    (`Config.segment_unit`); the last may be shorter."""
     units = -(-l // unit)
-    if segments is None:
+    if segments is None:  # (a cut pays for the summaries: only where it at least doubles the
+        # programs in flight)
         slots = sm_count(device) * per_sm
-        want = 1 if programs >= slots else -(-slots // programs)
-        segments = max(1, min(want, l // MIN_SEGMENT))
+        segments = max(1, min(slots // max(programs, 1), l // MIN_SEGMENT))
     seg_len = -(-units // min(segments, units)) * unit
     return -(-l // seg_len), seg_len
 

@@ -9,8 +9,8 @@ Shapes: `GradBuffers` holds du, ddelta, dz (b, d, l) in the inputs' dtypes; dB, 
 kernel layout (b, g, n, l) if they vary with time (atomic adds over channel tiles); per-batch-row
 sums dA, fixed dB/dC (S·b, d, n) and dD, dbias (S·b, d) fp32 (each program owns its rows of its
 segment: no atomics, added over segments and b in `finish`); gbuf (S, b, d, n) fp32, the adjoint
-carried between chunks, one slot per segment: it starts as the adjoint that enters the segment
-from the right (`segments.adjoint_carries`; one segment: the last state's gradient, or zeros) and
+carried between chunks, one slot per segment: the last segment's starts as the last state's
+gradient (zeros if none), the others are folded from the adjoint summaries by the kernel, and
 slot 0 ends as g_0, the adjoint at step 0.
 """
 
@@ -41,13 +41,15 @@ class GradBuffers:
     gbuf: torch.Tensor
 
     @classmethod
-    def allocate(cls, u, delta, z, Bk, Ck, carries, n):
-        """Zeroed sums, one set per segment; gbuf = ``carries`` (S, b, d, n) fp32, the adjoint
-        entering each segment from the right (`segments.adjoint_carries`)."""
+    def allocate(cls, u, delta, z, Bk, Ck, dlast, n, S=1):
+        """Zeroed sums, one set per segment of S; gbuf (S, b, d, n): the last state's gradient
+        ``dlast`` (or zeros) in slot S − 1, zeros elsewhere (the kernel folds those)."""
         b, d = u.shape[0], u.shape[1]
-        S = carries.shape[0]
         f32 = dict(device=u.device, dtype=torch.float32)
         zeros_if = lambda var, shape: torch.zeros(shape if var else (1,), **f32)
+        gbuf = torch.zeros((S, b, d, n), **f32)
+        if dlast is not None:
+            gbuf[S - 1] = dlast
         return cls(du=torch.empty_like(u), ddelta=torch.empty_like(delta),
                    dz=torch.empty_like(z) if z is not None else None,
                    dB=zeros_if(Bk.ndim == 4, Bk.shape), dC=zeros_if(Ck.ndim == 4, Ck.shape),
@@ -55,7 +57,7 @@ class GradBuffers:
                    dBf_rows=zeros_if(Bk.ndim == 2, (S * b, d, n)),
                    dCf_rows=zeros_if(Ck.ndim == 2, (S * b, d, n)),
                    dD_rows=torch.zeros((S * b, d), **f32),
-                   dbias_rows=torch.zeros((S * b, d), **f32), gbuf=carries)
+                   dbias_rows=torch.zeros((S * b, d), **f32), gbuf=gbuf)
 
     def strides(self, X, var):
         """Strides of a time-varying dB/dC buffer (b, g, n, l); zeros for a stand-in."""

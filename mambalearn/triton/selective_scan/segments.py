@@ -1,5 +1,5 @@
 """A sequence cut into segments that run side by side (chapter 09's last step): the summaries and
-the carry pass of chapters 06, 08 and 14, inside one GPU.
+the carry of chapters 06 and 14, inside one GPU.
 
 At batch one the tuned kernels have too few programs to fill the GPU: they are parallel over
 (batch, channels) and walk the whole sequence. Cut it into S segments of whole chunks instead:
@@ -13,32 +13,28 @@ At batch one the tuned kernels have too few programs to fill the GPU: they are p
                                                G_s = the adjoint at its first step s0 from g = 0
                                                (g_t = C_t dy_t + Ā_{t+1} g_{t+1}, dy = dout·silu(z))
 
-2. carry: the state entering every segment is an exclusive ⊗-scan of the summaries along the
-   segments — chapter 08's `scan_single_block`, one row of pairs per (b, d, n) —
-3. finish: the forward and backward kernels run every segment at once from its carried start.
+2. carry and finish: each program of the forward and backward kernels folds the summaries before
+   (after) its segment with ⊗ — `tile.fold_summaries`, chapter 14's ring pass, a few dozen
+   multiply-adds at most — and then runs its segment from that state.
 
 The summaries may be finer than the segments (each summarised segment cut into k pieces,
 `config.summary_split`): their one-warp programs need more of them to fill the GPU than the
-finishing kernels do, and the carry scan then simply runs over (S − 1)·k pairs, the finish
-reading every k-th result.
-
-Each Ā is then computed twice in every segment but the last (its summary and its finish): the
-price of filling the machine. A packed sequence starting inside a segment zeroes its P (the
-kernels' Ā_t = 0 at a start).
+finishing kernels do; the fold then runs over the pieces. Each Ā is computed twice in every
+segment but the last (its summary and its finish): the price of filling the machine. A packed
+sequence starting inside a segment zeroes its P (the kernels' Ā_t = 0 at a start).
 
 The summary kernels use the recurrent layout (``forward_recurrent``): one channel a thread, all
-its n states in registers, step by step — per (step, state) one exp2 and three multiply-adds.
+its n states in registers, step by step — per (step, state) one exp2 and three multiply-adds —
+with the next tile's inputs and the next step's B (C) row loaded ahead.
 
 Shapes: u, delta, z, dout (b, d, l); A (d, n) fp32; B, C fp32 (b, g, l, n) (the recurrent
-layout) or fixed (d, n); summaries (b, d, n, M) fp32, M = (S − 1)·k; starts and adjoint carries
-(S, b, d, n) fp32.
+layout) or fixed (d, n); summaries (M, b, d, n) fp32, M = (S − 1)·k.
 """
 
 import torch
 import triton
 import triton.language as tl
 
-from mambalearn.triton.scan import scan_single_block  # chapter 08: the carry is a ⊗-scan
 from mambalearn.triton.selective_scan.forward_recurrent import bt_layout
 from mambalearn.triton.selective_scan.interface import flags
 from mambalearn.triton.selective_scan.tile import LOG2E, column, ld, load_step, seq_start, softplus
@@ -62,8 +58,8 @@ def _channels(pid_bg, pid_d, d, dpg, g, BLOCK_D: tl.constexpr, NP: tl.constexpr,
 @triton.jit
 def _state_summary_kernel(
     u_ptr, delta_ptr, A_ptr, B_ptr, bias_ptr, seq_ptr,  # inputs: u, Δ (b, d, l); A; B
-    E_ptr, P_ptr,  # outputs (b, d, n, M) fp32: E_s and P_s of the pieces 0 … M − 1
-    l, d, dpg, g, seg_len, n_sum,  # length, channels, per group, groups, a piece's steps, M
+    E_ptr, P_ptr,  # outputs (M, b, d, n) fp32: E_s and P_s of the pieces 0 … M − 1
+    l, d, dpg, g, seg_len, bdn,  # length, channels, per group, groups, a piece's steps, b·d·n
     stride_Bb, stride_Bg, stride_Bl,  # B transposed (b, g, l, n); fixed (d, n): contiguous
     N: tl.constexpr, NP: tl.constexpr, V: tl.constexpr,  # states, padded, vector width
     BLOCK_D: tl.constexpr, BLOCK_L: tl.constexpr,  # channels (one a thread) × steps a tile
@@ -91,14 +87,19 @@ def _state_summary_kernel(
     H = tl.zeros((BLOCK_D, NP // V, V), dtype=tl.float32)  # the state from h = 0
     sum_dt = tl.zeros((BLOCK_D,), dtype=tl.float32)  # Σ Δ over the segment
     fresh = tl.zeros((BLOCK_D,), dtype=tl.float32)  # > 0 once a packed sequence starts in it
+    row = (bd_row * l)[:, None] + cols[None, :]  # (BLOCK_D, BLOCK_L) a tile's offsets at step 0
+    mask = d_mask[:, None] & (cols < BLOCK_L)[None, :]  # (time is inside l: a whole piece)
+    t_end = t_lo + seg_len
+    x_nx = ld(u_ptr + row + t_lo, mask, EVEN_D)  # the tile's inputs one tile ahead
+    dt_nx = ld(delta_ptr + row + t_lo, mask, EVEN_D)
     t0 = t_lo
-    while t0 < t_lo + seg_len:  # (`while`: triton-lang/triton#9171, see ``forward``)
+    while t0 < t_end:  # (`while`: triton-lang/triton#9171, see ``forward``)
         t0 = tl.multiple_of(t0, BLOCK_L)
         t = t0 + cols  # (BLOCK_L,)
-        offs = (bd_row * l)[:, None] + t[None, :]  # (BLOCK_D, BLOCK_L)
-        mask = d_mask[:, None] & (t < l)[None, :]
-        x = ld(u_ptr + offs, mask, EVEN_D).to(tl.float32)
-        dt = ld(delta_ptr + offs, mask, EVEN_D).to(tl.float32)
+        x, dt = x_nx.to(tl.float32), dt_nx.to(tl.float32)
+        nxt = tl.minimum(t0 + BLOCK_L, t_end - BLOCK_L)  # (the last tile reloads itself)
+        x_nx = ld(u_ptr + row + nxt, mask, EVEN_D)
+        dt_nx = ld(delta_ptr + row + nxt, mask, EVEN_D)
         if HAS_BIAS:
             dt += bias_v[:, None]
         if SOFTPLUS:
@@ -124,7 +125,7 @@ def _state_summary_kernel(
     P = tl.exp2(sum_dt[:, None, None] * A2)  # Π Ā = exp(A Σ Δ)
     if HAS_SEQ:
         P = tl.where(fresh[:, None, None] > 0, 0.0, P)  # a start forgets what came before
-    at = (bd_row[:, None, None] * N + n3) * n_sum + s  # (BLOCK_D, NP/V, V) in (b, d, n, M)
+    at = s.to(tl.int64) * bdn + bd_row[:, None, None] * N + n3  # in (M, b, d, n)
     tl.store(E_ptr + at, H, mask=n_mask)
     tl.store(P_ptr + at, P, mask=n_mask)
 
@@ -143,9 +144,9 @@ def _load_dt(delta_ptr, bias_v, offs, mask, HAS_BIAS: tl.constexpr, SOFTPLUS: tl
 @triton.jit
 def _adjoint_summary_kernel(
     delta_ptr, A_ptr, C_ptr, z_ptr, bias_ptr, seq_ptr, dout_ptr,  # inputs
-    G_ptr, P_ptr,  # outputs (b, d, n, M) fp32: G_s and P'_s of pieces first … first + M − 1
-    l, d, dpg, g, seg_len, n_sum, first,  # length, channels, per group, groups, a piece's
-                                          # steps, M, the first piece (those of segment 0 skip)
+    G_ptr, P_ptr,  # outputs (M, b, d, n) fp32: G_s and P'_s of pieces first … first + M − 1
+    l, d, dpg, g, seg_len, bdn, first,  # length, channels, per group, groups, a piece's
+                                        # steps, b·d·n, the first piece (segment 0's: none)
     stride_Cb, stride_Cg, stride_Cl,  # C transposed (b, g, l, n); fixed (d, n): contiguous
     N: tl.constexpr, NP: tl.constexpr, V: tl.constexpr,  # states, padded, vector width
     BLOCK_D: tl.constexpr, BLOCK_L: tl.constexpr,  # channels (one a thread) × steps a tile
@@ -222,7 +223,7 @@ def _adjoint_summary_kernel(
     P = tl.exp2(sum_dt[:, None, None] * A2)  # Π_{(s0, e+1]} Ā
     if HAS_SEQ:
         P = tl.where(fresh[:, None, None] > 0, 0.0, P)
-    at = (bd_row[:, None, None] * N + n3) * n_sum + j
+    at = j.to(tl.int64) * bdn + bd_row[:, None, None] * N + n3  # in (M, b, d, n)
     tl.store(G_ptr + at, G, mask=n_mask)
     tl.store(P_ptr + at, P, mask=n_mask)
 
@@ -241,19 +242,13 @@ def _strides(X):
     return (X.stride(0), X.stride(1), X.stride(2)) if X.ndim == 4 else (0, 0, 0)
 
 
-def forward_starts(u, delta, A, B, delta_bias, softplus, seq_idx, initial_state, shape, S,
-                   seg_len, k, summary):
-    """The state entering every segment, (S, b, d, n) fp32: h_{−1} (or 0) for the first, the
-    carried state for the others (summaries of the (S − 1)·k pieces of segments 0 … S − 2,
-    then an inclusive ⊗-scan over them)."""
+def forward_summaries(u, delta, A, B, delta_bias, softplus, seq_idx, initial_state, shape, S,
+                      seg_len, k, summary):
+    """(E, P) (M, b, d, n) fp32 of the M = (S − 1)·k pieces of segments 0 … S − 2, h_{−1} folded
+    into the first (E_0 ← P_0 h_{−1} + E_0): what the forward kernels fold their starts from."""
     b, d, l, n, g = shape
-    starts = torch.zeros((S, b, d, n), device=u.device, dtype=torch.float32)
-    if initial_state is not None:
-        starts[0] = initial_state
-    if S == 1:
-        return starts
     M = (S - 1) * k
-    E = torch.empty((b, d, n, M), device=u.device, dtype=torch.float32)
+    E = torch.empty((M, b, d, n), device=u.device, dtype=torch.float32)
     P = torch.empty_like(E)
     Bk = bt_layout(B)
     grid, tile = _launch_args(u, d, g, n, summary)
@@ -263,32 +258,24 @@ def forward_starts(u, delta, A, B, delta_bias, softplus, seq_idx, initial_state,
         delta_bias if delta_bias is not None else A,  # optional inputs (unread where absent)
         seq_idx if seq_idx is not None else A,
         E, P,  # outputs
-        l, d, d // g, g, seg_len // k, M,  # length, channels, per group, groups, a piece, M
+        l, d, d // g, g, seg_len // k, b * d * n,  # length, channels, per group, groups, a
+                                                   # piece's steps, a piece's slot
         *_strides(Bk),  # strides of the transposed B (b, g, l); zeros if fixed
         HAS_BIAS=f["HAS_BIAS"], SOFTPLUS=f["SOFTPLUS"], VAR_B=f["VAR_B"],
         HAS_SEQ=f["HAS_SEQ"], **tile)
-    if initial_state is not None:  # fold h_{−1} into piece 0: P_0 h_{−1} + E_0
-        E[..., 0] += P[..., 0] * initial_state
-    H = scan_single_block(P.view(-1, M), E.view(-1, M))  # (b·d·n, M): state leaving each piece
-    ends = H.view(b, d, n, M)[..., k - 1::k]  # leaving segments 0 … S − 2
-    starts[1:] = ends.permute(3, 0, 1, 2)  # = entering segments 1 … S − 1
-    return starts
+    if initial_state is not None:
+        E[0] += P[0] * initial_state
+    return E, P
 
 
-def adjoint_carries(dout, delta, A, C, z, delta_bias, softplus, seq_idx, dlast, shape, S,
-                    seg_len, k, summary):
-    """The adjoint carried into every segment from the right, (S, b, d, n) fp32: slot s holds
-    g at the first step of segment s + 1 (slot S − 1: the last state's gradient, or 0) —
-    what the state-outer backward reads as the later chunk's adjoint. Summaries of the
-    (S − 1)·k pieces of segments 1 … S − 1, then a reverse ⊗-scan over them."""
+def adjoint_summaries(dout, delta, A, C, z, delta_bias, softplus, seq_idx, dlast, shape, S,
+                      seg_len, k, summary):
+    """(G, P) (M, b, d, n) fp32 of the M = (S − 1)·k pieces of segments 1 … S − 1, the last
+    state's gradient folded into the last (G_{M−1} ← G_{M−1} + P_{M−1} dlast): what the
+    backward kernel folds the adjoint entering each segment from."""
     b, d, l, n, g = shape
-    carries = torch.zeros((S, b, d, n), device=dout.device, dtype=torch.float32)
-    if dlast is not None:
-        carries[S - 1] = dlast
-    if S == 1:
-        return carries
     M = (S - 1) * k
-    G = torch.empty((b, d, n, M), device=dout.device, dtype=torch.float32)
+    G = torch.empty((M, b, d, n), device=dout.device, dtype=torch.float32)
     P = torch.empty_like(G)
     Ck = bt_layout(C)
     grid, tile = _launch_args(dout, d, g, n, summary)
@@ -300,14 +287,11 @@ def adjoint_carries(dout, delta, A, C, z, delta_bias, softplus, seq_idx, dlast, 
         seq_idx if seq_idx is not None else A,
         dout.contiguous(),
         G, P,  # outputs
-        l, d, d // g, g, seg_len // k, M, k,  # length, channels, per group, groups, a piece,
-                                              # M, the first piece
+        l, d, d // g, g, seg_len // k, b * d * n, k,  # length, channels, per group, groups,
+                                                      # a piece, its slot, the first piece
         *_strides(Ck),  # strides of the transposed C (b, g, l); zeros if fixed
         HAS_Z=f["HAS_Z"], HAS_BIAS=f["HAS_BIAS"], SOFTPLUS=f["SOFTPLUS"], VAR_C=f["VAR_C"],
         HAS_SEQ=f["HAS_SEQ"], **tile)
-    if dlast is not None:  # fold the last state's gradient into the last piece
-        G[..., -1] += P[..., -1] * dlast
-    Gs = scan_single_block(P.view(-1, M), G.view(-1, M), reverse=True)  # g at each piece's start
-    firsts = Gs.view(b, d, n, M)[..., ::k]  # g at the first step of segments 1 … S − 1
-    carries[:S - 1] = firsts.permute(3, 0, 1, 2)
-    return carries
+    if dlast is not None:
+        G[-1] += P[-1] * dlast
+    return G, P

@@ -116,3 +116,31 @@ def reverse_scan(a, b):
     """
     _, g = tl.associative_scan((tl.flip(a, 1), tl.flip(b, 1)), 1, combine_fn)
     return tl.flip(g, 1)
+
+
+@triton.jit
+def fold_summaries(E_ptr, P_ptr, at, mask, count, bdn):
+    """The state entering a segment, folded from the summaries before it (chapter 14's ring pass
+    inside one GPU): H ← P_j H + E_j for j = 0 … count − 1, from H = 0. ``at``: the offsets of the
+    tile's (b, d, n) in one (b, d, n) slot of the (M, b, d, n) summaries (``bdn`` values)."""
+    H = tl.zeros(at.shape, dtype=tl.float32)
+    j = 0
+    while j < count:  # (count is small: pieces before this segment)
+        P = tl.load(P_ptr + j * bdn + at, mask=mask, other=0.0)
+        H = P * H + tl.load(E_ptr + j * bdn + at, mask=mask, other=0.0)
+        j += 1
+    return H
+
+
+@triton.jit
+def fold_adjoints(G_ptr, P_ptr, at, mask, first, count, bdn):
+    """The adjoint entering a segment from the right, folded from the summaries after it:
+    g ← G_j + P_j g for j = count − 1 down to ``first``, from g = 0 (``at``, ``bdn``: as
+    `fold_summaries`)."""
+    g = tl.zeros(at.shape, dtype=tl.float32)
+    j = count - 1
+    while j >= first:
+        g = tl.load(G_ptr + j * bdn + at, mask=mask, other=0.0) + \
+            tl.load(P_ptr + j * bdn + at, mask=mask, other=0.0) * g
+        j -= 1
+    return g

@@ -45,15 +45,15 @@ def forward(u, delta, A, B, C, D, z, delta_bias, softplus, seq_idx, initial_stat
     programs = b * g * triton.cdiv(d // g, fc.block_d)  # a segment's
     S, seg_len = segment_plan(config.segments, programs, fc.per_sm, l, config.segment_unit,
                               u.device)
-    starts = None
-    if S > 1 or initial_state is not None:
+    k, E, P = 1, None, None
+    if S > 1:
         k = summary_split(S, seg_len, b * g * triton.cdiv(d // g, config.summary.block_d),
                           config.summary, u.device)
-        starts = segments.forward_starts(u, delta, A, B, delta_bias, softplus, seq_idx,
-                                         initial_state, shape, S, seg_len, k, config.summary)
+        E, P = segments.forward_summaries(u, delta, A, B, delta_bias, softplus, seq_idx,
+                                          initial_state, shape, S, seg_len, k, config.summary)
     kernel = recurrent if fc.layout == "recurrent" else scan
-    return kernel.forward(u, delta, A, B, C, D, z, delta_bias, softplus, seq_idx, starts,
-                          seg_len, shape, config)
+    return kernel.forward(u, delta, A, B, C, D, z, delta_bias, softplus, seq_idx, initial_state,
+                          (S, seg_len, k, E, P), shape, config)
 
 
 def backward(dout, dlast, u, delta, A, B, C, D, z, delta_bias, softplus, seq_idx, states, shape,
@@ -65,20 +65,21 @@ def backward(dout, dlast, u, delta, A, B, C, D, z, delta_bias, softplus, seq_idx
     u, delta, A, dout = u.contiguous(), delta.contiguous(), A.contiguous(), dout.contiguous()
     z = z.contiguous() if z is not None else None
     bc = config.backward
-    S, seg_len = 1, l
+    S, seg_len, k, G, P = 1, l, 1, None, None
     if bc.layout == "state-outer":  # (the sub-block kernel walks the whole sequence)
         programs = b * g * triton.cdiv(d // g, bc.block_d)  # a segment's
         S, seg_len = segment_plan(config.segments, programs, bc.per_sm, l,
                                   config.segment_unit, u.device)
-    k = summary_split(S, seg_len, b * g * triton.cdiv(d // g, config.summary.block_d),
-                      config.summary, u.device)
-    carries = segments.adjoint_carries(dout, delta, A, C, z, delta_bias, softplus, seq_idx,
-                                       dlast, shape, S, seg_len, k, config.summary)
+    if S > 1:
+        k = summary_split(S, seg_len, b * g * triton.cdiv(d // g, config.summary.block_d),
+                          config.summary, u.device)
+        G, P = segments.adjoint_summaries(dout, delta, A, C, z, delta_bias, softplus, seq_idx,
+                                          dlast, shape, S, seg_len, k, config.summary)
     Bk, Ck = bc_layout(B, upcast=True), bc_layout(C, upcast=True)  # fp32 (b, g, n, l) or (d, n)
-    bufs = GradBuffers.allocate(u, delta, z, Bk, Ck, carries, n)
+    bufs = GradBuffers.allocate(u, delta, z, Bk, Ck, dlast, n, S)
     kernel = state_outer if bc.layout == "state-outer" else sub_block
     kernel.launch(dout, u, delta, A, Bk, Ck, D, z, delta_bias, softplus, seq_idx, states, bufs,
-                  shape, config, B, C, seg_len)
+                  shape, config, B, C, (S, seg_len, k, G, P))
     return bufs.finish(B, C, D, delta_bias)
 
 
