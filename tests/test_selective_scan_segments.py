@@ -105,16 +105,18 @@ def test_segments_large_n_runtime_state_loop():
         "state-outer", block_d=1, num_warps=1)), x)
 
 
-def test_default_plan_cuts_only_where_it_pays():
-    # ⌊slots / programs⌋: a launch that fills half the GPU or more is not cut
-    assert cfgs.segment_plan(None, 256, 2, 4096, 64, "cpu")[0] == 1
-
 
 def test_segment_plan():
-    # one segment while the programs fill the slots; else enough, of whole chunks
-    assert cfgs.segment_plan(None, 512, 2, 32768, 64, "cpu") == (1, 32768)  # no SMs: never cut
-    assert cfgs.segment_plan(4, 32, 2, 1000, 64, "cpu") == (4, 256)
-    assert cfgs.segment_plan(40, 32, 2, 130, 64, "cpu") == (3, 64)  # at most one per chunk
-    assert cfgs.summary_split(1, 4096, 64, cfgs.SUMMARY, "cpu") == 1
+    # ⌊slots / programs⌋ segments of whole units, at least MIN_SEGMENT steps: a launch that
+    # fills half of H200's 132 SMs × 2 slots or more is not cut
+    assert cfgs.segment_plan(None, 256, 2, 4096, 64, 132) == (1, 4096)
+    assert cfgs.segment_plan(None, 32, 2, 32768, 64, 132) == (8, 4096)  # b1 d2048
+    assert cfgs.segment_plan(None, 32, 2, 1024, 64, 132) == (2, 512)  # MIN_SEGMENT
+    assert cfgs.segment_plan(None, 32, 2, 32768, 64, 0) == (1, 32768)  # no SMs: never cut
+    assert cfgs.segment_plan(4, 32, 2, 1000, 64, 0) == (4, 256)  # asked for
+    assert cfgs.segment_plan(40, 32, 2, 130, 64, 0) == (3, 64)  # at most one per unit
+    # summaries: enough one-warp programs to fill the slots, pieces of whole tiles
+    assert cfgs.summary_split(8, 4096, 64, cfgs.SUMMARY, 132) == 4  # 7·4·64 of 132·16 slots
+    assert cfgs.summary_split(1, 4096, 64, cfgs.SUMMARY, 132) == 1
     with pytest.raises(ValueError, match="segments"):
         default_config(16, "cpu").replace(segments=0)

@@ -71,10 +71,11 @@ def plan_of(x, n, d, l, b):
     from mambalearn.triton.selective_scan import config as cfgs
     cfg = cfgs.default_config(n, "cuda", l)
     f, k = cfg.forward, cfg.backward
+    sms = cfgs.sm_count("cuda")
     fw = cfgs.segment_plan(cfg.segments, b * triton.cdiv(d, f.block_d), f.per_sm, l,
-                           cfg.segment_unit, "cuda")[0]
+                           cfg.segment_unit, sms)[0]
     bw = cfgs.segment_plan(cfg.segments, b * triton.cdiv(d, k.block_d), k.per_sm, l,
-                           cfg.segment_unit, "cuda")[0] if k.layout == "state-outer" else 1
+                           cfg.segment_unit, sms)[0] if k.layout == "state-outer" else 1
     return fw, bw
 
 

@@ -180,22 +180,22 @@ def sm_count(device):
     return torch.cuda.get_device_properties(device).multi_processor_count
 
 
-def segment_plan(segments, programs, per_sm, l, unit, device):
+def segment_plan(segments, programs, per_sm, l, unit, sms):
     """(S, steps a segment): how a sequence of l steps is cut for a launch of ``programs``
-    programs a segment. ``segments`` None: ⌊slots / programs⌋ segments (slots: SMs ×
+    programs a segment on ``sms`` SMs. ``segments`` None: ⌊slots / programs⌋ segments (slots: SMs ×
     ``per_sm``), each at least MIN_SEGMENT steps — one while the programs fill at least half
     the GPU; an int: that many. A segment is a whole number of ``unit`` steps
     (`Config.segment_unit`); the last may be shorter."""
     units = -(-l // unit)
     if segments is None:  # (a cut pays for the summaries: only where it at least doubles the
         # programs in flight)
-        slots = sm_count(device) * per_sm
+        slots = sms * per_sm
         segments = max(1, min(slots // max(programs, 1), l // MIN_SEGMENT))
     seg_len = -(-units // min(segments, units)) * unit
     return -(-l // seg_len), seg_len
 
 
-def summary_split(S, seg_len, programs, summary, device):
+def summary_split(S, seg_len, programs, summary, sms):
     """k: how many summaries each of the S − 1 summarised segments is cut into, so that the
     summary launch ((S − 1)·k × ``programs`` one-warp programs) fills the GPU's slots too.
     A power of two; seg_len / k a whole number of summary tiles and ≥ MIN_SEGMENT / 8 steps."""
@@ -204,7 +204,7 @@ def summary_split(S, seg_len, programs, summary, device):
             raise ValueError(f"summary.split = {summary.split} must cut a segment of {seg_len} "
                              f"steps into whole tiles of {summary.block_l}")
         return summary.split
-    slots = sm_count(device) * summary.per_sm
+    slots = sms * summary.per_sm
     if S < 2 or programs * (S - 1) >= slots:
         return 1
     want, k = -(-slots // (programs * (S - 1))), 1

@@ -28,6 +28,7 @@ from mambalearn.triton.selective_scan.config import (
     Config,
     default_config,
     segment_plan,
+    sm_count,
     summary_split,
 )
 from mambalearn.triton.selective_scan.gradients import GradBuffers
@@ -43,12 +44,12 @@ def forward(u, delta, A, B, C, D, z, delta_bias, softplus, seq_idx, initial_stat
     b, d, l, n, g = shape
     fc = config.forward
     programs = b * g * triton.cdiv(d // g, fc.block_d)  # a segment's
-    S, seg_len = segment_plan(config.segments, programs, fc.per_sm, l, config.segment_unit,
-                              u.device)
+    sms = sm_count(u.device)  # (0 on the interpreter: not cut unless the config asks)
+    S, seg_len = segment_plan(config.segments, programs, fc.per_sm, l, config.segment_unit, sms)
     k, E, P = 1, None, None
     if S > 1:
         k = summary_split(S, seg_len, b * g * triton.cdiv(d // g, config.summary.block_d),
-                          config.summary, u.device)
+                          config.summary, sms)
         E, P = segments.forward_summaries(u, delta, A, B, delta_bias, softplus, seq_idx,
                                           initial_state, shape, S, seg_len, k, config.summary)
     kernel = recurrent if fc.layout == "recurrent" else scan
@@ -66,13 +67,14 @@ def backward(dout, dlast, u, delta, A, B, C, D, z, delta_bias, softplus, seq_idx
     z = z.contiguous() if z is not None else None
     bc = config.backward
     S, seg_len, k, G, P = 1, l, 1, None, None
+    sms = sm_count(u.device)
     if bc.layout == "state-outer":  # (the sub-block kernel walks the whole sequence)
         programs = b * g * triton.cdiv(d // g, bc.block_d)  # a segment's
         S, seg_len = segment_plan(config.segments, programs, bc.per_sm, l,
-                                  config.segment_unit, u.device)
+                                  config.segment_unit, sms)
     if S > 1:
         k = summary_split(S, seg_len, b * g * triton.cdiv(d // g, config.summary.block_d),
-                          config.summary, u.device)
+                          config.summary, sms)
         G, P = segments.adjoint_summaries(dout, delta, A, C, z, delta_bias, softplus, seq_idx,
                                           dlast, shape, S, seg_len, k, config.summary)
     Bk, Ck = bc_layout(B, upcast=True), bc_layout(C, upcast=True)  # fp32 (b, g, n, l) or (d, n)
