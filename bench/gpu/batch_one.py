@@ -13,6 +13,8 @@ Sections:
             u/Δ/z/B/C, fp32 A/D/bias, z, D, softplus: ours (default plan) vs CUDA, fwd and fwd+bwd,
             with the segments each launch used, the exp floor of one pass and the output error
   variants  b1 l32768 n16 / n64 forward: segments 1 … 32, the recurrent forward with prefetch
+  parts     b1 and b4 l·b = 32 768 n16: the summaries, the finishing kernel and the backward's
+            pieces timed alone (where the cut's time goes)
   step      decode step b1 and b64 h80 p64 n128 fp32 state, 20 calls replayed in a CUDA graph:
             a sweep of (BLOCK_P, warps, evict-first), then the default and the best against
             mamba_ssm's selective_state_update, interleaved
@@ -30,6 +32,8 @@ ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 sys.path.insert(0, ROOT)
 
 import torch  # noqa: E402
+
+from mambalearn import device  # noqa: E402,F401  (on a CPU: TRITON_INTERPRET=1 before Triton loads)
 
 OUT = os.environ.get("OUT", "/tmp/out")
 T0 = time.time()
@@ -160,6 +164,56 @@ def variants(args, peer, deadline):
             keep(**row)
 
 
+def parts(args, peer, deadline):
+    """Where a cut forward's and backward's time goes: the launches of one call timed alone."""
+    d, tok = (2048, 32768) if args.gpu else (8, 256)
+    for b in (1, 4):
+        if time.time() > deadline:
+            return
+        _parts_at(args, b, d, tok // b, 16 if args.gpu else 4)
+
+
+def _parts_at(args, b, d, l, n):
+    import triton
+
+    from mambalearn.bench.selective_scan import inputs
+    from mambalearn.timing import compare
+    from mambalearn.triton.selective_scan import config as cfgs
+    from mambalearn.triton.selective_scan import forward as scan_forward
+    from mambalearn.triton.selective_scan import segments, tuned
+    dev = torch.device("cuda" if args.gpu else "cpu")
+    x = inputs(b, d, n, l, dev, dtype=torch.bfloat16 if args.gpu else torch.float32)
+    cfg = cfgs.default_config(n, dev, l)
+    shape = (b, d, l, n, 1)
+    sms = cfgs.sm_count(dev) if args.gpu else 132
+    S, seg = cfgs.segment_plan(None, b * triton.cdiv(d, cfg.forward.block_d), cfg.forward.per_sm,
+                               l, cfg.segment_unit, sms)
+    k = cfgs.summary_split(S, seg, b * triton.cdiv(d, 32), cfg.summary, sms)
+    if not args.gpu:  # (the interpreter runs the plan the GPU would)
+        cfg = cfg.replace(segments=S, summary=dict(split=k))
+    summ = (x["u"], x["delta"], x["A"], x["B"], x["delta_bias"], True, None, None, shape, S, seg,
+            k, cfg.summary)
+    E, P = segments.forward_summaries(*summ) if S > 1 else (None, None)
+    fwd = (x["u"], x["delta"], x["A"], x["B"], x["C"], x["D"], x["z"], x["delta_bias"], True,
+           None, None)
+    out, states, last = tuned.forward(*fwd, shape, cfg)
+    dout = torch.ones_like(out)
+    bwd = (dout, None, x["u"], x["delta"], x["A"], x["B"], x["C"], x["D"], x["z"],
+           x["delta_bias"], True, None, states, shape, cfg, False)
+    fns = {"whole forward": lambda: tuned.forward(*fwd, shape, cfg),
+           "finish only": lambda: scan_forward.forward(*fwd, (S, seg, k, E, P), shape, cfg),
+           "whole backward": lambda: tuned.backward(*bwd)}
+    if S > 1:
+        fns["summaries only"] = lambda: segments.forward_summaries(*summ)
+        fns["adjoint summaries only"] = lambda: segments.adjoint_summaries(
+            dout, x["delta"], x["A"], x["C"], x["z"], x["delta_bias"], True, None, None, shape,
+            S, seg, k, cfg.summary)
+    with torch.no_grad():
+        c = compare(fns, warm_s=1.0 if args.gpu else 0.0, rounds=5 if args.gpu else 1, rep=50)
+    for name in fns:
+        keep(topic="m1 parts", b=b, l=l, S=S, k=k, part=name, ms=c.ms(name))
+
+
 def step(args, deadline):
     """The decode step: a tile sweep, then default and best against mamba_ssm, interleaved."""
     from mambalearn import inference
@@ -250,7 +304,7 @@ def main():
             if args.gpu and peer is None:
                 peer = wait_peer(min(deadline, time.time() + 200))
                 log("mamba_ssm CUDA:", "ready" if peer else "not built")
-            {"m1": m1, "variants": variants}[name](args, peer, deadline)
+            {"m1": m1, "variants": variants, "parts": parts}[name](args, peer, deadline)
         except Exception:  # noqa: BLE001 - report, then the next section
             traceback.print_exc()
     print("\n" + "\n".join(" | ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"

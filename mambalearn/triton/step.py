@@ -147,7 +147,7 @@ def _state_update_kernel(
 # (state values per tile, warps, stream) for large batches (bandwidth-bound) and small ones
 # (latency-bound: fewer, larger programs); the H200 sweeps behind them: bench/NOTES_ssd.md
 TILE_LARGE = (4096, 8, True)
-TILE_SMALL = (8192, 8, True)
+TILE_SMALL = (8192, 8, False)  # a state that stays in L2 from one token to the next: keep it
 SMALL_STATE = 1 << 22  # state values (b·h·p·n) up to which a batch counts as small (16 MB fp32)
 
 

@@ -136,9 +136,11 @@ FORWARD = Forward(block_d=64, block_l=32, num_warps=4, per_sm=2)  # 255 register
 # forward, n > 16: the same tile with a run-time state loop (unrolled spills at n64), 8 warps
 FORWARD_LARGE_N = Forward(block_d=64, block_l=32, num_warps=8, unroll=False, per_sm=2)
 # forward, the recurrent kernel (one channel a thread, every state in registers): the default
-# only where the H200 measured it faster than the scan (n = 64). Its speed depends on ptxas
-# issuing each step's B/C loads early, which the n = 16 and n = 32 builds do not (NOTES).
-FORWARD_RECURRENT = Forward(block_d=32, block_l=8, num_warps=1, layout="recurrent", per_sm=8)
+# only where the H200 measured it faster than the scan (n = 64). Its speed depends on each
+# step's B/C loads being issued well before their use: `prefetch` loads them a step ahead in
+# the source (without it, ptxas hoists them in some builds and not in others; NOTES).
+FORWARD_RECURRENT = Forward(block_d=32, block_l=8, num_warps=1, layout="recurrent", per_sm=8,
+                            prefetch=True)
 RECURRENT_DEFAULT_N = (64,)
 # backward, n ≤ 16: state-outer, two channels a program; 96 registers buy occupancy (spills)
 BACKWARD = Backward("state-outer", block_d=2, num_warps=1, maxnreg=96, per_sm=21)
@@ -221,14 +223,14 @@ FORWARD_VARIANTS = {  # n ≤ 16
     "pipelined 64x32w4": dataclasses.replace(FORWARD, stages=2),
     "pipelined 64x32w8 r128": dataclasses.replace(FORWARD, stages=2, num_warps=8, maxnreg=128),
     "pipelined 32x32w4 r128": dataclasses.replace(FORWARD, stages=2, block_d=32, maxnreg=128),
-    "recurrent 32x8w1": FORWARD_RECURRENT,
-    "recurrent 32x8w1 prefetch": dataclasses.replace(FORWARD_RECURRENT, prefetch=True),
+    "recurrent 32x8w1": dataclasses.replace(FORWARD_RECURRENT, prefetch=False),
+    "recurrent 32x8w1 prefetch": FORWARD_RECURRENT,
 }
 FORWARD_VARIANTS_LARGE_N = {  # 16 < n ≤ 64
     "scan 64x32w8 run-time loop": FORWARD_LARGE_N,  # the default but at n = 64
-    "recurrent 32x8w1": FORWARD_RECURRENT,  # the default at n = 64
-    "recurrent 16x8w1": dataclasses.replace(FORWARD_RECURRENT, block_d=16),  # 2 lanes a channel
-    "recurrent 32x8w1 prefetch": dataclasses.replace(FORWARD_RECURRENT, prefetch=True),
+    "recurrent 32x8w1": dataclasses.replace(FORWARD_RECURRENT, prefetch=False),
+    "recurrent 16x8w1": dataclasses.replace(FORWARD_RECURRENT, block_d=16, prefetch=False),
+    "recurrent 32x8w1 prefetch": FORWARD_RECURRENT,  # the default at n = 64
 }
 _SUB = Backward("sub-block", block_d=32, block_l=16, num_warps=2, even=False)
 _SO = Backward("state-outer", block_d=2, num_warps=1, rev_loads=True)
