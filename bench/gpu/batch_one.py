@@ -88,9 +88,9 @@ def m1(args, peer, deadline):
     from mambalearn.timing import compare
     from mambalearn.triton.selective_scan import selective_scan_fn as ours
     d = 2048 if args.gpu else 8
-    tokens = (32768, 262144) if args.gpu else (64,)
-    batches = (1, 2, 4, 8, 16, 64) if args.gpu else (1, 2)
-    for n in ((16, 64) if args.gpu else (4,)):
+    tokens = args.tokens if args.gpu else (64,)
+    batches = args.batches if args.gpu else (1, 2)
+    for n in (args.n if args.gpu else (4,)):
         for tok in tokens:
             for b in batches:
                 if time.time() > deadline:
@@ -135,7 +135,7 @@ def variants(args, peer, deadline):
     from mambalearn.triton.selective_scan import config as cfgs
     from mambalearn.triton.selective_scan import selective_scan_fn as ours
     d, l = (2048, 32768) if args.gpu else (8, 128)
-    for n in ((16, 64) if args.gpu else (4,)):
+    for n in (args.n if args.gpu else (4,)):
         if time.time() > deadline:
             return
         dev = torch.device("cuda" if args.gpu else "cpu")
@@ -287,6 +287,10 @@ def main():
     ap.add_argument("--limit", type=float, default=400)
     ap.add_argument("--sections", default="m1,variants,step")
     ap.add_argument("--cpu-smoke", action="store_true")
+    ints = lambda v: tuple(int(x) for x in v.split(","))
+    ap.add_argument("--tokens", type=ints, default=(32768, 262144), help="m1: b·l values")
+    ap.add_argument("--batches", type=ints, default=(1, 2, 4, 8, 16, 64), help="m1: b values")
+    ap.add_argument("--n", type=ints, default=(16, 64), help="m1 and variants: state sizes")
     args = ap.parse_args()
     args.gpu = not args.cpu_smoke
     os.makedirs(OUT, exist_ok=True)
