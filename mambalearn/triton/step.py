@@ -70,7 +70,7 @@ def _state_update_kernel(
     offs_n = tl.arange(0, BLOCK_N)  # (BLOCK_N,)
     mask_p = offs_p < p  # (BLOCK_P,) bool
     mask_n = offs_n < n  # (BLOCK_N,) bool
-    slot = pid_b
+    slot = pid_b.to(tl.int64)  # (slot · stride_sb passes 2³¹ in a large state)
     bad = False  # a slot outside the state: nothing is read or written there, out = NaN
     if HAS_IDX:
         # continuous batching: row pid_b uses state slot idx[pid_b]; a slot < 0 is padding

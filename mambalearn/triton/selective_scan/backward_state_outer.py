@@ -108,7 +108,7 @@ def _bwd_so_kernel(
     dA_ptr, dBf_ptr, dCf_ptr, dD_ptr, dbias_ptr,  # fp32 sums per segment and batch row:
                                                   # (S·b, d, n) ×3, (S·b, d) ×2
     l, d, dpg, g,  # length, channels, channels per group, groups
-    seg_len, bd, k, M,  # steps a segment (l if one), b·d (a segment's rows), pieces a segment,
+    seg_len, bd, pieces, M,  # steps a segment (l if one), b·d (its rows), pieces a segment,
                         # all pieces
     stride_Bb, stride_Bg, stride_Bn,  # B: (b, g, n, l) or fixed (d, n); 0 if absent
     stride_Cb, stride_Cg, stride_Cn,  # C: likewise
@@ -150,7 +150,7 @@ def _bwd_so_kernel(
             # pieces after it, folded with ⊗ from the right (column n = state n)
             n_tile = d_mask[:, None] & (cols[None, :] < N)
             at = bd_row[:, None] * N + cols[None, :]
-            g_in = fold_adjoints(G_ptr, P_ptr, at, n_tile, pid_s * k, M, bd * N)
+            g_in = fold_adjoints(G_ptr, P_ptr, at, n_tile, pid_s * pieces, M, bd * N)
             tl.store(g_c[:, None] + cols[None, :], g_in, mask=n_tile)
             tl.debug_barrier()  # the chunk loop reads these per state, across threads
     Bv_ptr = B_ptr + bi * stride_Bb + gi * stride_Bg

@@ -161,7 +161,7 @@ def _fwd_kernel(
                # (h_{l−1} in the last); the run-time state loop keeps its carries there
     E_ptr, P_ptr,  # (M, b, d, n) fp32: the summaries of the pieces before the last segment
     l, d, dpg, g,  # length, channels, channels per group, groups
-    seg_len, bdn, k,  # steps a segment (l if one), b·d·n (a slot), pieces a segment
+    seg_len, bdn, pieces,  # steps a segment (l if one), b·d·n (a slot), pieces a segment
     stride_Bb, stride_Bg, stride_Bn,  # B: (b, g, n, l) or fixed (d, n); 0 if absent
     stride_Cb, stride_Cg, stride_Cn,  # C: likewise
     N: tl.constexpr, NP: tl.constexpr,  # states, and n padded to a power of two
@@ -197,7 +197,7 @@ def _fwd_kernel(
     if FOLD:
         if pid_s > 0:  # the state entering this segment: the pieces before it, folded with ⊗
             H = fold_summaries(E_ptr, P_ptr, bd_row[:, None] * N + ncols[None, :], n_mask,
-                               pid_s * k, bdn)
+                               pid_s * pieces, bdn)
             if not UNROLL:  # the run-time state loop reads its carries from `last`
                 tl.store(last_ptr + bd_row[:, None] * N + ncols[None, :], H, mask=n_mask)
                 tl.debug_barrier()

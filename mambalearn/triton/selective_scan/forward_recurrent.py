@@ -67,7 +67,7 @@ def _fwd_rec_kernel(
                # state leaving each segment (h_{l−1} in the last)
     E_ptr, P_ptr,  # (M, b, d, n) fp32: the summaries of the pieces before the last segment
     l, d, dpg, g,  # length, channels, channels per group, groups
-    seg_len, bdn, k,  # steps a segment (l if one), b·d·n (a slot), pieces a segment
+    seg_len, bdn, pieces,  # steps a segment (l if one), b·d·n (a slot), pieces a segment
     stride_Bb, stride_Bg, stride_Bl,  # B transposed (b, g, l, n); fixed (d, n) B: contiguous
     stride_Cb, stride_Cg, stride_Cl,  # C: likewise
     N: tl.constexpr, NP: tl.constexpr, V: tl.constexpr,  # states, padded, and the vector width
@@ -106,7 +106,7 @@ def _fwd_rec_kernel(
     H = ld(last_ptr + last3, n_mask, EVEN_N)
     if FOLD:
         if pid_s > 0:  # the state entering this segment: the pieces before it, folded with ⊗
-            H = fold_summaries(E_ptr, P_ptr, last3, n_mask, pid_s * k, bdn)
+            H = fold_summaries(E_ptr, P_ptr, last3, n_mask, pid_s * pieces, bdn)
     Bt = tl.zeros((BLOCK_D, NP // V, V), dtype=tl.float32)
     if not VAR_B:  # fixed (d, n): one tile for every step
         Bt = ld(B_ptr + d3 * N + n3, n_mask, EVEN_N)
