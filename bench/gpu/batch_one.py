@@ -193,7 +193,7 @@ def _parts_at(args, b, d, l, n):
         cfg = cfg.replace(segments=S, summary=dict(split=k))
     summ = (x["u"], x["delta"], x["A"], x["B"], x["delta_bias"], True, None, None, shape, S, seg,
             k, cfg.summary)
-    E, P = segments.forward_summaries(*summ) if S > 1 else (None, None)
+    starts = segments.forward_starts(*summ) if S > 1 else None
     fwd = (x["u"], x["delta"], x["A"], x["B"], x["C"], x["D"], x["z"], x["delta_bias"], True,
            None, None)
     out, states, last = tuned.forward(*fwd, shape, cfg)
@@ -201,10 +201,10 @@ def _parts_at(args, b, d, l, n):
     bwd = (dout, None, x["u"], x["delta"], x["A"], x["B"], x["C"], x["D"], x["z"],
            x["delta_bias"], True, None, states, shape, cfg, False)
     fns = {"whole forward": lambda: tuned.forward(*fwd, shape, cfg),
-           "finish only": lambda: scan_forward.forward(*fwd, (S, seg, k, E, P), shape, cfg),
+           "finish only": lambda: scan_forward.forward(*fwd[:-1], starts, seg, shape, cfg),
            "whole backward": lambda: tuned.backward(*bwd)}
     if S > 1:
-        fns["summaries only"] = lambda: segments.forward_summaries(*summ)
+        fns["summaries and fold"] = lambda: segments.forward_starts(*summ)
         fns["adjoint summaries only"] = lambda: segments.adjoint_summaries(
             dout, x["delta"], x["A"], x["C"], x["z"], x["delta_bias"], True, None, None, shape,
             S, seg, k, cfg.summary)

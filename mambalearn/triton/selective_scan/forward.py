@@ -31,7 +31,6 @@ from mambalearn.triton.selective_scan.interface import bc_layout, bc_strides, fl
 from mambalearn.triton.selective_scan.tile import (
     LOG2E,
     column,
-    fold_summaries,
     ld,
     load_bc,
     put_column,
@@ -157,11 +156,10 @@ def _fwd_kernel(
     u_ptr, delta_ptr, A_ptr, B_ptr, C_ptr,  # inputs: u, delta (b, d, l); A (d, n); B, C
     D_ptr, z_ptr, bias_ptr, seq_ptr,  # optional inputs (unread where absent)
     out_ptr, states_ptr,  # outputs: out (b, d, l); states (b, d, c, n) fp32
-    last_ptr,  # (S, b, d, n) fp32: in, h_{−1} in slot 0; out, the state leaving each segment
-               # (h_{l−1} in the last); the run-time state loop keeps its carries there
-    E_ptr, P_ptr,  # (M, b, d, n) fp32: the summaries of the pieces before the last segment
+    last_ptr,  # (S, b, d, n) fp32: in, the state entering each segment; out, the one leaving
+               # it (h_{l−1} in the last); the run-time state loop keeps its carries there
     l, d, dpg, g,  # length, channels, channels per group, groups
-    seg_len, bdn, pieces,  # steps a segment (l if one), b·d·n (a slot), pieces a segment
+    seg_len, bdn,  # steps a segment (a multiple of CHUNK; l if one), b·d·n (a slot of last)
     stride_Bb, stride_Bg, stride_Bn,  # B: (b, g, n, l) or fixed (d, n); 0 if absent
     stride_Cb, stride_Cg, stride_Cn,  # C: likewise
     N: tl.constexpr, NP: tl.constexpr,  # states, and n padded to a power of two
@@ -169,8 +167,7 @@ def _fwd_kernel(
     CHUNK: tl.constexpr,  # steps between stored states (a multiple of BLOCK_L)
     HAS_D: tl.constexpr, HAS_Z: tl.constexpr, HAS_BIAS: tl.constexpr, SOFTPLUS: tl.constexpr,
     VAR_B: tl.constexpr, VAR_C: tl.constexpr, HAS_SEQ: tl.constexpr,
-    HAS_H0: tl.constexpr,  # unrolled: segment 0 starts from the h_{−1} in `last`, not zeros
-    FOLD: tl.constexpr,  # S > 1: the other segments fold their start from the summaries
+    HAS_H0: tl.constexpr,  # unrolled: start from the state in `last`, not from zeros
     UNROLL: tl.constexpr,  # states unrolled (carries in registers) or a run-time loop
     EVEN_L: tl.constexpr, EVEN_D: tl.constexpr,  # the tile divides l / dpg: no masks there
     STATE_UNROLL: tl.constexpr,  # run-time state loop: states per turn
@@ -194,13 +191,6 @@ def _fwd_kernel(
     H = tl.zeros((BLOCK_D, NP), dtype=tl.float32)  # the carried state h, one column per n
     if HAS_H0:
         H = tl.load(last_ptr + bd_row[:, None] * N + ncols[None, :], mask=n_mask, other=0.0)
-    if FOLD:
-        if pid_s > 0:  # the state entering this segment: the pieces before it, folded with ⊗
-            H = fold_summaries(E_ptr, P_ptr, bd_row[:, None] * N + ncols[None, :], n_mask,
-                               pid_s * pieces, bdn)
-            if not UNROLL:  # the run-time state loop reads its carries from `last`
-                tl.store(last_ptr + bd_row[:, None] * N + ncols[None, :], H, mask=n_mask)
-                tl.debug_barrier()
     bias_v = tl.zeros((BLOCK_D,), dtype=tl.float32)  # (BLOCK_D,) read once per program
     if HAS_BIAS:
         bias_v = ld(bias_ptr + d_idx, d_mask, EVEN_D)
@@ -233,11 +223,11 @@ def _fwd_kernel(
         tl.store(last_ptr + bd_row[:, None] * N + ncols[None, :], H, mask=n_mask)
 
 
-def forward(u, delta, A, B, C, D, z, delta_bias, softplus, seq_idx, initial_state, plan,
-            shape, config):
-    """Launch the forward over the segments of ``plan`` = (S, seg_len, k, E, P) (E, P: the
-    pieces' summaries, `segments.forward_summaries`; None if S = 1), the first from
-    ``initial_state`` (or 0). Returns out (b, d, l), states (b, d, c, n) fp32, last (b, d, n)
+def forward(u, delta, A, B, C, D, z, delta_bias, softplus, seq_idx, starts, seg_len, shape,
+            config):
+    """Launch the forward over S = len(starts) segments of ``seg_len`` steps, each from its
+    entering state in ``starts`` (S, b, d, n) fp32 (`segments.forward_starts`; None: one
+    segment from h = 0). Returns out (b, d, l), states (b, d, c, n) fp32, last (b, d, n)
     fp32."""
     b, d, l, n, g = shape
     fc, q, interp = config.forward, config.chunk, device.interpreted()
@@ -247,31 +237,27 @@ def forward(u, delta, A, B, C, D, z, delta_bias, softplus, seq_idx, initial_stat
     sB, sC = bc_strides(Bk), bc_strides(Ck)
     out = torch.empty_like(u)
     states = torch.empty((b, d, triton.cdiv(l, q), n), device=u.device, dtype=torch.float32)
-    S, seg_len, k, E, P = plan
-    # `last`: h_{−1} in slot 0, then the state leaving each segment (the run-time state loop
-    # carries each state in it, so it starts as zeros)
-    last = torch.zeros((S, b, d, n), device=u.device, dtype=torch.float32)
-    if initial_state is not None:
-        last[0] = initial_state
+    # `last`: the state entering each segment, then the one leaving it (the run-time state loop
+    # carries each state in it, so it starts as zeros when nothing is given)
+    last = starts if starts is not None else \
+        torch.zeros((1, b, d, n), device=u.device, dtype=torch.float32)
     states[:, :, 0] = last[0]  # h_{−1}; the kernel writes every later chunk's
     even_l, even_d = cfgs.even_flags(fc.even, l, d // g, fc.block_l, fc.block_d)
-    _fwd_kernel[(b * g, triton.cdiv(d // g, fc.block_d), S)](
+    _fwd_kernel[(b * g, triton.cdiv(d // g, fc.block_d), last.shape[0])](
         u, delta, A, Bk, Ck,  # inputs
         D if D is not None else A,  # optional inputs: A stands in for absent ones (unread)
         z if z is not None else A,
         delta_bias if delta_bias is not None else A,
         seq_idx if seq_idx is not None else A,
         out, states,  # outputs
-        last,  # h_{−1} in, the state leaving each segment out
-        E if E is not None else last, P if P is not None else last,  # summaries (if S > 1)
+        last,  # the state entering each segment in, the one leaving it out
         l, d, d // g, g,  # length, channels, channels per group, groups
-        seg_len, b * d * n, k,  # steps a segment, a slot, pieces a segment
+        seg_len, b * d * n,  # steps a segment, a slot of `last`
         sB.b, sB.g, sB.n,  # strides of B (zeros if fixed (d, n): contiguous)
         sC.b, sC.g, sC.n,  # strides of C
         N=n, NP=triton.next_power_of_2(n), BLOCK_D=fc.block_d, BLOCK_L=fc.block_l, CHUNK=q,
         **flags(D, z, delta_bias, softplus, B, C, seq_idx),  # HAS_D … HAS_SEQ
-        HAS_H0=initial_state is not None, FOLD=S > 1, UNROLL=fc.unroll, EVEN_L=even_l,
-        EVEN_D=even_d,
+        HAS_H0=starts is not None, UNROLL=fc.unroll, EVEN_L=even_l, EVEN_D=even_d,
         STATE_UNROLL=fc.state_unroll, STAGES=cfgs.stages(fc.stages, interp),
         num_warps=fc.num_warps, **cfgs.compile_options(fc.maxnreg, interp))
     return out, states, last[-1]

@@ -34,7 +34,6 @@ from mambalearn.triton.selective_scan.interface import flags
 from mambalearn.triton.selective_scan.tile import (
     LOG2E,
     column,
-    fold_summaries,
     ld,
     load_step,
     seq_start,
@@ -63,11 +62,10 @@ def _fwd_rec_kernel(
     u_ptr, delta_ptr, A_ptr, B_ptr, C_ptr,  # inputs: u, delta (b, d, l); A (d, n); B, C
     D_ptr, z_ptr, bias_ptr, seq_ptr,  # optional inputs (unread where absent)
     out_ptr, states_ptr,  # outputs: out (b, d, l); states (b, d, c, n) fp32
-    last_ptr,  # (S, b, d, n) fp32: in, h_{−1} in slot 0 (zeros if none is given); out, the
-               # state leaving each segment (h_{l−1} in the last)
-    E_ptr, P_ptr,  # (M, b, d, n) fp32: the summaries of the pieces before the last segment
+    last_ptr,  # (S, b, d, n) fp32: in, the state entering each segment (zeros if none is
+               # given); out, the state leaving it (h_{l−1} in the last)
     l, d, dpg, g,  # length, channels, channels per group, groups
-    seg_len, bdn, pieces,  # steps a segment (l if one), b·d·n (a slot), pieces a segment
+    seg_len, bdn,  # steps a segment (a multiple of CHUNK; l if one), b·d·n (a slot of last)
     stride_Bb, stride_Bg, stride_Bl,  # B transposed (b, g, l, n); fixed (d, n) B: contiguous
     stride_Cb, stride_Cg, stride_Cl,  # C: likewise
     N: tl.constexpr, NP: tl.constexpr, V: tl.constexpr,  # states, padded, and the vector width
@@ -77,7 +75,6 @@ def _fwd_rec_kernel(
     VAR_B: tl.constexpr, VAR_C: tl.constexpr, HAS_SEQ: tl.constexpr,
     EVEN_L: tl.constexpr, EVEN_D: tl.constexpr,  # the tile divides l / dpg: no masks there
     PREFETCH: tl.constexpr,  # load each step's B and C rows one step ahead
-    FOLD: tl.constexpr,  # S > 1: the segments after the first fold their start
 ):
     EVEN: tl.constexpr = EVEN_L and EVEN_D
     EVEN_N: tl.constexpr = EVEN_D and N == NP  # the state tile needs no mask
@@ -104,9 +101,6 @@ def _fwd_rec_kernel(
     # is zeros: the sm_90 build that starts from tl.zeros schedules the B/C loads a median 7
     # instructions before their use and ran 3.5× slower on the H200; see NOTES.)
     H = ld(last_ptr + last3, n_mask, EVEN_N)
-    if FOLD:
-        if pid_s > 0:  # the state entering this segment: the pieces before it, folded with ⊗
-            H = fold_summaries(E_ptr, P_ptr, last3, n_mask, pid_s * pieces, bdn)
     Bt = tl.zeros((BLOCK_D, NP // V, V), dtype=tl.float32)
     if not VAR_B:  # fixed (d, n): one tile for every step
         Bt = ld(B_ptr + d3 * N + n3, n_mask, EVEN_N)
@@ -195,10 +189,11 @@ def bt_layout(X):
     return X.float().transpose(-1, -2).contiguous()  # (b, g, l, n)
 
 
-def forward(u, delta, A, B, C, D, z, delta_bias, softplus, seq_idx, initial_state, plan,
-            shape, config):
-    """Launch the recurrent forward over the segments of ``plan`` = (S, seg_len, k, E, P), as
-    ``forward.forward``. Returns out, states (b, d, c, n) and last (b, d, n) fp32."""
+def forward(u, delta, A, B, C, D, z, delta_bias, softplus, seq_idx, starts, seg_len, shape,
+            config):
+    """Launch the recurrent forward over S = len(starts) segments of ``seg_len`` steps, each
+    from its entering state in ``starts`` (S, b, d, n) fp32 (None: one segment from h = 0).
+    Returns out, states (b, d, c, n) and last (b, d, n) fp32."""
     b, d, l, n, g = shape
     fc, q, interp = config.forward, config.chunk, device.interpreted()
     u, delta, A = u.contiguous(), delta.contiguous(), A.contiguous()
@@ -209,28 +204,25 @@ def forward(u, delta, A, B, C, D, z, delta_bias, softplus, seq_idx, initial_stat
     np2 = triton.next_power_of_2(n)
     out = torch.empty_like(u)
     states = torch.empty((b, d, triton.cdiv(l, q), n), device=u.device, dtype=torch.float32)
-    S, seg_len, k, E, P = plan
-    # h_{−1} in slot 0 (zeros when none is given), then the state leaving each segment
-    last = torch.zeros((S, b, d, n), device=u.device, dtype=torch.float32)
-    if initial_state is not None:
-        last[0] = initial_state
+    # the state entering each segment in, the one leaving it out (zeros when nothing is given)
+    last = starts if starts is not None else \
+        torch.zeros((1, b, d, n), device=u.device, dtype=torch.float32)
     states[:, :, 0] = last[0]  # h_{−1}
     even_l, even_d = cfgs.even_flags(fc.even, l, d // g, fc.block_l, fc.block_d)
-    _fwd_rec_kernel[(b * g, triton.cdiv(d // g, fc.block_d), S)](
+    _fwd_rec_kernel[(b * g, triton.cdiv(d // g, fc.block_d), last.shape[0])](
         u, delta, A, Bk, Ck,  # inputs
         D if D is not None else A,  # optional inputs: A stands in for absent ones (unread)
         z if z is not None else A,
         delta_bias if delta_bias is not None else A,
         seq_idx if seq_idx is not None else A,
         out, states,  # outputs
-        last,  # h_{−1} in, the state leaving each segment out
-        E if E is not None else last, P if P is not None else last,  # summaries (if S > 1)
+        last,  # the state entering each segment in, the one leaving it out
         l, d, d // g, g,  # length, channels, channels per group, groups
-        seg_len, b * d * n, k,  # steps a segment, a slot, pieces a segment
+        seg_len, b * d * n,  # steps a segment, a slot of `last`
         *sB,  # strides of the transposed B (b, g, l); zeros if fixed
         *sC,  # strides of the transposed C
         N=n, NP=np2, V=min(4, np2), BLOCK_D=fc.block_d, BLOCK_L=fc.block_l, CHUNK=q,
         **flags(D, z, delta_bias, softplus, B, C, seq_idx),  # HAS_D … HAS_SEQ
-        EVEN_L=even_l, EVEN_D=even_d, PREFETCH=fc.prefetch, FOLD=S > 1,
+        EVEN_L=even_l, EVEN_D=even_d, PREFETCH=fc.prefetch,
         num_warps=fc.num_warps, **cfgs.compile_options(fc.maxnreg, interp))
     return out, states, last[-1]

@@ -13,9 +13,10 @@ At batch one the tuned kernels have too few programs to fill the GPU: they are p
                                                G_s = the adjoint at its first step s0 from g = 0
                                                (g_t = C_t dy_t + Ā_{t+1} g_{t+1}, dy = dout·silu(z))
 
-2. carry and finish: each program of the forward and backward kernels folds the summaries before
-   (after) its segment with ⊗ — `tile.fold_summaries`, chapter 14's ring pass, a few dozen
-   multiply-adds at most — and then runs its segment from that state.
+2. carry: the state entering each segment folds the summaries before it with ⊗ (chapter 14's
+   ring pass inside one GPU, a few dozen multiply-adds a value: `tile.fold_summaries`, in one
+   small launch for the forward, `_fold_kernel`, and at the top of each backward program);
+3. finish: the forward and backward kernels run every segment at once from its carried start.
 
 The summaries may be finer than the segments (each summarised segment cut into k pieces,
 `config.summary_split`): their one-warp programs need more of them to fill the GPU than the
@@ -37,7 +38,15 @@ import triton.language as tl
 
 from mambalearn.triton.selective_scan.forward_recurrent import bt_layout
 from mambalearn.triton.selective_scan.interface import flags
-from mambalearn.triton.selective_scan.tile import LOG2E, column, ld, load_step, seq_start, softplus
+from mambalearn.triton.selective_scan.tile import (
+    LOG2E,
+    column,
+    fold_summaries,
+    ld,
+    load_step,
+    seq_start,
+    softplus,
+)
 
 
 @triton.jit
@@ -228,6 +237,21 @@ def _adjoint_summary_kernel(
     tl.store(P_ptr + at, P, mask=n_mask)
 
 
+@triton.jit
+def _fold_kernel(
+    E_ptr, P_ptr,  # (M, b, d, n) fp32: the summaries of the pieces of segments 0 … S − 2
+    starts_ptr,  # (S, b, d, n) fp32: slot 0 holds h_{−1} (untouched); slots 1 … S − 1 written
+    bdn, pieces,  # b·d·n (a slot), pieces a segment
+    BLOCK: tl.constexpr,
+):
+    """starts[s] = the pieces 0 … s·k − 1 folded with ⊗ (h_{−1} is in piece 0 already)."""
+    s = tl.program_id(1) + 1  # the segment
+    at = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)  # (BLOCK,) in a slot
+    mask = at < bdn
+    h = fold_summaries(E_ptr, P_ptr, at, mask, s * pieces, bdn)
+    tl.store(starts_ptr + s.to(tl.int64) * bdn + at, h, mask=mask)
+
+
 def _launch_args(u, d, g, n, summary):
     """(grid's first two axes, the tile's constexprs) shared by both summary launches."""
     b = u.shape[0]
@@ -242,11 +266,17 @@ def _strides(X):
     return (X.stride(0), X.stride(1), X.stride(2)) if X.ndim == 4 else (0, 0, 0)
 
 
-def forward_summaries(u, delta, A, B, delta_bias, softplus, seq_idx, initial_state, shape, S,
-                      seg_len, k, summary):
-    """(E, P) (M, b, d, n) fp32 of the M = (S − 1)·k pieces of segments 0 … S − 2, h_{−1} folded
-    into the first (E_0 ← P_0 h_{−1} + E_0): what the forward kernels fold their starts from."""
+def forward_starts(u, delta, A, B, delta_bias, softplus, seq_idx, initial_state, shape, S,
+                   seg_len, k, summary):
+    """The state entering every segment, (S, b, d, n) fp32: h_{−1} (or 0) for the first, for
+    the others the summaries (E, P) of the (S − 1)·k pieces before them, folded with ⊗ (h_{−1}
+    folded into the first piece: E_0 ← P_0 h_{−1} + E_0)."""
     b, d, l, n, g = shape
+    starts = torch.zeros((S, b, d, n), device=u.device, dtype=torch.float32)
+    if initial_state is not None:
+        starts[0] = initial_state
+    if S == 1:
+        return starts
     M = (S - 1) * k
     E = torch.empty((M, b, d, n), device=u.device, dtype=torch.float32)
     P = torch.empty_like(E)
@@ -265,7 +295,10 @@ def forward_summaries(u, delta, A, B, delta_bias, softplus, seq_idx, initial_sta
         HAS_SEQ=f["HAS_SEQ"], **tile)
     if initial_state is not None:
         E[0] += P[0] * initial_state
-    return E, P
+    BLOCK = 1024
+    _fold_kernel[(triton.cdiv(b * d * n, BLOCK), S - 1)](
+        E, P, starts, b * d * n, k, BLOCK=BLOCK, num_warps=4)
+    return starts
 
 
 def adjoint_summaries(dout, delta, A, C, z, delta_bias, softplus, seq_idx, dlast, shape, S,

@@ -46,15 +46,15 @@ def forward(u, delta, A, B, C, D, z, delta_bias, softplus, seq_idx, initial_stat
     programs = b * g * triton.cdiv(d // g, fc.block_d)  # a segment's
     sms = sm_count(u.device)  # (0 on the interpreter: not cut unless the config asks)
     S, seg_len = segment_plan(config.segments, programs, fc.per_sm, l, config.segment_unit, sms)
-    k, E, P = 1, None, None
-    if S > 1:
+    starts = None
+    if S > 1 or initial_state is not None:
         k = summary_split(S, seg_len, b * g * triton.cdiv(d // g, config.summary.block_d),
                           config.summary, sms)
-        E, P = segments.forward_summaries(u, delta, A, B, delta_bias, softplus, seq_idx,
-                                          initial_state, shape, S, seg_len, k, config.summary)
+        starts = segments.forward_starts(u, delta, A, B, delta_bias, softplus, seq_idx,
+                                         initial_state, shape, S, seg_len, k, config.summary)
     kernel = recurrent if fc.layout == "recurrent" else scan
-    return kernel.forward(u, delta, A, B, C, D, z, delta_bias, softplus, seq_idx, initial_state,
-                          (S, seg_len, k, E, P), shape, config)
+    return kernel.forward(u, delta, A, B, C, D, z, delta_bias, softplus, seq_idx, starts,
+                          seg_len, shape, config)
 
 
 def backward(dout, dlast, u, delta, A, B, C, D, z, delta_bias, softplus, seq_idx, states, shape,
