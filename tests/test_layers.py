@@ -43,6 +43,7 @@ CHAPTER = {
     "mambalearn.triton.mamba3": 15,
 }
 ANYWHERE = ("mambalearn.device", "mambalearn.testing", "mambalearn.timing", "mambalearn.utils",
+            "mambalearn.results",
             "mambalearn.check", "mambalearn.bench", "mambalearn.classroom",
             "mambalearn.scan.layout")
 FACES = ("mambalearn", "mambalearn.scan", "mambalearn.triton")  # packages that only hand names on
