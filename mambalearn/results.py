@@ -7,8 +7,8 @@ Each run on a device is one JSON file ``docs/results/<device>_<topic>_<date>[.<k
               "method", ...},
      "rows": [{flat keys: what was run (strings, integers) and what was measured (floats)}]}
 
-A row's *identity* is its non-float fields (backend, shape, pass, b, l, …); its floats are the
-measurements. The newest file of a topic that has a row with that identity holds its current
+A row's *identity* is its fields that are not floats (backend, shape, op, b, l, …); its floats
+are the measurements. The newest file of a topic that has a row with that identity holds its current
 figure, so a new run replaces what it re-measures and leaves the rest.
 
     files(topic)                 the topic's files, newest first
@@ -50,7 +50,8 @@ class Found(NamedTuple):
 def _parse(path):
     m = NAME.match(Path(path).name)
     if not m:
-        raise ValueError(f"{path}: a results file is named <device>_<topic>_<YYYY-MM-DD>[.<k>].json")
+        raise ValueError(f"{path}: a results file is named "
+                         f"<device>_<topic>_<YYYY-MM-DD>[.<k>].json")
     return m["device"], m["topic"], m["date"], int(m["run"] or 1)
 
 
@@ -91,8 +92,9 @@ def load(topic, device="h200", store=None):
 
 
 def identity(row):
-    """What a row ran (its non-float fields), as a hashable key."""
-    return tuple(sorted((k, json.dumps(v)) for k, v in row.items() if not isinstance(v, float)))
+    """What a row ran (its fields that are neither floats nor None), as a hashable key."""
+    return tuple(sorted((k, json.dumps(v)) for k, v in row.items()
+                        if v is not None and not isinstance(v, float)))
 
 
 def _matches(row, match):
