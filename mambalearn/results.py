@@ -15,6 +15,7 @@ figure, so a new run replaces what it re-measures and leaves the rest.
     load(topic)                  the newest file: {"meta", "rows", "path"}
     rows(topic, **match)         the current rows (newest per identity) whose fields equal match
     find(topic, key, **match)    the newest matching row that has ``key``: a :class:`Found`
+    every(topic, key, **match)   that row in each run that has it (one measurement over time)
     value(topic, key, **match)   its number;  cite(...) the number with its source
     source(path)                 "NVIDIA H200, 2026-12-01, docs/results/h200_ssd_2026-12-01.json"
 
@@ -129,6 +130,19 @@ def find(topic, key, device="h200", store=None, **match):
                       f"{key!r}; its files: {[p.name for p in files(topic, device, store)]}")
 
 
+def every(topic, key, device="h200", store=None, **match):
+    """Every file's first row with fields ``match`` and a number under ``key``, newest first:
+    the same measurement across runs (:class:`Found` each)."""
+    out = []
+    for path in files(topic, device, store):
+        data = _read(path)
+        row = next((r for r in data["rows"]
+                    if _matches(r, match) and isinstance(r.get(key), (int, float))), None)
+        if row is not None:
+            out.append(Found(row, data["meta"], path))
+    return out
+
+
 def value(topic, key, device="h200", store=None, **match):
     """The number under ``key`` of :func:`find`'s row."""
     return find(topic, key, device, store, **match).row[key]
@@ -142,6 +156,6 @@ def source(path):
 
 
 def cite(topic, key, fmt=".3f", unit=" ms", device="h200", store=None, **match):
-    """``"0.470 ms (NVIDIA H200, 2026-12-01, docs/results/…json)"``: a number and its source."""
+    """``"x.xxx ms (NVIDIA H200, 2026-12-01, docs/results/…json)"``: a number and its source."""
     f = find(topic, key, device, store, **match)
     return f"{f.row[key]:{fmt}}{unit} ({f.source})"
