@@ -12,16 +12,18 @@ are the measurements. The newest file of a topic that has a row with that identi
 figure, so a new run replaces what it re-measures and leaves the rest.
 
     files(topic)                 the topic's files, newest first
-    load(topic)                  the newest file: {"meta", "rows", "path"}
+    load(topic)                  the newest file: {"meta", "rows", "path"};  read(path) one file
     rows(topic, **match)         the current rows (newest per identity) whose fields equal match
     find(topic, key, **match)    the newest matching row that has ``key``: a :class:`Found`
     every(topic, key, **match)   that row in each run that has it (one measurement over time)
+    same_run(found, **changes)   the row of the same run that differs in ``changes`` (the peer)
     value(topic, key, **match)   its number;  cite(...) the number with its source
     source(path)                 "NVIDIA H200, 2026-12-01, docs/results/h200_ssd_2026-12-01.json"
 
 The store is ``$MAMBALEARN_RESULTS`` or the repository's ``docs/results/``.
 """
 
+import copy
 import json
 import os
 import re
@@ -76,9 +78,14 @@ def files(topic, device="h200", store=None):
     return [p for _, p in reversed(found)]
 
 
+def read(path):
+    """One results file: {"meta": {...}, "rows": [...]}, its schema checked (a fresh copy)."""
+    return copy.deepcopy(_parsed(Path(path)))
+
+
 @lru_cache(maxsize=None)
-def _read(path):
-    data = json.loads(Path(path).read_text())
+def _parsed(path):
+    data = json.loads(path.read_text())
     missing = [k for k in META if k not in data.get("meta", {})]
     if missing or not isinstance(data.get("rows"), list):
         raise ValueError(f"{path}: meta lacks {missing} or rows is not a list "
@@ -89,7 +96,7 @@ def _read(path):
 def load(topic, device="h200", store=None):
     """The newest file of ``topic``: {"meta": {...}, "rows": [...], "path": Path}."""
     path = files(topic, device, store)[0]
-    return {**_read(path), "path": path}
+    return {**read(path), "path": path}
 
 
 def identity(row):
@@ -107,7 +114,7 @@ def current(topic, device="h200", store=None):
     skipped in older ones) as :class:`Found`."""
     out, seen = [], set()
     for path in files(topic, device, store):
-        data = _read(path)
+        data = read(path)
         ids = {identity(r) for r in data["rows"]}
         out += [Found(r, data["meta"], path) for r in data["rows"] if identity(r) not in seen]
         seen |= ids
@@ -122,7 +129,7 @@ def rows(topic, device="h200", store=None, **match):
 def find(topic, key, device="h200", store=None, **match):
     """The newest row of ``topic`` with fields ``match`` and a number under ``key``."""
     for path in files(topic, device, store):
-        data = _read(path)
+        data = read(path)
         for row in data["rows"]:
             if _matches(row, match) and isinstance(row.get(key), (int, float)):
                 return Found(row, data["meta"], path)
@@ -135,12 +142,23 @@ def every(topic, key, device="h200", store=None, **match):
     the same measurement across runs (:class:`Found` each)."""
     out = []
     for path in files(topic, device, store):
-        data = _read(path)
+        data = read(path)
         row = next((r for r in data["rows"]
                     if _matches(r, match) and isinstance(r.get(key), (int, float))), None)
         if row is not None:
             out.append(Found(row, data["meta"], path))
     return out
+
+
+def same_run(found, **changes):
+    """The row of ``found``'s run that differs from it only in ``changes`` (e.g. the peer timed
+    in the same process: ``same_run(f, backend="mamba_ssm")``), as :class:`Found`."""
+    want = {k: v for k, v in found.row.items() if v is not None and not isinstance(v, float)}
+    want.update(changes)
+    rows = [r for r in read(found.path)["rows"] if identity(r) == identity(want)]
+    if not rows:
+        raise LookupError(f"{found.path.name} has no row {want}")
+    return Found(rows[0], found.meta, found.path)
 
 
 def value(topic, key, device="h200", store=None, **match):
@@ -150,7 +168,7 @@ def value(topic, key, device="h200", store=None, **match):
 
 def source(path):
     """Device, date and file of a results file, the way the course cites a measurement."""
-    meta, path = _read(path)["meta"], Path(path)
+    meta, path = read(path)["meta"], Path(path)
     where = path.relative_to(ROOT) if path.is_relative_to(ROOT) else path
     return f"{meta['device']}, {meta['date']}, {where}"
 

@@ -27,7 +27,8 @@ def test_every_file_names_its_run(path):
     device, topic, date, run = results._parse(path)
     data = json.loads(path.read_text())
     meta = data["meta"]
-    assert set(results.META) <= set(meta), f"{path.name}: meta lacks {set(results.META) - set(meta)}"
+    missing = set(results.META) - set(meta)
+    assert not missing, f"{path.name}: meta lacks {missing}"
     assert meta["date"] == date and meta["command"] and meta["commit"] and meta["method"]
     assert isinstance(meta["peers"], dict) and data["rows"], path.name
     for row in data["rows"]:
@@ -36,17 +37,17 @@ def test_every_file_names_its_run(path):
 
 
 def test_the_newest_run_wins_row_by_row(tmp_path):
+    run = lambda date, *rows: ({"date": date}, [dict(backend=b, shape=s, ms=t) for b, s, t in rows])
     store = _store(tmp_path, {
-        "h200_demo_2026-01-01.json": ({"date": "2026-01-01"}, [
-            {"backend": "ours", "shape": "b1", "ms": 2.0}, {"backend": "peer", "shape": "b1", "ms": 3.0}]),
-        "h200_demo_2026-01-02.json": ({"date": "2026-01-02"}, [{"backend": "ours", "shape": "b1", "ms": 1.5}]),
-        "h200_demo_2026-01-02.2.json": ({"date": "2026-01-02"}, [{"backend": "ours", "shape": "b2", "ms": 9.0}]),
-        "h200_demo_2026-01-02.10.json": ({"date": "2026-01-02"}, [{"backend": "ours", "shape": "b3", "ms": 7.0}]),
+        "h200_demo_2026-01-01.json": run("2026-01-01", ("ours", "b1", 2.0), ("peer", "b1", 3.0)),
+        "h200_demo_2026-01-02.json": run("2026-01-02", ("ours", "b1", 1.5)),
+        "h200_demo_2026-01-02.2.json": run("2026-01-02", ("ours", "b2", 9.0)),
+        "h200_demo_2026-01-02.10.json": run("2026-01-02", ("ours", "b3", 7.0)),
     })
     assert [p.name for p in results.files("demo", store=store)][:2] == [
         "h200_demo_2026-01-02.10.json", "h200_demo_2026-01-02.2.json"]
     assert results.value("demo", "ms", store=store, backend="ours", shape="b1") == 1.5
-    assert results.value("demo", "ms", store=store, backend="peer") == 3.0  # only the old run has it
+    assert results.value("demo", "ms", store=store, backend="peer") == 3.0  # only in the old run
     assert sorted(r["ms"] for r in results.rows("demo", store=store)) == [1.5, 3.0, 7.0, 9.0]
     found = results.find("demo", "ms", store=store, shape="b2")
     assert found.path.name == "h200_demo_2026-01-02.2.json" and "2026-01-02" in found.source
@@ -174,3 +175,15 @@ def test_the_drift_check_sees_a_copied_figure():
     assert significant("0.0470") == 3 and significant("4.25e12") == 3
     assert [m[1] for m in NUMBER.finditer("torch 2.11.0+cu130, 2.3.2.post1, 1.5e-3, x1.25")] == \
         ["1.5e-3"]
+
+
+def test_same_run_finds_the_peer_of_a_row(tmp_path):
+    run = lambda date, *rows: ({"date": date}, [dict(backend=b, op=o, ms=ms) for b, o, ms in rows])
+    store = _store(tmp_path, {
+        "h200_demo_2026-01-01.json": run("2026-01-01", ("ours", "fwd", 2.0), ("peer", "fwd", 4.0),
+                                         ("peer", "fwd+bwd", 9.0)),
+        "h200_demo_2026-01-02.json": run("2026-01-02", ("peer", "fwd", 3.0))})
+    ours = results.find("demo", "ms", store=store, backend="ours")
+    assert results.same_run(ours, backend="peer").row["ms"] == 4.0  # its own run, not the newest
+    with pytest.raises(LookupError, match="has no row"):
+        results.same_run(ours, backend="nobody")
