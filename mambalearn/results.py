@@ -58,6 +58,11 @@ def _parse(path):
     return m["device"], m["topic"], m["date"], int(m["run"] or 1)
 
 
+def devices(store=None):
+    """The devices the store has files for."""
+    return sorted({d for d, *_ in map(_parse, Path(store or STORE).glob("*.json"))})
+
+
 def topics(device="h200", store=None):
     """The topics the store has files for on ``device``."""
     return sorted({t for d, t, *_ in map(_parse, Path(store or STORE).glob("*.json"))

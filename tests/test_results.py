@@ -2,6 +2,7 @@
 says clearly why not, and no figure of the store is copied as a literal into what students read.
 """
 
+import importlib.util
 import json
 import math
 import re
@@ -187,3 +188,15 @@ def test_same_run_finds_the_peer_of_a_row(tmp_path):
     assert results.same_run(ours, backend="peer").row["ms"] == 4.0  # its own run, not the newest
     with pytest.raises(LookupError, match="has no row"):
         results.same_run(ours, backend="nobody")
+
+
+def test_benchmarks_md_is_the_generated_tables():
+    """docs/BENCHMARKS.md is `python tools/benchmarks.py`'s output: edit the results, not it."""
+    spec = importlib.util.spec_from_file_location("benchmarks", ROOT / "tools" / "benchmarks.py")
+    tool = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tool)
+    text = tool.render()
+    assert (ROOT / "docs" / "BENCHMARKS.md").read_text() == text, "run python tools/benchmarks.py"
+    for topic in results.topics():  # every topic has its table, every file its line
+        assert f"topic `{topic}`" in text
+    assert all(f"`{p.name}`: " in text for p in FILES)
