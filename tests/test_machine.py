@@ -136,7 +136,7 @@ def test_round_to_tf32_is_what_the_h200_measured():
 
 
 def test_ncu_rows_match_the_documented_table():
-    """docs/BENCHMARKS.md quotes these figures of docs/profiles/m1_16.csv."""
+    """bench/NOTES_runs.md ("Where the time goes") quotes these of docs/profiles/m1_16.csv."""
     fwd, bwd = ncu.load(os.path.join(os.path.dirname(PROFILES[0]), "m1_16.csv"))
     assert fwd["kernel"] == "_fwd_kernel" and abs(fwd["ms"] - 0.427) < 1e-3
     assert fwd["registers"] == 255 and round(fwd["issue_pct"], 1) == 51.7

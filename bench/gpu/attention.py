@@ -334,7 +334,7 @@ def main(argv=None):
         res["crossover"] = {op: crossover(res["rows"], op) for op in ("fwd", "fwd+bwd", "decode")}
         res["elapsed_s"] = round(time.time() - t0, 1)
         path = record("attention", res["rows"], res["command"], peers={}, out_dir=args.outdir,
-                      method=METHOD, device_properties=res["device"], config=cfg,
+                      method=METHOD, cpu_smoke=not gpu, device_properties=res["device"], config=cfg,
                       checks=res.get("checks"), crossover=res["crossover"],
                       skipped=res.get("skipped"), elapsed_s=res["elapsed_s"],
                       figure=f"docs/figures/{os.path.basename(stem)}.png")

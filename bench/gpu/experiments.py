@@ -93,9 +93,12 @@ def main():
     ap.add_argument("--limit", type=float, default=400)
     ap.add_argument("--out", default=os.environ.get("OUT", "/tmp/out"),
                     help="folder of the results file")
+    ap.add_argument("--json", help="(older runs' flag) a file name: its folder is --out")
     ap.add_argument("--cpu-smoke", action="store_true")
     ap.add_argument("--set", default="registers", choices=sorted(EXPERIMENTS))
     a = ap.parse_args()
+    if a.json:
+        a.out = os.path.dirname(os.path.abspath(a.json))
     t0 = time.time()
     import torch
 
