@@ -9,8 +9,9 @@ For diagonal A this is elementwise, and (exp(ΔA) − 1)/(ΔA) is computed with 
 accurate as ΔA → 0 (where it tends to 1). For a full A we never invert ΔA: the exponential of the
 block matrix [[ΔA, ΔB], [0, 0]] is [[Ā, B̄], [0, 1]] (Van Loan), which also works when A is singular.
 
-Mamba keeps Ā = exp(ΔA) but simplifies B̄ = ΔB (``zoh_simplified``): the error is O(Δ²), and the
-selective Δ is learned anyway (Mamba paper, §3.5 / appendix). S4 used the bilinear transform.
+Mamba keeps Ā = exp(ΔA) but simplifies B̄ = ΔB (``zoh_simplified``): one step errs by O(Δ²) (O(Δ)
+over a fixed time), and the selective Δ is learned anyway (Mamba paper, §3.5 / appendix). S4 used
+the bilinear transform; exact ZOH came with S4D.
 
 Shapes (everywhere in this module): A (n,) diagonal or (n, n) full; B (n,); C (n,);
 delta a positive float or tensor of any shape s; results carry s in front: Ā s+(n,) or s+(n, n).
@@ -42,7 +43,8 @@ def zoh(A, B, delta):
     Shapes: A (n,) diagonal or (n, n); B (n,); delta a float or a tensor of shape s, > 0 →
         A_bar s + (n,) or s + (n, n), B_bar s + (n,).
 
-    Reference: Gu et al., S4 / Mamba §2 eq. (4).
+    Reference: Mamba §2 eq. (4); S4D's discretization (Gu et al., 2022). S4 used the bilinear
+    transform (:func:`bilinear`).
     """
     delta = _check(A, B, delta)
     if A.ndim == 1:

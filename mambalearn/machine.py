@@ -28,6 +28,7 @@ must be in flight: bytes in flight = bandwidth × latency.
     sectors(addresses, ...)            32-byte memory sectors a warp's load touches (coalescing)
     bank_conflict(addresses, ...)      the n-way shared-memory bank conflict of a warp's access
     round_to_tf32(x)                   what tensor cores see of an fp32 operand of ``tl.dot``
+                                       (its low 13 mantissa bits dropped)
 """
 
 from dataclasses import dataclass
@@ -170,20 +171,21 @@ def bank_conflict(addresses, banks=32, word_bytes=4):
 
 
 def round_to_tf32(x):
-    """x with its fp32 mantissa rounded to tf32's 10 bits (round to nearest, ties to even).
+    """x as the tensor cores read an fp32 operand of ``tl.dot``: its mantissa cut to tf32's 10 bits.
 
-        tf32(x) = x rounded to 1 + 10 significant bits: relative error ≤ 2⁻¹¹ ≈ 4.9e-4
+        tf32(x) = x with the low 13 of its 23 mantissa bits set to 0 (round toward zero):
+                  |tf32(x)| ≤ |x|, relative error < 2⁻¹⁰ ≈ 9.8e-4 (per operand; < 2⁻⁹ per product)
 
-    Shapes: any float32 tensor → the same shape, float32. This is what the tensor cores behind
-    ``tl.dot`` see of fp32 inputs on Ampere and Hopper (``input_precision="tf32"``, Triton's
-    default); they multiply the rounded values exactly and accumulate in fp32.
+    Shapes: any float32 tensor → the same shape, float32. On Ampere and Hopper the tensor cores
+    behind ``tl.dot`` (``input_precision="tf32"``, Triton's default for fp32) drop those bits,
+    multiply the cut values exactly and accumulate in fp32. Measured on an H200 (x · I through
+    ``tl.dot``): 1 + 0.75·2⁻¹⁰, 1 + 0.625·2⁻¹⁰ and 1 + 0.501·2⁻¹⁰ all come back as 1, where rounding
+    to nearest would give 1 + 2⁻¹⁰ (chapter 05 prints the run, ``results.load("tf32")``).
     """
     if not isinstance(x, torch.Tensor) or x.dtype != torch.float32:
         raise TypeError("x must be a float32 tensor")
     bits = x.contiguous().view(torch.int32)
     drop = 13  # fp32 has 23 mantissa bits, tf32 keeps 10
-    half = 1 << (drop - 1)
-    lsb = (bits >> drop) & 1  # ties go to the even neighbour
-    rounded = ((bits + (half - 1) + lsb) >> drop) << drop
+    cut = (bits >> drop) << drop  # sign and exponent kept: the magnitude rounds toward zero
     finite = torch.isfinite(x)
-    return torch.where(finite, rounded.view(torch.float32), x)
+    return torch.where(finite, cut.view(torch.float32), x)

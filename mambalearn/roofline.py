@@ -26,7 +26,8 @@ the roof is y = min(1, x), and floor / t is the fraction of its floor (:func:`pl
     Cost, Machine, H200                 the numbers and the reference machine
     selective_scan_cost, ssd_cost, decode_cost
     floor, BENCHMARKS, benchmark_floors, percent_of_floor
-    placement, MEASURED, measured_placements   the course's kernels on the roofline
+    placement, KERNELS, MEASURED, measured_placements   the course's kernels on the roofline,
+                                        their times read from the results store
     measure_copy_bandwidth, measure_launch_overhead, this_machine
     naive_selective_scan, measure_naive  the (b, d, l, n)-materializing scan and its bandwidth
 """
@@ -35,6 +36,8 @@ import time
 from dataclasses import dataclass, replace
 
 import torch
+
+from mambalearn import results
 
 
 @dataclass(frozen=True)
@@ -70,21 +73,26 @@ class Machine:
     source: str = ""
 
 
-def sfu_exp_rate(multiprocessors, clock_hz=1.98e9, per_clock=16):
-    """exp/s of the SFUs: SMs × 16 results per clock per SM (compute capability 8.x–9.0) × clock."""
+def sfu_exp_rate(multiprocessors, clock_hz=None, per_clock=16):
+    """exp/s of the SFUs: SMs × 16 results per clock per SM (compute capability 8.x–9.0) × clock
+    (default: the H200's SM clock, from the results store)."""
+    if clock_hz is None:
+        clock_hz = results.value("machine", "ghz", what="SM clock") * 1e9
     return multiprocessors * per_clock * clock_hz
 
 
-# Reference figures, not measured by this module: the copy bandwidth of the project's first H200
-# measurement (2026-11-29; docs/BENCHMARKS.md's runs measured 4.13 TB/s on that day's later run and
-# state every floor against 4.25); the bf16 matmul rate was measured on an H200 of this workplace
-# (8192³, random data, 2026-10-28); fp32 FMA rate from the datasheet; exp rate = 132 SMs × 16 ×
-# 1.98 GHz (the clock nvidia-smi read under load on that machine).
+# The reference H200, not measured by this module: the copy bandwidth, the bf16 matmul rate
+# (cuBLAS, 8192³; the datasheet's dense figure is higher) and the SM clock are measurements of
+# the results store (docs/results/h200_machine_*.json); the fp32 FMA rate is the datasheet's;
+# exp rate = 132 SMs × 16 × that clock.
+_COPY = results.find("machine", "tb_per_s", what="copy bandwidth")
+_MATMUL = results.find("machine", "tflops", what="bf16 matmul")
+_CLOCK = results.find("machine", "ghz", what="SM clock")
 H200 = Machine(
-    name="NVIDIA H200 (reference figures)", bandwidth=4.25e12, flops=67e12, matmul_flops=788e12,
-    exps=sfu_exp_rate(132), launch_s=None,
-    source="copy BW measured 2026-11-29 (docs/BENCHMARKS.md); bf16 matmul measured; "
-           "fp32 datasheet; exp = 132 SM × 16/clk × 1.98 GHz")
+    name="NVIDIA H200 (reference figures)", bandwidth=_COPY.row["tb_per_s"] * 1e12, flops=67e12,
+    matmul_flops=_MATMUL.row["tflops"] * 1e12, exps=sfu_exp_rate(132), launch_s=None,
+    source=f"copy BW: {_COPY.source}; bf16 matmul (cuBLAS 8192³): {_MATMUL.source}; fp32: "
+           f"datasheet; exp = 132 SM × 16/clk × the SM clock of {_CLOCK.source}")
 
 
 def selective_scan_cost(b, d, l, n, *, impl="fused", in_bytes=2, state_bytes=4, z=True, D=True,
@@ -202,7 +210,7 @@ def measure_copy_bandwidth(nbytes=None, device=None, repeats=20):
     """
     device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
     nbytes = nbytes or (2**31 if device.type == "cuda" else 2**26)
-    src = torch.rand(nbytes // 4, device=device)  # random data, never zeros (METHOD.md)
+    src = torch.rand(nbytes // 4, device=device)  # random data, never zeros
     dst = torch.empty_like(src)
     times = []
     for i in range(repeats + 3):
@@ -296,34 +304,54 @@ def placement(cost, ms, machine=H200):
             "pct_of_floor": 100.0 * max(t["bytes_ms"], t_c) / ms, "bound": bound}
 
 
-# Measured on the H200, copied from docs/BENCHMARKS.md (section named in "source"); the cost is
-# this module's model of the same shape. Mamba-1: b8 d2048 n16, bf16, z, D, delta_bias, softplus.
-_CALL4 = "BENCHMARKS.md, 2026-11-30 second session, 'The targets, call 4'"
-MEASURED = [
-    dict(name="naive scan (ch05, fp32)", ms=133.7, cost=lambda: selective_scan_cost(
-        8, 2048, 2048, 16, impl="naive", in_bytes=4, z=False, D=False, softplus=False),
-         source="BENCHMARKS.md, 2026-11-29, 'Memory and recomputation'"),
-    dict(name="Mamba-1 fwd l2048, ours (ch09)", ms=0.446,
-         cost=lambda: selective_scan_cost(8, 2048, 2048, 16), source=_CALL4),
-    dict(name="Mamba-1 fwd l2048, mamba_ssm", ms=0.592,
-         cost=lambda: selective_scan_cost(8, 2048, 2048, 16), source=_CALL4),
-    dict(name="Mamba-1 fwd l8192, ours", ms=1.741,
-         cost=lambda: selective_scan_cost(8, 2048, 8192, 16), source=_CALL4),
-    dict(name="Mamba-1 fwd+bwd l2048, ours", ms=2.842,
-         cost=lambda: selective_scan_cost(8, 2048, 2048, 16, backward=True), source=_CALL4),
-    dict(name="Mamba-1 fwd+bwd l2048, mamba_ssm", ms=2.921,
-         cost=lambda: selective_scan_cost(8, 2048, 2048, 16, backward=True), source=_CALL4),
-    dict(name="SSD fwd, ours unfused (ch10)", ms=0.715,
-         cost=lambda: ssd_cost(4, 4096, 80, 64, 128, 256), source=_CALL4),
-    dict(name="SSD fwd, mamba_ssm", ms=0.692, cost=lambda: ssd_cost(4, 4096, 80, 64, 128, 256),
-         source="BENCHMARKS.md, 2026-11-29, 'Mamba-2 SSD (chapters 10-11), forward'"),
-    dict(name="SSD fwd, ours fused q128 fp16 state (ch11)", ms=0.677,
-         cost=lambda: ssd_cost(4, 4096, 80, 64, 128, 128), source=_CALL4),
-    dict(name="decode step b64, ours (ch12)", ms=0.085, cost=lambda: decode_cost(64, 80, 64, 128),
-         source="BENCHMARKS.md, 'Decode step and model' (2026-11-29, CUDA-graph timing)"),
-    dict(name="decode step b64, mamba_ssm", ms=0.098, cost=lambda: decode_cost(64, 80, 64, 128),
-         source="BENCHMARKS.md, 'Decode step and model' (2026-11-29, CUDA-graph timing)"),
+# The course's kernels on the roofline: (name, results topic, the row's fields, the cost model of
+# the same shape). Mamba-1: b8 d2048 n16, bf16, z, D, delta_bias, softplus; SSD: b4 l4096 h80 p64
+# n128, bf16; decode: b64 h80 p64 n128, fp32 state, CUDA-graph timed.
+_M1, _SSD = "b8 d2048 n16 l{}", "b4 l4096 h80 p64 n128 g1 q256"
+_DECODE = dict(op="step, graph", shape="b64 h80 p64 n128 fp32 state")
+KERNELS = [
+    ("naive scan (ch05, fp32)", "memory", dict(backend="naive scan (05)"),
+     lambda: selective_scan_cost(8, 2048, 2048, 16, impl="naive", in_bytes=4, z=False, D=False,
+                                 softplus=False)),
+    ("Mamba-1 fwd l2048, ours (ch09)", "selective_scan",
+     dict(backend="default", op="fwd", shape=_M1.format(2048)),
+     lambda: selective_scan_cost(8, 2048, 2048, 16)),
+    ("Mamba-1 fwd l2048, mamba_ssm", "selective_scan",
+     dict(backend="mamba_ssm cuda", op="fwd", shape=_M1.format(2048)),
+     lambda: selective_scan_cost(8, 2048, 2048, 16)),
+    ("Mamba-1 fwd l8192, ours", "selective_scan",
+     dict(backend="default", op="fwd", shape=_M1.format(8192)),
+     lambda: selective_scan_cost(8, 2048, 8192, 16)),
+    ("Mamba-1 fwd+bwd l2048, ours", "selective_scan",
+     dict(backend="default", op="fwd+bwd", shape=_M1.format(2048)),
+     lambda: selective_scan_cost(8, 2048, 2048, 16, backward=True)),
+    ("Mamba-1 fwd+bwd l2048, mamba_ssm", "selective_scan",
+     dict(backend="mamba_ssm cuda", op="fwd+bwd", shape=_M1.format(2048)),
+     lambda: selective_scan_cost(8, 2048, 2048, 16, backward=True)),
+    ("SSD fwd, ours unfused (ch10)", "ssd", dict(backend="ours unfused", op="fwd", shape=_SSD),
+     lambda: ssd_cost(4, 4096, 80, 64, 128, 256)),
+    ("SSD fwd, mamba_ssm", "ssd", dict(backend="mamba_ssm", op="fwd", shape=_SSD),
+     lambda: ssd_cost(4, 4096, 80, 64, 128, 256)),
+    ("SSD fwd, ours fused q128 (ch11)", "ssd",
+     dict(backend="ours fused (default)", op="fwd", shape=_SSD),
+     lambda: ssd_cost(4, 4096, 80, 64, 128, 128)),
+    ("decode step b64, ours (ch12)", "step", dict(backend="ours default", **_DECODE),
+     lambda: decode_cost(64, 80, 64, 128)),
+    ("decode step b64, mamba_ssm", "step", dict(backend="mamba_ssm", **_DECODE),
+     lambda: decode_cost(64, 80, 64, 128)),
 ]
+
+
+def measured_kernels():
+    """[dict(name, ms, cost, source)]: each kernel of :data:`KERNELS` at its current time."""
+    out = []
+    for name, topic, match, cost in KERNELS:
+        found = results.find(topic, "ms", **match)
+        out.append(dict(name=name, ms=found.row["ms"], cost=cost, source=found.source))
+    return out
+
+
+MEASURED = measured_kernels()
 
 
 def measured_placements(machine=H200):

@@ -14,8 +14,11 @@ TOLERANCES = {
     torch.float16: (3e-3, 5e-3),
     torch.bfloat16: (3e-2, 5e-2),
 }
-# Matrix units: on NVIDIA GPUs Triton's tl.dot multiplies float32 inputs in tf32 (10-bit mantissa)
-# by default, as mamba_ssm's SSD kernels do; compare such outputs with this row (see `dot_dtype`).
+# Matrix units: on NVIDIA GPUs Triton's tl.dot multiplies float32 inputs in tf32 by default, as
+# mamba_ssm's SSD kernels do: the tensor cores drop the low 13 of the 23 mantissa bits of each
+# operand (round toward zero, `machine.round_to_tf32`), so a product is off by < 2·2⁻¹⁰ ≈ 2e-3 and
+# a sum of products whose terms share a sign keeps that bias. Compare such outputs with this row,
+# ~2.5× that bound (see `dot_dtype`).
 TOLERANCES["tf32"] = (5e-3, 5e-3)
 # Gradients: a reverse scan plus reductions over l; mamba_ssm loosens these by 2-5x.
 GRAD_TOLERANCES = {

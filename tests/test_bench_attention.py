@@ -32,12 +32,15 @@ def test_cpu_smoke_run_writes_json_and_png(tmp_path):
     r = subprocess.run([sys.executable, str(SCRIPT), str(tmp_path)], capture_output=True,
                        text=True, timeout=300, env={**os.environ, "MAMBALEARN_PROGRESS": "0"})
     assert r.returncode == 0, r.stderr[-2000:]
-    res = json.loads((tmp_path / "attention_cpu_smoke.json").read_text())
+    [recorded] = tmp_path.glob("cpu_attention_*.json")  # bench.gpu.record's file
+    res = json.loads(recorded.read_text())
+    meta = res["meta"]
     assert (tmp_path / "attention_cpu_smoke.png").stat().st_size > 10_000
-    assert res["cpu_smoke"] and res["checks"]["ok"] and not res["skipped"]
+    assert meta["cpu_smoke"] and meta["checks"]["ok"] and not meta["skipped"]
+    assert meta["device"] == "cpu" and meta["command"].startswith("python3 -m bench.gpu.attention")
     got = {(r["op"], r["backend"]) for r in res["rows"]}
     want = {(op, b) for op in ("fwd", "fwd+bwd", "decode")
             for b in ("attention", "mamba1", "mamba2")}
     assert got == want
     assert all(r["ms"] > 0 and r["us_per_token"] > 0 for r in res["rows"])
-    assert set(res["crossover"]) == {"fwd", "fwd+bwd", "decode"}
+    assert set(meta["crossover"]) == {"fwd", "fwd+bwd", "decode"}

@@ -1,8 +1,10 @@
-"""A chapter uses only what earlier chapters built (DESIGN §2), in the notebooks too.
+"""A chapter uses only what earlier chapters built, in the library and in the notebooks.
 
-The library's own imports are checked by the import-linter contracts in pyproject.toml
-(`make test` runs `lint-imports`); notebooks are not Python modules, so this test reads their code
-cells and maps every `mambalearn` module they import to the chapter that introduces it.
+The chapter map is written once, in pyproject.toml's ``[tool.mambalearn.chapters]``. The
+library's own imports are checked by the import-linter contracts in pyproject.toml (`make test`
+runs `lint-imports`), whose layers must list the course modules in the map's order; the diagram
+of docs/ARCHITECTURE.md must show the map; notebooks are not Python modules, so this test reads
+their code cells and maps every `mambalearn` module they import to the chapter that introduces it.
 """
 
 import ast
@@ -12,39 +14,15 @@ from pathlib import Path
 
 import pytest
 
+tomllib = pytest.importorskip("tomllib")
 ROOT = Path(__file__).resolve().parent.parent
+PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]
+MAP = PYPROJECT["mambalearn"]
 
-# The chapter that introduces each course module (longest prefix wins). Utilities and tooling
-# (device, testing, timing, utils, check, bench, classroom) may be used anywhere.
-CHAPTER = {
-    "mambalearn.discretize": 1,
-    "mambalearn.scan.sequential": 2,
-    "mambalearn.ops": 3,
-    "mambalearn.scan.hillis_steele": 4,
-    "mambalearn.scan.blelloch": 4,
-    "mambalearn.scan.selective": 4,
-    "mambalearn.roofline": 5,
-    "mambalearn.machine": 5,
-    "mambalearn.compiled": 5,
-    "mambalearn.ncu": 5,
-    "mambalearn.scan.chunked": 6,
-    "mambalearn.autograd": 7,
-    "mambalearn.triton.scan": 8,
-    "mambalearn.triton.selective_scan": 9,
-    "mambalearn.ssd": 10,
-    "mambalearn.ssd_grad": 10,
-    "mambalearn.ssd_packed": 10,
-    "mambalearn.triton.ssd": 10,
-    "mambalearn.inference": 12,
-    "mambalearn.triton.step": 12,
-    "mambalearn.model": 13,
-    "mambalearn.parallel": 14,
-    "mambalearn.mamba3": 15,
-    "mambalearn.triton.mamba3": 15,
-}
-ANYWHERE = ("mambalearn.device", "mambalearn.testing", "mambalearn.timing", "mambalearn.utils",
-            "mambalearn.check", "mambalearn.bench", "mambalearn.classroom",
-            "mambalearn.scan.layout")
+# The chapter that introduces each course module (longest prefix wins). Utilities (chapter 0)
+# and tooling may be used anywhere.
+CHAPTER = {m: c for m, c in MAP["chapters"].items() if c > 0}
+ANYWHERE = tuple(m for m, c in MAP["chapters"].items() if c == 0) + tuple(MAP["tooling"])
 FACES = ("mambalearn", "mambalearn.scan", "mambalearn.triton")  # packages that only hand names on
 
 
@@ -75,22 +53,23 @@ NOTEBOOKS = sorted(p for d in ("notebooks", "solutions") for p in (ROOT / d).glo
 
 
 def test_the_chapter_map_knows_every_course_module():
-    # A new course module must be placed in a chapter here (and in pyproject's layers).
+    # A new course module must be placed in [tool.mambalearn.chapters] (and in the layers).
     for path in (ROOT / "mambalearn").rglob("*.py"):
         parts = path.relative_to(ROOT).with_suffix("").parts
         module = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
         if module.startswith(("mambalearn.__main__", "mambalearn.doctor")):
             continue
-        assert chapter_of(module) is not None, f"{module}: add it to CHAPTER or ANYWHERE"
+        assert chapter_of(module) is not None, \
+            f"{module}: add it to pyproject.toml's [tool.mambalearn.chapters] or tooling"
+
+
+LAYERS = next(c["layers"] for c in PYPROJECT["importlinter"]["contracts"] if c["type"] == "layers")
 
 
 def test_every_module_stands_in_a_layer_of_the_contract():
     # import-linter only checks the modules its layers name: a new module outside them would
     # escape the rule, so each one must fall under a layer of pyproject.toml's contract.
-    tomllib = pytest.importorskip("tomllib")
-    config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]
-    layers = next(c["layers"] for c in config["contracts"] if c["type"] == "layers")
-    named = {m.strip() for layer in layers for m in re.split(r"[|:]", layer)}
+    named = {m.strip() for layer in LAYERS for m in re.split(r"[|:]", layer)}
     for path in (ROOT / "mambalearn").rglob("*.py"):
         parts = path.relative_to(ROOT).with_suffix("").parts
         if parts[-1] == "__init__":
@@ -110,3 +89,36 @@ def test_a_notebook_imports_only_its_own_and_earlier_chapters(path):
             late |= {m for m in imported_modules("".join(cell["source"]))
                      if (chapter_of(m) or 0) > chapter}
     assert not late, f"chapter {chapter:02d} imports later chapters' modules: {sorted(late)}"
+
+
+def test_the_layers_follow_the_chapter_map():
+    """import-linter's layers: tooling on top, then the course modules with their chapters never
+    rising downwards, then the utilities; every module of the map stands in a layer."""
+    order = [(chapter_of(m.strip()), m.strip()) for layer in LAYERS for m in layer.split("|")]
+    assert all(c is not None for c, _ in order), [m for c, m in order if c is None]
+    course = [(c, m) for c, m in order if c and not m.startswith(tuple(MAP["tooling"]))]
+    assert [c for c, _ in course] == sorted((c for c, _ in course), reverse=True), course
+    kinds = ["tooling" if m.startswith(tuple(MAP["tooling"])) else "course" if c else "utility"
+             for c, m in order]
+    assert kinds == sorted(kinds, key=["tooling", "course", "utility"].index), kinds
+    named = {m for _, m in order}
+    for module in MAP["chapters"]:
+        assert any(n == module or n.startswith(module + ".") for n in named), \
+            f"{module} is in the chapter map but in no import-linter layer"
+
+
+def diagram_lines(width=88):
+    """The course rows of docs/ARCHITECTURE.md's diagram, as the chapter map gives them."""
+    by = {}
+    for module, chapter in CHAPTER.items():
+        by.setdefault(chapter, []).append(module.removeprefix("mambalearn."))
+    rows = [f" │   {c:02d}  {', '.join(by[c])}" for c in sorted(by, reverse=True)]
+    utilities = " · ".join(m.removeprefix("mambalearn.")
+                           for m, c in MAP["chapters"].items() if not c)
+    return [r.ljust(width) + "│" for r in rows + [f" │ utilities (any chapter): {utilities}"]]
+
+
+def test_the_diagram_shows_the_chapter_map():
+    text = (ROOT / "docs" / "ARCHITECTURE.md").read_text().splitlines()
+    missing = [line for line in diagram_lines() if line not in text]
+    assert not missing, "docs/ARCHITECTURE.md's diagram lacks (paste them):\n" + "\n".join(missing)

@@ -7,7 +7,7 @@ import random
 import pytest
 import torch
 
-from mambalearn import machine, ncu
+from mambalearn import machine, ncu, results
 from mambalearn.testing import assert_close
 
 PROFILES = sorted(glob.glob(os.path.join(os.path.dirname(__file__), "..", "docs", "profiles",
@@ -112,19 +112,31 @@ def test_sectors_and_bank_conflicts():
 
 def test_round_to_tf32_against_frexp():
     x = torch.randn(10000) * torch.logspace(-20, 20, 10000)
-    x[:3] = torch.tensor([1.0 + 2**-11, 1.0 + 3 * 2**-11, -(1.0 + 2**-11)])  # ties → even
+    x[:4] = torch.tensor([1.0 + 0.75 * 2**-10, 1.0 + 0.501 * 2**-10, -(1.0 + 0.75 * 2**-10),
+                          1.0 + 2**-10])
     m, e = torch.frexp(x.double())  # x = m · 2^e, |m| in [0.5, 1)
-    want = torch.ldexp(torch.round(m * 2**11) / 2**11, e).float()  # 11 significant bits
+    want = torch.ldexp(torch.trunc(m * 2**11) / 2**11, e).float()  # 11 significant bits, cut
     got = machine.round_to_tf32(x)
     assert_close(got, want, rtol=0, atol=0)
-    assert ((got - x).abs() <= x.abs() * 2**-11).all()
-    assert got[:3].tolist() == [1.0, 1.0 + 4 * 2**-11, -1.0]
+    assert ((x - got).abs() < x.abs() * 2**-10).all() and (got.abs() <= x.abs()).all()
+    assert (torch.sign(got) == torch.sign(x)).all()
+    assert got[:4].tolist() == [1.0, 1.0, -1.0, 1.0 + 2**-10]  # truncation, not to nearest
+    edge = torch.tensor([float("inf"), -float("inf"), 0.0, -0.0])
+    assert torch.equal(machine.round_to_tf32(edge), edge)
     with pytest.raises(TypeError):
         machine.round_to_tf32(x.double())
 
 
+def test_round_to_tf32_is_what_the_h200_measured():
+    """The model against the stored measurement of tl.dot(x, I, input_precision="tf32")."""
+    rows = results.load("tf32")["rows"]
+    x = torch.tensor([r["input"] for r in rows])
+    assert machine.round_to_tf32(x).tolist() == [r["output"] for r in rows]
+    assert (x != 1.0).all()  # the inputs were not 1 already: rounding to nearest would differ
+
+
 def test_ncu_rows_match_the_documented_table():
-    """docs/BENCHMARKS.md quotes these figures of docs/profiles/m1_16.csv."""
+    """bench/NOTES_runs.md ("Where the time goes") quotes these of docs/profiles/m1_16.csv."""
     fwd, bwd = ncu.load(os.path.join(os.path.dirname(PROFILES[0]), "m1_16.csv"))
     assert fwd["kernel"] == "_fwd_kernel" and abs(fwd["ms"] - 0.427) < 1e-3
     assert fwd["registers"] == 255 and round(fwd["issue_pct"], 1) == 51.7

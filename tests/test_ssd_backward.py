@@ -337,8 +337,8 @@ def cancellation_errors(backward, seed=1):
     """Relative norm errors of dA and ddt_bias of ``backward`` (``SB.ssd_backward``'s signature)
     against the float64 oracle, on inputs where ∂loss/∂a is a small remainder of large terms:
     slow decay (small |A|), chunks of 64 over 3 chunks, float16 operands (the interpreter's
-    ``tl.dot`` takes float16 exactly, so casts to float16 inside the kernels round like the GPU's
-    tf32 or bf16 operands do, to 2⁻¹¹)."""
+    ``tl.dot`` takes float16 exactly, so casts to float16 inside the kernels round the operands
+    as the GPU's tf32 (cut to 10 bits: < 2⁻¹⁰) or bf16 (2⁻⁸) do, only finer: 2⁻¹¹)."""
     gen = torch.Generator(device=dev).manual_seed(seed)
     b, l, h, p, g, n, q = 1, 192, 2, 16, 1, 16, 64
     rnd = lambda *shape: torch.randn(*shape, generator=gen, device=dev)

@@ -141,7 +141,7 @@ def test_gpu_racy_kernel_is_wrong():
     # t−1 wrote it. For all 16 × 65536 values to come out right, every one of those chances must
     # go the right way, so a pass here would be astonishing. Measured so far: this test ran once
     # on an H200 (2026-11-29) and the kernel was wrong; the failure rate over many launches is
-    # not measured yet (docs/BENCHMARKS.md, "Triton scan (chapter 08)").
+    # not measured yet (bench/NOTES_scans.md, "Triton scan (chapter 08)").
     a, b = steps(16, 65536)
     with pytest.raises(AssertionError):
         testing.assert_close(S.scan_racy(a, b), S.scan_reference(a, b))

@@ -1,10 +1,12 @@
 """Device script, chapter 12: when does Mamba beat attention? One model width, many lengths.
 
-    python3 bench/gpu/attention.py OUTDIR [--budget 85]      (on the H200)
-    python3 bench/gpu/attention.py OUTDIR                    (no GPU: a tiny smoke run)
+    python3 -m bench.gpu.attention OUTDIR [--budget 85]      (on the H200)
+    python3 -m bench.gpu.attention OUTDIR                    (no GPU: a tiny smoke run)
 
-Writes OUTDIR/attention_h200.json and OUTDIR/attention_h200.png (``attention_cpu_smoke.*`` on a
-CPU) and prints ``torch.cuda.get_device_properties(0)`` (its L2 size is what chapter 05 cites).
+Records OUTDIR/<device>_attention_<date>.json (``bench.gpu.record``: copy it into docs/results;
+chapters 05 and 12 read it there) and draws OUTDIR/attention_h200.png (docs/figures;
+``attention_cpu_smoke.png`` on a CPU); prints ``torch.cuda.get_device_properties(0)``, whose L2
+size chapter 05 cites from the results file.
 At d_model 2048 and a fixed number of tokens per call (b · l = 32768), bf16:
 
 * attention: ``torch.nn.functional.scaled_dot_product_attention``, flash backend, causal,
@@ -22,7 +24,6 @@ new measurements in time; what was measured is always written.
 """
 
 import argparse
-import json
 import os
 import sys
 import time
@@ -32,9 +33,13 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", ".."))
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
+from bench.gpu.record import record  # noqa: E402
 from mambalearn import device, inference, ssd  # noqa: E402
 from mambalearn.scan.sequential import selective_scan_sequential  # noqa: E402
 
+METHOD = ("scaled_dot_product_attention (flash, causal) against our Mamba-1 scan and SSD at one "
+          "d_model, b·l tokens a call constant; decode at batch decode_b, CUDA-graph timed; only "
+          "the sequence mixers are timed; checks = relative norm error against each oracle")
 GPU = dict(tokens=32768, lengths=[512, 1024, 2048, 4096, 8192, 16384, 32768], heads=16, hd=128,
            d_inner=4096, n1=16, h2=64, p2=64, n2=128, chunk=256, decode_b=16,
            decode_lengths=[512, 2048, 8192, 32768, 131072])
@@ -317,8 +322,7 @@ def main(argv=None):
 
     res = {"device": device_properties(), "torch": torch.__version__, "triton": triton.__version__,
            "cpu_smoke": not gpu, "config": cfg,
-           "command": "python3 bench/gpu/attention.py " + " ".join(argv or sys.argv[1:]),
-           "date": time.strftime("%Y-%m-%d")}
+           "command": "python3 -m bench.gpu.attention " + " ".join(argv or sys.argv[1:])}
     os.makedirs(args.outdir, exist_ok=True)
     stem = os.path.join(args.outdir, "attention_h200" if gpu else "attention_cpu_smoke")
     try:
@@ -329,15 +333,18 @@ def main(argv=None):
         res.setdefault("rows", [])
         res["crossover"] = {op: crossover(res["rows"], op) for op in ("fwd", "fwd+bwd", "decode")}
         res["elapsed_s"] = round(time.time() - t0, 1)
-        with open(stem + ".json", "w") as f:
-            json.dump(res, f, indent=1, default=str)
+        path = record("attention", res["rows"], res["command"], peers={}, out_dir=args.outdir,
+                      method=METHOD, cpu_smoke=not gpu, device_properties=res["device"], config=cfg,
+                      checks=res.get("checks"), crossover=res["crossover"],
+                      skipped=res.get("skipped"), elapsed_s=res["elapsed_s"],
+                      figure=f"docs/figures/{os.path.basename(stem)}.png")
         try:
             if res["rows"]:
                 plot(res, stem + ".png")
         except ImportError as e:  # a device image without matplotlib: the JSON still counts
-            print(f"no figure ({e}); plot it later from {stem}.json")
+            print(f"no figure ({e}); plot it later from {path}")
     print(f"\ncrossover (attention slower than Mamba from l =): {res['crossover']}")
-    print(f"skipped: {res.get('skipped')}\nwrote {stem}.json / .png in {res['elapsed_s']} s")
+    print(f"skipped: {res.get('skipped')}\nwrote {path} and {stem}.png in {res['elapsed_s']} s")
 
 
 if __name__ == "__main__":

@@ -1,19 +1,19 @@
 """Mamba-1 launch experiments on the GPU, each checked against the default kernels, in one call.
 
-    PYTHONUNBUFFERED=1 python3 bench/gpu/experiments.py [--limit S] [--json FILE]
-    python3 bench/gpu/experiments.py --cpu-smoke   # the control flow, interpreted, tiny
+    PYTHONUNBUFFERED=1 python3 -m bench.gpu.experiments [--set NAME] [--limit S] [--out DIR]
+    python3 -m bench.gpu.experiments --cpu-smoke   # the control flow, interpreted, tiny
 
 Every row of ``EXPERIMENTS``: forward and forward+backward median ms, peak GB of fwd+bwd, and the
 largest relative error of out and of the eight gradients against the default kernels on the same
 inputs (a broken variant shows here, not as a fast row). ``chunk`` replaces
 the default config's chunk (the steps between stored states, shared by forward and backward)
 for that row. mamba_ssm's CUDA kernel is timed at each shape in the same process when its built
-extension is in .mamba_ref/build. A short table is printed last.
+extension is in .mamba_ref/build. A short table is printed last; the rows are recorded in
+DIR/<device>_selective_scan_experiments_<date>.json (``bench.gpu.record``, default DIR: $OUT).
 """
 
 import argparse
 import dataclasses
-import json
 import os
 import sys
 import time
@@ -21,6 +21,7 @@ import time
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 sys.path.insert(0, ROOT)
 
+from bench.gpu.record import record  # noqa: E402
 from mambalearn.triton.selective_scan.config import Backward, Forward  # noqa: E402
 
 SO = lambda **k: Backward("state-outer", **{"num_warps": 1, **k})  # the state-outer backward
@@ -82,14 +83,22 @@ EXPERIMENTS = {  # name -> rows: label, n, forward (None: default), backward, ch
 }
 
 
+METHOD = ("do_bench medians (mambalearn.timing.time_ms), one process; b8 d2048 bf16 with z, D, "
+          "delta_bias, softplus; err = largest relative error of out and the eight gradients "
+          "against the default kernels on the same inputs; peak = max_memory_allocated of fwd+bwd")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--limit", type=float, default=400)
-    ap.add_argument("--json", default=os.path.join(os.environ.get("OUT", "/tmp/out"),
-                                                   "experiments.json"))
+    ap.add_argument("--out", default=os.environ.get("OUT", "/tmp/out"),
+                    help="folder of the results file")
+    ap.add_argument("--json", help="(older runs' flag) a file name: its folder is --out")
     ap.add_argument("--cpu-smoke", action="store_true")
     ap.add_argument("--set", default="registers", choices=sorted(EXPERIMENTS))
     a = ap.parse_args()
+    if a.json:
+        a.out = os.path.dirname(os.path.abspath(a.json))
     t0 = time.time()
     import torch
 
@@ -107,52 +116,64 @@ def main():
         out.backward(torch.ones_like(out))
         return [out] + [v.grad for v in leaves.values()]
 
-    shapes = {}
-    for label, n, fcfg, bcfg, chunk, *more in EXPERIMENTS[a.set]:
-        length = more[0] if more else 2048
-        if time.time() - t0 > a.limit - 30:
-            print(f"skip {label} n{n}: budget", flush=True)
-            continue
-        s = dict(b=8, d=2048, l=length, n=n) if gpu else dict(b=1, d=8, l=32, n=min(n, 20))
-        key = (n, length)
-        if key not in shapes:
-            shapes[key] = inputs(**s, device=torch.device(dev), dtype=dtype)
-            refs[key] = grads(selective_scan_fn, shapes[key])
-            if peer is not None:
-                errs = zip(grads(peer, shapes[key]), refs[key], strict=True)
-                rows.append(dict(label="mamba_ssm cuda", n=n, l=length, chunk="-",
-                                 err=max(rel_error(g, r) for g, r in errs)))
+    def measure():
+        shapes = {}
+        for label, n, fcfg, bcfg, chunk, *more in EXPERIMENTS[a.set]:
+            length = more[0] if more else 2048
+            if time.time() - t0 > a.limit - 30:
+                print(f"skip {label} n{n}: budget", flush=True)
+                continue
+            s = dict(b=8, d=2048, l=length, n=n) if gpu else dict(b=1, d=8, l=32, n=min(n, 20))
+            key = (n, length)
+            if key not in shapes:
+                shapes[key] = inputs(**s, device=torch.device(dev), dtype=dtype)
+                refs[key] = grads(selective_scan_fn, shapes[key])
+                if peer is not None:
+                    errs = zip(grads(peer, shapes[key]), refs[key], strict=True)
+                    rows.append(dict(label="mamba_ssm cuda", n=n, l=length, chunk="-",
+                                     err=max(rel_error(g, r) for g, r in errs)))
+                    with torch.no_grad():
+                        rows[-1]["fwd_ms"] = time_ms(
+                            lambda x=shapes[key]: peer(**x, delta_softplus=True))
+                    rows[-1]["fb_ms"] = time_ms(fwd_bwd(peer, shapes[key]))
+                    rows[-1]["peak_gb"] = peak_gb(fwd_bwd(peer, shapes[key]))
+                    print(rows[-1], flush=True)
+            x = shapes[key]
+            if len(shapes) > 1:  # keep one shape's inputs on the GPU at a time
+                for k in [k for k in shapes if k != key]:
+                    del shapes[k], refs[k]
+            cfg = default_config(s["n"], dev)
+            changes = {k: v for k, v in (("forward", fcfg), ("backward", bcfg), ("chunk", chunk))
+                       if v is not None}
+            if not gpu:  # the interpreter's tiles, every other setting as on the GPU
+                changes = {k: dataclasses.replace(v, block_d=2, num_warps=1) if k != "chunk" else v
+                           for k, v in changes.items()}
+            cfg = cfg.replace(**changes)
+            fn = (lambda c: lambda **k: selective_scan_fn(**k, config=c))(cfg)
+            row = dict(label=label, n=n, l=length, chunk=cfg.chunk)
+            try:
+                errs = zip(grads(fn, x), refs[key], strict=True)
+                row["err"] = max(rel_error(g, r) for g, r in errs)
                 with torch.no_grad():
-                    rows[-1]["fwd_ms"] = time_ms(
-                        lambda x=shapes[key]: peer(**x, delta_softplus=True))
-                rows[-1]["fb_ms"] = time_ms(fwd_bwd(peer, shapes[key]))
-                rows[-1]["peak_gb"] = peak_gb(fwd_bwd(peer, shapes[key]))
-                print(rows[-1], flush=True)
-        x = shapes[key]
-        if len(shapes) > 1:  # keep one shape's inputs on the GPU at a time
-            for k in [k for k in shapes if k != key]:
-                del shapes[k], refs[k]
-        cfg = default_config(s["n"], dev)
-        changes = {k: v for k, v in (("forward", fcfg), ("backward", bcfg), ("chunk", chunk))
-                   if v is not None}
-        if not gpu:  # the interpreter's tiles, every other setting as on the GPU
-            changes = {k: dataclasses.replace(v, block_d=2, num_warps=1) if k != "chunk" else v
-                       for k, v in changes.items()}
-        cfg = cfg.replace(**changes)
-        fn = (lambda c: lambda **k: selective_scan_fn(**k, config=c))(cfg)
-        row = dict(label=label, n=n, l=length, chunk=cfg.chunk)
-        try:
-            errs = zip(grads(fn, x), refs[key], strict=True)
-            row["err"] = max(rel_error(g, r) for g, r in errs)
-            with torch.no_grad():
-                row["fwd_ms"] = time_ms(lambda f=fn, x=x: f(**x, delta_softplus=True))
-            row["fb_ms"] = time_ms(fwd_bwd(fn, x))
-            row["peak_gb"] = peak_gb(fwd_bwd(fn, x))
-        except Exception as e:  # noqa: BLE001 - one failing variant must not end the run
-            row["error"] = f"{type(e).__name__}: {e}"[:200]
-        print(row, flush=True)
-        rows.append(row)
-        json.dump(rows, open(a.json, "w"), indent=1)
+                    row["fwd_ms"] = time_ms(lambda f=fn, x=x: f(**x, delta_softplus=True))
+                row["fb_ms"] = time_ms(fwd_bwd(fn, x))
+                row["peak_gb"] = peak_gb(fwd_bwd(fn, x))
+            except Exception as e:  # noqa: BLE001 - one failing variant must not end the run
+                row["error"] = f"{type(e).__name__}: {e}"[:200]
+            print(row, flush=True)
+            rows.append(row)
+
+    try:
+        measure()
+    finally:  # what was measured is recorded, even when the budget cut the set short
+        record("selective_scan_experiments", [dict(r, set=a.set) for r in rows],
+               " ".join(["python3 -m bench.gpu.experiments", *sys.argv[1:]]),
+               peers={"mamba_ssm": "2.3.2.post1 (CUDA, .mamba_ref/build)"} if peer else {},
+               out_dir=a.out, method=METHOD)
+    _table(rows)
+
+
+def _table(rows):
     print(f"{'label':28s} {'n':>3s} {'l':>5s} {'chunk':>5s} {'fwd ms':>8s} {'f+b ms':>8s} "
           f"{'bwd ms':>8s} {'peak GB':>8s} {'err':>8s}")
     f = lambda v, p=3: f"{v:.{p}f}" if isinstance(v, float) else "-"

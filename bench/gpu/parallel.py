@@ -14,9 +14,10 @@ communication, timed with CUDA events at the cost model's shapes (bf16, fp32 sta
 
 Run from the repo root on the GPU machine (≤ 60 s on one H200):
 
-    python3 bench/gpu/parallel.py OUTDIR
+    python3 -m bench.gpu.parallel OUTDIR
 
-Prints one row per measurement and a table last; writes OUTDIR/parallel.json.
+Prints one row per measurement and a table last; records OUTDIR/<device>_parallel_<date>.json
+(``bench.gpu.record``; ``mambalearn.parallel.cost`` reads its tables from docs/results).
 """
 
 import json
@@ -28,11 +29,15 @@ sys.path.insert(0, os.getcwd())
 
 import torch  # noqa: E402
 
+from bench.gpu.record import record  # noqa: E402
 from mambalearn.parallel.selective import takes_initial_state  # noqa: E402
 from mambalearn.parallel.summary import rank_scan  # noqa: E402
 from mambalearn.testing import rel_error  # noqa: E402
 from mambalearn.timing import time_ms  # noqa: E402
 
+METHOD = ("CUDA events (mambalearn.timing.time_ms); bf16 inputs, fp32 states; ms per shard: fwd = "
+          "the scan from zero, fwd_h0 = from a given state (the fix-up), fwd_bwd(_h0) = forward + "
+          "backward; rank_scan = the local ⊗-scan of R summaries (summary.rank_scan)")
 BUDGET_S = 55.0  # stop timing new rows after this (the call's limit is the lead's)
 LENGTHS = (8192, 16384, 32768, 65536)
 MAMBA1 = dict(b=2, d=2048, n=16)
@@ -180,19 +185,19 @@ def main(out_dir):
         print("skipped: no GPU")
         return
     rows = []
-    meta = dict(device=torch.cuda.get_device_name(), torch=torch.__version__,
-                date=time.strftime("%Y-%m-%d"))
-    for part in (accuracy_rows, ssd_rows, mamba1_rows, rank_scan_rows):
-        if _late():
-            rows.append(dict(skipped=part.__name__, reason="time budget"))
-            continue
-        try:
-            part(rows)
-        except Exception as e:  # noqa: BLE001 - record and go on: one failure must not lose all
-            rows.append(dict(failed=part.__name__, error=f"{type(e).__name__}: {e}"))
-            print(rows[-1], flush=True)
-        json.dump(dict(meta=meta, rows=rows), open(os.path.join(out_dir, "parallel.json"), "w"),
-                  indent=1)
+    try:
+        for part in (accuracy_rows, ssd_rows, mamba1_rows, rank_scan_rows):
+            if _late():
+                rows.append(dict(skipped=part.__name__, reason="time budget"))
+                continue
+            try:
+                part(rows)
+            except Exception as e:  # noqa: BLE001 - record and go on: one failure must not lose all
+                rows.append(dict(failed=part.__name__, error=f"{type(e).__name__}: {e}"))
+                print(rows[-1], flush=True)
+    finally:  # what was measured is recorded, even when a part was cut short
+        record("parallel", rows, f"python3 -m bench.gpu.parallel {out_dir}", peers={},
+               out_dir=out_dir, method=METHOD)
     print(table(rows))
 
 

@@ -1,4 +1,4 @@
-"""`python -m mambalearn bench [TOPIC ...] [--json FILE]`: time every backend, DESIGN.md §6 shapes.
+"""`python -m mambalearn bench [TOPIC ...] [--json FILE]`: time every backend at the course shapes.
 
 Each topic is a submodule with ``run(gpu: bool) -> list[dict]``; a row has at least
 ``topic, backend, shape, ms`` and may add ``ratio`` (to mamba_ssm, same run), ``floor_pct`` and
@@ -112,7 +112,7 @@ def parser():
     topics = "\n".join(f"  {t:15s} {describe(t)}" for t in TOPICS)
     p = argparse.ArgumentParser(
         prog="python -m mambalearn bench", formatter_class=argparse.RawDescriptionHelpFormatter,
-        description="Time every backend at the benchmark shapes (DESIGN.md §6); on a CPU, tiny "
+        description="Time every backend at the benchmark shapes; on a CPU, tiny "
                     "shapes through Triton's interpreter.", epilog=f"topics:\n{topics}")
     p.add_argument("topics", nargs="*", metavar="TOPIC", type=_topic,
                    help=f"what to time (default: all of {', '.join(TOPICS)})")

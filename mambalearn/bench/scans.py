@@ -5,9 +5,10 @@
 Two tables:
 1. the bare scan h_t = a_t h_{t−1} + b_t on (l, 32768) fp32 steps at a few lengths;
 2. the whole selective scan (discretize → scan → C contraction, fp32) at b8 d2048 n16 l2048
-   (DESIGN §6), forward and forward+backward, with peak memory and memory passes (bytes read and
-   written over the size of one (b, d, l, n) fp32 tensor, counted op by op: :func:`count_passes`),
-   next to a peer: an in-place up-/down-sweep scan with a hand-written backward in the manner of
+   (the course's benchmark shape), forward and forward+backward, with peak memory and memory
+   passes (bytes read and written over the size of one (b, d, l, n) fp32 tensor, counted op by
+   op: :func:`count_passes`), next to a peer: an in-place up-/down-sweep scan with a
+   hand-written backward in the manner of
    mamba.py's ``pscan`` (our own code, written from the idea, see :class:`PeerPScan`), and
    mamba.py's own ``pscan`` (``from mambapy.pscan import pscan``) when ``mambapy`` is installed.
    Before any timing every backend's output and gradients are checked against the sequential

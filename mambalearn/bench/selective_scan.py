@@ -2,7 +2,7 @@
 
     python -m mambalearn bench selective_scan          # or: make bench
 
-Shapes (DESIGN.md §6): b8 d2048 n16 l2048 bf16 with z, D, delta_bias and softplus; the same at
+Shapes: b8 d2048 n16 l2048 bf16 with z, D, delta_bias and softplus; the same at
 l8192 and at n64. Backends: the sequential oracle, the PyTorch scans (Blelloch, Hillis–Steele,
 chunked), the chunked-recompute autograd wrapper (chapter 07), our Triton teaching and tuned
 kernels, and ``mamba_ssm``'s CUDA kernel when its extension ``selective_scan_cuda`` can be
@@ -11,8 +11,9 @@ backends run at the first shape only.
 
 Each row: time (median of ``triton.testing.do_bench``), ratio to mamba_ssm measured in the same
 run, % of the floor, peak memory of the call beyond its inputs. Floor: one exp per (b, d, l, n)
-element at the H200's MUFU rate (132 SMs × 16 per clock × 1.98 GHz) for the forward, two (one
-forward, one backward) for forward+backward; bytes (≈0.06 ms here) are the smaller term.
+element at the H200's MUFU rate (132 SMs × 16 per clock × its SM clock, ``roofline.H200``) for
+the forward, two (one forward, one backward) for forward+backward; bytes (≈0.06 ms here) are the
+smaller term.
 On a CPU: tiny shapes, timing Triton's interpreter.
 """
 
@@ -24,9 +25,10 @@ import types
 
 import torch
 
+from mambalearn import roofline
 from mambalearn.bench import peak_gb, time_ms
 
-EXP_RATE = 132 * 16 * 1.98e9  # exp2 per second on an H200 (MUFU: 16 per SM per clock)
+EXP_RATE = roofline.H200.exps  # exp2 per second on the reference H200 (MUFU: 16 per SM a clock)
 REF = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".mamba_ref"))
 SHAPES_GPU = [dict(b=8, d=2048, n=16, l=2048), dict(b=8, d=2048, n=16, l=8192),
               dict(b=8, d=2048, n=64, l=2048)]

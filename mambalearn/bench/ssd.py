@@ -22,7 +22,7 @@ largest relative error of the seven gradients against that oracle's.
     python -m mambalearn.bench.ssd --backward  first shape: fwd+bwd rows and the backward's steps
     python -m mambalearn.bench.ssd --backward --sweep   … and launch settings of those steps
 
-Shapes (GPU, DESIGN.md §6, Mamba-2 2.7B heads): b4 l4096, b1 l16384, b16 l1024, all h80 p64 n128 g1,
+Shapes (GPU, Mamba-2 2.7B heads): b4 l4096, b1 l16384, b16 l1024, all h80 p64 n128 g1,
 bf16 x/B/C, fp32 dt/A/D/dt_bias, softplus, chunk 256. On a CPU: one tiny fp32 shape through
 Triton's interpreter (interpreter speed, not kernel speed).
 

@@ -1,10 +1,10 @@
 """Bench topic ``step``: the decode-step state update, ours vs ``mamba_ssm``'s, eager and graphed.
 
-Shapes (DESIGN.md §6): Mamba-2 2.7B's decode step, b64 h80 p64 n128, and one sequence (b1), state
+Shapes: Mamba-2 2.7B's decode step, b64 h80 p64 n128, and one sequence (b1), state
 float32 (and bfloat16),
 x/dt/B/C bfloat16, A/D/dt_bias float32 broadcast per head with stride 0 exactly as ``mamba_ssm``'s
 ``Mamba2.step`` passes them. The byte floor is the state read once and written once,
-2·b·h·p·n·sizeof(state) / 4.25 TB/s (the H200's measured copy bandwidth).
+2·b·h·p·n·sizeof(state) over the reference H200's measured copy bandwidth (``roofline.H200``).
 
 ``mamba_ssm``'s kernel is pure Triton; it is imported from the unpacked source tree in
 ``.mamba_ref`` through stub packages (no CUDA extension needed) when that tree is present.
@@ -13,9 +13,8 @@ x/dt/B/C bfloat16, A/D/dt_bias float32 broadcast per head with stride 0 exactly 
 
 import torch
 
+from mambalearn import roofline
 from mambalearn.bench import _reference, time_ms
-
-COPY_BANDWIDTH = 4.25e12  # bytes/s, read + write, measured on an H200 on 2026-11-29
 
 
 def load_mamba_ssm_step():
@@ -40,7 +39,7 @@ def mamba2_step_inputs(b, h, p, n, state_dtype=torch.float32, dtype=torch.bfloat
 
 def floor_ms(b, h, p, n, state_dtype):
     nbytes = 2 * b * h * p * n * torch.finfo(state_dtype).bits // 8
-    return nbytes / COPY_BANDWIDTH * 1e3
+    return nbytes / roofline.H200.bandwidth * 1e3
 
 
 def graph_ms(fn, n_calls=20, rep=100):

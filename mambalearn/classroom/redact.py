@@ -23,6 +23,8 @@ import os
 import shutil
 from pathlib import Path
 
+from mambalearn import results
+
 PACKAGE = Path(__file__).resolve().parents[1]  # the mambalearn package being graded with
 LEFT_OUT = {"check", "classroom", "__pycache__", "build"}
 
@@ -213,6 +215,8 @@ def build(dest, targets, exercise, package=PACKAGE):
     (root / "check").mkdir(exist_ok=True)
     stub = CHECK_STUB.format(checks=sorted(_check_names(package)))
     (root / "check" / "__init__.py").write_text(stub)
+    if results.STORE.is_dir():  # the measurements roofline & co. read, where the copy looks
+        shutil.copytree(results.STORE, dest / "docs" / "results")
     compileall.compile_dir(str(root), quiet=2, workers=1)
     for d, _, files in os.walk(dest):
         os.chmod(d, 0o755)

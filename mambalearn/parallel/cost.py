@@ -25,12 +25,15 @@ Ring and all-gather scan twice (the summary, then the fix-up) but send only stat
 scans once but sends every token. Which wins depends on S versus the tokens, on α versus S/β
 (the ring sends only H, the all-gather (P, h)), on R, and on memory: all-gather holds R summaries.
 The network figures below are *assumptions* (vendor link rates), not measurements; the kernel
-times are each rank's work measured on one H200 at the shard's own shape (docs/BENCHMARKS.md).
-Issue 17 replaces the network figures with fits to multi-GPU measurements.
+times are each rank's work measured on one H200 at the shard's own shape (the results store,
+topic parallel).
+Fits to measurements on several GPUs are to replace the network figures.
 """
 
 import math
 from dataclasses import dataclass, field
+
+from mambalearn import results
 
 ALGORITHMS = ("ring", "allgather", "alltoall", "serial")
 
@@ -46,7 +49,7 @@ class Network:
 
 # Assumed: NVLink 4 moves 450 GB/s per direction per H200 (NVIDIA's HGX H200 figure), NCCL
 # reaching ~400; between nodes one 400 Gb/s InfiniBand NIC per GPU (50 GB/s). α: a few µs per
-# message inside a node, ~3× that across nodes. To be fitted to measurements (issue 17).
+# message inside a node, ~3× that across nodes. To be fitted to measurements on several GPUs.
 NVLINK = Network(alpha=5e-6, beta=400e9, name="NVLink (assumed)")
 INFINIBAND = Network(alpha=15e-6, beta=50e9, name="InfiniBand (assumed)")
 
@@ -72,19 +75,25 @@ class Workload:
     summary_scan: dict | None = field(default=None, compare=False)  # {R: s}, measured; None: 0
 
 
-# Measured per-rank work (docs/BENCHMARKS.md, "The lead's H200 call of 2026-12-01",
-# `bench/gpu/parallel.py`; bf16, fp32 states): {tokens per shard: (fwd, fix-up = the
-# scan from a given state, fwd+bwd)} in ms, at the shard shapes below. Between the measured
-# lengths the times are interpolated, beyond them scaled in proportion to the tokens.
-MAMBA1_RANK = {8192: (1.615, 1.673, 4.669), 16384: (3.235, 3.344, 9.239),
-               32768: (6.533, 6.768, 18.352), 65536: (12.940, 13.410, 36.460)}  # b2 d2048 n16
-SSD_RANK = {8192: (0.570, 0.595, 3.162), 16384: (0.789, 0.786, 4.694),
-            32768: (1.531, 1.538, 8.861), 65536: (3.039, 3.038, 17.431)}  # b1 h80 p64 n128 q256
-# The all-gather's local scan of R summaries (`summary.rank_scan`, same shapes, second call of
-# 2026-12-01): {R: ms}. Interpolated in log R, proportional to R beyond 1024, the R = 8 time below.
-MAMBA1_SUMMARY = {8: 0.292, 64: 0.480, 1024: 1.128}
-SSD_SUMMARY = {8: 0.346, 64: 0.658, 1024: 9.731}
-SOURCE = "H200 per-rank times (docs/BENCHMARKS.md, 2026-12-01)"
+# Measured per-rank work, read from the results store (topic "parallel", written by
+# `bench/gpu/parallel.py`; bf16, fp32 states): {tokens per shard: (fwd, fix-up = the scan from a
+# given state, fwd+bwd)} in ms, at the shard shapes below. Between the measured lengths the times
+# are interpolated, beyond them scaled in proportion to the tokens.
+def _rank_table(model):
+    return {r["tokens"]: (r["fwd"], r["fwd_h0"], r["fwd_bwd"])
+            for r in results.rows("parallel", model=model) if "tokens" in r}
+
+
+# The all-gather's local scan of R summaries (`summary.rank_scan`, same shapes, same store):
+# {R: ms}. Interpolated in log R, proportional to R beyond the largest R, the smallest R's time
+# below.
+def _summary_table(model):
+    return {r["R"]: r["ms"] for r in results.rows("parallel", model=model, what="rank_scan")}
+
+
+MAMBA1_RANK, SSD_RANK = _rank_table("mamba1"), _rank_table("ssd")  # b2 d2048 n16; b1 h80 p64 n128
+MAMBA1_SUMMARY, SSD_SUMMARY = _summary_table("mamba1"), _summary_table("ssd")
+SOURCE = "per-rank times: " + "; ".join(sorted({f.source for f in results.current("parallel")}))
 
 
 def measured(table, tokens):

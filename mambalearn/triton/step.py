@@ -4,7 +4,8 @@
 
 One token's update touches every state value exactly twice (a read and a write) and does a
 handful of flops on each, so it is bound by memory bandwidth: the floor is
-2 · b·h·p·n · sizeof(state) / bandwidth (b64 h80 p64 n128 fp32: 336 MB, ≈0.079 ms at 4.25 TB/s).
+2 · b·h·p·n · sizeof(state) / bandwidth (b64 h80 p64 n128 fp32: 336 MB, ≈0.08 ms at the reference
+H200's copy bandwidth, ``roofline.H200``).
 Everything else (x, Δ, B, C, D, z, the output) is b·h·p or b·g·n values: noise next to the state.
 
 The kernel gives each program a (BLOCK_P, n) tile of one (batch, head): it loads the tile, updates

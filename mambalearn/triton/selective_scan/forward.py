@@ -8,7 +8,7 @@ Shapes: u, delta, z, out (b, d, l); A (d, n); B, C (b, g, n, l) fp32 or fixed (d
 d, c, n) fp32, the state
 entering each chunk of ``config.chunk`` steps (states[:, :, 0] = h0 or 0); last (b, d, n) fp32.
 
-How the kernel is laid out (the layout of the scan decides the speed, DESIGN.md §6):
+How the kernel is laid out (its layout decides the speed: bench/NOTES_selective_scan.md):
 one program owns a tile of BLOCK_D channels of one batch row (and one group of B/C). It walks
 time in blocks of BLOCK_L steps; inside a block it loops over the n states (unrolled: the carry of
 each state lives in registers, which cannot be indexed at run time) and scans a 2-D
