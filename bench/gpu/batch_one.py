@@ -18,11 +18,11 @@ Sections:
   step      decode step b1 and b64 h80 p64 n128 fp32 state, 20 calls replayed in a CUDA graph:
             a sweep of (BLOCK_P, warps, evict-first), then the default and the best against
             mamba_ssm's selective_state_update, interleaved
-JSON rows go to $OUT/batch_one.json; a short table is printed last.
+Rows go to results files of the topics ``batch_one`` and ``step`` under $OUT
+(`bench.gpu.record`); a short table is printed last.
 """
 
 import argparse
-import json
 import os
 import sys
 import time
@@ -37,7 +37,7 @@ from mambalearn import device  # noqa: E402,F401  (on a CPU: TRITON_INTERPRET=1 
 
 OUT = os.environ.get("OUT", "/tmp/out")
 T0 = time.time()
-ROWS = []
+ROWS = {}  # topic -> rows
 EXP_RATE = 132 * 16 * 1.98e9  # exp2 per second on an H200 (SMs × MUFU lanes × clock)
 
 
@@ -45,22 +45,28 @@ def log(*a):
     print(f"[{time.time() - T0:6.1f}s]", *a, flush=True)
 
 
-def keep(**row):
-    ROWS.append(row)
-    log(" ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in row.items()))
-    json.dump(dict(meta=meta(), rows=ROWS), open(os.path.join(OUT, "batch_one.json"), "w"),
-              indent=1)
+def keep(topic, **row):
+    """A row of the results store's ``topic`` (printed as it arrives, kept for `save`)."""
+    row = {k: v for k, v in row.items() if v is not None}
+    ROWS.setdefault(topic, []).append(row)
+    log(topic, " ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
+                        for k, v in row.items()))
 
 
-def meta():
-    import triton
-    dev = torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu"
-    return dict(device=dev, date=time.strftime("%Y-%m-%d"), torch=torch.__version__,
-                triton=triton.__version__, command="python3 -m bench.gpu.batch_one "
-                + " ".join(sys.argv[1:]), commit=os.environ.get("MAMBALEARN_COMMIT", "?"),
-                peers={"mamba_ssm": "2.3.2.post1 (CUDA selective scan built for sm_90; Triton "
-                       "selective_state_update)"},
-                method="timing.compare: warm ≥ 1 s each, 5 interleaved rounds, median ratio")
+def save(args):
+    """Each topic's rows into a results file under $OUT (device, date, command, commit, peers)."""
+    from bench.gpu.record import record
+    peers = {"mamba_ssm": "2.3.2.post1 (CUDA selective scan built for sm_90 from its source; its "
+                          "Triton selective_state_update)"}
+    method = ("mambalearn.timing.compare: every callable warmed ≥ 1 s, then 5 interleaved rounds "
+              "of triton.testing.do_bench (median, 50 ms each); ratio = median of the per-round "
+              "ratios to the baseline, spread = (max − min) / median of them; bf16 u/Δ/z/B/C, "
+              "fp32 A/D/bias, z, D, softplus; decode: 20 calls replayed in one CUDA graph, ms a "
+              "call")
+    for topic, rows in ROWS.items():
+        record(topic, rows, command="python3 -m bench.gpu.batch_one " + " ".join(sys.argv[1:]),
+               peers=peers, out_dir=OUT, method=method,
+               baseline="mamba_ssm cuda" if topic == "batch_one" else "mamba_ssm")
 
 
 def rel(a, b):
@@ -111,16 +117,17 @@ def m1(args, peer, deadline):
                             rep=50)
                 fw, bw = plan_of(x, n, d, l, b)
                 floor = b * d * n * l / EXP_RATE * 1e3
+                shape = f"b{b} d{d} n{n} l{l}"
                 for work in ("fwd", "fwd+bwd"):
-                    row = dict(topic="m1", n=n, tokens=tok, b=b, l=l, work=work,
-                               ours_ms=c.ms(f"ours {work}"), segments=fw if work == "fwd" else
-                               f"{fw}/{bw}", exp_floor_ms=floor * (1 if work == "fwd" else 2))
+                    r = c.ratio(f"ours {work}", f"cuda {work}") if peer else (None, None)
+                    keep("batch_one", op=work, backend="ours", shape=shape, tokens=tok, b=b,
+                         n=n, segments=str(fw) if work == "fwd" else f"{fw}/{bw}",
+                         ms=c.ms(f"ours {work}"), ratio=r[0], spread=r[1],
+                         exp_floor_ms=floor * (1 if work == "fwd" else 2),
+                         out_rel_err_vs_cuda=err if work == "fwd" else None)
                     if peer is not None:
-                        r, spread = c.ratio(f"ours {work}", f"cuda {work}")
-                        row.update(cuda_ms=c.ms(f"cuda {work}"), ratio=r, spread=spread)
-                    if work == "fwd":
-                        row["out_err_vs_cuda"] = err
-                    keep(**row)
+                        keep("batch_one", op=work, backend="mamba_ssm cuda", shape=shape,
+                             tokens=tok, b=b, n=n, ms=c.ms(f"cuda {work}"))
                 x = fns = None  # free the inputs before the next shape
                 if args.gpu:
                     torch.cuda.empty_cache()
@@ -157,11 +164,11 @@ def variants(args, peer, deadline):
             c = compare(fns, warm_s=1.0 if args.gpu else 0.0, rounds=5 if args.gpu else 1,
                         rep=50)
         for k in fns:
-            row = dict(topic="m1 variants b1 fwd", n=n, l=l, variant=k, ms=c.ms(k),
-                       out_err_vs_cuda=errs[k])
-            if peer is not None:
-                row["ratio"], row["spread"] = c.ratio(k, "cuda")
-            keep(**row)
+            r = c.ratio(k, "cuda") if peer is not None else (None, None)
+            keep("batch_one", op="fwd, variant", backend="mamba_ssm cuda" if k == "cuda" else
+                 f"ours {k}", shape=f"b1 d{d} n{n} l{l}", b=1, n=n, ms=c.ms(k),
+                 ratio=None if k == "cuda" else r[0], spread=None if k == "cuda" else r[1],
+                 out_rel_err_vs_cuda=None if k == "cuda" else errs[k])
 
 
 def parts(args, peer, deadline):
@@ -211,7 +218,8 @@ def _parts_at(args, b, d, l, n):
     with torch.no_grad():
         c = compare(fns, warm_s=1.0 if args.gpu else 0.0, rounds=5 if args.gpu else 1, rep=50)
     for name in fns:
-        keep(topic="m1 parts", b=b, l=l, S=S, k=k, part=name, ms=c.ms(name))
+        keep("batch_one", op=f"part: {name}", backend="ours", shape=f"b{b} d{d} n{n} l{l}", b=b,
+             n=n, segments=str(S), pieces=k, ms=c.ms(name))
 
 
 def step(args, deadline):
@@ -246,7 +254,9 @@ def step(args, deadline):
             return g.replay
 
         out = ours(inp["state"].clone(), **a)
-        keep(topic="step correct", b=b, err=rel(out, want))
+        shape = f"b{b} h{h} p{p} n{n} fp32 state"
+        keep("step", op="step, correct", backend="ours default", shape=shape,
+             rel_err=rel(out, want))
         sweep = {}
         for bp in (2, 4, 8, 16, 32, 64):
             for nw in (1, 2, 4, 8):
@@ -261,7 +271,8 @@ def step(args, deadline):
                         log("tile", tune, type(e).__name__, str(e)[:80])
         best = sorted(sweep, key=sweep.get)[:3]
         for k in best:
-            keep(topic="step sweep", b=b, block_p=k[0], warps=k[1], stream=k[2], ms=sweep[k])
+            keep("step", op="step, graph, sweep", backend=f"ours, BLOCK_P {k[0]}, {k[1]} warps"
+                 f"{', streamed' if k[2] else ''}", shape=shape, ms=sweep[k])
         fns = {"default": graph(fn_for({}))}
         for k in best:
             fns[f"{k[0]}x{k[1]}{' evict' if k[2] else ''}"] = graph(fn_for(
@@ -270,11 +281,11 @@ def step(args, deadline):
             fns["mamba_ssm"] = graph(fn_for({}, theirs))
         c = compare(fns, warm_s=1.0 if args.gpu else 0.0, rounds=5 if args.gpu else 1, rep=50)
         for k in fns:
-            row = dict(topic="step graph x20", b=b, tile=k, us_per_call=c.ms(k) / 20 * 1e3,
-                       floor_us=bstep.floor_ms(b, h, p, n, torch.float32) * 1e3)
-            if theirs is not None:
-                row["ratio"], row["spread"] = c.ratio(k, "mamba_ssm")
-            keep(**row)
+            r = c.ratio(k, "mamba_ssm") if theirs is not None and k != "mamba_ssm" else (None,
+                                                                                      None)
+            name = {"default": "ours default", "mamba_ssm": "mamba_ssm"}.get(k, f"ours {k}")
+            keep("step", op="step, graph", backend=name, shape=shape, ms=c.ms(k) / 20,
+                 ratio=r[0], spread=r[1], floor_ms=bstep.floor_ms(b, h, p, n, torch.float32))
 
 
 def bstep_ms(fn, args):
@@ -311,8 +322,13 @@ def main():
             {"m1": m1, "variants": variants, "parts": parts}[name](args, peer, deadline)
         except Exception:  # noqa: BLE001 - report, then the next section
             traceback.print_exc()
-    print("\n" + "\n".join(" | ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
-                                     for k, v in r.items()) for r in ROWS))
+    if args.gpu:
+        save(args)
+    print()
+    for topic, rows in ROWS.items():
+        for r in rows:
+            print(topic, " | ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
+                                    for k, v in r.items()))
 
 
 if __name__ == "__main__":
