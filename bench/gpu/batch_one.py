@@ -255,7 +255,7 @@ def step(args, deadline):
 
         out = ours(inp["state"].clone(), **a)
         shape = f"b{b} h{h} p{p} n{n} fp32 state"
-        keep("step", op="step, correct", backend="ours default", shape=shape,
+        keep("step", op="step, correct", backend="ours default, float64 check", shape=shape,
              rel_err=rel(out, want))
         sweep = {}
         for bp in (2, 4, 8, 16, 32, 64):
