@@ -13,8 +13,9 @@ The kernels, one module each: ``forward`` (a scan along time per state, a state 
 chunk), ``forward_recurrent`` (one channel a thread, every state in registers, step by step),
 ``backward_state_outer`` (the default backward up to n = the chunk) and ``backward`` (the
 sub-block backward); ``segments`` cuts a sequence into pieces that run side by side where the
-batch is too small to fill the GPU (summaries, then a carry pass: the same ⊗-scan); ``config``
-holds the settings, ``tile`` the jit helpers they share.
+batch is too small to fill the GPU (a summary per piece, the ⊗-fold of the summaries before each
+segment, then the kernels above on every segment at once); ``config`` holds the settings and the
+plan (`segment_plan`), ``tile`` the jit helpers they share.
 """
 
 import triton
@@ -38,7 +39,7 @@ from mambalearn.triton.selective_scan.interface import Kernels, bc_layout, run
 def forward(u, delta, A, B, C, D, z, delta_bias, softplus, seq_idx, initial_state, shape,
             config):
     """Launch the forward ``config.forward.layout`` names, the sequence cut into as many
-    segments as `segment_plan` says (with more than one, their summaries and the carry first).
+    segments as `segment_plan` says (with more than one, their summaries and the fold first).
     Returns out (b, d, l), the states entering each chunk (b, d, c, n) fp32 and the last state
     (b, d, n) fp32."""
     b, d, l, n, g = shape
@@ -59,7 +60,8 @@ def forward(u, delta, A, B, C, D, z, delta_bias, softplus, seq_idx, initial_stat
 
 def backward(dout, dlast, u, delta, A, B, C, D, z, delta_bias, softplus, seq_idx, states, shape,
              config, need_g0=True):
-    """Launch the backward ``config.backward.layout`` names. Returns the eight gradients
+    """Launch the backward ``config.backward.layout`` names (the state-outer one cut into
+    segments as the forward, its adjoint summaries first). Returns the eight gradients
     (du, ddelta, dA, dB, dC, dD, dz, ddelta_bias) and g_0 (b, d, n), the adjoint at step 0
     (always: it is the adjoint carry's last value)."""
     b, d, l, n, g = shape
