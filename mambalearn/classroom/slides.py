@@ -1,6 +1,6 @@
 """Slides from the chapter notebooks: execute each one, then a reveal.js deck that fits the slide.
 
-    python -m mambalearn slides [NOTEBOOK | NN ...] [--out slides] [--pdf] [--online]   # make slides
+    python -m mambalearn slides [NOTEBOOK | NN ...] [--out slides] [--pdf] [--online]  # make slides
 
 The deck follows each cell's ``slideshow.slide_type`` (slide, subslide, fragment, skip, notes).
 ``mambalearn.classroom.slides_layout`` chooses what a code cell shows (figures without their
@@ -96,8 +96,9 @@ def join_pdfs(pdfs, out):
 
 
 def chapter_files(names, folder=pages.REPO / "notebooks"):
-    """Notebook paths for ``names``: a path, or a chapter number (``3``, ``03``) found in ``folder``;
-    every chapter of ``folder`` when ``names`` is empty. A name that matches nothing raises."""
+    """Notebook paths for ``names``: each a path, or a chapter number (``3``, ``03``) found in
+    ``folder``; every chapter of ``folder`` when ``names`` is empty. A name that matches nothing
+    raises ``FileNotFoundError``."""
     if not names:
         return sorted(Path(folder).glob("[0-9]*.ipynb"))
     found = []
