@@ -1,6 +1,7 @@
 """`python -m mambalearn`: help for every command, one-line errors with "did you mean" and exit
 status 2 for bad arguments, one program name, and bench's rows and tables."""
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -124,3 +125,53 @@ def test_the_chart_is_a_grid_of_readable_panels(tmp_path):
     data.write_text(__import__("json").dumps({"rows": rows}))
     assert bench.cli(["--replot", str(data), str(tmp_path / "again.png")]) == 0
     assert Image.open(tmp_path / "again.png").size == (w, h)
+
+
+def test_make_help_lists_every_documented_target():
+    done = subprocess.run(["make", "-s", "help"], cwd=ROOT, capture_output=True, text=True,
+                          timeout=60)
+    assert done.returncode == 0, done.stderr
+    documented = re.findall(r"^([a-z][a-z-]*):.*## ", (ROOT / "Makefile").read_text(), re.M)
+    listed = [line.split()[0] for line in done.stdout.splitlines()[1:]]
+    assert listed == documented
+    assert {"lab", "test", "slides", "site", "grade", "help"} <= set(listed)
+
+
+def test_exercises_never_replace_a_students_work(tmp_path, capsys):
+    """`make exercises`: an exercise as generated (or only run) is replaced, an edited one is kept
+    and named, unless --force; --dry-run writes nothing."""
+    import shutil
+
+    import nbformat
+
+    from mambalearn.classroom import exercises
+
+    solutions = [ROOT / "solutions" / n for n in ("01_discretization.ipynb", "03_operator.ipynb")]
+    out, last = tmp_path / "exercises", tmp_path / "pristine"
+    for d in (out, last):
+        d.mkdir()
+        for s in solutions:
+            shutil.copy(ROOT / "exercises" / s.name, d / s.name)
+    edited = nbformat.read(out / solutions[0].name, as_version=4)
+    k = next(i for i, c in enumerate(edited.cells) if "NotImplementedError" in c.source
+             and c.cell_type == "code")
+    edited.cells[k].source = "def zoh(A, B, delta):\n    return 'my work'\n"
+    nbformat.write(edited, out / solutions[0].name)
+    ran = nbformat.read(out / solutions[1].name, as_version=4)
+    ran.cells[0].metadata["collapsed"] = True  # opened and run, nothing written
+    nbformat.write(ran, out / solutions[1].name)
+
+    dry = exercises.regenerate(solutions, out, last, dry_run=True)
+    assert [a for _, a, _ in dry] == ["kept", "written"]
+    assert f"cell {k + 1} differs" in dry[0][2]
+    assert nbformat.read(out / solutions[1].name, as_version=4) == ran, "--dry-run wrote"
+    done = exercises.regenerate(solutions, out, last)
+    assert [a for _, a, _ in done] == ["kept", "written"]
+    assert "my work" in (out / solutions[0].name).read_text()
+    assert nbformat.read(out / solutions[1].name, as_version=4) == nbformat.read(
+        ROOT / "exercises" / solutions[1].name, as_version=4)
+    again = exercises.regenerate(solutions, out, last)
+    assert [a for _, a, _ in again] == ["kept", "unchanged"]
+    forced = exercises.regenerate(solutions, out, last, force=True)
+    assert [a for _, a, _ in forced] == ["replaced", "unchanged"]
+    assert "my work" not in (out / solutions[0].name).read_text()

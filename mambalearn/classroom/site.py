@@ -157,16 +157,24 @@ def outline(body):
 
 
 def sections(body, c):
-    """Search entries of a page: one per heading, with the prose under it."""
-    text = lambda s: html.unescape(re.sub(r"\s+", " ", TAGS.sub(" ", s))).strip()
-    prose = re.sub(r"<(script|style)\b.*?</\1>", " ", body, flags=re.S)
-    marks = list(HEADING.finditer(prose))
+    """Search entries of a page: one per heading of its prose, with the prose under it (code and
+    printed output are not searched)."""
+    from bs4 import BeautifulSoup
+
     out = []
-    for k, m in enumerate(marks):
-        end = marks[k + 1].start() if k + 1 < len(marks) else len(prose)
-        chunk = re.sub(r'<div class="jp-OutputArea.*?</div>', " ", prose[m.end():end], flags=re.S)
-        out.append({"page": c.page, "id": html.unescape(m.group(2)), "chapter": c.title,
-                    "title": text(m.group(3)), "text": text(chunk)[:1500]})
+    for md in BeautifulSoup(body, "html.parser").select(".jp-MarkdownCell .jp-RenderedMarkdown"):
+        for el in md.children:
+            if getattr(el, "name", None) is None:
+                continue
+            if re.fullmatch(r"h[1-3]", el.name) and el.get("id"):
+                for a in el.select("a.anchor-link"):
+                    a.decompose()
+                out.append({"page": c.page, "id": el["id"], "chapter": c.title,
+                            "title": el.get_text(" ", strip=True), "text": ""})
+            elif out:
+                out[-1]["text"] = (out[-1]["text"] + " " + el.get_text(" ", strip=True)).strip()
+    for e in out:
+        e["text"] = re.sub(r"\s+", " ", e["text"])[:1500]
     return out
 
 
@@ -197,6 +205,8 @@ def render(chapters, i, nb, out_dir, online=False, colab=None):
     body, _ = ex.from_notebook_node(widgets_to_notes(pages.prepare(nb, c.notebook)),
                                     resources=resources)
     body = body.replace("<!--ml-nav-->", nav(chapters, c, outline(body)), 1)
+    for folder in ("exercises", "notebooks"):  # the chapter's own links, to the site's copies
+        body = body.replace(f'href="../{folder}/', f'href="{folder}/')
     if not online and slides_offline.remote_urls(body):
         raise RuntimeError(f"page {c.page} still loads {slides_offline.remote_urls(body)}")
     (Path(out_dir) / c.page).write_text(body)
