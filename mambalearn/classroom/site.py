@@ -138,9 +138,11 @@ def links(c, colab=None):
     shown = [_link(c.deck, "slides")] if c.deck else []
     shown += [_link(c.pdf, "slides as PDF")] if c.pdf else []
     shown += [_link(f"notebooks/{c.notebook.name}", "download the notebook")]
-    if colab:
+    if colab:  # Colab has a GPU, but not the course's library: the first cell installs it
         shown.append(_link(f"https://colab.research.google.com/github/{colab}/blob/main/"
-                           f"notebooks/{c.notebook.name}", "open in Colab (a GPU)"))
+                           f"notebooks/{c.notebook.name}", "open in Colab")
+                     + f' (a GPU; first run <code>!pip install "mambalearn[lab] @ '
+                       f'git+https://github.com/{html.escape(colab)}"</code>)')
     parts.append(" · ".join(shown))
     return '<div class="ml-links">' + "<br>".join(parts) + "</div>"
 
