@@ -23,7 +23,13 @@ TEST_ENV := MAMBALEARN_PROGRESS=0 MPLBACKEND=Agg
 KERNEL_TESTS = $(wildcard tests/test_selective_scan*.py tests/test_ssd_*.py tests/test_step.py \
   tests/test_triton_scan.py tests/test_check_ch08.py tests/test_check_ch09.py tests/test_mamba3_triton.py)
 
-.PHONY: lab test test-browser browser exercises grade slides site bench doctor clean
+.PHONY: help lab test test-browser browser exercises grade slides site bench doctor clean
+.DEFAULT_GOAL := help
+
+help:  ## this list (each target sets up .venv itself on first use)
+	@echo "make TARGET [VAR=value]   (README.md: start here)"
+	@grep -E '^[a-z][a-z-]*:.*## ' $(MAKEFILE_LIST) | \
+	  sed -E 's/^([a-z-]+):.*## (.*)$$/\1\t\2/' | awk -F'\t' '{ printf "  %-13s %s\n", $$1, $$2 }'
 
 $(STAMP): pyproject.toml constraints.txt
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -66,9 +72,8 @@ test: $(STAMP) $(NEWEST_STAMP) browser  ## everything: lint, layers, unit, prope
 	$(TEST_ENV) PYTHONPATH=$(CURDIR) $(NEWEST)/bin/python -m pytest -n $(JOBS) --dist loadfile \
 	  -p no:cacheprovider $(KERNEL_TESTS)
 
-exercises: $(STAMP)  ## regenerate exercises/ and the grader's pristine copies (mambalearn/classroom/pristine/) from solutions/
-	@for f in solutions/*.ipynb; do \
-	  $(PY) -m mambalearn.classroom.grade make-exercise $$f exercises/$$(basename $$f) && echo "exercises/$$(basename $$f)"; done
+exercises: $(STAMP)  ## (authors) exercises/ from solutions/, never over a student's changes [DRY=1] [FORCE=1]
+	$(PY) -m mambalearn exercises $(if $(DRY),--dry-run,) $(if $(FORCE),--force,)
 
 grade: $(STAMP)  ## make grade NB=exercises/01_discretization.ipynb | make grade CLASS=submissions/ [OUT=grades.csv] (docs/GRADING.md)
 	@test -n "$(NB)$(CLASS)" || (echo "usage: make grade NB=notebook.ipynb | make grade CLASS=dir [OUT=grades.csv]" && exit 2)
@@ -82,17 +87,18 @@ test-browser: $(STAMP) browser  ## JupyterLab in headless Chromium, every deck c
 browser:  ## Debian's chromium and npm, for the browser tests and offline decks (once)
 	@bash tools/browser-deps.sh
 
-slides: $(STAMP) browser  ## slides/NN_name.slides.html (assets local) + .pdf; ONLINE=1: assets from CDNs
-	$(PY) -m mambalearn.classroom.slides notebooks/*.ipynb --out slides --pdf $(if $(ONLINE),--online,)
+slides: $(STAMP) browser  ## decks + PDFs in slides/ and slides/course.pdf [NB=03 for one chapter] [ONLINE=1: CDNs]
+	$(PY) -m mambalearn slides $(NB) --out slides --pdf $(if $(ONLINE),--online,)
 
-site: $(STAMP)  ## execute every chapter into site/ (static HTML, figures); OFFLINE=1: local MathJax
-	$(PY) -m mambalearn.classroom.site notebooks/*.ipynb --out site --jobs $(JOBS) $(if $(OFFLINE),--offline,)
+site: $(STAMP) browser  ## every chapter as a web page in site/ (offline; ONLINE=1: CDNs) [COLAB=owner/repo]
+	$(PY) -m mambalearn site --out site --pdf --jobs $(JOBS) $(if $(ONLINE),--online,) \
+	  $(if $(COLAB),--colab $(COLAB),)
 
-bench: $(STAMP)  ## time every backend (GPU: DESIGN.md §6 shapes; CPU: interpreter, tiny)
+bench: $(STAMP)  ## time every backend (GPU: docs/BENCHMARKS.md's shapes; CPU: interpreter, tiny)
 	$(PY) -m mambalearn bench --json bench-results.json
 
-doctor: $(STAMP)
+doctor: $(STAMP)  ## versions, GPU or interpreter mode, a tiny Triton scan checked
 	$(PY) -m mambalearn doctor
 
-clean:
+clean:  ## remove .venv, .venv-newest and everything built (slides, site, bench results)
 	rm -rf $(VENV) $(NEWEST) slides site bench-results.json

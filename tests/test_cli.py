@@ -1,6 +1,7 @@
-"""`python -m mambalearn`: help for every command, one-line errors and exit status 2 for bad
-arguments, and the bench table that keeps every column the rows carry."""
+"""`python -m mambalearn`: help for every command, one-line errors with "did you mean" and exit
+status 2 for bad arguments, one program name, and bench's rows and tables."""
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -8,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from mambalearn import bench
-from mambalearn.__main__ import main
+from mambalearn.__main__ import COMMANDS, main
 
 ROOT = Path(__file__).resolve().parent.parent
 TOPICS = sorted(p.stem for p in (ROOT / "mambalearn" / "bench").glob("*.py")
@@ -43,12 +44,17 @@ def test_bench_help_lists_every_topic_and_option(flag, capsys):
 
 
 @pytest.mark.parametrize("args, message", [
-    (["bench", "memroy"], "unknown topic 'memroy' (topics: mamba3, memory, model,"),
+    (["bench", "memroy"], "unknown topic 'memroy' (did you mean 'memory'?) (topics: mamba3,"),
     (["bench", "scans", "--json"], "argument --json: expected one argument"),
-    (["bench", "--jsn"], "unrecognized arguments: --jsn"),
+    (["bench", "--jsn", "x"], "unrecognized option --jsn (did you mean '--json'?)"),
+    (["bench", "--json=x", "--replot", "a", "b"], "give no TOPIC and no --json"),
     ([], "the following arguments are required: COMMAND"),
     (["frobnicate"], "invalid choice: 'frobnicate'"),
-    (["doctor", "--verbose"], "unrecognized arguments: --verbose"),
+    (["bnech"], "(did you mean 'bench'?)"),
+    (["doctor", "--verbose"], "unrecognized option --verbose"),
+    (["slides", "--pfd"], "unrecognized option --pfd (did you mean '--pdf'?)"),
+    (["site", "--oflline"], "unrecognized option --oflline (did you mean '--online'?)"),
+    (["exercises", "--froce"], "unrecognized option --froce (did you mean '--force'?)"),
 ])
 def test_bad_arguments_get_one_line_and_exit_2(args, message, capsys):
     code, out, err = _run(args, capsys)
@@ -65,11 +71,16 @@ def test_bench_defaults_to_every_topic():
     assert args.topics == ["scans", "ssd"] and args.json == "r.json"
 
 
-def test_top_level_help_lists_the_commands(capsys):
+def test_top_level_help_lists_every_job_under_one_program_name(capsys):
     code, out, _ = _run(["--help"], capsys)
     assert code == 0
-    for command in ("doctor", "grade", "bench"):
-        assert f"\n    {command} " in out
+    assert {"doctor", "grade", "bench", "slides", "site", "exercises"} <= set(COMMANDS)
+    for command in COMMANDS:
+        assert f"\n  {command} " in out
+        code, text, _ = _run([command, "--help"], capsys)
+        assert code == 0 and text.startswith(f"usage: python -m mambalearn {command} "), text[:80]
+        assert max(map(len, text.splitlines())) <= 100, command
+        assert "DESIGN" not in text and "http" not in text, command  # nothing outside the repo
 
 
 def test_grade_options_come_from_the_grader(capsys):
@@ -78,13 +89,89 @@ def test_grade_options_come_from_the_grader(capsys):
     assert "--class DIR" in out and "--exercises DIR" in out
 
 
-def test_table_keeps_the_columns_rows_carry():
+def test_table_keeps_the_columns_rows_carry_within_100_columns():
     rows = [dict(topic="selective", backend="blelloch", shape="b1_l64", ms=0.5, passes=19.9,
                  peak_gb=None, command="bash a very long command line, not a column"),
+            dict(topic="selective", backend="loop", shape="b1_l64", ms=1.25, rel_err=3e-7),
             dict(topic="scans", backend="loop", shape="l16", ms=1.25)]
-    lines = bench.table(rows).splitlines()
-    header = lines[0].split()
-    assert header == bench.COLUMNS + ["passes"]
-    cells = lines[1].split()
-    assert cells[header.index("passes")] == "19.900" and cells[header.index("ms")] == "0.500"
-    assert lines[2].split()[header.index("passes")] == "-"
+    blocks = [b.splitlines() for b in bench.table(rows).split("\n\n")]
+    assert [b[0] for b in blocks] == ["selective · b1_l64", "scans · l16"]
+    header = blocks[0][1].split()
+    assert header == ["backend", "ms", "passes", "rel_err"]  # columns with a value, in order
+    assert blocks[0][2].split() == ["blelloch", "0.500", "19.900", "-"]
+    assert blocks[0][3].split() == ["loop", "1.250", "-", "3e-07"]  # small is not 0.000
+    wide = [dict(topic="t", backend="b" * 40, shape="s", ms=1.0, **{f"extra{i}": 1.5 for i in
+                                                                  range(20)})]
+    lines = bench.table(wide).splitlines()
+    assert max(map(len, lines)) <= 100 and lines[1].split()[:3] == ["backend", "ms", "extra0"]
+
+
+def test_numbers_are_never_rounded_to_nothing(capsys):
+    assert [bench.number(v) for v in (0.5, 0.0004, 0.0, 123.456, 5e4, None, "w")] == [
+        "0.500", "0.0004", "0.000", "123.456", "50000", "-", "w"]
+    bench.show(dict(topic="ssd", backend="ours", ms=0.00123, ratio=None, error="x"))
+    assert capsys.readouterr().out == "topic=ssd | backend=ours | ms=0.00123 | error=x\n"
+
+
+def test_the_chart_is_a_grid_of_readable_panels(tmp_path):
+    from PIL import Image
+
+    rows = [dict(topic="ssd", backend=f"backend {k}", shape=f"shape {s}", ms=0.1 + k + s)
+            for s in range(5) for k in range(9)]
+    path = bench.plot(rows, tmp_path / "chart.png")
+    w, h = Image.open(path).size
+    assert w > h and h < 1200, (w, h)  # 5 panels: 3 columns, 2 rows, not a strip
+    data = tmp_path / "rows.json"
+    data.write_text(__import__("json").dumps({"rows": rows}))
+    assert bench.cli(["--replot", str(data), str(tmp_path / "again.png")]) == 0
+    assert Image.open(tmp_path / "again.png").size == (w, h)
+
+
+def test_make_help_lists_every_documented_target():
+    done = subprocess.run(["make", "-s", "help"], cwd=ROOT, capture_output=True, text=True,
+                          timeout=60)
+    assert done.returncode == 0, done.stderr
+    documented = re.findall(r"^([a-z][a-z-]*):.*## ", (ROOT / "Makefile").read_text(), re.M)
+    listed = [line.split()[0] for line in done.stdout.splitlines()[1:]]
+    assert listed == documented
+    assert {"lab", "test", "slides", "site", "grade", "help"} <= set(listed)
+
+
+def test_exercises_never_replace_a_students_work(tmp_path, capsys):
+    """`make exercises`: an exercise as generated (or only run) is replaced, an edited one is kept
+    and named, unless --force; --dry-run writes nothing."""
+    import shutil
+
+    import nbformat
+
+    from mambalearn.classroom import exercises
+
+    solutions = [ROOT / "solutions" / n for n in ("01_discretization.ipynb", "03_operator.ipynb")]
+    out, last = tmp_path / "exercises", tmp_path / "pristine"
+    for d in (out, last):
+        d.mkdir()
+        for s in solutions:
+            shutil.copy(ROOT / "exercises" / s.name, d / s.name)
+    edited = nbformat.read(out / solutions[0].name, as_version=4)
+    k = next(i for i, c in enumerate(edited.cells) if "NotImplementedError" in c.source
+             and c.cell_type == "code")
+    edited.cells[k].source = "def zoh(A, B, delta):\n    return 'my work'\n"
+    nbformat.write(edited, out / solutions[0].name)
+    ran = nbformat.read(out / solutions[1].name, as_version=4)
+    ran.cells[0].metadata["collapsed"] = True  # opened and run, nothing written
+    nbformat.write(ran, out / solutions[1].name)
+
+    dry = exercises.regenerate(solutions, out, last, dry_run=True)
+    assert [a for _, a, _ in dry] == ["kept", "written"]
+    assert f"cell {k + 1} differs" in dry[0][2]
+    assert nbformat.read(out / solutions[1].name, as_version=4) == ran, "--dry-run wrote"
+    done = exercises.regenerate(solutions, out, last)
+    assert [a for _, a, _ in done] == ["kept", "written"]
+    assert "my work" in (out / solutions[0].name).read_text()
+    assert nbformat.read(out / solutions[1].name, as_version=4) == nbformat.read(
+        ROOT / "exercises" / solutions[1].name, as_version=4)
+    again = exercises.regenerate(solutions, out, last)
+    assert [a for _, a, _ in again] == ["kept", "unchanged"]
+    forced = exercises.regenerate(solutions, out, last, force=True)
+    assert [a for _, a, _ in forced] == ["replaced", "unchanged"]
+    assert "my work" not in (out / solutions[0].name).read_text()

@@ -186,3 +186,70 @@ def test_online_deck_loads_its_assets_from_cdns(tmp_path):
     remote = slides_offline.remote_urls(html)
     assert any("reveal.js" in u for u in remote) and any("mathjax" in u.lower() for u in remote)
     assert "mermaid" not in html and not (tmp_path / "vendor").exists()
+
+
+def test_markdown_images_are_embedded_and_a_missing_one_is_an_error(tmp_path):
+    from mambalearn.classroom import pages, slides
+
+    (tmp_path / "figs").mkdir()
+    (tmp_path / "book").mkdir()
+    png = bytes.fromhex("89504e470d0a1a0a0000000d49484452000000010000000108060000001f15c489"
+                        "0000000d4944415478da63f8cfc0f01f0005000201e2a1d0b00000000049454e44ae426082")
+    (tmp_path / "figs" / "one.png").write_bytes(png)
+    nb = new_notebook(cells=[new_markdown_cell("# Pictures\n\n![a figure](../figs/one.png)",
+                                               metadata={"slideshow": {"slide_type": "slide"}})])
+    html = slides.export(tmp_path / "book" / "ch.ipynb", tmp_path / "deck", offline=False,
+                         nb=nb).read_text()
+    assert "../figs/one.png" not in html and 'src="data:image/png;base64,iVBORw0KGgo' in html
+    assert nb.cells[0].source.endswith("(../figs/one.png)"), "the notebook itself is not changed"
+    nb.cells[0].source = "![gone](../figs/missing.png)"
+    with pytest.raises(FileNotFoundError, match="missing.png"):
+        pages.prepare(nb, tmp_path / "book" / "ch.ipynb")
+
+
+def test_a_gpu_cell_shows_its_recording_only_for_the_same_source(tmp_path):
+    """pages.prepare puts a recorded GPU output in place of "skipped: no GPU", with its device and
+    date, and only for the cell source it was recorded from; the deck leaves out a GPU cell that
+    has no recording."""
+    import hashlib
+    import json
+
+    from mambalearn.classroom import pages
+
+    gpu = 'if not device.HAS_GPU:\n    print("skipped: no GPU")\nelse:\n    print(run())'
+    other = gpu.replace("run()", "run(2)")
+    cells = [new_markdown_cell("# Timing", metadata={"slideshow": {"slide_type": "slide"}})]
+    for src in (gpu, other):
+        cell = new_code_cell(src, metadata={"slideshow": {"slide_type": "fragment"}})
+        cell.outputs = [new_output("stream", name="stdout", text="skipped: no GPU\n")]
+        cells.append(cell)
+    results = tmp_path / "results"
+    results.mkdir()
+    row = {"cell": 1, "source_sha256": hashlib.sha256(gpu.encode()).hexdigest(),
+           "outputs": [{"output_type": "stream", "name": "stdout", "text": "12.5 ms\n"}]}
+    meta = {"device": "Test GPU", "date": "2026-01-02", "commit": "abc1234", "command": "x"}
+    for date in ("2026-01-01", "2026-01-02"):  # the newest file is the one read
+        (results / f"test_outputs-ch_{date}.json").write_text(json.dumps(
+            {"meta": dict(meta, date=date), "rows": [row] if date.endswith("2") else []}))
+    nb = pages.prepare(new_notebook(cells=cells), tmp_path / "ch.ipynb", results)
+    texts = ["".join(o.get("text", "") for o in c.outputs) for c in nb.cells[1:]]
+    assert texts[0].startswith("[recorded on Test GPU, 2026-01-02 (commit abc1234;")
+    assert texts[0].endswith("12.5 ms\n")
+    assert texts[1] == "skipped: no GPU\n", "an edited cell never shows an old recording"
+    assert pages.unrecorded(nb) == [nb.cells[2]]
+    out = slides_layout.prepare(nb).cells
+    assert [c.metadata["slideshow"]["slide_type"] for c in out] == ["slide", "fragment", "skip"]
+
+
+def test_every_deck_has_speaker_notes_and_ends_with_its_exercise():
+    done = subprocess.run([sys.executable, "tools/exercise_cells.py", "--check"], cwd=ROOT,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stdout
+    for path in CHAPTERS:
+        nb = nbformat.read(path, as_version=4)
+        notes = [c for c in nb.cells if c.metadata["slideshow"]["slide_type"] == "notes"]
+        assert notes and all(len(c.source.split()) >= 20 for c in notes), path.name
+        last = nb.cells[-1]
+        if (ROOT / "exercises" / path.name).exists():
+            assert "exercise-link" in last.metadata.get("tags", []), path.name
+            assert f"make grade NB=exercises/{path.name}" in last.source, path.name

@@ -1,8 +1,10 @@
 """Every chapter's deck in headless Chromium: every slide fits reveal's 960 x 700 box with all its
 fragments shown, the arrow key reaches every slide, and the print view has all its math.
 
-The chapters are found, not listed (every ``notebooks/*.ipynb``). Each deck is built from the
-executed copy the other slide and site tests share (``mambalearn.classroom.execute``). A PDF of
+The chapters are found, not listed (every ``notebooks/*.ipynb``). Each deck is built as
+``make slides`` builds it (``slides.export``: images embedded, so the temporary folder sees every
+figure) from the executed copy the other slide and site tests share
+(``mambalearn.classroom.execute``). A PDF of
 each deck's print view (one page per slide) is kept for an instructor to skim in
 ``build/test-artifacts/slides/`` (``MAMBALEARN_ARTIFACTS`` moves it).
 """
@@ -86,11 +88,13 @@ def test_deck_fits_navigates_and_prints(notebook, out, browser):
     assert pages == len(rows), (pages, len(rows))
 
 
-def test_a_slide_that_cannot_fit_is_reported(out, browser, tmp_path):
-    """The check fails where it should: an output with an unbreakable 400-character token."""
+@pytest.mark.parametrize("kind", ["-", "fragment"])
+def test_a_slide_that_cannot_fit_is_reported(kind, out, browser, tmp_path):
+    """The check fails where it should: an output with an unbreakable 400-character token, on the
+    slide itself or in a fragment (measured with every fragment shown)."""
     from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, new_output
 
-    cell = new_code_cell("print(token)", metadata={"slideshow": {"slide_type": "-"}})
+    cell = new_code_cell("print(token)", metadata={"slideshow": {"slide_type": kind}})
     cell.outputs = [new_output("stream", name="stdout", text="x" * 400 + "\n")]
     nb = new_notebook(cells=[new_markdown_cell("# Too wide", metadata={
         "slideshow": {"slide_type": "slide"}}), cell])

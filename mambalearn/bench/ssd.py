@@ -39,7 +39,7 @@ import os
 import torch
 
 from mambalearn import roofline
-from mambalearn.bench import _reference, peak_gb, time_ms
+from mambalearn.bench import _reference, peak_gb, show, time_ms
 from mambalearn.testing import rel_error
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
@@ -167,7 +167,7 @@ def _row(backend, shape, m, ref_ms, floor_ms, fla_ms=None):
                ratio=None if ms is None or ref_ms is None else ms / ref_ms,
                ratio_fla=None if ms is None or fla_ms is None else ms / fla_ms,
                floor_pct=None if ms is None or floor_ms is None else 100 * floor_ms / ms, **m)
-    print(row, flush=True)
+    show(row)
     return row
 
 
@@ -330,7 +330,7 @@ def backward_steps(gpu, shape=None, chunk=None, device=None, sweep=False):
             row["ms"] = time_ms(fn, rep=50)
         except Exception as e:  # noqa: BLE001 - a failing variant must not end the sweep
             row.update(ms=None, error=f"{type(e).__name__}: {str(e)[:200]}")
-        print(row, flush=True)
+        show(row)
         rows.append(row)
 
     for step, fn in steps.items():

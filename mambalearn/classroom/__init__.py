@@ -9,10 +9,13 @@
     kernel          a boxed Jupyter kernel, driven cell by cell, watched for death and time
     runner          one submission's run: cells in the kernel, checks here (``remote``)
     remote          the bridge: a check's stand-in for the student's function in the kernel
+    exercises       ``python -m mambalearn exercises``: exercises/ from solutions/, work kept
     execute         executed copies of the chapters, kept and shared by decks, site and tests
-    slides          reveal.js decks from the chapters (the command line)
+    pages           the copy a deck or page is made from: images inside, recorded GPU outputs
+    slides          reveal.js decks from the chapters (the command line), the course's PDF
     slides_layout   what a code cell shows on a slide
     deck            the deck's template, CSS and in-browser layout (deck.css, deck.js)
     slides_offline  decks with local assets, PDFs, measuring slides in Chromium
-    site            the static site of executed chapters
+    site            the static site of executed chapters (site.css, site.js)
+    cli             the parsers of every command: one program name, "did you mean"
 """

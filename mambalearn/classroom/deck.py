@@ -11,7 +11,8 @@
 * reveal.js in linear navigation (the arrow keys step through every slide, subslide and
   fragment), slide numbers, top-aligned slides, one PDF page per slide in the print view
   (``?print-pdf``), and ``window.Reveal`` / ``window.mambalearnDeck`` for tests;
-* markdown images embedded in the deck; MathJax without automatic line breaks;
+* images inside the deck (``mambalearn.classroom.pages`` makes markdown images attachments,
+  nbconvert embeds them); MathJax without automatic line breaks;
 * no mermaid.js (an ES module from a CDN; no chapter draws mermaid diagrams).
 
 Offline decks (the default of ``mambalearn.classroom.slides``) take every asset from
@@ -60,7 +61,7 @@ def exporter():
     from jinja2 import DictLoader
     from nbconvert import SlidesExporter
 
-    ex = SlidesExporter(embed_images=True)  # markdown images inside the deck, not beside it
+    ex = SlidesExporter(embed_images=True)  # images inside the deck, not beside it
     ex.extra_loaders = [DictLoader({"mambalearn_deck.html.j2": TEMPLATE})]
     ex.template_file = "mambalearn_deck.html.j2"
     return ex

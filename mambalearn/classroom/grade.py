@@ -15,11 +15,10 @@ and the checks run outside it. docs/GRADING.md explains what is defended and wha
 A whole class (one folder per student) is graded by ``mambalearn.classroom.gradebook``.
 """
 
-import argparse
 import sys
 from pathlib import Path
 
-from mambalearn.classroom import gradebook, pristine, sandbox, submission
+from mambalearn.classroom import cli, gradebook, pristine, sandbox, submission
 
 make_exercise = pristine.make_exercise
 grade = submission.grade
@@ -54,7 +53,7 @@ def report(rows, title=None):
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(prog="mambalearn grade", description=__doc__.split("\n\n")[0])
+    p = cli.parser("grade", description=__doc__.split("\n\n")[0])
     p.add_argument("notebook", nargs="?", help="the student's exercise notebook (any name, any "
                    "folder: the exercise is read from its metadata)")
     p.add_argument("--pristine", help="grade against this exercise notebook instead of the one "

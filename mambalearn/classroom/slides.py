@@ -1,6 +1,6 @@
 """Slides from the chapter notebooks: execute each one, then a reveal.js deck that fits the slide.
 
-    python -m mambalearn.classroom.slides notebooks/*.ipynb --out slides [--pdf] [--online]
+    python -m mambalearn slides [NOTEBOOK | NN ...] [--out slides] [--pdf] [--online]  # make slides
 
 The deck follows each cell's ``slideshow.slide_type`` (slide, subslide, fragment, skip, notes).
 ``mambalearn.classroom.slides_layout`` chooses what a code cell shows (figures without their
@@ -10,16 +10,18 @@ with linear navigation. Decks are offline: reveal.js, MathJax, require.js, jQuer
 widget manager are copies under ``<out>/vendor`` (``mambalearn.classroom.slides_offline``, which
 fetches them from the npm registry once); ``--online`` loads them from CDNs instead.
 ``--pdf`` prints each deck to ``<out>/<name>.pdf`` (one page per slide, for skimming) through
-headless Chromium and says for each deck whether every slide fits reveal's 960 x 700 box.
+headless Chromium, says for each deck whether every slide fits reveal's 960 x 700 box, and puts
+all of them in ``<out>/course.pdf`` (one bookmark per deck). A deck is made from
+``mambalearn.classroom.pages``' copy of the chapter: its images inside, and on a machine without
+a GPU the output recorded on one where the chapter has it.
 Executed copies of the chapters are kept (``mambalearn.classroom.execute``) and reused by the
 site and the tests; ``--fresh`` runs them again.
 """
 
-import argparse
 import sys
 from pathlib import Path
 
-from mambalearn.classroom import deck, slides_layout
+from mambalearn.classroom import cli, deck, pages, slides_layout
 from mambalearn.classroom.execute import executed
 
 
@@ -37,7 +39,7 @@ def export(notebook, out_dir, offline=True, timeout=300, nb=None, fresh=False):
         from mambalearn.classroom import slides_offline
 
         slides_offline.configure(exporter, out_dir, template=False)
-    body, _ = exporter.from_notebook_node(slides_layout.prepare(nb),
+    body, _ = exporter.from_notebook_node(slides_layout.prepare(pages.prepare(nb, notebook)),
                                           resources=deck.resources(notebook.stem,
                                                                    notebook.parent))
     if offline:
@@ -49,8 +51,9 @@ def export(notebook, out_dir, offline=True, timeout=300, nb=None, fresh=False):
     return path
 
 
-def print_decks(decks):
-    """Each deck to PDF in one Chromium; one line per deck saying whether every slide fits."""
+def print_decks(decks, course=None):
+    """Each deck to PDF in one Chromium, one line per deck saying whether every slide fits, and
+    ``course`` (a path) the PDFs in one file. Returns the number of slides that do not fit."""
     from playwright.sync_api import sync_playwright
 
     from mambalearn.classroom import slides_offline
@@ -60,7 +63,7 @@ def print_decks(decks):
     except RuntimeError as e:
         print(f"decks written, no PDFs: {e}", file=sys.stderr)
         return 0
-    bad = 0
+    bad, pdfs = 0, []
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=slides_offline.chromium(),
                                     args=slides_offline.CHROMIUM_ARGS)
@@ -69,36 +72,71 @@ def print_decks(decks):
                 rows = slides_offline.measure(browser, path)
                 over = [r for r in rows if not r["fits"]]
                 bad += len(over)
-                pdf = slides_offline.pdf(path, browser=browser)
-                print(f"{pdf}: {len(rows)} slides, " + ("all fit" if not over else
+                pdfs.append(slides_offline.pdf(path, browser=browser))
+                print(f"{pdfs[-1]}: {len(rows)} slides, " + ("all fit" if not over else
                       f"{len(over)} do not fit: " + "; ".join(slides_offline.describe(r)
                                                            for r in over[:5])))
         finally:
             browser.close()
+    if course:
+        print(f"{join_pdfs(pdfs, course)}: the {len(pdfs)} decks in one file")
     return bad
 
 
+def join_pdfs(pdfs, out):
+    """One PDF of ``pdfs`` in order, each deck a bookmark named after its file; returns ``out``."""
+    from pypdf import PdfWriter
+
+    writer = PdfWriter()
+    for pdf in pdfs:
+        writer.append(str(pdf), outline_item=Path(pdf).stem)
+    with open(out, "wb") as f:
+        writer.write(f)
+    return Path(out)
+
+
+def chapter_files(names, folder=pages.REPO / "notebooks"):
+    """Notebook paths for ``names``: each a path, or a chapter number (``3``, ``03``) found in
+    ``folder``; every chapter of ``folder`` when ``names`` is empty. A name that matches nothing
+    raises ``FileNotFoundError``."""
+    if not names:
+        return sorted(Path(folder).glob("[0-9]*.ipynb"))
+    found = []
+    for name in map(str, names):
+        hits = ([Path(name)] if Path(name).is_file() else
+                sorted(Path(folder).glob(f"{int(name):02d}_*.ipynb")) if name.isdigit() else [])
+        if len(hits) != 1:
+            raise FileNotFoundError(f"no such notebook: {name}")
+        found += hits
+    return found
+
+
 def main(argv=None):
-    p = argparse.ArgumentParser(prog="python -m mambalearn.classroom.slides",
-                                description=__doc__.split("\n\n")[0])
-    p.add_argument("notebooks", nargs="+", type=Path, help="chapter notebooks (.ipynb)")
-    p.add_argument("--out", default="slides", type=Path, help="folder for the decks")
+    p = cli.parser("slides", description=__doc__.split("\n\n")[0])
+    p.add_argument("notebooks", nargs="*", metavar="NOTEBOOK", help="chapter notebooks (.ipynb) or "
+                   "chapter numbers (default: every notebooks/NN_*.ipynb)")
+    p.add_argument("--out", default="slides", type=Path, help="folder for the decks (default "
+                   "slides/)")
     p.add_argument("--online", action="store_true",
                    help="load reveal.js and MathJax from CDNs (the deck then needs a network)")
-    p.add_argument("--pdf", action="store_true",
-                   help="also print each deck to PDF and check that every slide fits")
+    p.add_argument("--pdf", action="store_true", help="also print each deck to PDF and check that "
+                   "every slide fits; with several decks, course.pdf holds them all")
     p.add_argument("--fresh", action="store_true", help="execute even where a copy is kept")
-    p.add_argument("--timeout", type=int, default=300, help="seconds per cell")
+    p.add_argument("--timeout", type=int, default=300, help="seconds per cell (default 300)")
     args = p.parse_args(argv)
-    missing = [str(nb) for nb in args.notebooks if not nb.is_file()]
-    if missing:
-        p.error(f"no such notebook: {', '.join(missing)}")
+    if args.timeout <= 0:
+        p.error(f"--timeout must be a positive number of seconds, got {args.timeout}")
+    try:
+        notebooks = chapter_files(args.notebooks)
+    except FileNotFoundError as e:
+        p.error(str(e))
     decks = []
-    for nb in args.notebooks:
+    for nb in notebooks:
         decks.append(export(nb, args.out, not args.online, args.timeout, fresh=args.fresh))
         print(decks[-1])
     if args.pdf:
-        return 1 if print_decks(decks) else 0
+        course = args.out / "course.pdf" if len(decks) > 1 else None
+        return 1 if print_decks(decks, course) else 0
     return 0
 
 

@@ -14,7 +14,9 @@ The notebook stays as it is; the deck gets a copy in which, for every visible co
 3. **code fits the slide's width**: a line longer than ``CODE_WIDTH`` characters (what fits a
    960 px slide at the deck's code font) has its trailing comment moved above it, a long
    comment is wrapped at words, and a statement still too long is reformatted by ``ruff format``
-   at that width (the same program either way: its syntax tree is compared before and after).
+   at that width (the same program either way: its syntax tree is compared before and after);
+4. **no "skipped: no GPU" slides**: a GPU cell that could not run here and has no recorded GPU
+   output (``mambalearn.classroom.pages``) is left out where it continues a slide.
 
 Everything that needs real sizes (moving cells that do not fit onto a continuation slide,
 splitting long code or output at a line, shrinking a wide block) happens in the browser, where
@@ -30,6 +32,8 @@ import sys
 import textwrap
 import tokenize
 
+from mambalearn.classroom import pages
+
 CODE_WIDTH = 88  # characters of code per line at the deck's 17 px code font on a 960 px slide
 SHOW_CODE, HIDE_CODE = "slides-show-code", "slides-hide-code"
 PLUMBING = {"torch", "numpy", "matplotlib", "ipywidgets", "IPython", "tqdm", "mambalearn.testing",
@@ -44,7 +48,8 @@ def prepare(nb, width=CODE_WIDTH):
             continue
         tags = set(cell.metadata.get("tags", []))
         continues = _slide_type(cell) in ("-", "fragment")
-        if SHOW_CODE not in tags and continues and _defines_plots(cell):
+        plumbing = SHOW_CODE not in tags and _defines_plots(cell)
+        if continues and (plumbing or pages.is_skipped(cell)):
             cell.metadata["slideshow"] = dict(cell.metadata.get("slideshow", {}), slide_type="skip")
             continue
         if HIDE_CODE in tags or (_draws_figure(cell) and SHOW_CODE not in tags):
