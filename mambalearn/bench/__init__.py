@@ -181,7 +181,10 @@ def cli(argv=None):
         if args.topics or args.json:
             p.error("--replot draws a stored run: give no TOPIC and no --json with it")
         data = json.loads(Path(args.replot[0]).read_text())
-        print(plot(data["rows"] if isinstance(data, dict) else data, args.replot[1]))
+        rows = data["rows"] if isinstance(data, dict) else data
+        # (a results file names a row's kind `op`; a bench rows file, `topic`)
+        rows = [r if "topic" in r else dict(r, topic=r.get("op", "")) for r in rows if "ms" in r]
+        print(plot(rows, args.replot[1]))
         return 0
     main(args.topics or None, args.json)
     return 0
