@@ -97,8 +97,8 @@ def m1(args, peer, deadline):
     tokens = args.tokens if args.gpu else (64,)
     batches = args.batches if args.gpu else (1, 2)
     for n in (args.n if args.gpu else (4,)):
-        for tok in tokens:
-            for b in batches:
+        for tok in (tokens if n <= 16 or not args.gpu else args.large_n_tokens):
+            for b in (batches if n <= 16 or not args.gpu else args.large_n_batches):
                 if time.time() > deadline:
                     log("m1: time limit")
                     return
@@ -154,6 +154,8 @@ def variants(args, peer, deadline):
         cands.update({f"recurrent prefetch S={s}": base.replace(forward=rec, segments=s)
                       for s in (16, 32, 64)})
         cands["S=8 split 1"] = base.replace(segments=8, summary=dict(split=1))
+        cands["summary 16 steps a tile"] = base.replace(summary=dict(block_l=16))
+        cands["summary 2 warps"] = base.replace(summary=dict(block_d=64, num_warps=2))
         fns = {k: (lambda c=c, x=x: ours(**x, delta_softplus=True, config=c)) for k, c in
                cands.items()}
         want = peer(**x, delta_softplus=True) if peer is not None else None
@@ -302,6 +304,10 @@ def main():
     ap.add_argument("--tokens", type=ints, default=(32768, 262144), help="m1: b·l values")
     ap.add_argument("--batches", type=ints, default=(1, 2, 4, 8, 16, 64), help="m1: b values")
     ap.add_argument("--n", type=ints, default=(16, 64), help="m1 and variants: state sizes")
+    ap.add_argument("--large-n-tokens", type=ints, default=(32768, 262144),
+                    help="m1: b·l values for n > 16")
+    ap.add_argument("--large-n-batches", type=ints, default=(1, 2, 4, 8, 16, 64),
+                    help="m1: b values for n > 16")
     args = ap.parse_args()
     args.gpu = not args.cpu_smoke
     os.makedirs(OUT, exist_ok=True)
