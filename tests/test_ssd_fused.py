@@ -52,6 +52,9 @@ def test_fused_forward_matches_oracle(l, q, g, launches):
         # each sequence's walk split in segments (the carries folded between two launches)
         dict(chunk=8, states=dict(TMA=True, SPLIT=3, BLOCK_P=16, BLOCK_N=8),
              outputs=dict(BLOCK_M=8, BLOCK_K=8)),
+        # … and several trips per chunk (the state tile scaled at each chunk's first)
+        dict(states=dict(TMA=True, TMA_BLOCK_K=4, SPLIT=2, BLOCK_P=16, BLOCK_N=8),
+             outputs=dict(BLOCK_M=8, BLOCK_K=8)),
     ],
 )
 def test_tiles_split_the_state_and_the_chunk(cfg):
@@ -69,10 +72,11 @@ def test_tiles_split_the_state_and_the_chunk(cfg):
 
 OLD = dict(states=dict(TMA=False), outputs=dict(ROWS=None))  # pointer-load states, whole chunks
 SPLIT = dict(chunk=4, states=dict(SPLIT=3))  # segments start mid-sequence and on a chunk edge
+SUB = dict(chunk=8, states=dict(SPLIT=3, TMA_BLOCK_K=4))  # … a sequence starts mid-trip
 LOOP = dict(outputs=dict(BLOCK_M=8, BLOCK_K=8, LOOP=True))  # sequences inside a masked loop
 
 
-@pytest.mark.parametrize("cfg", [None, OLD, SPLIT, LOOP])
+@pytest.mark.parametrize("cfg", [None, OLD, SPLIT, SUB, LOOP])
 def test_seq_idx_and_dt_limit(cfg):
     b, l, h, p, g, n, q = 2, 40, 2, 4, 1, 8, 16
     x, dt, A, B, C = make(b, l, h, p, g, n)

@@ -32,6 +32,7 @@ LOG2E = tl.constexpr(1.4426950408889634)
 # l that is or is not a multiple of 16); the model's sizes (h, g, p, n, na) are compiled in
 # (tl.constexpr): strides become constants and the masks of full tiles fold away.
 SIZES = ["l", "n_chunks"]
+GRID_Y = 65535  # CUDA's limit on grid axes 1 and 2 (axis 0: 2³¹ − 1)
 
 # Launch settings, as data (each launcher takes a ``cfg`` like this one). The warps come from
 # offline sm_90 builds at the benchmark shape (bench/NOTES_mamba3.md has the register counts).

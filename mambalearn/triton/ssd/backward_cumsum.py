@@ -50,7 +50,8 @@ def _chunk_cumsum_bwd_kernel(
     Q: tl.constexpr, BLOCK_H: tl.constexpr,
     HAS_BIAS: tl.constexpr, SOFTPLUS: tl.constexpr, HAS_LIMIT: tl.constexpr, HAS_V: tl.constexpr,
 ):
-    pid_b, pid_c, pid_h = tl.program_id(0), tl.program_id(1), tl.program_id(2)
+    # chunks on grid axis 0 (up to 2³¹ − 1 programs; axes 1 and 2 stop at 65 535); 64-bit b
+    pid_c, pid_b, pid_h = tl.program_id(0), tl.program_id(1).to(tl.int64), tl.program_id(2)
     offs_h = pid_h * BLOCK_H + tl.arange(0, BLOCK_H)
     offs_t = tl.arange(0, Q)  # the whole chunk: the reverse cumsum runs along it
     t = pid_c * Q + offs_t
@@ -72,8 +73,9 @@ def _chunk_cumsum_bwd_kernel(
     d_delta = g_delta + A[:, None] * R  # ∂loss/∂Δ
     # back through Δ = clamp(softplus(dt + dt_bias)), recomputing the pre-activation
     ok = ok_h[:, None] & (t[None, :] < l)
-    v = tl.load(dt_ptr + pid_b * stride_dtb + t[None, :] * stride_dtl
-                + offs_h[:, None] * stride_dth, mask=ok, other=0.0).to(tl.float32)
+    v = tl.load(dt_ptr + pid_b * stride_dtb + (pid_c * Q).to(tl.int64) * stride_dtl
+                + offs_t[None, :] * stride_dtl + offs_h[:, None] * stride_dth, mask=ok,
+                other=0.0).to(tl.float32)
     if HAS_BIAS:
         v += tl.load(bias_ptr + offs_h, mask=ok_h, other=0.0).to(tl.float32)[:, None]
     if SOFTPLUS:  # softplus' = σ below mamba_ssm's threshold of 20, the identity above
@@ -96,7 +98,7 @@ def chunk_cumsum_backward(ddA, ddt_x, dlast, dt_c, dt, A, dt_bias=None, dt_softp
     ddt = torch.empty(b, l, h, device=dt.device, dtype=torch.float32)
     dA = torch.empty(b, c, h, device=dt.device, dtype=torch.float32)
     BLOCK_H = 1 if INTERP else min(4, p2(h, 1))
-    _chunk_cumsum_bwd_kernel[(b, c, triton.cdiv(h, BLOCK_H))](
+    _chunk_cumsum_bwd_kernel[(c, b, triton.cdiv(h, BLOCK_H))](
         ddA, ddt_x, dlast, v if v is not None else ddA, dt_c, dt, A,
         dt_bias if dt_bias is not None else A, ddt, dA,
         l, h, c, float(dt_limit[0]), float(dt_limit[1]), *dt.stride(),

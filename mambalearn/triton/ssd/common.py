@@ -76,12 +76,13 @@ def _row(ptr, offs, Q: tl.constexpr):
 
 @triton.jit
 def _bch(pid, h, nchunks):
-    """(b, c, head) of a program over b·c·h, head fastest: the layout of S, H and dS."""
-    return pid // (h * nchunks), (pid // h) % nchunks, pid % h
+    """(b, c, head) of a program over b·c·h, head fastest: the layout of S, H and dS. b is
+    64-bit, so offsets built from it reach past 2³¹ elements."""
+    return (pid // (h * nchunks)).to(tl.int64), (pid // h) % nchunks, pid % h
 
 
 @triton.jit
 def _bcgs(pid, g, nchunks, nsplit):
     """(b, c, group, split) of a program over b·c·g·nsplit, split fastest."""
     bcg = pid // nsplit
-    return bcg // (g * nchunks), (bcg // g) % nchunks, bcg % g, pid % nsplit
+    return (bcg // (g * nchunks)).to(tl.int64), (bcg // g) % nchunks, bcg % g, pid % nsplit

@@ -39,6 +39,7 @@ from mambalearn.triton.ssd.common import INTERP, LOG2E, _exp2, launch_options, p
 # LOOP: every column block of a row block in one pipelined loop, the causal mask on each trip
 CONFIG = dict(BLOCK_M=64, BLOCK_K=64, ROWS=1, LOOP=False, num_warps=4, num_stages=2, EXP2=False,
               maxnreg=None)
+GRID_Z = 65535  # CUDA's limit on grid axes 1 and 2 (axis 0: 2³¹ − 1)
 
 
 @triton.jit
@@ -68,13 +69,14 @@ def _block(acc, C_m, a_m, seq_m, offs_m, k0, t0, pid_b, pid_g, pid_h, B_desc, x_
     return acc + tl.dot(pm.to(x_k.dtype), x_k), x_k
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["l", "nchunks", "bc0"])
 def _chunk_outputs_kernel(
     C_desc, B_desc, x_desc, xm_desc, z_desc, out_desc,  # (b, l, g, n), (b, l, h, p) descriptors
     H_desc,             # (b·c·h, p, n): the state entering each chunk
     dtc_ptr, dacs_ptr,  # Δ, dA_cs (b, h, c, q) float32
     D_ptr, seq_ptr,     # D (h,) or (h, p); seq_idx (b, l)
     l, h, p, nchunks, heads_per_group, stride_Dh, stride_Dp, stride_seqb, stride_seql,
+    bc0,                # the launch's first (batch, chunk): grid axis 2 stops at 65 535
     Q: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr, ROWS: tl.constexpr,
     LOOP: tl.constexpr,
     BLOCK_P: tl.constexpr, BLOCK_N: tl.constexpr, EXP2: tl.constexpr,
@@ -90,7 +92,7 @@ def _chunk_outputs_kernel(
     else:
         first = (N_MB // ROWS - 1 - tl.program_id(0)) * ROWS
     pid_h = tl.program_id(1)
-    pid_b, pid_c = tl.program_id(2) // nchunks, tl.program_id(2) % nchunks
+    pid_b, pid_c = (bc0 + tl.program_id(2)) // nchunks, (bc0 + tl.program_id(2)) % nchunks
     pid_g = pid_h // heads_per_group
     t0 = pid_c * Q  # the chunk's first step
     cs = ((pid_b * h + pid_h) * nchunks + pid_c).to(tl.int64) * Q  # its row of Δ and a
@@ -202,16 +204,17 @@ def chunk_outputs(x, C, B, dt_c, dA_cs, H, D=None, z=None, seq_idx=None, config=
     out = torch.empty(b, l, h, p, device=x.device, dtype=x.dtype)
     desc = lambda t, m, k: TensorDescriptor.from_tensor(t, [1, m, 1, k])
     Dst = (0, 0) if D is None else ((D.stride(0), 0) if D.ndim == 1 else D.stride())
-    _chunk_outputs_kernel[(q // BM // rows, h, b * c)](
-        desc(C, BM, BN), desc(B, BK, BN), desc(x, BK, BP), desc(x, BM, BP),
-        desc(z, BM, BP) if z is not None else None, desc(out, BM, BP),
-        TensorDescriptor.from_tensor(H.view(b * c * h, p, n), [1, BP, BN]),
-        dt_c, dA_cs, D if D is not None else dt_c, seq_idx if seq_idx is not None else dt_c,
-        l, h, p, c, h // g, *Dst, *(seq_idx.stride() if seq_idx is not None else (0, 0)),
-        Q=q, BLOCK_M=BM, BLOCK_K=BK, ROWS=rows, LOOP=bool(cfg["LOOP"]), BLOCK_P=BP, BLOCK_N=BN,
-        EXP2=bool(cfg["EXP2"]),
-        HAS_D=D is not None, D_PER_HEAD=D is not None and D.ndim == 1, HAS_Z=z is not None,
-        HAS_SEQ=seq_idx is not None, num_warps=cfg["num_warps"],
-        num_stages=1 if INTERP else cfg["num_stages"],
-        **launch_options(cfg))
+    for bc0 in range(0, b * c, GRID_Z):  # (batch, chunk) pairs in slabs of the grid's z limit
+        _chunk_outputs_kernel[(q // BM // rows, h, min(GRID_Z, b * c - bc0))](
+            desc(C, BM, BN), desc(B, BK, BN), desc(x, BK, BP), desc(x, BM, BP),
+            desc(z, BM, BP) if z is not None else None, desc(out, BM, BP),
+            TensorDescriptor.from_tensor(H.view(b * c * h, p, n), [1, BP, BN]),
+            dt_c, dA_cs, D if D is not None else dt_c, seq_idx if seq_idx is not None else dt_c,
+            l, h, p, c, h // g, *Dst, *(seq_idx.stride() if seq_idx is not None else (0, 0)), bc0,
+            Q=q, BLOCK_M=BM, BLOCK_K=BK, ROWS=rows, LOOP=bool(cfg["LOOP"]), BLOCK_P=BP, BLOCK_N=BN,
+            EXP2=bool(cfg["EXP2"]),
+            HAS_D=D is not None, D_PER_HEAD=D is not None and D.ndim == 1, HAS_Z=z is not None,
+            HAS_SEQ=seq_idx is not None, num_warps=cfg["num_warps"],
+            num_stages=1 if INTERP else cfg["num_stages"],
+            **launch_options(cfg))
     return out

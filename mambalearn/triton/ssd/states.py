@@ -54,7 +54,7 @@ from mambalearn.triton.ssd.outputs import tma_ok
 # TMA: the tensor-descriptor kernel, one chunk a loop trip (BLOCK_K, num_stages unused; its
 # pipeline depth is TMA_STAGES), each sequence walked in SPLIT segments (None: ``split``'s choice)
 CONFIG = dict(BLOCK_P=None, BLOCK_N=None, BLOCK_K=64, num_warps=4, num_stages=3, maxnreg=None,
-              TMA=False, TMA_STAGES=1, TMA_MAXNREG=96, SPLIT=None)
+              TMA=False, TMA_STAGES=1, TMA_MAXNREG=96, TMA_BLOCK_K=None, SPLIT=None)
 # TMA kernel, 1 stage, 16-bit inputs: ≤ 96 registers (TMA_MAXNREG, no spill), 5 programs a SM
 SPLIT_PROGRAMS_PER_SM, SPLIT_MIN_CHUNKS = 5, 8
 TILES = ((64, 64), (32, 64), (32, 32))  # (BLOCK_P, BLOCK_N), largest first
@@ -115,8 +115,10 @@ def _chunk_states_kernel(
         if HAS_SEQ:  # only steps of the sequence running at the chunk's end count
             seq_k = tl.load(seq_base + t * stride_seql, mask=ok, other=-1)
             w = tl.where(seq_k == seq_last, w, 0.0)
-        B_ptrs = B_base + t[None, :] * stride_Bl + offs_n[:, None] * stride_Bn
-        x_ptrs = x_base + t[:, None] * stride_xl + offs_p[None, :] * stride_xp
+        t0 = (c * Q + kk * BLOCK_K).to(tl.int64)  # the block's first step (64-bit: past 2³¹)
+        offs_b = tl.arange(0, BLOCK_K)
+        B_ptrs = B_base + t0 * stride_Bl + offs_b[None, :] * stride_Bl + offs_n[:, None] * stride_Bn
+        x_ptrs = x_base + t0 * stride_xl + offs_b[:, None] * stride_xl + offs_p[None, :] * stride_xp
         if EVEN:  # no tile reaches past l, n or p
             BT = tl.load(B_ptrs)  # (BLOCK_N, BLOCK_K)
             xk = tl.load(x_ptrs)  # (BLOCK_K, BLOCK_P)
@@ -134,39 +136,45 @@ def _chunk_states_kernel(
     tl.store(final_ptr + pid_bh.to(tl.int64) * p * N + np_offs, H, mask=ok_np)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["l", "nchunks", "seg_chunks", "nseg"])
 def _chunk_states_tma_kernel(
-    x_desc, B_desc,     # tensor descriptors of x (b, l, h, p) and B (b, l, g, n): one chunk a tile
+    x_desc, B_desc,     # tensor descriptors of x (b, l, h, p), B (b, l, g, n): BLOCK_K steps a tile
     dtc_ptr, dacs_ptr, init_ptr, seq_ptr,  # Δ, dA_cs (b, h, c, q); H_0 (b, h, p, n); seq_idx
     H_desc,             # out: (b·c·h, p, n), the state entering each chunk, in H's dtype
     final_ptr,          # out: (b, h, p, n) float32, the state after the last chunk
     E_ptr, G_ptr,       # split only: segment end states (b·h·S, p, n), decays Γ (b·h·S,) fp32
     l, h, p, nchunks, heads_per_group, seg_chunks, nseg, stride_seqb, stride_seql,
     N: tl.constexpr, Q: tl.constexpr,           # state size; chunk length
-    BLOCK_P: tl.constexpr, BLOCK_N: tl.constexpr,
+    BLOCK_P: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,  # BLOCK_K divides Q
+    N_TILES: tl.constexpr, P_TILES: tl.constexpr,  # state tiles along n and p
     HAS_INIT: tl.constexpr, HAS_SEQ: tl.constexpr, PHASE: tl.constexpr,
 ):
-    """One chunk per loop trip: H_{c+1} = exp(a_last) H_c + (w ∘ B_cᵀ) x_c, the product's
-    accumulator seeded with exp(a_last) H_c (the same sum in another float32 order).
+    """BLOCK_K steps per loop trip (Q // BLOCK_K trips a chunk): at a chunk's first trip publish
+    H_c and scale it by exp(a_last); each trip adds (w ∘ B_kᵀ) x_k (the product's accumulator is
+    the state: with BLOCK_K = Q, H_{c+1} = exp(a_last) H_c + (w ∘ B_cᵀ) x_c in one tl.dot).
+    Shorter trips hold less in flight, so the next trip's tiles can load during this one (a
+    2-stage pipeline) in less shared memory.
     PHASE 0: one program walks all chunks. PHASE 1 (of a split into nseg segments of seg_chunks
     chunks): segment 0 walks its chunks from H_0, every other one sums its chunks from a zero
     state without writing H; each leaves its end state E_j and Γ_j (the product of its chunk
     decays). PHASE 2: segment j ≥ 1 starts from K_j = Γ_{j-1} K_{j-1} + E_{j-1} (K_1 = E_0),
     walks its chunks writing H, and the last one writes the final state."""
-    pid_n, pid_p = tl.program_id(0), tl.program_id(1)
+    # one grid axis (up to 2³¹ − 1 programs), the n tile fastest: neighbours read the same x
+    pid = tl.program_id(0)
+    pid_n, pid_p, pid_rest = pid % N_TILES, (pid // N_TILES) % P_TILES, pid // (N_TILES * P_TILES)
     if PHASE == 0:
-        pid_bh, j = tl.program_id(2), 0
+        pid_bh, j = pid_rest, 0
     elif PHASE == 1:
-        pid_bh, j = tl.program_id(2) // nseg, tl.program_id(2) % nseg
+        pid_bh, j = pid_rest // nseg, pid_rest % nseg
     else:
-        pid_bh, j = tl.program_id(2) // (nseg - 1), 1 + tl.program_id(2) % (nseg - 1)
+        pid_bh, j = pid_rest // (nseg - 1), 1 + pid_rest % (nseg - 1)
     pid_b, pid_h = pid_bh // h, pid_bh % h
     pid_g = pid_h // heads_per_group
     c0 = j * seg_chunks  # this program's chunks: [c0, c1)
     c1 = tl.minimum(c0 + seg_chunks, nchunks)
     offs_p = pid_p * BLOCK_P + tl.arange(0, BLOCK_P)
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-    offs_q = tl.arange(0, Q)
+    offs_k = tl.arange(0, BLOCK_K)
     ok_np = (offs_n[:, None] < N) & (offs_p[None, :] < p)
     np_offs = offs_p[None, :] * N + offs_n[:, None]  # (BLOCK_N, BLOCK_P) inside one (p, n) state
     E_base = E_ptr + pid_bh.to(tl.int64) * nseg * p * N + np_offs  # segment i: + i · p · N
@@ -188,29 +196,41 @@ def _chunk_states_tma_kernel(
     seq_prev = 0  # the sequence running at the previous chunk's end; H_0 belongs to sequence 0
     if HAS_SEQ:
         seq_prev = tl.load(seq_base + (c0 * Q - 1) * stride_seql, mask=c0 > 0, other=0)
-    a_last = tl.load(dacs_ptr + row + c0 * Q + Q - 1)  # the chunk's last dA_cs, a trip ahead
+    seq_last = seq_prev  # … and at the current chunk's end
+    KB: tl.constexpr = Q // BLOCK_K  # trips per chunk
+    a_ahead = tl.load(dacs_ptr + row + c0 * Q + Q - 1)  # a chunk's last dA_cs, loaded a chunk ahead
+    a_last = a_ahead
     gamma = 1.0  # Γ: the product of the chunk decays so far
-    for c in range(c0, c1):
-        if PHASE != 1 or j == 0:  # publish the state entering chunk c
-            H_desc.store([(pid_b * nchunks + c) * h + pid_h, pid_p * BLOCK_P, pid_n * BLOCK_N],
-                         H.T.to(H_desc.dtype).reshape(1, BLOCK_P, BLOCK_N))
-        a_next = tl.load(dacs_ptr + row + (tl.minimum(c + 1, nchunks - 1) * Q + Q - 1))
-        cs = row + c * Q
-        w = _exp2(tl.minimum(a_last - tl.load(dacs_ptr + cs + offs_q), 0.0) * LOG2E)
-        w *= tl.load(dtc_ptr + cs + offs_q)  # (Q,) decay to the chunk's end times Δ
-        alpha = _exp2(a_last * LOG2E)
+    for it in range(c0 * KB, c1 * KB):
+        c = it // KB
+        if KB == 1:  # (compile time) every trip starts a chunk
+            starts = True
+        else:
+            starts = it % KB == 0
+        if starts:  # publish the state entering chunk c, then decay it to the chunk's end
+            if PHASE != 1 or j == 0:
+                H_desc.store([(pid_b * nchunks + c) * h + pid_h, pid_p * BLOCK_P,
+                              pid_n * BLOCK_N], H.T.to(H_desc.dtype).reshape(1, BLOCK_P, BLOCK_N))
+            a_last = a_ahead
+            a_ahead = tl.load(dacs_ptr + row + (tl.minimum(c + 1, nchunks - 1) * Q + Q - 1))
+            alpha = _exp2(a_last * LOG2E)
+            if HAS_SEQ:
+                seq_last = tl.load(seq_base + (tl.minimum((c + 1) * Q, l) - 1) * stride_seql)
+                alpha = tl.where(seq_last == seq_prev, alpha, 0.0)  # a new sequence: no leak
+                seq_prev = seq_last
+            H = alpha * H
+            gamma *= alpha
+        cs = row + it * BLOCK_K  # this trip's steps of Δ and dA_cs
+        w = _exp2(tl.minimum(a_last - tl.load(dacs_ptr + cs + offs_k), 0.0) * LOG2E)
+        w *= tl.load(dtc_ptr + cs + offs_k)  # (BLOCK_K,) decay to the chunk's end times Δ
         if HAS_SEQ:  # only steps of the sequence running at the chunk's end count
-            t = c * Q + offs_q
+            t = it * BLOCK_K + offs_k
             seq_k = tl.load(seq_base + t * stride_seql, mask=t < l, other=-1)
-            seq_last = tl.load(seq_base + (tl.minimum((c + 1) * Q, l) - 1) * stride_seql)
             w = tl.where(seq_k == seq_last, w, 0.0)
-            alpha = tl.where(seq_last == seq_prev, alpha, 0.0)  # a new sequence: no leak
-            seq_prev = seq_last
-        BT = B_desc.load([pid_b, c * Q, pid_g, pid_n * BLOCK_N]).reshape(Q, BLOCK_N).T
-        xk = x_desc.load([pid_b, c * Q, pid_h, pid_p * BLOCK_P]).reshape(Q, BLOCK_P)
-        H = tl.dot((BT.to(tl.float32) * w[None, :]).to(xk.dtype), xk, acc=alpha * H)
-        gamma *= alpha
-        a_last = a_next
+        BT = B_desc.load([pid_b, it * BLOCK_K, pid_g, pid_n * BLOCK_N]).reshape(BLOCK_K,
+                                                                                BLOCK_N).T
+        xk = x_desc.load([pid_b, it * BLOCK_K, pid_h, pid_p * BLOCK_P]).reshape(BLOCK_K, BLOCK_P)
+        H = tl.dot((BT.to(tl.float32) * w[None, :]).to(xk.dtype), xk, acc=H)
     if PHASE == 1:
         tl.store(E_base + j * p * N, H, mask=ok_np)
         tl.store(G_ptr + pid_bh * nseg + j, gamma)
@@ -294,15 +314,19 @@ def _launch_tma(x, B, dt_c, dA_cs, init, seq_idx, H, final, BP, BN, cfg):
     nseg = triton.cdiv(c, seg)  # no empty segment
     E = torch.empty(b * h * nseg, p, n, device=x.device, dtype=torch.float32) if nseg > 1 else final
     G = torch.empty(b * h * nseg, device=x.device, dtype=torch.float32) if nseg > 1 else final
-    desc = lambda t, k: TensorDescriptor.from_tensor(t, [1, q, 1, k])
+    BK = min(cfg["TMA_BLOCK_K"] or q, q)  # steps a trip
+    if q % BK:
+        raise ValueError(f"config TMA_BLOCK_K={BK} must divide the chunk {q}")
+    desc = lambda t, k: TensorDescriptor.from_tensor(t, [1, BK, 1, k])
     for phase, segs in ((0, 1),) if nseg == 1 else ((1, nseg), (2, nseg - 1)):
-        _chunk_states_tma_kernel[(*tiles, b * h * segs)](
+        _chunk_states_tma_kernel[(b * h * segs * tiles[0] * tiles[1],)](
             desc(x, BP), desc(B, BN), dt_c, dA_cs, init if init is not None else dt_c,
             seq_idx if seq_idx is not None else dt_c,
             TensorDescriptor.from_tensor(H.view(b * c * h, p, n), [1, BP, BN]), final, E, G,
             l, h, p, c, h // g, seg, nseg,
             *(seq_idx.stride() if seq_idx is not None else (0, 0)),
-            N=n, Q=q, BLOCK_P=BP, BLOCK_N=BN, HAS_INIT=init is not None,
+            N=n, Q=q, BLOCK_P=BP, BLOCK_N=BN, BLOCK_K=BK, N_TILES=tiles[0], P_TILES=tiles[1],
+            HAS_INIT=init is not None,
             HAS_SEQ=seq_idx is not None, PHASE=phase, num_warps=cfg["num_warps"],
             num_stages=1 if INTERP else cfg["TMA_STAGES"],
             **launch_options(dict(maxnreg=cfg["TMA_MAXNREG"] if x.element_size() == 2 else None)))
