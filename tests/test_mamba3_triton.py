@@ -184,7 +184,7 @@ def test_mimo_step_matches_the_oracle(rank, gated):
 def ref_combined(monkeypatch):
     if not GPU:
         patch_bf16_dot(monkeypatch)
-    fn = load()
+    fn = load(autotune="trimmed")  # agreement needs any of its configs, not the fastest
     if fn is None:
         pytest.skip("mamba_ssm's source is not unpacked in .mamba_ref/ (or $MAMBA_SSM_PATH)")
     return fn
