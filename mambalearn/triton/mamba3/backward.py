@@ -30,7 +30,6 @@ from mambalearn.triton.mamba3.backward_qk import _bwd_qk_kernel
 from mambalearn.triton.mamba3.backward_v import _bwd_v_kernel
 from mambalearn.triton.mamba3.chunk_state import state_grads
 from mambalearn.triton.mamba3.common import (
-    CONFIG,
     GRID_Y,
     PI,
     SIZES,
@@ -39,6 +38,7 @@ from mambalearn.triton.mamba3.common import (
     tanh,
     warps,
 )
+from mambalearn.triton.mamba3.config import DEFAULT
 from mambalearn.triton.mamba3.state_passing import pass_state_grads
 
 
@@ -107,8 +107,8 @@ def heads_per_program(r, programs, cfg):
     """How many heads of a Q/K group one dq/dk program walks: the largest divisor d of r = h/g
     (at most cfg's bound) that still leaves cfg's ``min_programs`` programs, ``programs`` being
     how many there are with d = 1; 1 if none does."""
-    ok = [d for d in range(1, min(r, cfg["heads_per_program"]) + 1)
-          if r % d == 0 and programs // d >= cfg["min_programs"]]
+    ok = [d for d in range(1, min(r, cfg.heads_per_program) + 1)
+          if r % d == 0 and programs // d >= cfg.min_programs]
     return max(ok, default=1)
 
 
@@ -132,12 +132,12 @@ def _state_grads(x, dH_in, dth_in):
             owe * torch.einsum("bhpn,bhn->bhp", dH_in, k)), d_owe
 
 
-def launch_backward(x, saved, d_out, finals, chunk_size, cfg=CONFIG):
+def launch_backward(x, saved, d_out, finals, chunk_size, cfg=DEFAULT):
     """All five launches; returns a dict of gradients by argument name (and "states")."""
     V = x["V"]
     b, l, h, p = V.shape
     g, n, na = x["Q"].shape[2], x["Q"].shape[3], x["Angles"].shape[3]
-    BN, NB, P, Qc = blocks(n, p, chunk_size, cfg)
+    BN, NB, P, Qc = blocks(n, p, chunk_size, cfg.col_block)
     c = triton.cdiv(l, Qc)
     dev, f32, dot = V.device, torch.float32, dot_dtype(V)
     new = lambda *s: torch.empty(*s, device=dev, dtype=f32)
@@ -157,7 +157,7 @@ def launch_backward(x, saved, d_out, finals, chunk_size, cfg=CONFIG):
         st["Phi"], dY, D, HD, dV, dW, dG, dCv, dD,
         l, c, h, g, p, n, na,
         Q=Qc, BN=BN, NB=NB, P=P, TILES=HD.shape[-1], HAS_D=x["D"] is not None, DOT=dot,
-        num_warps=warps(cfg, "bwd_v_warps", Qc),
+        num_warps=warps(cfg.bwd_v_warps, Qc),
     )
     # 4. the queries and the keys: a column block and a head block per program; a block of all
     # the heads of a Q/K head writes dQ and dK themselves, smaller ones float32 partial sums
@@ -174,7 +174,7 @@ def launch_backward(x, saved, d_out, finals, chunk_size, cfg=CONFIG):
         dY, saved["H"], D, dQ, dK, dQb, dKb, dCq, dth, dth_tot,
         l, c, h, g, p, n, na,
         Q=Qc, BN=BN, NB=NB, P=P, HPP=hpp, DOT=dot,
-        num_warps=warps(cfg, "bwd_qk_warps", Qc), num_stages=cfg["bwd_qk_stages"],
+        num_warps=warps(cfg.bwd_qk_warps, Qc), num_stages=cfg.bwd_qk_stages,
     )
     # 5. what couples steps: the angles' cumsum over chunks, the trapezoid's two-step weights
     dth_F, dK_last = cont(finals["angle"]), None
@@ -189,7 +189,8 @@ def launch_backward(x, saved, d_out, finals, chunk_size, cfg=CONFIG):
         x["Angles"], x["DT"], x["Trap"], dth, dth_tot, dth_F, dW, dG, d_owe, dCv, dCq,
         dAng, dDT, dTrap, dADT,
         l, c, h, na,
-        Q=Qc, NA=triton.next_power_of_2(max(na, 1)), NB=NB, CB=16, num_warps=cfg["steps_warps"],
+        Q=Qc, NA=triton.next_power_of_2(max(na, 1)), NB=NB, CB=cfg.steps_chunks,
+        num_warps=cfg.steps_warps,
     )
     return _collect(x, dQ, dK, dV, dADT, dDT, dTrap, dQb, dKb, dAng, dD, dZ, dK_last, finals,
                     states)

@@ -25,7 +25,6 @@ import triton.language as tl
 
 from mambalearn import device  # noqa: F401  (TRITON_INTERPRET before @triton.jit)
 from mambalearn.triton.mamba3.common import (
-    CONFIG,
     LOG2E,
     SIZES,
     blocks,
@@ -39,6 +38,7 @@ from mambalearn.triton.mamba3.common import (
     local_angles,
     warps,
 )
+from mambalearn.triton.mamba3.config import DEFAULT
 
 
 @triton.jit(do_not_specialize=SIZES)
@@ -137,7 +137,7 @@ def _launch(x, steps, X, Y, Yb, S, Z, Ypre, dZ, dY, chunk_size, grad, cfg):
     V = x["V"]
     b, l, h, p = V.shape
     g, n, na = x["Q"].shape[2], x["Q"].shape[3], x["Angles"].shape[3]
-    BN, NB, P, Qc = blocks(n, p, chunk_size, dict(cfg, col_block=cfg["chunk_state_col_block"]))
+    BN, NB, P, Qc = blocks(n, p, chunk_size, cfg.chunk_state_col_block)
     c = triton.cdiv(l, Qc)
     _chunk_state_kernel[(h * c, b)](
         X, Y, Yb, x["ADT"], x["DT"], x["Trap"], x["Angles"],
@@ -145,11 +145,11 @@ def _launch(x, steps, X, Y, Yb, S, Z, Ypre, dZ, dY, chunk_size, grad, cfg):
         Z, Ypre, dZ, dY, S,
         l, c, h, g, p, n, na,
         Q=Qc, BN=BN, NB=NB, P=P, GRAD=grad, HAS_Z=Z is not None, DOT=dot_dtype(V),
-        num_warps=warps(cfg, "chunk_state_warps", Qc),
+        num_warps=warps(cfg.chunk_state_warps, Qc),
     )
 
 
-def chunk_states(x, chunk_size, cfg=CONFIG):
+def chunk_states(x, chunk_size, cfg=DEFAULT):
     """Forward: (S^L (b, h, c, p, n) in V's dtype, steps): ``steps`` holds the per-step values
     every later kernel reads: C2 = c log₂e, W = w, G = γ (b, h, l), Phi = φ (b, h, l, na;
     float16 for bf16 inputs), and per chunk Turn = Φ_c (b, h, c, na) and Cend = c_end (b, h, c);
@@ -169,7 +169,7 @@ def chunk_states(x, chunk_size, cfg=CONFIG):
     return S, steps
 
 
-def state_grads(x, steps, d_out, y_pre, chunk_size, cfg=CONFIG):
+def state_grads(x, steps, d_out, y_pre, chunk_size, cfg=DEFAULT):
     """Backward: (dS^L (b, h, c, p, n) in V's dtype, dy, dz): dy = dout·silu(z) and dz in
     dout's dtype (dy is dout itself and dz None without Z)."""
     V = x["V"]

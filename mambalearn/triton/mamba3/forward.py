@@ -23,7 +23,6 @@ from mambalearn import device  # noqa: F401  (TRITON_INTERPRET before @triton.ji
 from mambalearn.mamba3.sequential import per_head, rotate_pairs
 from mambalearn.triton.mamba3.chunk_state import chunk_states
 from mambalearn.triton.mamba3.common import (
-    CONFIG,
     SIZES,
     blocks,
     causal_decay,
@@ -34,6 +33,7 @@ from mambalearn.triton.mamba3.common import (
     load_turned,
     warps,
 )
+from mambalearn.triton.mamba3.config import DEFAULT
 from mambalearn.triton.mamba3.state_passing import pass_states
 
 
@@ -112,13 +112,13 @@ def _initial_state(x):
     return (S + owe[..., None, None] * v[..., None] * k[..., None, :]).contiguous(), theta
 
 
-def launch_forward(x, chunk_size, save, return_final, cfg=CONFIG):
+def launch_forward(x, chunk_size, save, return_final, cfg=DEFAULT):
     """The three launches on the prepared inputs ``x`` (see ``interface``); returns a dict with
     out, and the final states if ``return_final``, and what the backward needs if ``save``."""
     V = x["V"]
     b, l, h, p = V.shape
     g, n, na = x["Q"].shape[2], x["Q"].shape[3], x["Angles"].shape[3]
-    BN, NB, P, Qc = blocks(n, p, chunk_size, cfg)
+    BN, NB, P, Qc = blocks(n, p, chunk_size, cfg.col_block)
     S, steps = chunk_states(x, Qc, cfg)  # 1. (b, h, c, p, n), the per-step values
     H_in, theta_in = _initial_state(x)
     H, final, theta_final = pass_states(S, steps["Turn"], steps["Cend"], theta_in, H_in,
@@ -132,7 +132,7 @@ def launch_forward(x, chunk_size, save, return_final, cfg=CONFIG):
         l, c, h, g, p, n, na,
         Q=Qc, BN=BN, NB=NB, P=P, HAS_D=x["D"] is not None, HAS_Z=x["Z"] is not None,
         DOT=dot_dtype(V),
-        num_warps=warps(cfg, "output_warps", Qc),
+        num_warps=warps(cfg.output_warps, Qc),
     )
     r = dict(out=out, H=H, steps=steps, theta_final=theta_final, y_pre=y_pre)
     if return_final:  # the last step's k, turned by the final angle: the next call's k_prev

@@ -6,7 +6,7 @@ import torch
 import triton
 import triton.language as tl
 
-from mambalearn.triton.ssd.backward_config import blocks, launch_config
+from mambalearn.triton.ssd.backward_config import backward_config, blocks, launch_args
 from mambalearn.triton.ssd.common import _bch, _row, _tile, _tile_T, p2
 
 
@@ -98,8 +98,9 @@ def dx_backward(x, dy, B, CB, dS, dt_c, dA_cs, D=None, seq_idx=None, v=None, cfg
     b, l, h, p = x.shape
     g, n = B.shape[2], B.shape[3]
     c, q = dA_cs.shape[2], dA_cs.shape[3]
-    BQ = blocks(q)
-    BN, opts = launch_config("dx", cfg, n)
+    cfg = backward_config(cfg, x.device)
+    BQ = blocks(q, cfg)
+    BN, opts = launch_args(cfg.dx, n)
     nblk = triton.cdiv(q, BQ)
     dx = torch.empty_like(x)
     ddt_x = torch.empty(b, h, c, q, device=x.device, dtype=torch.float32)

@@ -7,7 +7,7 @@ import torch
 import triton
 import triton.language as tl
 
-from mambalearn.triton.ssd.backward_config import blocks, launch_config
+from mambalearn.triton.ssd.backward_config import backward_config, blocks, launch_args
 from mambalearn.triton.ssd.common import _bcgs, _row, _tile, _tile_T, p2
 
 
@@ -78,14 +78,15 @@ def dcb(dy, x, CB, dt_c, dA_cs, ddA, seq_idx=None, nsplit=1, cfg=None):
     c, g, q = CB.shape[1], CB.shape[2], CB.shape[3]
     if nsplit < 1 or (h // g) % nsplit:
         raise ValueError(f"nsplit = {nsplit} must divide the {h // g} heads of a group")
-    BQ = blocks(q)
+    cfg = backward_config(cfg, x.device)
+    BQ = blocks(q, cfg)
     nblk = triton.cdiv(q, BQ)
     dCB = torch.empty(b, c, g, nsplit, q, q, device=x.device, dtype=torch.float32)
     _dcb_kernel[(b * c * g * nsplit, nblk * nblk)](
         dy, x, CB, dt_c, dA_cs, seq_idx if seq_idx is not None else dt_c, dCB, ddA,
         l, h, p, g, c, h // g, nsplit, ddA.shape[-1],
         Q=q, HEADS=h // g // nsplit, BLOCK_Q=BQ, BLOCK_P=p2(p), HAS_SEQ=seq_idx is not None,
-        **launch_config("dcb", cfg)[1])
+        **launch_args(cfg.dcb)[1])
     return dCB
 
 
@@ -153,8 +154,9 @@ def dC_backward(dy, H, C, B, dCB, dA_cs, ddA, slot0, seq_idx=None, cfg=None):
     b, l, h, p = dy.shape
     g, n = C.shape[2], C.shape[3]
     c, nsplit, q = dCB.shape[1], dCB.shape[3], dCB.shape[-1]
-    BQ = blocks(q)
-    BN, opts = launch_config("dC", cfg, n)
+    cfg = backward_config(cfg, dy.device)
+    BQ = blocks(q, cfg)
+    BN, opts = launch_args(cfg.dC, n)
     dC = torch.empty(nsplit, b, l, g, n, device=dy.device, dtype=torch.float32)
     _dC_kernel[(b * c * g * nsplit, triton.cdiv(q, BQ) * triton.cdiv(n, BN))](
         dy, H, C, B, dCB, dA_cs, seq_idx if seq_idx is not None else dA_cs, dC, ddA,
@@ -224,8 +226,9 @@ def dB_backward(x, dS, C, dCB, dt_c, dA_cs, seq_idx=None, cfg=None):
     b, l, h, p = x.shape
     g, n = C.shape[2], C.shape[3]
     c, nsplit, q = dCB.shape[1], dCB.shape[3], dCB.shape[-1]
-    BQ = blocks(q)
-    BN, opts = launch_config("dB", cfg, n)
+    cfg = backward_config(cfg, x.device)
+    BQ = blocks(q, cfg)
+    BN, opts = launch_args(cfg.dB, n)
     dB = torch.empty(nsplit, b, l, g, n, device=x.device, dtype=torch.float32)
     _dB_kernel[(b * c * g * nsplit, triton.cdiv(q, BQ) * triton.cdiv(n, BN))](
         x, dS, C, dCB, dt_c, dA_cs, seq_idx if seq_idx is not None else dA_cs, dB,

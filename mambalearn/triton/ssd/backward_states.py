@@ -7,8 +7,8 @@ import torch
 import triton
 import triton.language as tl
 
-from mambalearn.triton.ssd.backward_config import blocks, launch_config
-from mambalearn.triton.ssd.common import INTERP, _bch, _row, _tile, _tile_T, p2
+from mambalearn.triton.ssd.backward_config import backward_config, blocks, launch_args
+from mambalearn.triton.ssd.common import _bch, _row, _tile, _tile_T, tile
 
 
 # ---------------------------------------------------------------------------------------------
@@ -55,12 +55,13 @@ def dstates(dy, C, dA_cs, seq_idx=None, cfg=None):
     g, n = C.shape[2], C.shape[3]
     c, q = dA_cs.shape[2], dA_cs.shape[3]
     dH = torch.empty(b, c, h, p, n, device=dy.device, dtype=torch.float32)
-    BN, opts = launch_config("dstates", cfg, n)
-    BP = p2(p) if INTERP else min(64, p2(p))
+    cfg = backward_config(cfg, dy.device)
+    BN, opts = launch_args(cfg.dstates, n)
+    BP = tile(cfg.dstates_block_p, p)
     grid = (b * c * h, triton.cdiv(p, BP) * triton.cdiv(n, BN))
     _dstates_kernel[grid](dy, C, dA_cs, seq_idx if seq_idx is not None else dA_cs, dH,
                           l, h, p, g, n, c, h // g, Q=q, BLOCK_P=BP, BLOCK_N=BN,
-                          BLOCK_K=blocks(q), HAS_SEQ=seq_idx is not None, **opts)
+                          BLOCK_K=blocks(q, cfg), HAS_SEQ=seq_idx is not None, **opts)
     return dH
 
 
@@ -113,7 +114,7 @@ def _state_passing_bwd_kernel(
 
 
 def state_passing_backward(dS, H, final, dA_cs, dfinal=None, seq_idx=None, l=None,
-                           has_init=False):
+                           has_init=False, cfg=None):
     """Step 3, in place: dS (b, c, h, p, n) holds dH on entry and dS_c = 𝒢_{c+1} on return.
 
     Returns (dlast (b, h, c) float32 = ⟨α_c H_c, 𝒢_{c+1}⟩, ∂loss/∂a_last of each chunk through
@@ -123,7 +124,8 @@ def state_passing_backward(dS, H, final, dA_cs, dfinal=None, seq_idx=None, l=Non
     """
     b, c, h, p, n = dS.shape
     q, dim = dA_cs.shape[-1], p * n
-    BLOCK = 256  # one warp, 8 values a thread: the sum over the block needs no barrier
+    cfg = backward_config(cfg, dS.device)
+    BLOCK = cfg.passing_block  # one warp, 8 values a thread: the block's sum needs no barrier
     nblocks = triton.cdiv(dim, BLOCK)
     dlast = torch.empty(b, h, c, nblocks, device=dS.device, dtype=torch.float32)
     dinit = torch.empty(b, h, p, n, device=dS.device, dtype=torch.float32) if has_init else None
@@ -133,5 +135,5 @@ def state_passing_backward(dS, H, final, dA_cs, dfinal=None, seq_idx=None, l=Non
         seq_idx if seq_idx is not None else dS, dinit if has_init else dS, dlast,
         l if l is not None else c * q, h, dim, c, nblocks,
         Q=q, BLOCK=BLOCK, HAS_DFINAL=dfin is not None, HAS_INIT=has_init,
-        HAS_SEQ=seq_idx is not None, num_warps=1)
+        HAS_SEQ=seq_idx is not None, num_warps=cfg.passing_warps)
     return dlast.sum(-1), dinit

@@ -22,7 +22,9 @@ import triton
 import triton.language as tl
 
 from mambalearn import ssd
-from mambalearn.triton.ssd.common import INTERP, _delta, p2
+from mambalearn.triton.ssd.common import INTERP, _delta, p2, stages, tile
+from mambalearn.triton.ssd.config import defaults
+from mambalearn.utils import check_chunk_size
 
 
 # ---------------------------------------------------------------------------------------------
@@ -58,13 +60,15 @@ def _chunk_cumsum_kernel(
     tl.store(dA_cs_ptr + out, dA_cs, mask=m_out)
 
 
-def chunk_cumsum(dt, A, chunk_size, dt_bias=None, dt_softplus=False, dt_limit=(0.0, float("inf"))):
-    """Stage 1. Returns (Δ, dA_cs), both (b, h, c, q) float32; Δ = 0 past the end of l."""
+def chunk_cumsum(dt, A, chunk_size, dt_bias=None, dt_softplus=False, dt_limit=(0.0, float("inf")),
+                 heads=None):
+    """Stage 1. Returns (Δ, dA_cs), both (b, h, c, q) float32; Δ = 0 past the end of l.
+    ``heads``: heads per program (default: the device's ``Stages.cumsum_heads``)."""
     b, l, h = dt.shape
     q, c = chunk_size, triton.cdiv(l, chunk_size)
     dt_out = torch.empty(b, h, c, q, device=dt.device, dtype=torch.float32)
     dA_cs = torch.empty_like(dt_out)
-    BLOCK_H = 1 if INTERP else min(8, p2(h, 1))
+    BLOCK_H = tile(heads or defaults(dt.device).stages.cumsum_heads, h, 1)
     grid = (c, b, triton.cdiv(h, BLOCK_H))
     has_limit = tuple(dt_limit) != (0.0, float("inf"))
     _chunk_cumsum_kernel[grid](
@@ -112,17 +116,19 @@ def _bmm_kernel(
     tl.store(out, acc, mask=(offs_m[:, None] < Q) & (offs_s[None, :] < Q))
 
 
-def bmm_chunk(C, B, chunk_size):
-    """Stage 2. CB (b, c, g, q, q) float32, CB[b, c, g, t, s] = C_t · B_s (t ≥ s blocks only)."""
+def bmm_chunk(C, B, chunk_size, cfg=None):
+    """Stage 2. CB (b, c, g, q, q) float32, CB[b, c, g, t, s] = C_t · B_s (t ≥ s blocks only).
+    ``cfg``: a ``config.Stages`` (default: the device's)."""
     b, l, g, n = C.shape
     q, c = chunk_size, triton.cdiv(l, chunk_size)
+    cfg = cfg or defaults(C.device).stages
     CB = torch.empty(b, c, g, q, q, device=C.device, dtype=torch.float32)
-    BM = BN = 16 if INTERP else min(64, p2(q))
-    BK = p2(n) if INTERP else min(64, p2(n))
+    BM = BN = tile(cfg.bmm_block_q, q)
+    BK = tile(cfg.bmm.block_n, n)
     grid = (b * c * g, triton.cdiv(q, BM), triton.cdiv(q, BN))
     _bmm_kernel[grid](C, B, CB, l, g, c, *C.stride(), *B.stride(),
                       N=n, Q=q, BLOCK_M=BM, BLOCK_N=BN, BLOCK_K=BK,
-                      num_warps=4, num_stages=1 if INTERP else 3)
+                      num_warps=cfg.bmm.num_warps, num_stages=stages(cfg.bmm.num_stages))
     return CB
 
 
@@ -177,22 +183,24 @@ def _chunk_state_kernel(
     tl.store(out, acc, mask=(offs_p[:, None] < p) & (offs_n[None, :] < n))
 
 
-def chunk_state(x, B, dt_c, dA_cs, seq_idx=None):
-    """Stage 3. S (b, c, h, p, n) float32: the state each chunk alone leaves at its last step."""
+def chunk_state(x, B, dt_c, dA_cs, seq_idx=None, cfg=None):
+    """Stage 3. S (b, c, h, p, n) float32: the state each chunk alone leaves at its last step.
+    ``cfg``: a ``config.Stages`` (default: the device's)."""
     b, l, h, p = x.shape
     g, n = B.shape[2], B.shape[3]
     q, c = dA_cs.shape[-1], dA_cs.shape[2]
+    cfg = cfg or defaults(x.device).stages
     S = torch.empty(b, c, h, p, n, device=x.device, dtype=torch.float32)
-    BP = p2(p) if INTERP else min(64, p2(p))
-    BN = p2(n) if INTERP else min(128, p2(n))
-    BK = 16 if INTERP else min(64, p2(q))
+    BP = tile(cfg.chunk_state_block_p, p)
+    BN = tile(cfg.chunk_state.block_n, n)
+    BK = tile(cfg.chunk_state_block_k, q)
     grid = (b * c * h, triton.cdiv(p, BP) * triton.cdiv(n, BN))
     sq = seq_idx if seq_idx is not None else dt_c
     _chunk_state_kernel[grid](
         x, B, dt_c, dA_cs, sq, S, l, h, p, n, c, h // g, *x.stride(), *B.stride(),
         *((seq_idx.stride(0), seq_idx.stride(1)) if seq_idx is not None else (0, 0)),
         Q=q, BLOCK_P=BP, BLOCK_N=BN, BLOCK_K=BK, HAS_SEQ=seq_idx is not None,
-        num_warps=4, num_stages=1 if INTERP else 3)
+        num_warps=cfg.chunk_state.num_warps, num_stages=stages(cfg.chunk_state.num_stages))
     return S
 
 
@@ -231,15 +239,18 @@ def _state_passing_kernel(
     tl.store(final_ptr + (pid_b * h + pid_h) * dim + offs, H, mask=ok)
 
 
-def state_passing(S, dA_cs, initial_states=None, seq_idx=None, l=None, out_dtype=torch.float32):
-    """Stage 4. (Hin (b, c, h, p, n) in ``out_dtype``, final (b, h, p, n) float32)."""
+def state_passing(S, dA_cs, initial_states=None, seq_idx=None, l=None, out_dtype=torch.float32,
+                  cfg=None):
+    """Stage 4. (Hin (b, c, h, p, n) in ``out_dtype``, final (b, h, p, n) float32).
+    ``cfg``: a ``config.Stages`` (default: the device's)."""
     b, c, h, p, n = S.shape
+    cfg = cfg or defaults(S.device).stages
     q = dA_cs.shape[-1]
     dim = p * n
     Hin = torch.empty(b, c, h, p, n, device=S.device, dtype=out_dtype)
     final = torch.empty(b, h, p, n, device=S.device, dtype=torch.float32)
     init = initial_states.reshape(b, h, dim) if initial_states is not None else None
-    BLOCK = 256 if INTERP else 1024
+    BLOCK = tile(cfg.passing_block, dim)
     grid = (triton.cdiv(dim, BLOCK), b, h)
     _state_passing_kernel[grid](
         S, dA_cs, init if init is not None else S, seq_idx if seq_idx is not None else S, Hin,
@@ -247,7 +258,8 @@ def state_passing(S, dA_cs, initial_states=None, seq_idx=None, l=None, out_dtype
         l if l is not None else c * q, h, dim, c,
         *(init.stride() if init is not None else (0, 0, 0)),
         *((seq_idx.stride(0), seq_idx.stride(1)) if seq_idx is not None else (0, 0)),
-        Q=q, BLOCK=BLOCK, HAS_INIT=init is not None, HAS_SEQ=seq_idx is not None, num_warps=4)
+        Q=q, BLOCK=BLOCK, HAS_INIT=init is not None, HAS_SEQ=seq_idx is not None,
+        num_warps=cfg.passing_warps)
     return Hin, final
 
 
@@ -356,16 +368,18 @@ def _chunk_scan_kernel(
     tl.store(o, acc.to(out_ptr.dtype.element_ty), mask=ok_out)
 
 
-def chunk_scan(x, C, CB, dt_c, dA_cs, Hin, D=None, z=None, seq_idx=None):
-    """Stage 5. out (b, l, h, p) in x's dtype."""
+def chunk_scan(x, C, CB, dt_c, dA_cs, Hin, D=None, z=None, seq_idx=None, cfg=None):
+    """Stage 5. out (b, l, h, p) in x's dtype. ``cfg``: a ``config.Stages`` (default: the
+    device's)."""
     b, l, h, p = x.shape
     g, n = C.shape[2], C.shape[3]
     c, q = dA_cs.shape[2], dA_cs.shape[3]
+    cfg = cfg or defaults(x.device).stages
     out = torch.empty_like(x, memory_format=torch.contiguous_format)
-    BM = 16 if INTERP else min(64, p2(q))
-    BK = 16 if INTERP else min(64, p2(q))
-    BP = p2(p) if INTERP else min(64, p2(p))
-    BN = p2(n) if INTERP else min(128, p2(n))
+    BM = tile(cfg.chunk_scan_block_m, q)
+    BK = tile(cfg.chunk_scan_block_k, q)
+    BP = tile(cfg.chunk_scan_block_p, p)
+    BN = tile(cfg.chunk_scan.block_n, n)
     grid = (b * c * h, triton.cdiv(q, BM) * triton.cdiv(p, BP))
     Dst = (0, 0) if D is None else ((D.stride(0), 0) if D.ndim == 1 else tuple(D.stride()))
     _chunk_scan_kernel[grid](
@@ -375,7 +389,7 @@ def chunk_scan(x, C, CB, dt_c, dA_cs, Hin, D=None, z=None, seq_idx=None):
         *((seq_idx.stride(0), seq_idx.stride(1)) if seq_idx is not None else (0, 0)), *Dst,
         N=n, Q=q, BLOCK_M=BM, BLOCK_P=BP, BLOCK_K=BK, BLOCK_N=BN, INTERP=INTERP,
         HAS_D=D is not None, HAS_Z=z is not None, HAS_SEQ=seq_idx is not None,
-        num_warps=4, num_stages=1 if INTERP else 2)
+        num_warps=cfg.chunk_scan.num_warps, num_stages=stages(cfg.chunk_scan.num_stages))
     return out
 
 
@@ -384,8 +398,7 @@ def check_args(x, dt, A, B, C, chunk_size, D, z, dt_bias, initial_states, seq_id
     """Clear errors for bad arguments of the public functions (shapes, dtypes, chunk size)."""
     b, l, h, p, g, n = ssd.check_inputs(x, dt, A, B, C)
     ssd.check_extras(b, l, h, p, n, D, z, dt_bias, initial_states, seq_idx)
-    if not isinstance(chunk_size, int) or chunk_size < 1 or chunk_size & (chunk_size - 1):
-        raise ValueError(f"chunk_size must be a power-of-two int, got {chunk_size!r}")
+    check_chunk_size(chunk_size)
     if x.dtype not in (torch.float16, torch.bfloat16, torch.float32):
         raise TypeError(f"x must be float16, bfloat16 or float32, got {x.dtype}")
     if B.dtype != x.dtype or C.dtype != x.dtype:
@@ -395,12 +408,16 @@ def check_args(x, dt, A, B, C, chunk_size, D, z, dt_bias, initial_states, seq_id
 
 
 def ssd_forward(x, dt, A, B, C, chunk_size, D=None, z=None, dt_bias=None, initial_states=None,
-                seq_idx=None, dt_softplus=False, dt_limit=(0.0, float("inf"))):
-    """The five stages in order. Returns (out (b, l, h, p), final states (b, h, p, n) float32)."""
-    dt_c, dA_cs = chunk_cumsum(dt, A, chunk_size, dt_bias, dt_softplus, dt_limit)  # (b, h, c, q)
-    S = chunk_state(x, B, dt_c, dA_cs, seq_idx)  # (b, c, h, p, n) f32
+                seq_idx=None, dt_softplus=False, dt_limit=(0.0, float("inf")), cfg=None):
+    """The five stages in order. Returns (out (b, l, h, p), final states (b, h, p, n) float32).
+    ``cfg``: a ``config.Stages`` (default: the device's)."""
+    cfg = cfg or defaults(x.device).stages
+    dt_c, dA_cs = chunk_cumsum(dt, A, chunk_size, dt_bias, dt_softplus, dt_limit,
+                               heads=cfg.cumsum_heads)  # (b, h, c, q)
+    S = chunk_state(x, B, dt_c, dA_cs, seq_idx, cfg)  # (b, c, h, p, n) f32
     # The entering states are stored in x's dtype (as mamba_ssm does, C.dtype): half the bytes.
-    Hin, final = state_passing(S, dA_cs, initial_states, seq_idx, x.shape[1], out_dtype=x.dtype)
-    CB = bmm_chunk(C, B, chunk_size)  # (b, c, g, q, q) f32
-    out = chunk_scan(x, C, CB, dt_c, dA_cs, Hin, D, z, seq_idx)  # (b, l, h, p)
+    Hin, final = state_passing(S, dA_cs, initial_states, seq_idx, x.shape[1], out_dtype=x.dtype,
+                               cfg=cfg)
+    CB = bmm_chunk(C, B, chunk_size, cfg)  # (b, c, g, q, q) f32
+    out = chunk_scan(x, C, CB, dt_c, dA_cs, Hin, D, z, seq_idx, cfg)  # (b, l, h, p)
     return out, final

@@ -22,8 +22,8 @@ mask s > t. The decay is one MUFU.EX2 per element (``common._exp2``); ``EXP2``: 
 one multiply less (rounds a little differently from chapter 10's exp(a_t − a_s)). When BLOCK_K =
 BLOCK_M the diagonal block is one tile, and its x tile is x_m: the D x term reuses it.
 
-``CONFIG["ROWS"]``: row blocks per program — 1 (each its own program, the default), or None (the
-whole chunk in one program, its setup and Hᵀ load shared): measured 25 % slower, its 211
+``config.Outputs.rows``: row blocks per program — 1 (each its own program, the default), or None
+(the whole chunk in one program, its setup and Hᵀ load shared): measured 25 % slower, its 211
 registers leave two programs an SM instead of three (bench/NOTES_ssd.md).
 """
 
@@ -32,14 +32,10 @@ import triton
 import triton.language as tl
 from triton.tools.tensor_descriptor import TensorDescriptor
 
-from mambalearn.triton.ssd.common import INTERP, LOG2E, _exp2, launch_options, p2
+from mambalearn.triton.ssd.common import LOG2E, _exp2, launch_options, p2, stages
+from mambalearn.triton.ssd.config import GRID_YZ, defaults
 
-# EXP2 off: chapter 10's roundings exactly (bench/NOTES_ssd.md: exp2 left 1e-4 on some inputs)
-# ROWS: row blocks of BLOCK_M rows per program, 1 or None (the whole chunk: Q // BLOCK_M)
-# LOOP: every column block of a row block in one pipelined loop, the causal mask on each trip
-CONFIG = dict(BLOCK_M=64, BLOCK_K=64, ROWS=1, LOOP=False, num_warps=4, num_stages=2, EXP2=False,
-              maxnreg=None)
-GRID_Z = 65535  # CUDA's limit on grid axes 1 and 2 (axis 0: 2³¹ − 1)
+GRID_Z = GRID_YZ  # (b, c) pairs a launch covers on grid axis 2
 
 
 @triton.jit
@@ -186,7 +182,7 @@ def chunk_outputs(x, C, B, dt_c, dA_cs, H, D=None, z=None, seq_idx=None, config=
     Shapes: x, z (b, l, h, p); C, B (b, l, g, n); Δ, dA_cs (b, h, c, q) float32 (as
     ``forward.chunk_cumsum`` returns them); H (b, c, h, p, n) the state entering each chunk; D
     (h,) or (h, p); seq_idx (b, l) → out (b, l, h, p) in x's dtype. x, z, B, C and H must pass
-    ``tma_ok``. ``config``: ``CONFIG``'s keys.
+    ``tma_ok``. ``config``: a ``config.Outputs`` (default: the device's).
     """
     b, l, h, p = x.shape
     g, n = C.shape[2], C.shape[3]
@@ -194,13 +190,14 @@ def chunk_outputs(x, C, B, dt_c, dA_cs, H, D=None, z=None, seq_idx=None, config=
     if not tma_ok(x, z, B, C, H):
         raise ValueError("chunk_outputs needs x, z, B, C, H with 16-byte aligned rows "
                          "(contiguous last dim): use forward.chunk_scan")
-    cfg = dict(CONFIG, **(config or {}))
-    BM = min(cfg["BLOCK_M"], q)
-    BK = min(cfg["BLOCK_K"], BM)
+    cfg = config or defaults(x.device).outputs
+    BM = min(cfg.block_m, q)
+    BK = min(cfg.block_k, BM)
     BP, BN = p2(p, 8), p2(n, 8)
-    rows = min(cfg["ROWS"] or q // BM, q // BM)  # row blocks per program
+    rows = min(cfg.rows or q // BM, q // BM)  # row blocks per program
     if (q // BM) % rows:
-        raise ValueError(f"config ROWS={rows} must divide the {q // BM} row blocks of a chunk")
+        raise ValueError(f"config.outputs.rows = {rows} must divide the {q // BM} row blocks "
+                         f"of a chunk")
     out = torch.empty(b, l, h, p, device=x.device, dtype=x.dtype)
     desc = lambda t, m, k: TensorDescriptor.from_tensor(t, [1, m, 1, k])
     Dst = (0, 0) if D is None else ((D.stride(0), 0) if D.ndim == 1 else D.stride())
@@ -211,10 +208,9 @@ def chunk_outputs(x, C, B, dt_c, dA_cs, H, D=None, z=None, seq_idx=None, config=
             TensorDescriptor.from_tensor(H.view(b * c * h, p, n), [1, BP, BN]),
             dt_c, dA_cs, D if D is not None else dt_c, seq_idx if seq_idx is not None else dt_c,
             l, h, p, c, h // g, *Dst, *(seq_idx.stride() if seq_idx is not None else (0, 0)), bc0,
-            Q=q, BLOCK_M=BM, BLOCK_K=BK, ROWS=rows, LOOP=bool(cfg["LOOP"]), BLOCK_P=BP, BLOCK_N=BN,
-            EXP2=bool(cfg["EXP2"]),
+            Q=q, BLOCK_M=BM, BLOCK_K=BK, ROWS=rows, LOOP=bool(cfg.loop), BLOCK_P=BP, BLOCK_N=BN,
+            EXP2=bool(cfg.exp2),
             HAS_D=D is not None, D_PER_HEAD=D is not None and D.ndim == 1, HAS_Z=z is not None,
-            HAS_SEQ=seq_idx is not None, num_warps=cfg["num_warps"],
-            num_stages=1 if INTERP else cfg["num_stages"],
-            **launch_options(cfg))
+            HAS_SEQ=seq_idx is not None, num_warps=cfg.num_warps,
+            num_stages=stages(cfg.num_stages), **launch_options(cfg.maxnreg))
     return out

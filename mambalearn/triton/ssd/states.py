@@ -26,11 +26,12 @@ The parallelism is b · h · ⌈p/BLOCK_P⌉ · ⌈n/BLOCK_N⌉ programs (b1 h80
 software pipeline keeps the next blocks' loads in flight while the product runs.
 
 Two kernels do this. ``_chunk_states_kernel`` (pointer loads, BLOCK_K steps a loop trip) is the
-one the backward's recompute uses. ``_chunk_states_tma_kernel`` (``CONFIG["TMA"]``, the fused
+one the backward's recompute uses. ``_chunk_states_tma_kernel`` (``config.States.tma``, the fused
 forward's) takes a whole chunk a trip through tensor descriptors (no masks, no chunk-edge
 branches; the entering state leaves by a TMA store) and fits in 96 registers, five programs an SM.
 Each program's time is the length of its walk, so with few (batch, head) pairs (b1) the walk is
-cut into S segments, in two launches, exactly:
+cut into S = ``config.States.split`` segments (``config.split_walk`` chooses S from the shape and
+the SM count), in two launches, exactly:
 
     phase 1   segment 0 walks from H_0 (writing H); segment j > 0 walks from 0 without writing:
               its end state E_j and Γ_j = Π of its chunk decays exp(a_last)
@@ -47,18 +48,9 @@ import triton
 import triton.language as tl
 from triton.tools.tensor_descriptor import TensorDescriptor
 
-from mambalearn.triton.ssd.common import INTERP, LOG2E, _exp2, launch_options, p2
+from mambalearn.triton.ssd.common import LOG2E, _exp2, launch_options, stages, tile
+from mambalearn.triton.ssd.config import defaults
 from mambalearn.triton.ssd.outputs import tma_ok
-
-# BLOCK_P / BLOCK_N None: the largest of TILES that still gives PROGRAMS_PER_SM programs per SM
-# TMA: the tensor-descriptor kernel, one chunk a loop trip (BLOCK_K, num_stages unused; its
-# pipeline depth is TMA_STAGES), each sequence walked in SPLIT segments (None: ``split``'s choice)
-CONFIG = dict(BLOCK_P=None, BLOCK_N=None, BLOCK_K=64, num_warps=4, num_stages=3, maxnreg=None,
-              TMA=False, TMA_STAGES=1, TMA_MAXNREG=96, TMA_BLOCK_K=None, SPLIT=None)
-# TMA kernel, 1 stage, 16-bit inputs: ≤ 96 registers (TMA_MAXNREG, no spill), 5 programs a SM
-SPLIT_PROGRAMS_PER_SM, SPLIT_MIN_CHUNKS = 5, 8
-TILES = ((64, 64), (32, 64), (32, 32))  # (BLOCK_P, BLOCK_N), largest first
-PROGRAMS_PER_SM = 1  # 64 × 64 wins even at 160 programs (b1 l16384): bench/NOTES_ssd.md
 
 
 @triton.jit
@@ -138,22 +130,19 @@ def _chunk_states_kernel(
 
 @triton.jit(do_not_specialize=["l", "nchunks", "seg_chunks", "nseg"])
 def _chunk_states_tma_kernel(
-    x_desc, B_desc,     # tensor descriptors of x (b, l, h, p), B (b, l, g, n): BLOCK_K steps a tile
+    x_desc, B_desc,     # tensor descriptors of x (b, l, h, p) and B (b, l, g, n): one chunk a tile
     dtc_ptr, dacs_ptr, init_ptr, seq_ptr,  # Δ, dA_cs (b, h, c, q); H_0 (b, h, p, n); seq_idx
     H_desc,             # out: (b·c·h, p, n), the state entering each chunk, in H's dtype
     final_ptr,          # out: (b, h, p, n) float32, the state after the last chunk
     E_ptr, G_ptr,       # split only: segment end states (b·h·S, p, n), decays Γ (b·h·S,) fp32
     l, h, p, nchunks, heads_per_group, seg_chunks, nseg, stride_seqb, stride_seql,
     N: tl.constexpr, Q: tl.constexpr,           # state size; chunk length
-    BLOCK_P: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,  # BLOCK_K divides Q
+    BLOCK_P: tl.constexpr, BLOCK_N: tl.constexpr,
     N_TILES: tl.constexpr, P_TILES: tl.constexpr,  # state tiles along n and p
     HAS_INIT: tl.constexpr, HAS_SEQ: tl.constexpr, PHASE: tl.constexpr,
 ):
-    """BLOCK_K steps per loop trip (Q // BLOCK_K trips a chunk): at a chunk's first trip publish
-    H_c and scale it by exp(a_last); each trip adds (w ∘ B_kᵀ) x_k (the product's accumulator is
-    the state: with BLOCK_K = Q, H_{c+1} = exp(a_last) H_c + (w ∘ B_cᵀ) x_c in one tl.dot).
-    Shorter trips hold less in flight, so the next trip's tiles can load during this one (a
-    2-stage pipeline) in less shared memory.
+    """One chunk per loop trip: H_{c+1} = exp(a_last) H_c + (w ∘ B_cᵀ) x_c, the product's
+    accumulator seeded with exp(a_last) H_c (the same sum in another float32 order).
     PHASE 0: one program walks all chunks. PHASE 1 (of a split into nseg segments of seg_chunks
     chunks): segment 0 walks its chunks from H_0, every other one sums its chunks from a zero
     state without writing H; each leaves its end state E_j and Γ_j (the product of its chunk
@@ -174,7 +163,7 @@ def _chunk_states_tma_kernel(
     c1 = tl.minimum(c0 + seg_chunks, nchunks)
     offs_p = pid_p * BLOCK_P + tl.arange(0, BLOCK_P)
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-    offs_k = tl.arange(0, BLOCK_K)
+    offs_q = tl.arange(0, Q)
     ok_np = (offs_n[:, None] < N) & (offs_p[None, :] < p)
     np_offs = offs_p[None, :] * N + offs_n[:, None]  # (BLOCK_N, BLOCK_P) inside one (p, n) state
     E_base = E_ptr + pid_bh.to(tl.int64) * nseg * p * N + np_offs  # segment i: + i · p · N
@@ -196,62 +185,34 @@ def _chunk_states_tma_kernel(
     seq_prev = 0  # the sequence running at the previous chunk's end; H_0 belongs to sequence 0
     if HAS_SEQ:
         seq_prev = tl.load(seq_base + (c0 * Q - 1) * stride_seql, mask=c0 > 0, other=0)
-    seq_last = seq_prev  # … and at the current chunk's end
-    KB: tl.constexpr = Q // BLOCK_K  # trips per chunk
-    a_ahead = tl.load(dacs_ptr + row + c0 * Q + Q - 1)  # a chunk's last dA_cs, loaded a chunk ahead
-    a_last = a_ahead
+    a_last = tl.load(dacs_ptr + row + c0 * Q + Q - 1)  # the chunk's last dA_cs, a trip ahead
     gamma = 1.0  # Γ: the product of the chunk decays so far
-    for it in range(c0 * KB, c1 * KB):
-        c = it // KB
-        if KB == 1:  # (compile time) every trip starts a chunk
-            starts = True
-        else:
-            starts = it % KB == 0
-        if starts:  # publish the state entering chunk c, then decay it to the chunk's end
-            if PHASE != 1 or j == 0:
-                H_desc.store([(pid_b * nchunks + c) * h + pid_h, pid_p * BLOCK_P,
-                              pid_n * BLOCK_N], H.T.to(H_desc.dtype).reshape(1, BLOCK_P, BLOCK_N))
-            a_last = a_ahead
-            a_ahead = tl.load(dacs_ptr + row + (tl.minimum(c + 1, nchunks - 1) * Q + Q - 1))
-            alpha = _exp2(a_last * LOG2E)
-            if HAS_SEQ:
-                seq_last = tl.load(seq_base + (tl.minimum((c + 1) * Q, l) - 1) * stride_seql)
-                alpha = tl.where(seq_last == seq_prev, alpha, 0.0)  # a new sequence: no leak
-                seq_prev = seq_last
-            H = alpha * H
-            gamma *= alpha
-        cs = row + it * BLOCK_K  # this trip's steps of Δ and dA_cs
-        w = _exp2(tl.minimum(a_last - tl.load(dacs_ptr + cs + offs_k), 0.0) * LOG2E)
-        w *= tl.load(dtc_ptr + cs + offs_k)  # (BLOCK_K,) decay to the chunk's end times Δ
+    for c in range(c0, c1):
+        if PHASE != 1 or j == 0:  # publish the state entering chunk c
+            H_desc.store([(pid_b * nchunks + c) * h + pid_h, pid_p * BLOCK_P, pid_n * BLOCK_N],
+                         H.T.to(H_desc.dtype).reshape(1, BLOCK_P, BLOCK_N))
+        a_next = tl.load(dacs_ptr + row + (tl.minimum(c + 1, nchunks - 1) * Q + Q - 1))
+        cs = row + c * Q
+        w = _exp2(tl.minimum(a_last - tl.load(dacs_ptr + cs + offs_q), 0.0) * LOG2E)
+        w *= tl.load(dtc_ptr + cs + offs_q)  # (Q,) decay to the chunk's end times Δ
+        alpha = _exp2(a_last * LOG2E)
         if HAS_SEQ:  # only steps of the sequence running at the chunk's end count
-            t = it * BLOCK_K + offs_k
+            t = c * Q + offs_q
             seq_k = tl.load(seq_base + t * stride_seql, mask=t < l, other=-1)
+            seq_last = tl.load(seq_base + (tl.minimum((c + 1) * Q, l) - 1) * stride_seql)
             w = tl.where(seq_k == seq_last, w, 0.0)
-        BT = B_desc.load([pid_b, it * BLOCK_K, pid_g, pid_n * BLOCK_N]).reshape(BLOCK_K,
-                                                                                BLOCK_N).T
-        xk = x_desc.load([pid_b, it * BLOCK_K, pid_h, pid_p * BLOCK_P]).reshape(BLOCK_K, BLOCK_P)
-        H = tl.dot((BT.to(tl.float32) * w[None, :]).to(xk.dtype), xk, acc=H)
+            alpha = tl.where(seq_last == seq_prev, alpha, 0.0)  # a new sequence: no leak
+            seq_prev = seq_last
+        BT = B_desc.load([pid_b, c * Q, pid_g, pid_n * BLOCK_N]).reshape(Q, BLOCK_N).T
+        xk = x_desc.load([pid_b, c * Q, pid_h, pid_p * BLOCK_P]).reshape(Q, BLOCK_P)
+        H = tl.dot((BT.to(tl.float32) * w[None, :]).to(xk.dtype), xk, acc=alpha * H)
+        gamma *= alpha
+        a_last = a_next
     if PHASE == 1:
         tl.store(E_base + j * p * N, H, mask=ok_np)
         tl.store(G_ptr + pid_bh * nseg + j, gamma)
     elif PHASE == 0 or j == nseg - 1:
         tl.store(final_ptr + pid_bh.to(tl.int64) * p * N + np_offs, H, mask=ok_np)
-
-
-def state_tiles(bh, p, n, cfg):
-    """(BLOCK_P, BLOCK_N): ``cfg``'s if set, else the largest of ``TILES`` whose grid has at
-    least ``PROGRAMS_PER_SM`` programs per SM (each program walks the whole sequence, so with
-    one batch row there are only h · tiles of them)."""
-    if cfg["BLOCK_P"] and cfg["BLOCK_N"]:
-        return min(cfg["BLOCK_P"], p2(p)), min(cfg["BLOCK_N"], p2(n))
-    if INTERP:  # no SMs to fill: the whole state in one tile
-        return p2(p), p2(n)
-    sms = torch.cuda.get_device_properties(torch.cuda.current_device()).multi_processor_count
-    for bp, bn in TILES:
-        bp, bn = min(bp, p2(p)), min(bn, p2(n))
-        if bh * triton.cdiv(p, bp) * triton.cdiv(n, bn) >= PROGRAMS_PER_SM * sms:
-            break
-    return bp, bn
 
 
 def chunk_states(x, B, dt_c, dA_cs, initial_states=None, seq_idx=None, H_dtype=None,
@@ -262,21 +223,21 @@ def chunk_states(x, B, dt_c, dA_cs, initial_states=None, seq_idx=None, H_dtype=N
     ``forward.chunk_cumsum``); initial_states (b, h, p, n); seq_idx (b, l). Returns (H (b, c, h,
     p, n) in ``H_dtype`` (x's dtype by default): the state entering each chunk; final (b, h, p, n)
     float32) — what chapter 10's ``chunk_state`` and ``state_passing`` return together.
-    ``config``: ``CONFIG``'s keys.
+    ``config``: a ``config.States`` (default: the device's, one walk per sequence).
     """
     b, l, h, p = x.shape
     g, n = B.shape[2], B.shape[3]
     c, q = dA_cs.shape[2], dA_cs.shape[3]
-    cfg = dict(CONFIG, **(config or {}))
-    BK = min(cfg["BLOCK_K"], q)
-    BP, BN = state_tiles(b * h, p, n, cfg)
+    cfg = config or defaults(x.device).states
+    BP, BN = tile(cfg.block_p, p), tile(cfg.block_n, n)
     H = torch.empty(b, c, h, p, n, device=x.device, dtype=H_dtype or x.dtype)
     final = torch.empty(b, h, p, n, device=x.device, dtype=torch.float32)
     init = initial_states.contiguous() if initial_states is not None else None
     seq_st = seq_idx.stride() if seq_idx is not None else (0, 0)
-    if cfg["TMA"] and tma_ok(x, B, H):
+    if cfg.tma and tma_ok(x, B, H):
         _launch_tma(x, B, dt_c, dA_cs, init, seq_idx, H, final, BP, BN, cfg)
         return H, final
+    BK = min(cfg.pointer_block_k, q)  # steps a trip: divides the chunk (both powers of two)
     grid = (b * h * triton.cdiv(p, BP) * triton.cdiv(n, BN),)
     _chunk_states_kernel[grid](
         x, B, dt_c, dA_cs, init if init is not None else dt_c,
@@ -284,23 +245,8 @@ def chunk_states(x, B, dt_c, dA_cs, initial_states=None, seq_idx=None, H_dtype=N
         *x.stride(), *B.stride(), *seq_st,
         N=n, Q=q, BLOCK_P=BP, BLOCK_N=BN, BLOCK_K=BK, HAS_INIT=init is not None,
         HAS_SEQ=seq_idx is not None, EVEN=l % q == 0 and n % BN == 0 and p % BP == 0,
-        num_warps=cfg["num_warps"], num_stages=1 if INTERP else cfg["num_stages"],
-        **launch_options(cfg))
+        num_warps=cfg.num_warps, num_stages=stages(cfg.pointer_stages))
     return H, final
-
-
-def split(programs, nchunks, cfg, device):
-    """Segments per sequence for the tensor-descriptor kernel: ``cfg["SPLIT"]`` if set, else
-    as many as fit one wave of ``SPLIT_PROGRAMS_PER_SM`` programs per SM beside the others, at
-    least 3 (with 2 the two launches walk as long as one) and at least ``SPLIT_MIN_CHUNKS``
-    chunks each; 1 = no split."""
-    if cfg["SPLIT"] is not None:
-        return max(1, min(int(cfg["SPLIT"]), nchunks))
-    if INTERP or device.type != "cuda":  # (meta tensors: the offline sm_90 builds)
-        return 1
-    sms = torch.cuda.get_device_properties(device).multi_processor_count
-    s = min(SPLIT_PROGRAMS_PER_SM * sms // programs, nchunks // SPLIT_MIN_CHUNKS)
-    return s if s >= 3 else 1
 
 
 def _launch_tma(x, B, dt_c, dA_cs, init, seq_idx, H, final, BP, BN, cfg):
@@ -309,15 +255,11 @@ def _launch_tma(x, B, dt_c, dA_cs, init, seq_idx, H, final, BP, BN, cfg):
     g, n = B.shape[2], B.shape[3]
     c, q = dA_cs.shape[2], dA_cs.shape[3]
     tiles = (triton.cdiv(n, BN), triton.cdiv(p, BP))
-    nseg = split(b * h * tiles[0] * tiles[1], c, cfg, x.device)
-    seg = triton.cdiv(c, nseg)
+    seg = triton.cdiv(c, min(cfg.split, c))
     nseg = triton.cdiv(c, seg)  # no empty segment
     E = torch.empty(b * h * nseg, p, n, device=x.device, dtype=torch.float32) if nseg > 1 else final
     G = torch.empty(b * h * nseg, device=x.device, dtype=torch.float32) if nseg > 1 else final
-    BK = min(cfg["TMA_BLOCK_K"] or q, q)  # steps a trip
-    if q % BK:
-        raise ValueError(f"config TMA_BLOCK_K={BK} must divide the chunk {q}")
-    desc = lambda t, k: TensorDescriptor.from_tensor(t, [1, BK, 1, k])
+    desc = lambda t, k: TensorDescriptor.from_tensor(t, [1, q, 1, k])
     for phase, segs in ((0, 1),) if nseg == 1 else ((1, nseg), (2, nseg - 1)):
         _chunk_states_tma_kernel[(b * h * segs * tiles[0] * tiles[1],)](
             desc(x, BP), desc(B, BN), dt_c, dA_cs, init if init is not None else dt_c,
@@ -325,8 +267,8 @@ def _launch_tma(x, B, dt_c, dA_cs, init, seq_idx, H, final, BP, BN, cfg):
             TensorDescriptor.from_tensor(H.view(b * c * h, p, n), [1, BP, BN]), final, E, G,
             l, h, p, c, h // g, seg, nseg,
             *(seq_idx.stride() if seq_idx is not None else (0, 0)),
-            N=n, Q=q, BLOCK_P=BP, BLOCK_N=BN, BLOCK_K=BK, N_TILES=tiles[0], P_TILES=tiles[1],
+            N=n, Q=q, BLOCK_P=BP, BLOCK_N=BN, N_TILES=tiles[0], P_TILES=tiles[1],
             HAS_INIT=init is not None,
-            HAS_SEQ=seq_idx is not None, PHASE=phase, num_warps=cfg["num_warps"],
-            num_stages=1 if INTERP else cfg["TMA_STAGES"],
-            **launch_options(dict(maxnreg=cfg["TMA_MAXNREG"] if x.element_size() == 2 else None)))
+            HAS_SEQ=seq_idx is not None, PHASE=phase, num_warps=cfg.num_warps,
+            num_stages=stages(cfg.stages),
+            **launch_options(cfg.maxnreg if x.element_size() == 2 else None))
