@@ -19,7 +19,9 @@ from mambalearn.bench import mamba3 as bench_m3
 from mambalearn.bench.ssd import make_inputs
 from mambalearn.testing import assert_close, rel_error
 from mambalearn.triton.mamba3 import mamba3_siso_combined
+from mambalearn.triton.mamba3.config import DEFAULT as M3_DEFAULT
 from mambalearn.triton.ssd import mamba_chunk_scan_combined, outputs
+from mambalearn.triton.ssd.config import default_config
 
 GPU = torch.cuda.is_available()
 DEV = "cuda" if GPU else "cpu"
@@ -31,8 +33,8 @@ M3_SUMS = ("Q_bias", "K_bias", "D")  # sums over every step
 
 def _same(got, want, what):
     """The tail of the huge launch against the small launch: elementwise at the dtype's
-    tolerance and as a whole within 1e-3 (the same kernels on the same rows; only the split of a
-    long walk may associate the carries differently)."""
+    tolerance and as a whole within 1e-3 (the same kernels with the same settings on the same
+    rows; only the forward's split of a long walk may associate the carries differently)."""
     assert_close(got, want, msg=what)
     assert rel_error(got, want) < 1e-3, (what, rel_error(got, want))
 
@@ -57,6 +59,9 @@ def ssd_inputs(b, l, window, h, p, g, n, dtype, seed=0):
 
 def check_ssd_tail(b, l, window, h, p, g, n, chunk, dtype, fused, grads):
     args, kw, t0 = ssd_inputs(b, l, window, h, p, g, n, dtype)
+    # one config for both launches (the huge one's): the same head splits in the backward, so
+    # its sums over heads are added in the same order
+    kw["config"] = default_config((b, l, h, p, g, n, chunk), DEV)
     tail = lambda t: t[:, t0:]
     small = [tail(t) for t in args[:1]] + [tail(args[1]), args[2]] + [tail(t) for t in args[3:]]
     if not grads:
@@ -106,20 +111,23 @@ def _m3_tail(kw, t0):
 
 def check_mamba3_tail(b, l, window, h, g, n, p, na, chunk, dtype, grads):
     kw, t0 = m3_inputs(b, l, window, h, g, n, p, na, dtype, grads)
+    # the same dq/dk head blocks in both launches (however many programs each has): the same
+    # order of the sums over heads
+    cfg = M3_DEFAULT.replace(min_programs=1)
     if not grads:
         with torch.no_grad():
-            big = mamba3_siso_combined(**kw, chunk_size=chunk)
-            want = mamba3_siso_combined(**_m3_tail(kw, t0), chunk_size=chunk)
+            big = mamba3_siso_combined(**kw, chunk_size=chunk, config=cfg)
+            want = mamba3_siso_combined(**_m3_tail(kw, t0), chunk_size=chunk, config=cfg)
         _same(big[:, t0:], want, "out")
         return
     names = list(kw)
-    out = mamba3_siso_combined(**kw, chunk_size=chunk)
+    out = mamba3_siso_combined(**kw, chunk_size=chunk, config=cfg)
     dout = torch.zeros_like(out)
     dout[:, t0:] = torch.randn_like(dout[:, t0:])
     big = dict(zip(names, torch.autograd.grad(out, [kw[k] for k in names], dout), strict=True))
     del out
     small_kw = {k: v.detach().requires_grad_() for k, v in _m3_tail(kw, t0).items()}
-    out = mamba3_siso_combined(**small_kw, chunk_size=chunk)
+    out = mamba3_siso_combined(**small_kw, chunk_size=chunk, config=cfg)
     want = dict(zip(names, torch.autograd.grad(out, [small_kw[k] for k in names],
                                                dout[:, t0:]), strict=True))
     for k in M3_ROWS:
@@ -151,6 +159,18 @@ def test_outputs_kernel_in_slabs_of_the_grid_limit(monkeypatch):
     """More (batch, chunk) pairs than one launch's grid axis takes: launched in slabs."""
     monkeypatch.setattr(outputs, "GRID_Z", 2)
     check_ssd_tail(2, 80, 32, 2, 8, 1, 8, 16, torch.float32, True, False)
+
+
+def test_mamba3_backward_names_its_grid_limit(monkeypatch):
+    """The dq/dk launch keeps a 3-D grid (a chunk offset argument costs it spills): more chunks
+    than grid axis 1 takes is a clear error, not a failed launch."""
+    from mambalearn.triton.mamba3 import backward
+
+    monkeypatch.setattr(backward, "GRID_Y", 2)
+    kw, _ = m3_inputs(1, 64, 16, 2, 1, 8, 8, 4, torch.float32, True)
+    out = mamba3_siso_combined(**kw, chunk_size=16)
+    with pytest.raises(ValueError, match="at most 2 chunks"):
+        out.sum().backward()
 
 
 # --- past 2³¹ on the GPU --------------------------------------------------------------------

@@ -170,6 +170,10 @@ def _replace(obj, changes, where):
 # SPLIT_MIN_CHUNKS chunks fit in one wave of SPLIT_PROGRAMS_PER_SM programs an SM
 SPLIT_PROGRAMS_PER_SM, SPLIT_MIN, SPLIT_MIN_CHUNKS = 5, 3, 8
 HEADS_PROGRAMS_PER_SM = 2  # steps 4–6: split a group's heads while fewer programs than this
+# the outputs kernel at chunks up to 128: one pipelined loop over 32-column blocks, 3 stages
+# (127 registers: 4 programs an SM instead of 3); at 256 the one-tile diagonal was faster
+OUTPUTS_LOOP = Outputs(block_k=32, loop=True, num_stages=3)
+OUTPUTS_LOOP_MAX_CHUNK = 128
 
 
 def split_walk(programs, nchunks, sms, rule=None):
@@ -248,4 +252,5 @@ def default_config(shape, device):
     split = split_walk(b * h * tiles, triton.cdiv(l, q), sms)
     nblk = triton.cdiv(q, cfg.backward.block_q)
     nsplit = head_splits(h // g, b * triton.cdiv(l, q) * g * nblk * (nblk + 1) // 2, sms)
-    return cfg.replace(states=dict(split=split), backward=dict(nsplit=nsplit))
+    outputs = OUTPUTS_LOOP if q <= OUTPUTS_LOOP_MAX_CHUNK else cfg.outputs
+    return cfg.replace(states=dict(split=split), outputs=outputs, backward=dict(nsplit=nsplit))
