@@ -10,11 +10,13 @@
    SSD and Mamba-3 files). Nothing is timed there; their rows come back to this process.
 1. **Mamba-3**: ``mamba3_siso_combined`` at b8 l2048 and b1 l32768 (h32 g1 n128 p64 na32, chunk
    64, bf16, D and Z): forward and fwd+bwd, ours against mamba_ssm **with its full autotune**
-   (cleared before each shape: each is tuned as a user at that shape would tune it), our forward
+   (tuned in this process at the first shape, b8 l2048: its key holds neither batch nor length,
+   so the second shape runs what the first chose, as in any process that runs both), our forward
    at the settings of ``M3_DESIGNS``, a kernel profile of both sides, our launches alone.
 2. **SSD**: the fused forward (h80 p64 n128 g1 bf16, fp32 A/D/dt_bias, softplus) at the points of
-   ``SSD_POINTS``: mamba_ssm's ``mamba_chunk_scan_combined`` and FLA's ``chunk_simple_gla`` (no D;
-   inputs prepared outside the timing) at chunk 256, ours through the public path at chunk 256
+   ``SSD_POINTS``: mamba_ssm's ``mamba_chunk_scan_combined`` (and with ``--fla`` FLA's
+   ``chunk_simple_gla``, no D, inputs prepared outside the timing) at chunk 256, ours through
+   the public path at chunk 256
    and at chunk 128 (its default config for each; each checked against chapter 10's kernels at
    the same chunk), at ``PART_POINTS`` the states launches of ``STATE_PARTS`` alone; fwd+bwd at
    ``BWD_POINTS`` (ours against mamba_ssm, chunk 256) after the first ``FIRST`` points.
@@ -40,17 +42,22 @@ import torch
 T0 = time.time()
 SSD_HEADS = dict(h=80, p=64, g=1, n=128)
 SSD_CHUNK = 256  # what mamba_ssm's users pass (Mamba-2's chunk_size)
-# the fixed-token sweep (b·l = 32 768 and 262 144) and b1 l16384, b1 l131072: the points the
-# first run did not reach first; FIRST of them before the fwd+bwd rows, the rest after
-SSD_POINTS = [(1, 16384), (1, 131072), (2, 131072), (4, 65536), (8, 32768), (16, 16384),
-              (64, 4096), (1, 32768), (2, 16384), (4, 8192), (8, 4096), (16, 2048), (64, 512),
-              (1, 262144)]
+# the fixed-token sweep (b·l = 32 768 and 262 144) and b1 l16384, b1 l131072: the points nearest
+# the target or not reached by the first run first; FIRST of them before the fwd+bwd rows
+SSD_POINTS = [(1, 16384), (1, 32768), (2, 16384), (1, 131072), (2, 131072), (4, 65536),
+              (8, 32768), (16, 16384), (64, 4096), (1, 262144), (4, 8192), (8, 4096), (16, 2048),
+              (64, 512)]
 FIRST = 4
-PART_POINTS = [(1, 131072), (2, 131072)]
+PART_POINTS = [(1, 131072), (2, 131072)]  # (the states launch's tiles at small b·h)
 BWD_POINTS = [(1, 16384), (16, 1024), (4, 4096)]
 M3_SHAPE = dict(h=32, g=1, n=128, p=64, na=32)
 M3_POINTS = [(8, 2048), (1, 32768)]
 M3_CHUNK = 64
+# the shape classes the prewarm compiles (Triton specialises an int on being 1 and on dividing by
+# 16: mamba_ssm's SSD kernels take the batch, ours take chunk counts; Mamba-3's take neither)
+SSD_WARM = [(1, 4096), (2, 4096)]  # every SSD point of the run but b16 l2048 and b64 l512
+OURS_SSD_WARM = SSD_WARM + [(2, 1024)]  # + the fwd+bwd at b16 l1024 (4 chunks of 256)
+M3_WARM = [(2, 2048)]
 # our public path at these chunks (default config of each; chunk 256 is mamba_ssm's argument)
 SSD_DESIGNS = {"ours q256": 256, "ours q128": 128}
 # the states kernel alone at PART_POINTS: (name, chunk, changes of the default ``config.States``)
@@ -101,13 +108,6 @@ def m3_point(b, l):
 
 def m3_chunk():
     return M3_CHUNK if gpu() else 16
-
-
-def warm_shapes(points):
-    """The shapes that compile what ``points`` compile, small: Triton specialises an int on
-    being 1 and on dividing by 16, so a point's class is (b = 1, l capped at 4096: chunk counts
-    of 128 and 256 steps stay multiples of 16 from there on)."""
-    return sorted({(1 if b == 1 else 2, min(l, 4096)) for b, l in points})
 
 
 def ssd_inputs(b, l, seed=0):
@@ -249,25 +249,22 @@ def job_peer(kind, i, n):
     if kind == "ssd" and mamba is not None:
         from mambalearn.bench.ssd import fwd_bwd
 
-        for shape in warm_shapes(SSD_POINTS):
+        for shape in SSD_WARM:
             clear_autotuners(PREFIX[kind])
             args, kw = ssd_inputs(*shape)
             mamba(*args, SSD_CHUNK, **kw)
-        for shape in warm_shapes(BWD_POINTS):
-            clear_autotuners(PREFIX[kind])
-            args, kw = ssd_inputs(*shape)
             fwd_bwd(lambda *a, **k: mamba(*a, SSD_CHUNK, **k), args, kw,
                     torch.randn_like(args[0]))()
     if kind == "fla" and fla is not None:
         from mambalearn.bench.ssd import fla_fn
 
-        for shape in warm_shapes(SSD_POINTS):
+        for shape in SSD_WARM:
             clear_autotuners(PREFIX[kind])
             fla_fn(fla, *ssd_inputs(*shape))()
     if kind == "m3" and m3 is not None:
         from mambalearn.bench import mamba3 as M
 
-        for shape in warm_shapes(M3_POINTS):
+        for shape in M3_WARM:
             clear_autotuners(PREFIX[kind])
             kw = m3_inputs(*shape, grad=True)
             M._fwd_bwd(m3, kw, M3_CHUNK)()
@@ -285,16 +282,17 @@ def _worker(job, arg):
                           error=f"{type(e).__name__}: {str(e)[:400]}")]
 
 
-def prewarm(workers, seconds):
+def prewarm(workers, seconds, with_fla):
     """Run the prewarm jobs in ``workers`` spawned processes for at most ``seconds`` (then the
-    workers are ended and this process compiles what is left); their rows."""
+    workers are ended and this process compiles what is left); their rows. Mamba-3's peer, whose
+    234 configs cost the most, gets the most slices and goes first."""
     jobs = [("pytest", (seconds - 5,))] if gpu() else []
-    n = max(1, workers - 3)  # slices per peer
     if gpu():
-        jobs += [("peer", ("m3", i, n)) for i in range(n)]
-        jobs += [("peer", (kind, i, n)) for kind in ("ssd", "fla") for i in range(n // 2)]
-    jobs += [("ours_m3", (s,)) for s in warm_shapes(M3_POINTS)]
-    jobs += [("ours_ssd", (s,)) for s in warm_shapes(SSD_POINTS + BWD_POINTS)]
+        jobs += [("peer", ("m3", i, 8)) for i in range(8)]
+        jobs += [("peer", ("ssd", i, 4)) for i in range(4)]
+        jobs += [("peer", ("fla", i, 2)) for i in range(2) if with_fla]
+    jobs += [("ours_m3", (s,)) for s in M3_WARM]
+    jobs += [("ours_ssd", (s,)) for s in OURS_SSD_WARM]
     t = time.time()
     done = 0
     pool = cf.ProcessPoolExecutor(max_workers=workers, mp_context=mp.get_context("spawn"))
@@ -431,8 +429,6 @@ def mamba3(limit, m3):
         if gpu() and left(limit) < 45:
             row(section="mamba3", shape=shape, error="skipped: time limit")
             continue
-        if m3 is not None:
-            clear_autotuners(PREFIX["m3"])  # tuned again at this shape
         kw = m3_inputs(b, l, grad=True)
         floors = {w: roofline.floor(M.mamba3_cost(**m3_point(b, l), backward=w == "fwd+bwd"))
                   for w in ("fwd", "fwd+bwd")}
@@ -562,8 +558,9 @@ def table():
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--limit", type=float, default=195.0, help="seconds for the whole run")
-    ap.add_argument("--prewarm", type=float, default=55.0, help="seconds for the prewarm")
+    ap.add_argument("--limit", type=float, default=198.0, help="seconds for the whole run")
+    ap.add_argument("--prewarm", type=float, default=95.0, help="seconds for the prewarm")
+    ap.add_argument("--fla", action="store_true", help="FLA too (its first run had 7 points)")
     ap.add_argument("--workers", type=int, default=14, help="prewarm processes")
     ap.add_argument("--json", default=None)
     ap.add_argument("--commit", default=os.environ.get("COMMIT", "unknown"))
@@ -573,8 +570,9 @@ def main():
         raise SystemExit("no GPU: run with --cpu-smoke for the control flow at toy sizes")
     print(torch.cuda.get_device_name() if gpu() else "no GPU (interpreter)", flush=True)
     if args.prewarm > 0:
-        prewarm(args.workers if gpu() else 2, min(args.prewarm, args.limit - 30))
+        prewarm(args.workers if gpu() else 2, min(args.prewarm, args.limit - 30), args.fla)
     mamba, fla, m3, versions = peers()
+    fla = fla if args.fla else None
     mamba3(args.limit, m3)
     ssd_sweep(args.limit, mamba, fla, SSD_POINTS[:FIRST])
     ssd_backward(args.limit, mamba)
