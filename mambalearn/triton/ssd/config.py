@@ -243,11 +243,16 @@ def resolve(config, shape, device):
 def default_config(shape, device):
     """The default `Config` for ``shape`` = (b, l, h, p, g, n, chunk) on ``device`` (a CPU
     device: the interpreter's tiles; a meta device: the H200's 132 SMs, for offline builds)."""
-    b, l, h, p, g, n, q = shape
-    cfg = defaults(device)
-    if cfg is CPU:
+    if defaults(device) is CPU:
         return CPU
-    sms = multiprocessors(device) or 132
+    return gpu_config(shape, multiprocessors(device) or 132)
+
+
+def gpu_config(shape, sms):
+    """The GPU default for ``shape`` on a GPU of ``sms`` SMs: ``GPU`` with the shape rules
+    applied (the walk's segments, the backward's head splits, the outputs kernel by chunk)."""
+    b, l, h, p, g, n, q = shape
+    cfg = GPU
     tiles = triton.cdiv(p, cfg.states.block_p) * triton.cdiv(n, cfg.states.block_n)
     split = split_walk(b * h * tiles, triton.cdiv(l, q), sms)
     nblk = triton.cdiv(q, cfg.backward.block_q)
