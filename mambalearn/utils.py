@@ -1,5 +1,6 @@
 """Small helpers shared by chapters: progress bars and argument checks."""
 
+import operator
 import os
 
 import torch
@@ -45,3 +46,19 @@ def check_same_device(**tensors):
     devices = {k: v.device for k, v in tensors.items() if v is not None}
     if len(set(devices.values())) > 1:
         raise ValueError(f"all tensors must be on one device, got {devices}")
+
+
+def check_chunk_size(chunk_size, name="chunk_size", minimum=1):
+    """``chunk_size`` as an int, or a ValueError naming the rule: a power of two ≥ ``minimum``.
+    (Every chunked kernel checks its chunk here, and honours it: a chunk is never silently
+    changed.)"""
+    try:
+        if isinstance(chunk_size, bool):
+            raise TypeError
+        q = operator.index(chunk_size)
+    except TypeError:
+        raise ValueError(f"{name} must be an int (a power of two ≥ {minimum}), "
+                         f"got {chunk_size!r}") from None
+    if q < minimum or q & (q - 1):
+        raise ValueError(f"{name} must be a power of two ≥ {minimum}, got {q}")
+    return q

@@ -13,7 +13,7 @@ from mambalearn.bench.mamba3 import load, patch_bf16_dot
 from mambalearn.mamba3 import step as S
 from mambalearn.testing import assert_close, dot_dtype, rel_error
 from mambalearn.triton.mamba3 import mamba3_mimo_step, mamba3_siso_combined, mamba3_siso_step
-from mambalearn.triton.mamba3.common import CONFIG
+from mambalearn.triton.mamba3.config import DEFAULT
 from tests.test_mamba3 import NAMES, make
 
 GPU = torch.cuda.is_available()
@@ -95,19 +95,18 @@ def test_backward_matches_autograd_of_the_oracle():
 # programs per state row block, and dq/dk programs that walk some (partial sums) or all heads of a
 # Q/K head (dQ, dK written in place).
 SPLITS = [dict(col_block=16, chunk_state_col_block=16, state_rows=4, heads_per_program=2,
-               min_programs=1),
+               min_programs=1, state_stages=1),
           dict(col_block=32, chunk_state_col_block=16, state_rows=8, heads_per_program=32,
-               min_programs=1)]
+               min_programs=1, steps_chunks=2)]
 
 
 @pytest.mark.parametrize("cfg", SPLITS)
-def test_forward_and_backward_under_other_splits(cfg, monkeypatch):
-    for key, value in cfg.items():
-        monkeypatch.setitem(CONFIG, key, value)
+def test_forward_and_backward_under_other_splits(cfg):
+    cfg = DEFAULT.replace(**cfg)
     kw = make(b=1, l=45, h=6, g=2, n=40, p=20, na=10, states=True)  # fresh random inputs
-    close(mamba3_siso_combined(**on(kw), chunk_size=16), oracle(on(kw)))
+    close(mamba3_siso_combined(**on(kw), chunk_size=16, config=cfg), oracle(on(kw)))
     want = grads(mamba3.mamba3_siso_chunked, kw, seed=2, chunk_size=7)
-    got = grads(mamba3_siso_combined, on(kw), seed=2, chunk_size=16)
+    got = grads(mamba3_siso_combined, on(kw), seed=2, chunk_size=16, config=cfg)
     for name, a, b in zip(NAMES + ("angle0", "ssm0", "k0", "v0"), got, want, strict=True):
         close(a, b, grad=True, msg=f"d{name}")
 
@@ -143,6 +142,12 @@ def test_bad_inputs():
         mamba3_siso_combined(**kw, cu_seqlens=torch.tensor([0, 5]))
     with pytest.raises(ValueError, match="K_bias"):
         mamba3_siso_combined(**{**kw, "K_bias": kw["K_bias"][:1]})
+    with pytest.raises(TypeError, match="config must be"):  # no dicts of settings
+        mamba3_siso_combined(**kw, config=dict(state_rows=4))
+    with pytest.raises(ValueError, match="state_rows must be a power of two"):
+        DEFAULT.replace(state_rows=3)
+    with pytest.raises(ValueError, match="no field"):
+        DEFAULT.replace(rows=4)
 
 
 def _step_inputs(seed, b=3, h=4, g=2, p=20, n=12, na=5):
@@ -184,7 +189,7 @@ def test_mimo_step_matches_the_oracle(rank, gated):
 def ref_combined(monkeypatch):
     if not GPU:
         patch_bf16_dot(monkeypatch)
-    fn = load()
+    fn = load(autotune="trimmed")  # agreement needs any of its configs, not the fastest
     if fn is None:
         pytest.skip("mamba_ssm's source is not unpacked in .mamba_ref/ (or $MAMBA_SSM_PATH)")
     return fn

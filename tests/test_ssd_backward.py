@@ -18,6 +18,7 @@ from mambalearn.triton.ssd import combined
 from mambalearn.triton.ssd import forward as T
 from mambalearn.triton.ssd.backward_config import blocks
 from mambalearn.triton.ssd.common import INTERP
+from mambalearn.triton.ssd.config import default_config, defaults
 
 dev = "cuda" if torch.cuda.is_available() else "cpu"
 SIZES = dict(b=2, l=40, h=4, p=8, g=2, n=16, q=16)  # c = 3 chunks, the last one half empty
@@ -85,7 +86,7 @@ def unchunk(Y, l):
 
 def ddA_buffer(case):
     b, h, c, q = case["dA_cs"].shape
-    nblk = -(-q // blocks(q))
+    nblk = -(-q // blocks(q, defaults(dev).backward))
     return torch.zeros(b, h, c, q, nblk + 1, device=dev), nblk
 
 
@@ -291,9 +292,10 @@ def test_head_splits_and_recompute_paths(recompute):
     gen = torch.Generator(device=dev).manual_seed(1)  # grads' dout
     dout = torch.randn(args[0].shape, generator=gen, device=dev)
     names = ["x", "dt", "A", "B", "C", "D", "z", "dt_bias", "initial_states"]
+    cfg = default_config((1, 32, 4, 8, 1, 16, 16), dev).replace(
+        backward=dict(nsplit=2, recompute=recompute))
     got = SB.ssd_backward(dout, None, *args, 16, D=kw["D"], z=kw["z"], dt_bias=kw["dt_bias"],
-                          initial_states=kw["initial_states"], dt_softplus=True, nsplit=2,
-                          recompute=recompute)
+                          initial_states=kw["initial_states"], dt_softplus=True, config=cfg)
     got = dict(zip(names, (got[0], got[1], got[2], got[3], got[4], got[5], got[6], got[7],
                            got[8]), strict=True))
     check_all(got, want)
@@ -303,10 +305,13 @@ def test_backward_flag():
     args, _ = inputs(1, 8, 2, 4, 1, 16)
     with pytest.raises(ValueError, match="backward must be one of"):
         combined.mamba_chunk_scan_combined(*args, 8, backward="pytorch")
+    base = default_config((1, 8, 2, 4, 1, 16, 8), dev)
     with pytest.raises(ValueError, match="recompute"):
-        SB.ssd_backward(torch.zeros_like(args[0]), None, *args, 8, recompute="none")
-    with pytest.raises(ValueError, match="no SSD backward kernel named"):
-        SB.ssd_backward(torch.zeros_like(args[0]), None, *args, 8, configs={"dxx": {}})
+        base.replace(backward=dict(recompute="none"))
+    with pytest.raises(ValueError, match="config.backward has no field dxx"):
+        base.replace(backward=dict(dxx=dict(num_warps=4)))
+    with pytest.raises(TypeError, match="config must be"):
+        SB.ssd_backward(torch.zeros_like(args[0]), None, *args, 8, config={"dx": {}})
 
 
 # ---------------------------------------------------------------------------------------------

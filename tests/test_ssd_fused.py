@@ -1,13 +1,22 @@
 """Chapter 11's fused SSD forward (two launches, or one) against the oracle and chapter 10."""
 
+import dataclasses
+
 import pytest
 import torch
 
 from mambalearn.testing import assert_close
 from mambalearn.triton.ssd import combined, outputs, states
 from mambalearn.triton.ssd import forward as T
+from mambalearn.triton.ssd.config import default_config
 from mambalearn.triton.ssd.fused import ssd_fused_forward
 from tests.test_ssd_triton import dev, make, ref
+
+
+def config(shape=(1, 1, 1, 1, 1, 1, 16), **parts):
+    """The default launch settings for ``shape`` (b, l, h, p, g, n, q) on the test device, with
+    ``parts`` changed (``Config.replace``)."""
+    return default_config(shape, dev).replace(**parts)
 
 
 def extras(b, l, h, p, n, z=True):
@@ -33,53 +42,52 @@ def test_fused_forward_matches_oracle(l, q, g, launches):
 
 
 @pytest.mark.parametrize(
-    "cfg",
+    "q,cfg",
     [
-        dict(states=dict(BLOCK_P=16, BLOCK_N=8), outputs=dict(BLOCK_M=8, BLOCK_K=8)),
-        dict(
-            states=dict(BLOCK_P=8, BLOCK_N=16, BLOCK_K=8),
-            outputs=dict(BLOCK_M=16, BLOCK_K=8, EXP2=False),
-        ),
-        dict(chunk=8, outputs=dict(BLOCK_M=8, BLOCK_K=8)),
+        (16, dict(states=dict(block_p=16, block_n=8), outputs=dict(block_m=8, block_k=8))),
+        # the pointer-load states kernel, 8 steps a trip
+        (16, dict(states=dict(tma=False, block_p=8, block_n=16, pointer_block_k=8),
+                  outputs=dict(block_m=16, block_k=8, exp2=False))),
+        (8, dict(outputs=dict(block_m=8, block_k=8))),
         # the tensor-descriptor states kernel (one chunk a trip); whole chunks per outputs program
-        dict(states=dict(BLOCK_P=16, BLOCK_N=8, TMA=True), outputs=dict(BLOCK_M=8, BLOCK_K=8,
-                                                                        ROWS=None)),
-        dict(states=dict(TMA=True), outputs=dict(BLOCK_M=8, BLOCK_K=4, ROWS=None)),
-        dict(states=dict(TMA=True), outputs=dict(BLOCK_M=4, BLOCK_K=4, ROWS=2)),
+        (16, dict(states=dict(block_p=16, block_n=8), outputs=dict(block_m=8, block_k=8,
+                                                                  rows=None))),
+        (16, dict(outputs=dict(block_m=8, block_k=4, rows=None))),
+        (16, dict(outputs=dict(block_m=4, block_k=4, rows=2))),
         # every column block in one pipelined loop (the mask on each trip)
-        dict(outputs=dict(BLOCK_M=8, BLOCK_K=8, LOOP=True)),
-        dict(outputs=dict(BLOCK_M=8, BLOCK_K=4, LOOP=True)),
+        (16, dict(outputs=dict(block_m=8, block_k=8, loop=True))),
+        (16, dict(outputs=dict(block_m=8, block_k=4, loop=True))),
         # each sequence's walk split in segments (the carries folded between two launches)
-        dict(chunk=8, states=dict(TMA=True, SPLIT=3, BLOCK_P=16, BLOCK_N=8),
-             outputs=dict(BLOCK_M=8, BLOCK_K=8)),
+        (8, dict(states=dict(split=3, block_p=16, block_n=8),
+                 outputs=dict(block_m=8, block_k=8))),
     ],
 )
-def test_tiles_split_the_state_and_the_chunk(cfg):
+def test_tiles_split_the_state_and_the_chunk(q, cfg):
     """Several state tiles per head (p and n split), several row and column blocks per chunk (the
-    unmasked blocks left of the diagonal), chapter 10's exp, a chunk below the caller's; odd l:
-    the tail past the tensor's end (zero-filled by the tensor descriptors)."""
-    b, l, h, p, g, n, q = 2, 45, 3, 32, 1, 16, 16
+    unmasked blocks left of the diagonal), chapter 10's exp, two chunk sizes; odd l: the tail past
+    the tensor's end (zero-filled by the tensor descriptors)."""
+    b, l, h, p, g, n = 2, 45, 3, 32, 1, 16
     x, dt, A, B, C = make(b, l, h, p, g, n)
     kw = extras(b, l, h, p, n)
-    out, final = ssd_fused_forward(x, dt, A, B, C, q, config=cfg, **kw)
+    out, final = ssd_fused_forward(x, dt, A, B, C, q, config=config(**cfg), **kw)
     want, want_f = ref(x, dt, A, B, C, q, return_final_states=True, **kw)
     assert_close(out, want)
     assert_close(final, want_f)
 
 
-OLD = dict(states=dict(TMA=False), outputs=dict(ROWS=None))  # pointer-load states, whole chunks
-SPLIT = dict(chunk=4, states=dict(SPLIT=3))  # segments start mid-sequence and on a chunk edge
-LOOP = dict(outputs=dict(BLOCK_M=8, BLOCK_K=8, LOOP=True))  # sequences inside a masked loop
+OLD = (16, dict(states=dict(tma=False), outputs=dict(rows=None)))  # pointer loads, whole chunks
+SPLIT = (4, dict(states=dict(split=3)))  # segments start mid-sequence and on a chunk edge
+LOOP = (16, dict(outputs=dict(block_m=8, block_k=8, loop=True)))  # sequences in a masked loop
 
 
-@pytest.mark.parametrize("cfg", [None, OLD, SPLIT, LOOP])
-def test_seq_idx_and_dt_limit(cfg):
-    b, l, h, p, g, n, q = 2, 40, 2, 4, 1, 8, 16
+@pytest.mark.parametrize("q,cfg", [(16, None), OLD, SPLIT, LOOP])
+def test_seq_idx_and_dt_limit(q, cfg):
+    b, l, h, p, g, n = 2, 40, 2, 4, 1, 8
     x, dt, A, B, C = make(b, l, h, p, g, n)
     seq = torch.zeros(b, l, dtype=torch.int32, device=dev)
     seq[:, 9:], seq[:, 16:], seq[1, 33:] = 1, 2, 3  # mid-chunk and on a chunk edge
     kw = dict(extras(b, l, h, p, n), seq_idx=seq, dt_limit=(0.05, 0.9))
-    out, final = ssd_fused_forward(x, dt, A, B, C, q, config=cfg, **kw)
+    out, final = ssd_fused_forward(x, dt, A, B, C, q, config=cfg and config(**cfg), **kw)
     want, want_f = ref(x, dt, A, B, C, q, return_final_states=True, **kw)
     assert_close(out, want)
     assert_close(final, want_f)
@@ -96,16 +104,19 @@ def test_the_two_kernels_equal_chapter_10s_stages():
     dt_c, dA_cs = T.chunk_cumsum(dt, A, q, kw["dt_bias"], True)
     S = T.chunk_state(x, B, dt_c, dA_cs)
     H_want, final_want = T.state_passing(S, dA_cs, kw["initial_states"], l=l, out_dtype=x.dtype)
-    for cfg in (dict(TMA=False), dict(TMA=True), dict(TMA=True, SPLIT=2)):
+    base = config().states
+    for cfg in (dict(tma=False), {}, dict(split=2)):
         # pointer loads, 64 steps a trip; tensor descriptors, a chunk a trip; and split in two
-        H, final = states.chunk_states(x, B, dt_c, dA_cs, kw["initial_states"], config=cfg)
+        H, final = states.chunk_states(x, B, dt_c, dA_cs, kw["initial_states"],
+                                       config=dataclasses.replace(base, **cfg))
         assert_close(H, H_want)
         assert_close(final, final_want)
     for D in (kw["D"], kw["D"][:, 0].contiguous()):  # per (head, p) and per head
         out_want = T.chunk_scan(x, C, T.bmm_chunk(C, B, q), dt_c, dA_cs, H_want, D, kw["z"])
         for rows in (1, None):  # a row block a program; the whole chunk
             got = outputs.chunk_outputs(x, C, B, dt_c, dA_cs, H, D, kw["z"],
-                                        config=dict(BLOCK_M=8, BLOCK_K=8, ROWS=rows))
+                                        config=config(outputs=dict(block_m=8, block_k=8,
+                                                                   rows=rows)).outputs)
             assert_close(got, out_want)
 
 
@@ -143,6 +154,10 @@ def test_bad_arguments():
         ssd_fused_forward(x, dt, A, B, C, 8, launches=1, state_dtype=torch.int32)
     with pytest.raises(ValueError, match="chunk_size"):
         ssd_fused_forward(x, dt, A, B, C, 12)
+    with pytest.raises(TypeError, match="config must be"):  # dicts of settings are gone
+        ssd_fused_forward(x, dt, A, B, C, 8, config=dict(chunk=8))
+    with pytest.raises(ValueError, match="states.split"):
+        config(states=dict(split=0))
 
 
 def test_fused_flag_selects_it_and_backward_reuses_ch10():
@@ -165,12 +180,13 @@ def test_fused_flag_selects_it_and_backward_reuses_ch10():
     [
         (256, {}),
         (128, {}),
-        (64, dict(outputs=dict(BLOCK_K=32, maxnreg=128))),
-        (128, dict(outputs=dict(EXP2=True))),
-        (128, dict(states=dict(TMA=False))),  # the pointer-load states kernel (until 12-01)
+        (64, dict(outputs=dict(block_k=32, maxnreg=128))),
+        (128, dict(outputs=dict(exp2=True))),
+        (128, dict(states=dict(tma=False))),  # the pointer-load states kernel (until 12-01)
         (64, {}),
-        (128, dict(states=dict(SPLIT=4), outputs=dict(ROWS=None))),  # split walks, whole chunks
-        (128, dict(outputs=dict(LOOP=True))),  # the diagonal tile inside the pipelined loop
+        (128, dict(states=dict(split=4), outputs=dict(rows=None))),  # split walks, whole chunks
+        (128, dict(outputs=dict(loop=True))),  # the diagonal tile inside the pipelined loop
+        (128, dict(outputs=dict(loop=True, block_k=32, num_stages=3))),
     ],
 )
 def test_gpu_fused_equals_unfused_at_the_same_chunk(q, cfg):
@@ -178,12 +194,13 @@ def test_gpu_fused_equals_unfused_at_the_same_chunk(q, cfg):
     it equals it to 1e-4 (float32 summation order only) and the oracle to bf16 accuracy. EXP2
     rounds the decay a little differently, by more where |dA_cs| grows large in a chunk: 1e-3
     (bench/NOTES_ssd.md)."""
-    bound = 1e-3 if cfg.get("outputs", {}).get("EXP2") else 1e-4
+    bound = 1e-3 if cfg.get("outputs", {}).get("exp2") else 1e-4
     b, l, h, p, g, n = 2, 1024, 16, 64, 1, 128
     x, dt, A, B, C = make(b, l, h, p, g, n, dtype=torch.bfloat16)
     kw = extras(b, l, h, p, n)
     kw["z"] = kw["z"].bfloat16()
-    out, final = ssd_fused_forward(x, dt, A, B, C, q, config=dict(cfg, chunk=q), **kw)
+    cfg = config((b, l, h, p, g, n, q), **cfg)
+    out, final = ssd_fused_forward(x, dt, A, B, C, q, config=cfg, **kw)
     want, want_f = T.ssd_forward(x, dt, A, B, C, q, **kw)
     assert (out.float() - want.float()).norm() / want.float().norm() < bound
     assert (final - want_f).norm() / want_f.norm() < 1e-4
@@ -193,9 +210,10 @@ def test_gpu_fused_equals_unfused_at_the_same_chunk(q, cfg):
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
-@pytest.mark.parametrize("cfg", [dict(states=dict(TMA=False)), dict(states=dict(SPLIT=3))])
+@pytest.mark.parametrize("cfg", [dict(states=dict(tma=False)), dict(states=dict(split=3))])
 def test_gpu_fused_seq_idx_and_odd_length(cfg):
     b, l, h, p, g, n, q = 2, 1000, 8, 64, 2, 128, 128
+    cfg = config((b, l, h, p, g, n, q), **cfg)
     x, dt, A, B, C = make(b, l, h, p, g, n, dtype=torch.bfloat16)
     seq = torch.zeros(b, l, dtype=torch.int32, device=dev)
     seq[:, 300:], seq[:, 640:], seq[1, 901:] = 1, 2, 3

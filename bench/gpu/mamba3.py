@@ -9,9 +9,9 @@
 3. decode: SISO mamba_ssm and ours, MIMO ours at ranks 1, 2, 4, 8 (b64 h64 p64 n128);
 4. only if time is left: the agreement in float32 (tf32 matmuls) and ours at ``--more-chunks``.
 
-mamba_ssm's autotuners are cut to num_stages 2, num_warps 4 or 8, no maxnreg, chunk 64
-(``bench.mamba3.trim``: its full lists, 27–81 configs per kernel, take minutes to compile on a
-fresh machine); ours are not autotuned (``mambalearn.triton.mamba3.common.CONFIG``). Each part
+mamba_ssm runs with its full autotune, as its users run it (``bench.mamba3.load``: 27–81 configs
+per kernel, minutes of compiling on a fresh machine; ``bench.gpu.batch_one_ssd`` compiles them in
+parallel first); ours are not autotuned (``mambalearn.triton.mamba3.common.CONFIG``). Each part
 runs only while ``--limit`` allows; rows are printed as they come, so a run cut short still shows
 them. ``--tiny`` runs the same steps at toy sizes (on a CPU: Triton's interpreter, fp32, no
 mamba_ssm combined — its backward needs CUDA): a test of this script, not a measurement.

@@ -12,9 +12,9 @@
    mamba_ssm's ``selective_state_update``
 4. ``--ncu``: one Nsight Compute pass over the default fused forward at b4 l4096 (if time is left)
 5. ``compare``: the designs of ``NEW`` through the public path
-   ``mamba_chunk_scan_combined(..., 256, fused=True)`` (``fused.CONFIG`` set to each), first at
-   each shape (b1 l16384, b4 l4096, b16 l1024), then chapter 11's previous default (its kernels
-   loaded from ``--old DIR``, if given), our unfused kernel, mamba_ssm and FLA; each new design's
+   ``mamba_chunk_scan_combined(..., q, fused=True, config=...)`` (each design's chunk and
+   config), first at each shape (b1 l16384, b4 l4096, b16 l1024), then our unfused kernel,
+   mamba_ssm and FLA; each new design's
    relative difference to the unfused kernel at its chunk; then the launches alone (``PARTS``)
 
 Stops starting new work when --limit seconds are used; rows are printed as they come and a short
@@ -37,22 +37,28 @@ from mambalearn.bench.ssd import fla_fn, load_fla, load_mamba_ssm_ssd, make_inpu
 from mambalearn.testing import rel_error
 from mambalearn.triton.ssd import forward as unfused
 from mambalearn.triton.ssd import outputs, states
+from mambalearn.triton.ssd.config import default_config
 from mambalearn.triton.ssd.fused import ssd_fused_forward
 from mambalearn.triton.step import selective_state_update
 
-F16 = torch.float16
-# name -> (chunk, ssd_fused_forward keyword arguments); the sm_90 registers of each kernel are in
-# bench/NOTES_ssd.md
+# name -> (chunk, ``Config.replace`` changes of the default); the sm_90 registers of each kernel
+# are in bench/NOTES_ssd.md
 DESIGNS = {
-    "2L q256": (256, dict(config=dict(chunk=256))),
+    "2L q256": (256, {}),
     "2L q128": (128, {}),
-    "2L q64": (64, dict(config=dict(chunk=64))),
-    "2L q256 K32 r128": (256, dict(config=dict(chunk=256, outputs=dict(BLOCK_K=32, maxnreg=128)))),
-    "2L q128 K32 r128": (128, dict(config=dict(outputs=dict(BLOCK_K=32, maxnreg=128)))),
-    "2L q64 K32 r128": (64, dict(config=dict(chunk=64, outputs=dict(BLOCK_K=32, maxnreg=128)))),
-    "2L q128 exp": (128, dict(config=dict(outputs=dict(EXP2=False)))),
-    "2L q128 r128": (128, dict(config=dict(outputs=dict(maxnreg=128)))),
+    "2L q64": (64, {}),
+    "2L q256 K32 r128": (256, dict(outputs=dict(block_k=32, maxnreg=128))),
+    "2L q128 K32 r128": (128, dict(outputs=dict(block_k=32, maxnreg=128))),
+    "2L q64 K32 r128": (64, dict(outputs=dict(block_k=32, maxnreg=128))),
+    "2L q128 exp2": (128, dict(outputs=dict(exp2=True))),
+    "2L q128 r128": (128, dict(outputs=dict(maxnreg=128))),
 }
+
+
+def design(args, q, changes):
+    """The keyword arguments of ``ssd_fused_forward`` for a design at the inputs' shape."""
+    (b, l, h, p), (g, n) = args[0].shape, args[3].shape[2:]
+    return dict(config=default_config((b, l, h, p, g, n, q), args[0].device).replace(**changes))
 SHAPES = [(4, 4096), (1, 16384), (16, 1024)]  # (b, l), h80 p64 n128 g1
 T0 = time.time()
 ROWS = []
@@ -82,7 +88,8 @@ def correctness(gpu):
             if dtype == torch.float32 and name != "2L q256":
                 continue  # one float32 row: each dtype is a new compile
             try:
-                out, fin = ssd_fused_forward(x, dt, A, B, C, q, **opts, **kw)
+                out, fin = ssd_fused_forward(x, dt, A, B, C, q, **design((x, dt, A, B, C), q,
+                                                                         opts), **kw)
                 ref, _ = unfused.ssd_forward(x, dt, A, B, C, q, **kw)
                 row(section="correct", design=name, dtype=str(dtype)[6:],
                     rel_oracle=rel_error(out.float(), want), rel_final=rel_error(fin, want_f),
@@ -140,7 +147,8 @@ def speed(gpu, limit):
                 row(section="speed", shape=shape, design=name, error="skipped: time limit")
                 continue
             try:
-                f = lambda q=q, o=opts, a=args, k=kw: ssd_fused_forward(*a, q, **o, **k)[0]
+                o = design(args, q, opts)
+                f = lambda q=q, o=o, a=args, k=kw: ssd_fused_forward(*a, q, **o, **k)[0]
                 rel = rel_error(f().float(), refs[q].float())
                 _speed_row(shape, name, time_ms(f), peers, fl, rel)
             except Exception as e:  # noqa: BLE001
@@ -158,13 +166,14 @@ def _parts(args, kw, shape, peers, floor_ms):
     """The default two-launch design's pieces alone: chunk cumsum, chunk states, chunk outputs."""
     x, dt, A, B, C = args
     dt_c, dA_cs = unfused.chunk_cumsum(dt, A, 256, kw["dt_bias"], True)
-    H, _ = states.chunk_states(x, B, dt_c, dA_cs)
+    st = design(args, 256, {})["config"].states
+    H, _ = states.chunk_states(x, B, dt_c, dA_cs, config=st)
     d128, a128 = unfused.chunk_cumsum(dt, A, 128, kw["dt_bias"], True)
-    H128, _ = states.chunk_states(x, B, d128, a128)
+    H128, _ = states.chunk_states(x, B, d128, a128, config=st)
     parts = {"part chunk_cumsum": lambda: unfused.chunk_cumsum(dt, A, 256, kw["dt_bias"], True),
-             "part chunk_states": lambda: states.chunk_states(x, B, dt_c, dA_cs),
+             "part chunk_states": lambda: states.chunk_states(x, B, dt_c, dA_cs, config=st),
              "part chunk_outputs": lambda: outputs.chunk_outputs(x, C, B, dt_c, dA_cs, H, kw["D"]),
-             "part chunk_states q128": lambda: states.chunk_states(x, B, d128, a128),
+             "part chunk_states q128": lambda: states.chunk_states(x, B, d128, a128, config=st),
              "part chunk_outputs q128": lambda: outputs.chunk_outputs(x, C, B, d128, a128, H128,
                                                                       kw["D"]),
              "part unfused chunk_state+state_passing": lambda: unfused.state_passing(
@@ -175,63 +184,32 @@ def _parts(args, kw, shape, peers, floor_ms):
         _speed_row(shape, name, time_ms(f), peers, floor_ms, None)
 
 
-# the fused designs of section 5 (``fused.CONFIG`` overrides), new first (what each call timed:
-# bench/NOTES_ssd.md)
+# the fused designs of section 5: name -> (chunk, ``Config.replace`` changes), new first (what
+# each call timed: bench/NOTES_ssd.md)
 NEW = {
-    "fused q128 outputs LOOP": dict(outputs=dict(LOOP=True)),
-    "fused default": {},
+    "fused q128 outputs LOOP": (128, dict(outputs=dict(loop=True))),
+    "fused default q128": (128, {}),
 }
 
 
-def _fused_public(cfg):
-    """The public path with ``fused.CONFIG`` set to ``cfg`` (merged into a copy of the default)
-    while it runs."""
-    from mambalearn.triton.ssd import fused
+def _fused_public(q, changes):
+    """The public path at chunk ``q`` with the default config changed by ``changes``."""
     from mambalearn.triton.ssd.combined import mamba_chunk_scan_combined
 
-    base = {k: (dict(v) if isinstance(v, dict) else v) for k, v in fused.CONFIG.items()}
-    want = {k: (dict(base[k], **v) if isinstance(v, dict) else v) for k, v in cfg.items()}
-
-    def go(args, kw):
-        saved = dict(fused.CONFIG)
-        fused.CONFIG.update({k: want.get(k, base[k]) for k in base})
-        try:
-            return mamba_chunk_scan_combined(*args, 256, fused=True, **kw)
-        finally:
-            fused.CONFIG.clear()
-            fused.CONFIG.update(saved)
-    return go
+    return lambda args, kw: mamba_chunk_scan_combined(*args, q, fused=True,
+                                                      **design(args, q, changes), **kw)
 
 
-def _old_modules(path):
-    """Chapter 11's states and outputs modules as they were before (files in ``path``), or
-    None."""
-    import importlib.util
-
-    if not path:
-        return None
-    mods = []
-    for name in ("states", "outputs"):
-        spec = importlib.util.spec_from_file_location(f"old_{name}", f"{path}/{name}.py")
-        m = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(m)
-        mods.append(m)
-    return mods
-
-
-def compare(gpu, limit, old_dir=None):
-    """Section 5: the new designs, first, then the previous default, unfused, mamba_ssm, FLA."""
+def compare(gpu, limit):
+    """Section 5: the new designs, first, then unfused, mamba_ssm, FLA."""
     theirs = load_mamba_ssm_ssd() if gpu else None
     fla = load_fla() if gpu else None
-    old = _old_modules(old_dir)
     for shape, args, kw in _at_shapes("compare", gpu, limit, [(1, 16384), (4, 4096), (16, 1024)],
                                       25):
         fns = {}
-        for name, cfg in NEW.items():
-            go = _fused_public(cfg)
+        for name, (q, changes) in NEW.items():
+            go = _fused_public(q, changes)
             fns[name] = lambda go=go, a=args, k=kw: go(a, k)
-        if old is not None:
-            fns["fused previous default q128"] = lambda a=args, k=kw: _old_fused(old, a, k)
         fns["unfused q256"] = lambda a=args, k=kw: unfused.ssd_forward(*a, 256, **k)[0]
         if theirs is not None:
             fns["mamba_ssm"] = lambda a=args, k=kw: theirs(*a, 256, **k)
@@ -246,7 +224,7 @@ def compare(gpu, limit, old_dir=None):
                 ms[name] = time_ms(f)
                 r = dict(section="compare", shape=shape, design=name, ms=ms[name])
                 if name in NEW:  # the 1e-4 criterion: vs the unfused kernel at the same chunk
-                    q = NEW[name].get("chunk", 128)
+                    q = NEW[name][0]
                     r["rel_unfused"] = rel_error(f().float(),
                                                  unfused.ssd_forward(*args, q, **kw)[0].float())
                 row(**r)
@@ -257,53 +235,40 @@ def compare(gpu, limit, old_dir=None):
             if r.get("section") == "compare" and r.get("shape") == shape and "ms" in r:
                 r["vs_mamba"] = r["ms"] / ms["mamba_ssm"] if "mamba_ssm" in ms else None
                 r["vs_fla"] = r["ms"] / ms["fla (no D)"] if "fla (no D)" in ms else None
-        _compare_parts(args, kw, shape, old, limit)
+        _compare_parts(args, kw, shape, limit)
 
 
-def _old_fused(old, args, kw):
-    """The previous default two launches (chunk 128) from the old modules, as ``fused`` ran
-    them."""
-    x, dt, A, B, C = args
-    dt_c, dA_cs = unfused.chunk_cumsum(dt, A, 128, kw["dt_bias"], True)
-    H, _ = old[0].chunk_states(x, B, dt_c, dA_cs)
-    return old[1].chunk_outputs(x, C, B, dt_c, dA_cs, H, kw["D"])
-
-
-# launches alone in section 5: (name, chunk, kernel, config); kernel "states" / "outputs" (this
-# tree's modules) or "old states" / "old outputs"
+# launches alone in section 5: (name, chunk, kernel "cumsum" | "states" | "outputs", changes of
+# that part of the default config)
 PARTS = [
-    ("cumsum", 128, "cumsum", None),
-    ("states TMA 1 stage (auto split)", 128, "states", dict(TMA=True)),
-    ("states TMA 2 stages no split", 128, "states", dict(TMA=True, SPLIT=1, TMA_STAGES=2,
-                                                         TMA_MAXNREG=None)),
-    ("states previous", 128, "old states", None),
-    ("outputs rows1", 128, "outputs", dict(ROWS=1)),
-    ("outputs LOOP", 128, "outputs", dict(LOOP=True)),
-    ("outputs previous", 128, "old outputs", None),
+    ("cumsum", 128, "cumsum", {}),
+    ("states TMA 1 stage (auto split)", 128, "states", {}),
+    ("states TMA 1 stage no split", 128, "states", dict(split=1)),
+    ("states pointer loads", 128, "states", dict(tma=False)),
+    ("outputs rows1", 128, "outputs", {}),
+    ("outputs LOOP", 128, "outputs", dict(loop=True)),
 ]
 
 
-def part_fn(kernel, q, cfg, args, kw, old):
+def part_fn(kernel, q, changes, args, kw):
     """A closure running one launch of ``PARTS`` on prepared inputs."""
     x, dt, A, B, C = args
+    cfg = design(args, q, {kernel: changes} if kernel != "cumsum" else {})["config"]
     dt_c, dA_cs = unfused.chunk_cumsum(dt, A, q, kw["dt_bias"], True)
     if kernel == "cumsum":
         return lambda: unfused.chunk_cumsum(dt, A, q, kw["dt_bias"], True)
     if kernel == "states":
-        return lambda: states.chunk_states(x, B, dt_c, dA_cs, config=cfg)
-    if kernel == "old states":
-        return lambda: old[0].chunk_states(x, B, dt_c, dA_cs)
-    H, _ = states.chunk_states(x, B, dt_c, dA_cs)
-    mod, cfg = (outputs, cfg) if kernel == "outputs" else (old[1], None)
-    return lambda: mod.chunk_outputs(x, C, B, dt_c, dA_cs, H, kw["D"], config=cfg)
+        return lambda: states.chunk_states(x, B, dt_c, dA_cs, config=cfg.states)
+    H, _ = states.chunk_states(x, B, dt_c, dA_cs, config=cfg.states)
+    return lambda: outputs.chunk_outputs(x, C, B, dt_c, dA_cs, H, kw["D"], config=cfg.outputs)
 
 
-def _compare_parts(args, kw, shape, old, limit):
-    for name, q, kernel, cfg in PARTS:
-        if left(limit) < 8 or (kernel.startswith("old") and old is None):
+def _compare_parts(args, kw, shape, limit):
+    for name, q, kernel, changes in PARTS:
+        if left(limit) < 8:
             continue
         try:
-            f = part_fn(kernel, q, cfg, args, kw, old)
+            f = part_fn(kernel, q, changes, args, kw)
             row(section="part", shape=shape, design=f"{name} q{q}", ms=time_ms(f))
         except Exception as e:  # noqa: BLE001
             row(section="part", shape=shape, design=f"{name} q{q}",
@@ -380,12 +345,10 @@ def main():
     ap.add_argument("--ncu", action="store_true")
     ap.add_argument("--json", default=None)
     ap.add_argument("--sections", default="correct,speed,step")
-    ap.add_argument("--old", default=None, help="compare: a folder with the previous states.py, "
-                    "outputs.py of chapter 11")
     a = ap.parse_args()
     gpu = torch.cuda.is_available()
     run = dict(correct=lambda: correctness(gpu), speed=lambda: speed(gpu, a.limit),
-               step=lambda: decode(gpu, a.limit), compare=lambda: compare(gpu, a.limit, a.old))
+               step=lambda: decode(gpu, a.limit), compare=lambda: compare(gpu, a.limit))
     for name in a.sections.split(","):  # in the order given
         if left(a.limit) > 10:
             run[name]()

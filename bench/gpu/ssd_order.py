@@ -15,7 +15,6 @@ import torch
 from bench.gpu.ssd_fused import part_fn
 from mambalearn.bench import time_ms
 from mambalearn.bench.ssd import HEADS, fwd_bwd, load_mamba_ssm_ssd, make_inputs
-from mambalearn.triton.ssd import fused
 from mambalearn.triton.ssd import mamba_chunk_scan_combined as ours
 from mambalearn.triton.ssd.forward import ssd_forward
 
@@ -25,11 +24,11 @@ SHAPES = [dict(b=16, l=1024), dict(b=4, l=4096), dict(b=1, l=16384)]
 def parts(args, kw):
     """ms of the fused forward, its launches alone (as it configures them), and the unfused
     forward, at one shape."""
-    q, cfg = fused.CONFIG["chunk"], fused.CONFIG
-    launch = lambda kernel, c: time_ms(part_fn(kernel, q, c, args, kw, None))
-    return dict(fused=time_ms(lambda: ours(*args, 256, **kw)), cumsum=launch("cumsum", None),
-                states=launch("states", cfg["states"]), outputs=launch("outputs", cfg["outputs"]),
-                unfused=time_ms(lambda: ssd_forward(*args, 256, **kw)[0]))
+    q = 256
+    launch = lambda kernel: time_ms(part_fn(kernel, q, {}, args, kw))
+    return dict(fused=time_ms(lambda: ours(*args, q, **kw)), cumsum=launch("cumsum"),
+                states=launch("states"), outputs=launch("outputs"),
+                unfused=time_ms(lambda: ssd_forward(*args, q, **kw)[0]))
 
 
 def sweep(label, table):

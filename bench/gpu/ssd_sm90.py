@@ -3,9 +3,10 @@
     TRITON_INTERPRET=0 python -m bench.gpu.ssd_sm90 [KERNEL ...] [--shape b,l,h,p,g,n]
         [--chunk Q] [--config JSON]
 
-KERNEL: states, outputs, one_launch (default: all three), at Mamba-2 2.7B's shape, bf16
-(``--config '{"states": {"BLOCK_P": 64, "BLOCK_N": 64, "TMA": true}}'``: the tensor-descriptor
-states kernel, both launches of its split walk with ``"SPLIT": 4``). Each
+KERNEL: states, outputs, one_launch, chunk_scan (default: the first three), at Mamba-2 2.7B's
+shape, bf16, with ``config.default_config`` changed by ``--config`` (``Config.replace``'s
+arguments as JSON: ``'{"states": {"tma": false}}'`` the pointer-load states kernel,
+``'{"states": {"split": 4}}'`` both launches of a split walk). Each
 launcher runs with meta tensors and a recorder in place of its kernel; the recorded launch is
 compiled with ``triton.compile`` for ``GPUTarget("cuda", 90, 32)``, specialised as Triton's launcher
 would (``native_specialize_impl``: 16-divisible ints and pointers marked, ints equal to 1 and None
@@ -28,7 +29,7 @@ from triton.runtime.jit import JITFunction, native_specialize_impl
 from mambalearn.compiled import opcode_counts, read_cubin
 from mambalearn.triton.ssd import forward, one_launch, outputs, states
 
-STATES_KERNEL = {False: "_chunk_states_kernel", True: "_chunk_states_tma_kernel"}  # by TMA
+STATES_KERNEL = {False: "_chunk_states_kernel", True: "_chunk_states_tma_kernel"}  # by tma
 OPS = ("HGMMA", "HMMA", "MUFU", "LDG", "LDGSTS", "UTMALDG", "STG", "LDL", "STL", "BAR", "SHFL")
 
 
@@ -96,24 +97,28 @@ def loop_bodies(sass):
     return sorted(set(bodies))
 
 
-def launches(names, shape, q, cfg):
-    """{kernel: [(grid, args, kwargs)]} for the chosen kernels at ``shape``, chunk ``q``."""
+def launches(names, shape, q, changes):
+    """{kernel: [(grid, args, kwargs)]} for the chosen kernels at ``shape``, chunk ``q``, with
+    the default config changed by ``changes`` (``Config.replace``'s arguments)."""
+    from mambalearn.triton.ssd.config import default_config
+
     b, l, h, p, g, n = shape
+    cfg = default_config((b, l, h, p, g, n, q), "meta").replace(**changes)
     e = lambda *s, dt=torch.bfloat16: torch.empty(*s, dtype=dt, device="meta")
     x, B, C = e(b, l, h, p), e(b, l, g, n), e(b, l, g, n)
     dt, A, D = e(b, l, h, dt=torch.float32), e(h, dt=torch.float32), e(h, dt=torch.float32)
     c = triton.cdiv(l, q)
     dtc, H = e(b, h, c, q, dt=torch.float32), e(b, c, h, p, n)
     jobs = dict(
-        states=(states, STATES_KERNEL[bool((cfg.get("states") or {}).get("TMA"))],
-                states.chunk_states, (x, B, dtc, dtc),
-                dict(config=cfg.get("states"))),
+        states=(states, STATES_KERNEL[cfg.states.tma], states.chunk_states, (x, B, dtc, dtc),
+                dict(config=cfg.states)),
         outputs=(outputs, "_chunk_outputs_kernel", outputs.chunk_outputs,
-                 (x, C, B, dtc, dtc, H, D), dict(config=cfg.get("outputs"))),
+                 (x, C, B, dtc, dtc, H, D), dict(config=cfg.outputs)),
         one_launch=(one_launch, "_ssd_one_launch_kernel", one_launch.ssd_one_launch,
-                    (x, dt, A, B, C, q, D, None, A, None, True), dict(config=cfg.get("one"))),
+                    (x, dt, A, B, C, q, D, None, A, None, True), dict(config=cfg.one)),
         chunk_scan=(forward, "_chunk_scan_kernel", forward.chunk_scan,
-                    (x, C, e(b, c, g, q, q, dt=torch.float32), dtc, dtc, H, D), {}))
+                    (x, C, e(b, c, g, q, q, dt=torch.float32), dtc, dtc, H, D),
+                    dict(cfg=cfg.stages)))
     return {k: record(*jobs[k][:3], *jobs[k][3], **jobs[k][4]) for k in names}
 
 
@@ -122,7 +127,7 @@ def main():
     ap.add_argument("kernels", nargs="*", default=["states", "outputs", "one_launch"])
     ap.add_argument("--shape", default="4,4096,80,64,1,128", help="b,l,h,p,g,n")
     ap.add_argument("--chunk", type=int, default=128)
-    ap.add_argument("--config", default="{}", help='e.g. {"outputs": {"BLOCK_K": 32}}')
+    ap.add_argument("--config", default="{}", help='e.g. {"outputs": {"block_k": 32}}')
     a = ap.parse_args()
     if os.environ.get("TRITON_INTERPRET", "0") == "1":
         raise SystemExit("run with TRITON_INTERPRET=0: interpreted kernels cannot be compiled")

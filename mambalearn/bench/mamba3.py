@@ -7,9 +7,10 @@ MIMO step is CuTe DSL, not runnable here) — with the floor of each (``mamba3_c
 GPU, ``sm90_builds`` compiles every kernel of ours for sm_90 and reports registers and spills
 (``TRITON_INTERPRET=0 python -m mambalearn.bench.mamba3 --sm90``).
 
-Loading mamba_ssm's kernels (``load``): on a GPU ``_reference.load``, with each autotuner cut to
-the configs with num_stages 2, num_warps 4 or 8, no maxnreg and chunk 64 where the chunk is tuned
-(``trim``; the full lists are 27–81 configs per kernel, minutes of compiling on a fresh machine).
+Loading mamba_ssm's kernels (``load``): on a GPU ``_reference.load`` with its **full** autotune
+(27–81 configs per kernel: a peer is timed as its users run it; minutes of compiling on a fresh
+machine), or with ``autotune="trimmed"`` each autotuner cut to num_stages 2, num_warps 4 or 8, no
+maxnreg and chunk 64 (``trim``: for correctness tests, which need any config, not the fastest).
 On a CPU three things stand in the way of Triton's interpreter, and each gets a stand-in here:
 - its utils use PTX inline assembly (cos.approx, tanh.approx): a stub module with the same names,
   jitted from tl.cos / tl.sin / tl.sigmoid, replaces it;
@@ -96,11 +97,14 @@ def patch_bf16_dot(monkeypatch=None):
                                                        create_dot)
 
 
-def load(name="mamba3_siso_combined", module="mamba3_siso_combined"):
-    """mamba_ssm's ``name`` from ``ops/triton/mamba3/<module>``, or None if not importable."""
+def load(name="mamba3_siso_combined", module="mamba3_siso_combined", autotune="full"):
+    """mamba_ssm's ``name`` from ``ops/triton/mamba3/<module>``, or None if not importable.
+    ``autotune``: "full" (its own, as its users run it) or "trimmed" (``trim``), on a GPU."""
+    if autotune not in ("full", "trimmed"):
+        raise ValueError(f'autotune must be "full" or "trimmed", got {autotune!r}')
     if torch.cuda.is_available():
         fn = _reference.load(f"ops.triton.mamba3.{module}", name)
-        if fn is not None:
+        if fn is not None and autotune == "trimmed":
             for kernel_module in KERNELS:
                 trim(importlib.import_module(f"{PKG}.{kernel_module}"))
         return fn

@@ -9,8 +9,8 @@ Backends (chapters 10–11):
                             timed when ``fla`` imports (inputs prepared outside the timing)
     ours unfused            ``mamba_chunk_scan_combined(..., fused=False)``: chapter 10's
     ours fused              ``mamba_chunk_scan_combined(..., fused=True)``: chapter 11's kernels
-    ours fused qQ …         ``ssd_fused_forward`` at chunk Q: two launches, or one (fp32 /
-                            fp16 passed states)
+    ours fused qQ …         ``ssd_fused_forward`` at chunk Q (instead of the row's): two
+                            launches, or one (fp32 / fp16 passed states)
 Forward+backward rows time ``out = f(...)`` and ``torch.autograd.grad(out, [x, dt, A, B, C, D,
 dt_bias], dout)`` and record the peak memory beyond the inputs (``peak_gb``), for mamba_ssm, ours
 (Triton backward, ``mambalearn.triton.ssd.backward``) and, at the first shape only (it is slow),
@@ -77,14 +77,12 @@ def forward_fns(theirs, q, fused_chunks=(256, 128)):
         fns["mamba_ssm fwd"] = lambda *a, **kw: theirs(*a, q, **kw)
     fns["ours unfused fwd"] = lambda *a, **kw: ours(*a, q, fused=False, **kw)
     fns["ours fused fwd"] = lambda *a, **kw: ours(*a, q, fused=True, **kw)
-    for qf in fused_chunks:  # at exactly this chunk (``fused.CONFIG["chunk"]`` overridden)
-        at = dict(config=dict(chunk=qf))
-        fns[f"ours fused fwd q{qf}"] = lambda *a, at=at, **kw: ssd_fused_forward(*a, q, **at,
-                                                                                 **kw)[0]
+    for qf in fused_chunks:  # at this chunk instead of q
+        fns[f"ours fused fwd q{qf}"] = lambda *a, qf=qf, **kw: ssd_fused_forward(*a, qf, **kw)[0]
         for sd in (torch.float32, torch.float16):
             fns[f"ours fused fwd q{qf} one launch {str(sd)[6:]} state"] = (
-                lambda *a, at=at, sd=sd, **kw: ssd_fused_forward(*a, q, launches=1,
-                                                                 state_dtype=sd, **at, **kw)[0])
+                lambda *a, qf=qf, sd=sd, **kw: ssd_fused_forward(*a, qf, launches=1,
+                                                                 state_dtype=sd, **kw)[0])
     return fns
 
 
@@ -250,39 +248,35 @@ def _fwd_bwd_rows(args, kw, q, name, theirs, oracle):
     return rows
 
 
-# launch settings tried by ``backward_steps(sweep=True)``, besides ``backward_config.CONFIGS``
-# (why each is there: bench/NOTES_ssd.md)
-SWEEP = {
-    "2 dstates": ("dstates", [dict(BLOCK_N=128, num_warps=4, num_stages=3),
-                              dict(BLOCK_N=64, num_warps=4, num_stages=3),
-                              dict(BLOCK_N=64, num_warps=8, num_stages=2)]),
-    "4 dCB": ("dcb", [dict(num_warps=4, num_stages=2), dict(num_warps=4, num_stages=3),
-                      dict(num_warps=8, num_stages=3),
-                      dict(num_warps=8, num_stages=2, maxnreg=128),
-                      dict(num_warps=4, num_stages=2, maxnreg=128)]),
-    "5 dC": ("dC", [dict(BLOCK_N=64, num_warps=4, num_stages=2),
-                    dict(BLOCK_N=128, num_warps=8, num_stages=2),
-                    dict(BLOCK_N=64, num_warps=8, num_stages=3)]),
-    "6 dB": ("dB", [dict(BLOCK_N=64, num_warps=4, num_stages=2),
-                    dict(BLOCK_N=128, num_warps=8, num_stages=2),
-                    dict(BLOCK_N=64, num_warps=8, num_stages=3)]),
-    "7 dx": ("dx", [dict(BLOCK_N=64, num_warps=8, num_stages=2, maxnreg=80),
-                    dict(BLOCK_N=64, num_warps=4, num_stages=2),
-                    dict(BLOCK_N=128, num_warps=8, num_stages=2),
-                    dict(BLOCK_N=64, num_warps=8, num_stages=3)]),
-}
+# launch settings tried by ``backward_steps(sweep=True)``: (the kernel's field of
+# ``config.Backward``, its ``config.Launch``es), besides the default (why each is there:
+# bench/NOTES_ssd.md)
+def _sweep():
+    from mambalearn.triton.ssd.config import Launch as L
+
+    return {
+        "2 dstates": ("dstates", [L(4, 3, 128), L(4, 3, 64), L(8, 2, 64)]),
+        "4 dCB": ("dcb", [L(4, 2), L(4, 3), L(8, 3), L(8, 2, maxnreg=128), L(4, 2, maxnreg=128)]),
+        "5 dC": ("dC", [L(4, 2, 64), L(8, 2, 128), L(8, 3, 64)]),
+        "6 dB": ("dB", [L(4, 2, 64), L(8, 2, 128), L(8, 3, 64)]),
+        "7 dx": ("dx", [L(8, 2, 64, maxnreg=80), L(4, 2, 64), L(8, 2, 128), L(8, 3, 64)]),
+    }
 
 
 def backward_steps(gpu, shape=None, chunk=None, device=None, sweep=False):
     """Rows timing each step of our Triton backward alone (``backward``'s module doc), then the
     whole of it; inputs as ``run``'s first shape (D, dt_bias, softplus; no z, no initial states).
-    Step 0 is timed both ways (chapter 10's stages, chapter 11's chunk-states kernel).
-    ``sweep=True`` also times the launch settings of ``SWEEP`` and 1, 2, 4 head splits in steps
-    4–6 (rows "sweep …"), each handed to the launcher as data."""
+    Step 0 is timed three ways (chapter 10's stages; chapter 11's chunk-states kernel with
+    pointer loads, the backward's default, and with tensor descriptors).
+    ``sweep=True`` also times the launches of ``_sweep()`` and 1, 2, 4 head splits in steps
+    4–6 (rows "sweep …"), each handed to the launcher as a ``config.Backward``."""
+    import dataclasses
+
     from mambalearn.bench import time_ms
     from mambalearn.triton.ssd import backward as SB
     from mambalearn.triton.ssd import forward as T
     from mambalearn.triton.ssd.backward_config import blocks
+    from mambalearn.triton.ssd.config import default_config
     from mambalearn.triton.ssd.states import chunk_states
 
     dev = device or ("cuda" if gpu else "cpu")
@@ -290,37 +284,45 @@ def backward_steps(gpu, shape=None, chunk=None, device=None, sweep=False):
     q, dtype = chunk or (256 if gpu else 16), torch.bfloat16 if gpu else torch.float32
     (x, dt, A, B, C), kw = make_inputs(**s, dtype=dtype, device=dev)
     D, bias, l = kw["D"], kw["dt_bias"], s["l"]
+    cfg = default_config((s["b"], l, s["h"], s["p"], s["g"], s["n"], q), dev)
+    bwd = cfg.backward
     dy = torch.randn_like(x)
     dt_c, dA_cs = T.chunk_cumsum(dt, A, q, bias, True)
     S = T.chunk_state(x, B, dt_c, dA_cs)
     H, final = T.state_passing(S, dA_cs, None, None, l, out_dtype=x.dtype)
     CB = T.bmm_chunk(C, B, q)
     dS = SB.dstates(dy, C, dA_cs)
-    nblk = -(-q // blocks(q))
+    nblk = -(-q // blocks(q, bwd))
     ddA = torch.zeros(*dA_cs.shape, nblk + -(-s["n"] // 16), device=dev)  # slots for any BLOCK_N
     dCB = SB.dcb(dy, x, CB, dt_c, dA_cs, ddA)
     _, ddt_x, _ = SB.dx_backward(x, dy, B, CB, dS, dt_c, dA_cs, D)
     dlast = torch.zeros(dA_cs.shape[:3], device=dev)
-    steps = {  # name: f(cfg) -> anything; cfg is the step's launch settings (None: the default)
-        "0 recompute chunk cumsum": lambda cfg: T.chunk_cumsum(dt, A, q, bias, True),
-        "0 recompute chunk state": lambda cfg: T.chunk_state(x, B, dt_c, dA_cs),
-        "0 recompute state passing": lambda cfg: T.state_passing(S, dA_cs, None, None, l,
-                                                                 out_dtype=x.dtype),
-        "0 recompute chunk states (ch 11, both)": lambda cfg: chunk_states(x, B, dt_c, dA_cs),
-        "0 recompute bmm CB": lambda cfg: T.bmm_chunk(C, B, q),
-        "2 dstates": lambda cfg: SB.dstates(dy, C, dA_cs, cfg=cfg),
-        "3 state passing bwd": lambda cfg: SB.state_passing_backward(dS, H, final, dA_cs, l=l),
-        "4 dCB": lambda cfg: SB.dcb(dy, x, CB, dt_c, dA_cs, ddA, cfg=cfg),
-        "5 dC": lambda cfg: SB.dC_backward(dy, H, C, B, dCB, dA_cs, ddA, nblk, cfg=cfg),
-        "6 dB": lambda cfg: SB.dB_backward(x, dS, C, dCB, dt_c, dA_cs, cfg=cfg),
-        "7 dx": lambda cfg: SB.dx_backward(x, dy, B, CB, dS, dt_c, dA_cs, D, cfg=cfg),
-        "8 chunk cumsum bwd": lambda cfg: SB.chunk_cumsum_backward(ddA.sum(-1), ddt_x, dlast,
-                                                                   dt_c, dt, A, bias, True),
+    tma = dataclasses.replace(bwd.states, tma=True)
+    steps = {  # name: f(c) -> anything; c is a config.Backward (None: the default)
+        "0 recompute chunk cumsum": lambda c: T.chunk_cumsum(dt, A, q, bias, True),
+        "0 recompute chunk state": lambda c: T.chunk_state(x, B, dt_c, dA_cs),
+        "0 recompute state passing": lambda c: T.state_passing(S, dA_cs, None, None, l,
+                                                               out_dtype=x.dtype),
+        "0 recompute chunk states (ch 11, both)": lambda c: chunk_states(x, B, dt_c, dA_cs,
+                                                                         config=bwd.states),
+        "0 recompute chunk states (ch 11, TMA)": lambda c: chunk_states(x, B, dt_c, dA_cs,
+                                                                        config=tma),
+        "0 recompute bmm CB": lambda c: T.bmm_chunk(C, B, q),
+        "2 dstates": lambda c: SB.dstates(dy, C, dA_cs, cfg=c),
+        "3 state passing bwd": lambda c: SB.state_passing_backward(dS, H, final, dA_cs, l=l,
+                                                                   cfg=c),
+        "4 dCB": lambda c: SB.dcb(dy, x, CB, dt_c, dA_cs, ddA, cfg=c),
+        "5 dC": lambda c: SB.dC_backward(dy, H, C, B, dCB, dA_cs, ddA, nblk, cfg=c),
+        "6 dB": lambda c: SB.dB_backward(x, dS, C, dCB, dt_c, dA_cs, cfg=c),
+        "7 dx": lambda c: SB.dx_backward(x, dy, B, CB, dS, dt_c, dA_cs, D, cfg=c),
+        "8 chunk cumsum bwd": lambda c: SB.chunk_cumsum_backward(ddA.sum(-1), ddt_x, dlast,
+                                                                 dt_c, dt, A, bias, True, cfg=c),
     }
     for rec in ("states", "stages"):
+        c_rec = cfg.replace(backward=dict(recompute=rec))
         steps[f"all (ssd_backward, recompute={rec})"] = (
-            lambda cfg, rec=rec: SB.ssd_backward(dy, None, x, dt, A, B, C, q, D=D, dt_bias=bias,
-                                                 dt_softplus=True, recompute=rec))
+            lambda c, c_rec=c_rec: SB.ssd_backward(dy, None, x, dt, A, B, C, q, D=D, dt_bias=bias,
+                                                   dt_softplus=True, config=c_rec))
     name = shape_name(**s, q=q, dtype=dtype)
     rows = []
 
@@ -336,9 +338,10 @@ def backward_steps(gpu, shape=None, chunk=None, device=None, sweep=False):
     for step, fn in steps.items():
         timed(f"bwd step {step}", lambda fn=fn: fn(None))
     if sweep:
-        for step, (_, variants) in SWEEP.items():
-            for cfg in variants:
-                timed(f"sweep {step} {cfg}", lambda cfg=cfg, fn=steps[step]: fn(cfg))
+        for step, (kernel, launches) in _sweep().items():
+            for launch in launches:
+                c = dataclasses.replace(bwd, **{kernel: launch})
+                timed(f"sweep {step} {launch}", lambda c=c, fn=steps[step]: fn(c))
         for k in (k for k in (1, 2, 4) if (s["h"] // s["g"]) % k == 0):
             def trio(k=k):
                 dCB_k = SB.dcb(dy, x, CB, dt_c, dA_cs, ddA, nsplit=k)
@@ -370,7 +373,7 @@ def precision(gpu, chunks=(128, 256), tols=(0.0, 1e-3, 1e-2), shape=None):
     for q in chunks:
         ref = ours(*args, q, fused=False, **kw).float()
         for label, opts in designs.items():  # at the same chunk as the unfused kernel
-            got = ssd_fused_forward(*args, q, **opts, config=dict(chunk=q), **kw)[0].float()
+            got = ssd_fused_forward(*args, q, **opts, **kw)[0].float()
             d = (got - ref).abs()
             table[f"{label} q{q}"] = {f"tol {t:g}": (d <= t * (1 + ref.abs())).float().mean().item()
                                       for t in tols}

@@ -3,6 +3,8 @@
     mamba3_siso_combined   same signature as mamba_ssm's (forward + recomputing backward)
     mamba3_siso_step       same signature as mamba_ssm's step kernel
     mamba3_mimo_step       the MIMO decode step (rank-r inputs and outputs)
+
+Launch settings: ``config`` (``Config``, ``default_config``), passed in with ``config=``.
 """
 
 from mambalearn import device  # noqa: F401  (TRITON_INTERPRET before any kernel module)

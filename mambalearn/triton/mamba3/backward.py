@@ -29,7 +29,16 @@ from mambalearn.mamba3.sequential import per_head, rotate_pairs
 from mambalearn.triton.mamba3.backward_qk import _bwd_qk_kernel
 from mambalearn.triton.mamba3.backward_v import _bwd_v_kernel
 from mambalearn.triton.mamba3.chunk_state import state_grads
-from mambalearn.triton.mamba3.common import CONFIG, PI, SIZES, blocks, dot_dtype, tanh, warps
+from mambalearn.triton.mamba3.common import (
+    GRID_Y,
+    PI,
+    SIZES,
+    blocks,
+    dot_dtype,
+    tanh,
+    warps,
+)
+from mambalearn.triton.mamba3.config import DEFAULT
 from mambalearn.triton.mamba3.state_passing import pass_state_grads
 
 
@@ -48,13 +57,16 @@ def _steps_kernel(
     NB: tl.constexpr,  # column blocks of dCq
     CB: tl.constexpr,  # chunks summed at once
 ):
-    hi, ci = tl.program_id(0), tl.program_id(1)
-    bi = tl.program_id(2).to(tl.int64)
+    # (head, chunk) on grid axis 0, head fastest (axis 1 stops at 65 535 chunks)
+    hi, ci = tl.program_id(0) % h, tl.program_id(0) // h
+    bi = tl.program_id(1).to(tl.int64)
     row = bi * h + hi
     offs_t, offs_j = ci * Q + tl.arange(0, Q), tl.arange(0, NA)
     mask_t = offs_t < l
     mask = mask_t[:, None] & (offs_j[None, :] < na)
-    tj = (bi * l * h + hi) * na + offs_t[:, None] * h * na + offs_j[None, :]  # (Q, NA)
+    # a 64-bit base at the chunk's first step, 32-bit offsets inside it: past 2³¹ elements
+    tj0 = ((bi * l + ci * Q) * h + hi) * na  # element (bi, ci·Q, hi, 0) of Angles, dθ, dAngles
+    tj = tl.arange(0, Q)[:, None] * h * na + offs_j[None, :]  # (Q, NA) offsets from there
     # 1. the angles: the full reverse cumsum of dθ (this chunk's, the later chunks' totals, the
     # final angle's), through θ's rate Δ π tanh(a)
     later = tl.zeros([NA], dtype=tl.float32)
@@ -65,11 +77,11 @@ def _steps_kernel(
         later += tl.sum(tl.load(dth_tot_ptr + (row * n_chunks + cc)[:, None] * na + offs_j[None, :],
                                 mask=(cc < n_chunks)[:, None] & (offs_j[None, :] < na),
                                 other=0.0), axis=0)
-    dcum = tl.cumsum(tl.load(dth_ptr + tj, mask=mask, other=0.0), axis=0, reverse=True) \
+    dcum = tl.cumsum(tl.load(dth_ptr + tj0 + tj, mask=mask, other=0.0), axis=0, reverse=True) \
         + later[None, :]
-    th = tanh(tl.load(Ang_ptr + tj, mask=mask, other=0.0).to(tl.float32))
+    th = tanh(tl.load(Ang_ptr + tj0 + tj, mask=mask, other=0.0).to(tl.float32))
     dt = tl.load(DT_ptr + row * l + offs_t, mask=mask_t, other=0.0).to(tl.float32)
-    tl.store(dAng_ptr + tj, (dcum * dt[:, None] * PI * (1.0 - th * th)).to(
+    tl.store(dAng_ptr + tj0 + tj, (dcum * dt[:, None] * PI * (1.0 - th * th)).to(
         dAng_ptr.dtype.element_ty), mask=mask)
     dDT = tl.sum(dcum * PI * th, axis=1)  # (Q,)
     # 2. the trapezoid: ∂/∂((1 − λ_t)Δ_t) is w_{t−1}'s gradient (the owed half's at t = 0)
@@ -95,8 +107,8 @@ def heads_per_program(r, programs, cfg):
     """How many heads of a Q/K group one dq/dk program walks: the largest divisor d of r = h/g
     (at most cfg's bound) that still leaves cfg's ``min_programs`` programs, ``programs`` being
     how many there are with d = 1; 1 if none does."""
-    ok = [d for d in range(1, min(r, cfg["heads_per_program"]) + 1)
-          if r % d == 0 and programs // d >= cfg["min_programs"]]
+    ok = [d for d in range(1, min(r, cfg.heads_per_program) + 1)
+          if r % d == 0 and programs // d >= cfg.min_programs]
     return max(ok, default=1)
 
 
@@ -120,12 +132,12 @@ def _state_grads(x, dH_in, dth_in):
             owe * torch.einsum("bhpn,bhn->bhp", dH_in, k)), d_owe
 
 
-def launch_backward(x, saved, d_out, finals, chunk_size, cfg=CONFIG):
+def launch_backward(x, saved, d_out, finals, chunk_size, cfg=DEFAULT):
     """All five launches; returns a dict of gradients by argument name (and "states")."""
     V = x["V"]
     b, l, h, p = V.shape
     g, n, na = x["Q"].shape[2], x["Q"].shape[3], x["Angles"].shape[3]
-    BN, NB, P, Qc = blocks(n, p, chunk_size, cfg)
+    BN, NB, P, Qc = blocks(n, p, chunk_size, cfg.col_block)
     c = triton.cdiv(l, Qc)
     dev, f32, dot = V.device, torch.float32, dot_dtype(V)
     new = lambda *s: torch.empty(*s, device=dev, dtype=f32)
@@ -140,12 +152,12 @@ def launch_backward(x, saved, d_out, finals, chunk_size, cfg=CONFIG):
     # 3. the values and the weights, a program per chunk
     dV, dW, dG, dCv, dD = torch.empty_like(V), new(b, h, l), new(b, h, l), new(b, h, l), \
         new(b, h, c)
-    _bwd_v_kernel[(h, c, b)](
+    _bwd_v_kernel[(h * c, b)](
         x["Q"], x["K"], V, x["Q_bias"], x["K_bias"], x["D"], st["C2"], st["W"], st["G"],
         st["Phi"], dY, D, HD, dV, dW, dG, dCv, dD,
         l, c, h, g, p, n, na,
         Q=Qc, BN=BN, NB=NB, P=P, TILES=HD.shape[-1], HAS_D=x["D"] is not None, DOT=dot,
-        num_warps=warps(cfg, "bwd_v_warps", Qc),
+        num_warps=warps(cfg.bwd_v_warps, Qc),
     )
     # 4. the queries and the keys: a column block and a head block per program; a block of all
     # the heads of a Q/K head writes dQ and dK themselves, smaller ones float32 partial sums
@@ -154,12 +166,15 @@ def launch_backward(x, saved, d_out, finals, chunk_size, cfg=CONFIG):
                                     dtype=like.dtype if hpp == h // g else f32)
     dQ, dK, dQb, dKb = part(x["Q"]), part(x["K"]), new(b, c, h, n), new(b, c, h, n)
     dCq, dth, dth_tot = new(b, h, NB, l), new(b, l, h, na), new(b, h, c, na)
+    if c > GRID_Y:  # (a chunk offset argument for slabs of launches costs this kernel spills)
+        raise ValueError(f"the Mamba-3 backward runs at most {GRID_Y} chunks (grid axis 1): "
+                         f"l = {l} at chunk_size {Qc} is {c}; use a larger chunk_size")
     _bwd_qk_kernel[(NB * (h // hpp), c, b)](
         x["Q"], x["K"], V, x["Q_bias"], x["K_bias"], st["C2"], st["W"], st["G"], st["Phi"],
         dY, saved["H"], D, dQ, dK, dQb, dKb, dCq, dth, dth_tot,
         l, c, h, g, p, n, na,
         Q=Qc, BN=BN, NB=NB, P=P, HPP=hpp, DOT=dot,
-        num_warps=warps(cfg, "bwd_qk_warps", Qc), num_stages=cfg["bwd_qk_stages"],
+        num_warps=warps(cfg.bwd_qk_warps, Qc), num_stages=cfg.bwd_qk_stages,
     )
     # 5. what couples steps: the angles' cumsum over chunks, the trapezoid's two-step weights
     dth_F, dK_last = cont(finals["angle"]), None
@@ -170,11 +185,12 @@ def launch_backward(x, saved, d_out, finals, chunk_size, cfg=CONFIG):
     if x["states"] is not None:
         states, d_owe = _state_grads(x, dH_in, dth_tot.sum(2) + (0 if dth_F is None else dth_F))
     dAng, dDT, dTrap, dADT = (torch.empty_like(x[k]) for k in ("Angles", "DT", "Trap", "ADT"))
-    _steps_kernel[(h, c, b)](
+    _steps_kernel[(h * c, b)](
         x["Angles"], x["DT"], x["Trap"], dth, dth_tot, dth_F, dW, dG, d_owe, dCv, dCq,
         dAng, dDT, dTrap, dADT,
         l, c, h, na,
-        Q=Qc, NA=triton.next_power_of_2(max(na, 1)), NB=NB, CB=16, num_warps=cfg["steps_warps"],
+        Q=Qc, NA=triton.next_power_of_2(max(na, 1)), NB=NB, CB=cfg.steps_chunks,
+        num_warps=cfg.steps_warps,
     )
     return _collect(x, dQ, dK, dV, dADT, dDT, dTrap, dQb, dKb, dAng, dD, dZ, dK_last, finals,
                     states)

@@ -69,14 +69,15 @@ def _bwd_qk_kernel(
         hi = hb * HPP + i
         row = bi * h + hi
         chunk = row * n_chunks + ci
-        tp = (bi * l * h + hi) * p + offs_t[:, None] * h * p + offs_p[None, :]  # (Q, P)
-        tj = (bi * l * h + hi) * na + offs_t[:, None] * h * na + offs_j[None, :]  # (Q, BN/2)
+        # 64-bit bases at the chunk's first step, 32-bit offsets inside it: past 2³¹ elements
+        tp0, tj0 = ((bi * l + ci * Q) * h + hi) * p, ((bi * l + ci * Q) * h + hi) * na
+        tp = (offs_t[:, None] - ci * Q) * h * p + offs_p[None, :]  # (Q, P) offsets from tp0
         # 1. the chunk's scalars; the states' parts of dq and dk: e^{c} ∘ (dy H^L), u ∘ (v D_c)
         c2, w, gamma = load_steps(C2_ptr + row * l, W_ptr + row * l, G_ptr + row * l, offs_t,
                                   l)
         c2_end = tl.load(C2_ptr + row * l + last)
-        v = tl.load(V_ptr + tp, mask=mask_tp, other=0.0)
-        dy = tl.load(dY_ptr + tp, mask=mask_tp, other=0.0)
+        v = tl.load(V_ptr + tp0 + tp, mask=mask_tp, other=0.0)
+        dy = tl.load(dY_ptr + tp0 + tp, mask=mask_tp, other=0.0)
         diag = gamma * tl.sum(dy.to(tl.float32) * v.to(tl.float32), axis=1)  # γ_t dy_t·v_t
         v, dy = v.to(DOT), dy.to(DOT)
         s_offs = chunk * p * n + offs_p[:, None] * n + offs_n[None, :]  # (P, BN)
@@ -108,7 +109,8 @@ def _bwd_qk_kernel(
         if nb * (BN // 2) < na:
             dth = pair_cross(dq, q.to(tl.float32), Q, BN) \
                 + pair_cross(dk, k.to(tl.float32), Q, BN)  # (Q, BN/2)
-            tl.store(dth_ptr + tj, dth, mask=mask_tj)
+            tj = (offs_t[:, None] - ci * Q) * h * na + offs_j[None, :]  # (Q, BN/2) from tj0
+            tl.store(dth_ptr + tj0 + tj, dth, mask=mask_tj)
             tl.store(dth_tot_ptr + chunk * na + offs_j, tl.sum(dth, axis=0), mask=offs_j < na)
         # 6. the diagonal (after dθ: it does not depend on θ), back to the frames of Q and K, and
         # the bias sums
@@ -119,6 +121,7 @@ def _bwd_qk_kernel(
         b_offs = ((bi * n_chunks + ci) * h + hi) * n + offs_n
         tl.store(dQb_ptr + b_offs, tl.sum(tl.where(mask_tn, dq, 0.0), axis=0), mask=offs_n < n)
         tl.store(dKb_ptr + b_offs, tl.sum(tl.where(mask_tn, dk, 0.0), axis=0), mask=offs_n < n)
-    part = (bi * l * (h // HPP) + hb) * n + offs_t[:, None] * (h // HPP) * n + offs_n[None, :]
-    tl.store(dQ_ptr + part, acc_q, mask=mask_tn)
-    tl.store(dK_ptr + part, acc_k, mask=mask_tn)
+    part0 = ((bi * l + ci * Q) * (h // HPP) + hb) * n  # element (bi, ci·Q, hb, 0)
+    part = (offs_t[:, None] - ci * Q) * (h // HPP) * n + offs_n[None, :]
+    tl.store(dQ_ptr + part0 + part, acc_q, mask=mask_tn)
+    tl.store(dK_ptr + part0 + part, acc_k, mask=mask_tn)

@@ -45,15 +45,20 @@ def _bwd_v_kernel(
     TILES: tl.constexpr,  # the parts of HD
     HAS_D: tl.constexpr, DOT: tl.constexpr,
 ):
-    hi, ci = tl.program_id(0), tl.program_id(1)
-    bi = tl.program_id(2).to(tl.int64)
+    # (head, chunk) on grid axis 0, head fastest (axis 1 stops at 65 535 chunks)
+    hi, ci = tl.program_id(0) % h, tl.program_id(0) // h
+    bi = tl.program_id(1).to(tl.int64)
     row = bi * h + hi
     chunk = row * n_chunks + ci
     offs_t, offs_p = ci * Q + tl.arange(0, Q), tl.arange(0, P)
+    loc_t, l_left = tl.arange(0, Q), l - ci * Q  # steps from the chunk's first; steps left in l
     mask_t = offs_t < l
     mask_tp = mask_t[:, None] & (offs_p[None, :] < p)
-    tp = (bi * l * h + hi) * p + offs_t[:, None] * h * p + offs_p[None, :]  # (Q, P) offsets
-    qk_off = (bi * l * g + hi // (h // g)) * n  # element (bi, 0, gi, 0) of Q and K (GQA)
+    # 64-bit bases at the chunk's first step, 32-bit offsets inside it: past 2³¹ elements
+    bt = bi * l + ci * Q  # the chunk's first (batch, step) row
+    tp0 = (bt * h + hi) * p  # element (bi, ci·Q, hi, 0) of V, dY, dV
+    tp = loc_t[:, None] * h * p + offs_p[None, :]  # (Q, P) offsets from there
+    qk_off = (bt * g + hi // (h // g)) * n  # element (bi, ci·Q, gi, 0) of Q and K (GQA)
     Dst_ptr += chunk * p * n
     last = tl.minimum(ci * Q + Q, l) - 1  # c_end is c at the chunk's last step
 
@@ -68,10 +73,10 @@ def _bwd_v_kernel(
     for nb in tl.static_range(NB):
         offs_n = nb * BN + tl.arange(0, BN)
         cos, sin = load_angles(Phi_ptr + row * l * na, offs_t, nb, l, na, Q, BN)
-        q = load_turned(Q_ptr + qk_off, Qb_ptr + hi * n, g * n, offs_t, offs_n, l, n, cos, sin,
-                        Q, BN)  # (Q, BN)
-        k = load_turned(K_ptr + qk_off, Kb_ptr + hi * n, g * n, offs_t, offs_n, l, n, cos, sin,
-                        Q, BN)
+        q = load_turned(Q_ptr + qk_off, Qb_ptr + hi * n, g * n, loc_t, offs_n, l_left, n, cos,
+                        sin, Q, BN)  # (Q, BN)
+        k = load_turned(K_ptr + qk_off, Kb_ptr + hi * n, g * n, loc_t, offs_n, l_left, n, cos,
+                        sin, Q, BN)
         qk += tl.sum(q * k, axis=1)
         k = k.to(DOT)
         Dc = tl.load(Dst_ptr + offs_p[:, None] * n + offs_n[None, :],
@@ -80,8 +85,8 @@ def _bwd_v_kernel(
         kD = tl.dot(k, tl.trans(Dc.to(DOT)), acc=kD)  # (Q, P): D_c k_s
 
     # 2. the weights' gradients, from E = (k qᵀ) ∘ (v dyᵀ) ∘ Mᵀ
-    v = tl.load(V_ptr + tp, mask=mask_tp, other=0.0)
-    dy = tl.load(dY_ptr + tp, mask=mask_tp, other=0.0)
+    v = tl.load(V_ptr + tp0 + tp, mask=mask_tp, other=0.0)
+    dy = tl.load(dY_ptr + tp0 + tp, mask=mask_tp, other=0.0)
     dqk = tl.sum(dy.to(tl.float32) * v.to(tl.float32), axis=1)  # (Q,): dy_s·v_s
     Mt = tl.trans(causal_decay(c2, Q))  # (Q, Q): rows s, columns t > s
     st = st * Mt
@@ -102,7 +107,7 @@ def _bwd_v_kernel(
         D = tl.load(D_ptr + hi).to(tl.float32)
     dv = tl.dot(st.to(DOT), dy.to(DOT)) * w[:, None] + u[:, None] * kD \
         + (D + gamma * qk)[:, None] * dy.to(tl.float32)  # (Q, P)
-    tl.store(dV_ptr + tp, dv.to(dV_ptr.dtype.element_ty), mask=mask_tp)
+    tl.store(dV_ptr + tp0 + tp, dv.to(dV_ptr.dtype.element_ty), mask=mask_tp)
     tl.store(dW_ptr + row * l + offs_t, dw, mask=mask_t)
     tl.store(dG_ptr + row * l + offs_t, qk * dqk, mask=mask_t)
     tl.store(dC_ptr + row * l + offs_t, dc, mask=mask_t)

@@ -25,7 +25,6 @@ import triton.language as tl
 
 from mambalearn import device  # noqa: F401  (TRITON_INTERPRET before @triton.jit)
 from mambalearn.triton.mamba3.common import (
-    CONFIG,
     LOG2E,
     SIZES,
     blocks,
@@ -39,6 +38,7 @@ from mambalearn.triton.mamba3.common import (
     local_angles,
     warps,
 )
+from mambalearn.triton.mamba3.config import DEFAULT
 
 
 @triton.jit(do_not_specialize=SIZES)
@@ -60,16 +60,21 @@ def _chunk_state_kernel(
     HAS_Z: tl.constexpr,  # backward: dout goes through the gate first
     DOT: tl.constexpr,  # operand dtype of tl.dot
 ):
-    hi, ci = tl.program_id(0), tl.program_id(1)
-    bi = tl.program_id(2).to(tl.int64)
+    # (head, chunk) on grid axis 0, head fastest (axis 1 stops at 65 535 chunks)
+    hi, ci = tl.program_id(0) % h, tl.program_id(0) // h
+    bi = tl.program_id(1).to(tl.int64)
     row = bi * h + hi  # the (batch, head) row of the (b, h, ·) tensors
     chunk = row * n_chunks + ci
     offs_t, offs_p = ci * Q + tl.arange(0, Q), tl.arange(0, P)
+    loc_t, l_left = tl.arange(0, Q), l - ci * Q  # steps from the chunk's first; steps left in l
     mask_t = offs_t < l
     mask_tp = mask_t[:, None] & (offs_p[None, :] < p)
-    tp = (bi * l * h + hi) * p + offs_t[:, None] * h * p + offs_p[None, :]  # (Q, P) offsets
+    # 64-bit bases at the chunk's first step, 32-bit offsets inside it: past 2³¹ elements
+    bt = bi * l + ci * Q  # the chunk's first (batch, step) row
+    tp0 = (bt * h + hi) * p  # element (bi, ci·Q, hi, 0) of X, Z, Ypre, dZ, dY
+    tp = loc_t[:, None] * h * p + offs_p[None, :]  # (Q, P) offsets from there
     phi_ptr = Phi_ptr + row * l * na
-    y_ptr = Y_ptr + (bi * l * g + hi // (h // g)) * n  # element (bi, 0, gi, 0): GQA
+    y_ptr = Y_ptr + (bt * g + hi // (h // g)) * n  # element (bi, ci·Q, gi, 0): GQA
 
     # 1. the per-step weights: computed and stored (forward) or loaded (backward)
     if GRAD:
@@ -87,14 +92,14 @@ def _chunk_state_kernel(
         r = exp2(c2_end - c2) * w  # e^{c_end − c_t} w_t: step t's input at the chunk's end
 
     # 2. x (and, backward, the gate), weighted by r
-    x = tl.load(X_ptr + tp, mask=mask_tp, other=0.0).to(tl.float32)  # (Q, P)
+    x = tl.load(X_ptr + tp0 + tp, mask=mask_tp, other=0.0).to(tl.float32)  # (Q, P)
     if GRAD and HAS_Z:
-        z = tl.load(Z_ptr + tp, mask=mask_tp, other=0.0).to(tl.float32)
+        z = tl.load(Z_ptr + tp0 + tp, mask=mask_tp, other=0.0).to(tl.float32)
         sig = tl.sigmoid(z)
-        ypre = tl.load(Ypre_ptr + tp, mask=mask_tp, other=0.0).to(tl.float32)
-        tl.store(dZ_ptr + tp, x * ypre * sig * (1.0 + z * (1.0 - sig)), mask=mask_tp)
+        ypre = tl.load(Ypre_ptr + tp0 + tp, mask=mask_tp, other=0.0).to(tl.float32)
+        tl.store(dZ_ptr + tp0 + tp, x * ypre * sig * (1.0 + z * (1.0 - sig)), mask=mask_tp)
         x = x * z * sig  # dy = dout · silu(z)
-        tl.store(dY_ptr + tp, x, mask=mask_tp)
+        tl.store(dY_ptr + tp0 + tp, x, mask=mask_tp)
     xr = tl.trans(x * r[:, None]).to(DOT)  # (P, Q)
 
     # 3. per column block: the angles (forward: computed and stored), the rotated K or Q, and a
@@ -106,8 +111,8 @@ def _chunk_state_kernel(
         else:
             offs_j = nb * (BN // 2) + tl.arange(0, BN // 2)
             if nb * (BN // 2) < na:
-                phi, turned = local_angles(Ang_ptr + (bi * l * h + hi) * na, h * na, offs_t,
-                                           offs_j, l, na, dt)
+                phi, turned = local_angles(Ang_ptr + (bt * h + hi) * na, h * na, loc_t,
+                                           offs_j, l_left, na, dt)
                 phi = phi.to(Phi_ptr.dtype.element_ty)  # the later kernels see the same φ
                 tl.store(phi_ptr + offs_t[:, None] * na + offs_j[None, :], phi,
                          mask=mask_t[:, None] & (offs_j[None, :] < na))
@@ -116,7 +121,8 @@ def _chunk_state_kernel(
             else:  # no pair of this block turns
                 cos = tl.full([Q, BN // 2], 1.0, tl.float32)
                 sin = tl.zeros([Q, BN // 2], dtype=tl.float32)
-        y = load_turned(y_ptr, Yb_ptr + hi * n, g * n, offs_t, offs_n, l, n, cos, sin, Q, BN)
+        y = load_turned(y_ptr, Yb_ptr + hi * n, g * n, loc_t, offs_n, l_left, n, cos, sin, Q,
+                        BN)
         if DOT == tl.float32:  # the same product transposed: Triton 3.6 cannot give a tf32 wgmma
             # a B made by reshaping joined pairs (TritonGPUOptimizeDotOperands, P ≥ 64)
             S = tl.trans(tl.dot(tl.trans(y), tl.trans(xr)))  # (P, BN)
@@ -131,19 +137,19 @@ def _launch(x, steps, X, Y, Yb, S, Z, Ypre, dZ, dY, chunk_size, grad, cfg):
     V = x["V"]
     b, l, h, p = V.shape
     g, n, na = x["Q"].shape[2], x["Q"].shape[3], x["Angles"].shape[3]
-    BN, NB, P, Qc = blocks(n, p, chunk_size, dict(cfg, col_block=cfg["chunk_state_col_block"]))
+    BN, NB, P, Qc = blocks(n, p, chunk_size, cfg.chunk_state_col_block)
     c = triton.cdiv(l, Qc)
-    _chunk_state_kernel[(h, c, b)](
+    _chunk_state_kernel[(h * c, b)](
         X, Y, Yb, x["ADT"], x["DT"], x["Trap"], x["Angles"],
         steps["C2"], steps["W"], steps["G"], steps["Phi"], steps["Turn"], steps["Cend"],
         Z, Ypre, dZ, dY, S,
         l, c, h, g, p, n, na,
         Q=Qc, BN=BN, NB=NB, P=P, GRAD=grad, HAS_Z=Z is not None, DOT=dot_dtype(V),
-        num_warps=warps(cfg, "chunk_state_warps", Qc),
+        num_warps=warps(cfg.chunk_state_warps, Qc),
     )
 
 
-def chunk_states(x, chunk_size, cfg=CONFIG):
+def chunk_states(x, chunk_size, cfg=DEFAULT):
     """Forward: (S^L (b, h, c, p, n) in V's dtype, steps): ``steps`` holds the per-step values
     every later kernel reads: C2 = c log₂e, W = w, G = γ (b, h, l), Phi = φ (b, h, l, na;
     float16 for bf16 inputs), and per chunk Turn = Φ_c (b, h, c, na) and Cend = c_end (b, h, c);
@@ -163,7 +169,7 @@ def chunk_states(x, chunk_size, cfg=CONFIG):
     return S, steps
 
 
-def state_grads(x, steps, d_out, y_pre, chunk_size, cfg=CONFIG):
+def state_grads(x, steps, d_out, y_pre, chunk_size, cfg=DEFAULT):
     """Backward: (dS^L (b, h, c, p, n) in V's dtype, dy, dz): dy = dout·silu(z) and dz in
     dout's dtype (dy is dout itself and dz None without Z)."""
     V = x["V"]

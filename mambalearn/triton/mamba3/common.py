@@ -24,6 +24,7 @@ import triton
 import triton.language as tl
 
 from mambalearn import device
+from mambalearn.utils import check_chunk_size
 
 PI = tl.constexpr(3.141592653589793)  # a global a kernel may read
 TWO_PI = tl.constexpr(6.283185307179586)
@@ -32,23 +33,7 @@ LOG2E = tl.constexpr(1.4426950408889634)
 # l that is or is not a multiple of 16); the model's sizes (h, g, p, n, na) are compiled in
 # (tl.constexpr): strides become constants and the masks of full tiles fold away.
 SIZES = ["l", "n_chunks"]
-
-# Launch settings, as data (each launcher takes a ``cfg`` like this one). The warps come from
-# offline sm_90 builds at the benchmark shape (bench/NOTES_mamba3.md has the register counts).
-CONFIG = dict(
-    col_block=32,  # state columns (n) a kernel holds at once: BN, a power of two ≥ 16
-    chunk_state_col_block=64,  # the same for the chunk-state kernel (which holds less else)
-    chunk_state_warps=4,  # chunk states (forward) and state gradients (backward)
-    state_rows=8,  # rows of the (p × n) state per state-passing program
-    state_warps=2,
-    output_warps=4,  # the forward's outputs
-    bwd_v_warps=4,  # dv and the per-step weights' gradients
-    bwd_qk_warps=4,  # dq and dk (and dθ), one column block per program
-    bwd_qk_stages=2,  # its loop over heads prefetches the next head's tiles
-    heads_per_program=32,  # heads one dq/dk program sums over (GQA), at most,
-    min_programs=1024,  # … as long as this many dq/dk programs are left
-    steps_warps=4,  # dAngles, dDT, dTrap, dADT
-)
+GRID_Y = 65535  # CUDA's limit on grid axes 1 and 2 (axis 0: 2³¹ − 1)
 
 # On a GPU, cos, sin and 2^x come straight from the special-function unit (one MUFU instruction
 # each; |error| < 2⁻²⁰ for cos/sin on |x| ≤ 100π, relative 2⁻²² for 2^x) instead of libdevice's
@@ -210,22 +195,21 @@ def causal_decay(c2, Q: tl.constexpr):
     return tl.where(rows[:, None] > rows[None, :], M, 0.0)
 
 
-def blocks(n, p, chunk_size, cfg):
-    """(BN, NB, P, Q): the column block and how many cover n, the channel tile (≥ p) and the
-    chunk; all powers of two ≥ 16 (``tl.dot``), and BN even so that pairs stay in one block."""
+def blocks(n, p, chunk_size, col_block):
+    """(BN, NB, P, Q): the column block (at most ``col_block``) and how many cover n, the channel
+    tile (≥ p) and the chunk; all powers of two ≥ 16 (``tl.dot``), and BN even so that pairs stay
+    in one block."""
     N = max(16, triton.next_power_of_2(n))
-    BN = min(N, int(cfg["col_block"]))
+    BN = min(N, int(col_block))
     P = max(16, triton.next_power_of_2(p))
-    Q = int(chunk_size)
-    if Q < 16 or Q & (Q - 1):
-        raise ValueError(f"chunk_size must be a power of two ≥ 16, got {chunk_size}")
+    Q = check_chunk_size(chunk_size, minimum=16)
     return BN, N // BN, P, Q
 
 
-def warps(cfg, key, chunk):
-    """``cfg[key]`` warps for chunks of 64 (or less), twice as many per doubling beyond: the
-    (q × q) tiles grow with q², the registers of a thread must not."""
-    return cfg[key] * max(1, int(chunk) // 64)
+def warps(n, chunk):
+    """``n`` warps (a config's, for chunks of 64) for chunks of 64 or less, twice as many per
+    doubling beyond: the (q × q) tiles grow with q², the registers of a thread must not."""
+    return n * max(1, int(chunk) // 64)
 
 
 def dot_dtype(t):

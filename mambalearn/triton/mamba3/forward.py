@@ -23,7 +23,6 @@ from mambalearn import device  # noqa: F401  (TRITON_INTERPRET before @triton.ji
 from mambalearn.mamba3.sequential import per_head, rotate_pairs
 from mambalearn.triton.mamba3.chunk_state import chunk_states
 from mambalearn.triton.mamba3.common import (
-    CONFIG,
     SIZES,
     blocks,
     causal_decay,
@@ -34,6 +33,7 @@ from mambalearn.triton.mamba3.common import (
     load_turned,
     warps,
 )
+from mambalearn.triton.mamba3.config import DEFAULT
 from mambalearn.triton.mamba3.state_passing import pass_states
 
 
@@ -51,13 +51,18 @@ def _output_kernel(
     HAS_D: tl.constexpr, HAS_Z: tl.constexpr,
     DOT: tl.constexpr,  # operand dtype of tl.dot (the inputs' dtype)
 ):
-    hi, ci = tl.program_id(0), tl.program_id(1)
-    bi = tl.program_id(2).to(tl.int64)
+    # (head, chunk) on grid axis 0, head fastest (axis 1 stops at 65 535 chunks)
+    hi, ci = tl.program_id(0) % h, tl.program_id(0) // h
+    bi = tl.program_id(1).to(tl.int64)
     row = bi * h + hi
     offs_t, offs_p = ci * Q + tl.arange(0, Q), tl.arange(0, P)
+    loc_t, l_left = tl.arange(0, Q), l - ci * Q  # steps from the chunk's first; steps left in l
     mask_tp = (offs_t[:, None] < l) & (offs_p[None, :] < p)
-    tp = (bi * l * h + hi) * p + offs_t[:, None] * h * p + offs_p[None, :]  # (Q, P) offsets
-    qk_off = (bi * l * g + hi // (h // g)) * n  # element (bi, 0, gi, 0) of Q and K (GQA)
+    # 64-bit bases at the chunk's first step, 32-bit offsets inside it: past 2³¹ elements
+    bt = bi * l + ci * Q  # the chunk's first (batch, step) row
+    tp0 = (bt * h + hi) * p  # element (bi, ci·Q, hi, 0) of V, Z and the outputs
+    tp = loc_t[:, None] * h * p + offs_p[None, :]  # (Q, P) offsets from there
+    qk_off = (bt * g + hi // (h // g)) * n  # element (bi, ci·Q, gi, 0) of Q and K (GQA)
     H_ptr += (row * n_chunks + ci) * p * n
 
     # 1. per column block: q, k turned by the local angles; q·k, q kᵀ and q H^Lᵀ summed
@@ -68,10 +73,10 @@ def _output_kernel(
     for nb in tl.static_range(NB):
         offs_n = nb * BN + tl.arange(0, BN)
         cos, sin = load_angles(Phi_ptr + row * l * na, offs_t, nb, l, na, Q, BN)
-        q = load_turned(Q_ptr + qk_off, Qb_ptr + hi * n, g * n, offs_t, offs_n, l, n, cos, sin,
-                        Q, BN)  # (Q, BN)
-        k = load_turned(K_ptr + qk_off, Kb_ptr + hi * n, g * n, offs_t, offs_n, l, n, cos, sin,
-                        Q, BN)
+        q = load_turned(Q_ptr + qk_off, Qb_ptr + hi * n, g * n, loc_t, offs_n, l_left, n, cos,
+                        sin, Q, BN)  # (Q, BN)
+        k = load_turned(K_ptr + qk_off, Kb_ptr + hi * n, g * n, loc_t, offs_n, l_left, n, cos,
+                        sin, Q, BN)
         qk += tl.sum(q * k, axis=1)  # q_t·k_t, in float32 (the same rotated or not)
         q, k = q.to(DOT), k.to(DOT)
         H = tl.load(H_ptr + offs_p[:, None] * n + offs_n[None, :],
@@ -83,18 +88,18 @@ def _output_kernel(
     # w_s; the diagonal γ q·k and D
     y = y * exp2(c2)[:, None]
     s = s * causal_decay(c2, Q) * w[None, :]
-    v = tl.load(V_ptr + tp, mask=mask_tp, other=0.0)  # (Q, P)
+    v = tl.load(V_ptr + tp0 + tp, mask=mask_tp, other=0.0)  # (Q, P)
     y = tl.dot(s.to(DOT), v.to(DOT), acc=y)
     diag = gamma * qk
     if HAS_D:
         diag += tl.load(D_ptr + hi).to(tl.float32)
     y += diag[:, None] * v.to(tl.float32)
     if Ypre_ptr is not None:
-        tl.store(Ypre_ptr + tp, y, mask=mask_tp)
+        tl.store(Ypre_ptr + tp0 + tp, y, mask=mask_tp)
     if HAS_Z:
-        z = tl.load(Z_ptr + tp, mask=mask_tp, other=0.0).to(tl.float32)
+        z = tl.load(Z_ptr + tp0 + tp, mask=mask_tp, other=0.0).to(tl.float32)
         y = y * z * tl.sigmoid(z)  # silu(z)
-    tl.store(Out_ptr + tp, y.to(Out_ptr.dtype.element_ty), mask=mask_tp)
+    tl.store(Out_ptr + tp0 + tp, y.to(Out_ptr.dtype.element_ty), mask=mask_tp)
 
 
 def _initial_state(x):
@@ -107,13 +112,13 @@ def _initial_state(x):
     return (S + owe[..., None, None] * v[..., None] * k[..., None, :]).contiguous(), theta
 
 
-def launch_forward(x, chunk_size, save, return_final, cfg=CONFIG):
+def launch_forward(x, chunk_size, save, return_final, cfg=DEFAULT):
     """The three launches on the prepared inputs ``x`` (see ``interface``); returns a dict with
     out, and the final states if ``return_final``, and what the backward needs if ``save``."""
     V = x["V"]
     b, l, h, p = V.shape
     g, n, na = x["Q"].shape[2], x["Q"].shape[3], x["Angles"].shape[3]
-    BN, NB, P, Qc = blocks(n, p, chunk_size, cfg)
+    BN, NB, P, Qc = blocks(n, p, chunk_size, cfg.col_block)
     S, steps = chunk_states(x, Qc, cfg)  # 1. (b, h, c, p, n), the per-step values
     H_in, theta_in = _initial_state(x)
     H, final, theta_final = pass_states(S, steps["Turn"], steps["Cend"], theta_in, H_in,
@@ -121,13 +126,13 @@ def launch_forward(x, chunk_size, save, return_final, cfg=CONFIG):
     out = torch.empty_like(V)
     y_pre = torch.empty_like(V) if save and x["Z"] is not None else None
     c = S.shape[2]
-    _output_kernel[(h, c, b)](  # 3.
+    _output_kernel[(h * c, b)](  # 3.
         x["Q"], x["K"], V, x["Q_bias"], x["K_bias"], x["D"], x["Z"],
         steps["C2"], steps["W"], steps["G"], steps["Phi"], H, out, y_pre,
         l, c, h, g, p, n, na,
         Q=Qc, BN=BN, NB=NB, P=P, HAS_D=x["D"] is not None, HAS_Z=x["Z"] is not None,
         DOT=dot_dtype(V),
-        num_warps=warps(cfg, "output_warps", Qc),
+        num_warps=warps(cfg.output_warps, Qc),
     )
     r = dict(out=out, H=H, steps=steps, theta_final=theta_final, y_pre=y_pre)
     if return_final:  # the last step's k, turned by the final angle: the next call's k_prev

@@ -12,7 +12,8 @@ X by −θ. The final state is H^L_C R(θ_final)ᵀ, the gradient of the initial
 The backward pass also forms ⟨D_c, H^L_c⟩ (the decay a_c's gradient is a_c times it), per program.
 
 A program owns ``state_rows`` rows of one (batch, head) state (all n columns) and walks the
-chunks; it loads chunk c + 1's input before it works on chunk c, so the loads wait on nothing. The
+chunks; its loop is software-pipelined (``state_stages``): the loads of the next chunks go out
+before the work on chunk c, so the chain waits on one load latency, not one per chunk. The
 pass moves two (b, h, c, p, n) tensors and does no matmul: it is bound by memory bandwidth.
 """
 
@@ -21,7 +22,8 @@ import triton
 import triton.language as tl
 
 from mambalearn import device  # noqa: F401  (TRITON_INTERPRET before @triton.jit)
-from mambalearn.triton.mamba3.common import CONFIG, SIZES, cos_sin, exp, mod_two_pi, turn
+from mambalearn.triton.mamba3.common import SIZES, cos_sin, exp, mod_two_pi, turn
+from mambalearn.triton.mamba3.config import DEFAULT
 
 
 @triton.jit
@@ -45,6 +47,7 @@ def _state_passing_kernel(
     tiles: tl.constexpr,  # the parts of ⟨D_c, H^L_c⟩ per chunk (≥ the programs per state)
     R: tl.constexpr, N: tl.constexpr,  # rows per program, state columns (power of two)
     REVERSE: tl.constexpr,  # False: forward; True: backward
+    STAGES: tl.constexpr,  # the loop's pipeline: each chunk's loads go out STAGES − 1 trips ahead
 ):
     pr, hi = tl.program_id(0), tl.program_id(1)
     bi = tl.program_id(2).to(tl.int64)
@@ -67,11 +70,8 @@ def _state_passing_kernel(
     if not REVERSE:
         X = _turn_rows(X, -theta_in, R, N)  # H^L_0 = H_in R(θ_in)
         theta = theta_in
-        S_next = tl.load(S_ptr + base + tile, mask=mask, other=0.0)
-        for ci in range(n_chunks):
-            S = S_next.to(tl.float32)
-            ahead = tl.minimum(ci + 1, n_chunks - 1)  # one chunk ahead (the last one twice)
-            S_next = tl.load(S_ptr + base + ahead * step + tile, mask=mask, other=0.0)
+        for ci in tl.range(0, n_chunks, num_stages=STAGES):
+            S = tl.load(S_ptr + base + ci * step + tile, mask=mask, other=0.0).to(tl.float32)
             phi = tl.load(Phi_ptr + (row * n_chunks + ci) * na + offs_j, mask=mask_j, other=0.0)
             a = exp(tl.load(Cend_ptr + row * n_chunks + ci))
             tl.store(Out_ptr + base + ci * step + tile, X.to(Out_ptr.dtype.element_ty), mask=mask)
@@ -84,14 +84,10 @@ def _state_passing_kernel(
         theta_f = tl.load(theta_final_ptr + row * na + offs_j, mask=mask_j, other=0.0)
         X = _turn_rows(X, -theta_f, R, N)  # G^L_C = dH_final R(θ_final)
         last = n_chunks - 1
-        dS_next = tl.load(S_ptr + base + last * step + tile, mask=mask, other=0.0)
-        H_next = tl.load(H_ptr + base + last * step + tile, mask=mask, other=0.0)
-        for k in range(n_chunks):
+        for k in tl.range(0, n_chunks, num_stages=STAGES):
             ci = last - k
-            dS, H = dS_next.to(tl.float32), H_next.to(tl.float32)
-            ahead = tl.maximum(ci - 1, 0)  # one chunk ahead, backwards (the first one twice)
-            dS_next = tl.load(S_ptr + base + ahead * step + tile, mask=mask, other=0.0)
-            H_next = tl.load(H_ptr + base + ahead * step + tile, mask=mask, other=0.0)
+            dS = tl.load(S_ptr + base + ci * step + tile, mask=mask, other=0.0).to(tl.float32)
+            H = tl.load(H_ptr + base + ci * step + tile, mask=mask, other=0.0).to(tl.float32)
             phi = tl.load(Phi_ptr + (row * n_chunks + ci) * na + offs_j, mask=mask_j, other=0.0)
             a = exp(tl.load(Cend_ptr + row * n_chunks + ci))
             X = _turn_rows(X, phi, R, N)  # D_c = G^L_{c+1} R(Φ_c)ᵀ
@@ -104,16 +100,16 @@ def _state_passing_kernel(
 def _launch(S, Phi, Cend, theta_in, theta_final, X0, Out, XF, H, HD, reverse, cfg):
     b, h, c, p, n = S.shape
     na = Phi.shape[3]
-    R = min(cfg["state_rows"], triton.next_power_of_2(p))
+    R = min(cfg.state_rows, triton.next_power_of_2(p))
     _state_passing_kernel[(triton.cdiv(p, R), h, b)](
         S, Phi, Cend, theta_in, theta_final, X0, Out, XF, H, HD,
         c, h, p, n, na, 1 if HD is None else HD.shape[-1],
         R=R, N=max(16, triton.next_power_of_2(n)), REVERSE=reverse,
-        num_warps=cfg["state_warps"],
+        STAGES=cfg.state_stages, num_warps=cfg.state_warps,
     )
 
 
-def pass_states(S, Phi, Cend, theta_in=None, H_in=None, cfg=CONFIG):
+def pass_states(S, Phi, Cend, theta_in=None, H_in=None, cfg=DEFAULT):
     """Forward: (H^L (b, h, c, p, n) in S's dtype, final state (b, h, p, n) and final angle
     (b, h, na), float32). ``H_in`` (b, h, p, n) in the absolute frame, ``theta_in`` (b, h, na)."""
     b, h, c, p, n = S.shape
@@ -124,13 +120,14 @@ def pass_states(S, Phi, Cend, theta_in=None, H_in=None, cfg=CONFIG):
     return H, final, theta_final
 
 
-def pass_state_grads(dS, Phi, Cend, H, theta_final, theta_in=None, dH_final=None, cfg=CONFIG):
+def pass_state_grads(dS, Phi, Cend, H, theta_final, theta_in=None, dH_final=None,
+                     cfg=DEFAULT):
     """Backward: (D (b, h, c, p, n) in dS's dtype, dH_in (b, h, p, n) float32, ⟨D_c, H^L_c⟩
     (b, h, c, T) float32, a part per program of rows (T a power of two, the rest 0))."""
     b, h, c, p, n = dS.shape
     D = torch.empty_like(dS)
     dH_in = torch.empty(b, h, p, n, device=dS.device, dtype=torch.float32)
-    R = min(cfg["state_rows"], triton.next_power_of_2(p))
+    R = min(cfg.state_rows, triton.next_power_of_2(p))
     HD = torch.zeros(b, h, c, triton.next_power_of_2(triton.cdiv(p, R)), device=dS.device,
                      dtype=torch.float32)
     _launch(dS, Phi, Cend, theta_in, theta_final.contiguous(), dH_final, D, dH_in, H, HD, True,

@@ -5,7 +5,8 @@
 
 Modules: ``forward`` (chapter 10's five stages), ``states`` and ``outputs`` (chapter 11's two
 fused kernels), ``fused`` (both designs behind one function), ``backward*`` (the gradients),
-``combined`` (the public function), ``common`` (what they all share).
+``combined`` (the public function), ``config`` (every launch setting, as data: ``Config``,
+``default_config``), ``common`` (what the kernels share).
 """
 
 from mambalearn.triton.ssd.combined import mamba_chunk_scan_combined

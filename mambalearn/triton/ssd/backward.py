@@ -58,7 +58,7 @@ import torch
 import triton
 
 from mambalearn.triton.ssd import forward as fwd
-from mambalearn.triton.ssd.backward_config import blocks, launch_config
+from mambalearn.triton.ssd.backward_config import blocks, launch_args
 
 # Each step lives in a module of its own, kernel then launcher: 1 and 8 in backward_cumsum, 2–3 in
 # backward_states, 4–6 in backward_groups, 7 in backward_dx; launch settings in backward_config.
@@ -84,84 +84,70 @@ from mambalearn.triton.ssd.backward_states import (  # noqa: F401
     dstates,
     state_passing_backward,
 )
-from mambalearn.triton.ssd.common import INTERP
+from mambalearn.triton.ssd.config import resolve
 from mambalearn.triton.ssd.states import chunk_states
-
-
-def head_splits(heads_per_group, programs):
-    """Steps 4–6: split a group's heads over this many programs, doubling while the grid has
-    fewer than 2 programs per SM (and the split divides the group)."""
-    if INTERP:
-        return 1
-    sms = torch.cuda.get_device_properties(torch.cuda.current_device()).multi_processor_count
-    split = 1
-    while programs * split < 2 * sms and heads_per_group % (2 * split) == 0:
-        split *= 2
-    return split
 
 
 # ---------------------------------------------------------------------------------------------
 def ssd_backward(dout, dfinal, x, dt, A, B, C, chunk_size, D=None, z=None, dt_bias=None,
                  initial_states=None, seq_idx=None, dt_softplus=False,
-                 dt_limit=(0.0, float("inf")), configs=None, nsplit=None, recompute="states"):
+                 dt_limit=(0.0, float("inf")), config=None):
     """All gradients of ``mamba_chunk_scan_combined``, steps 0–8 of the module doc.
 
     Shapes: dout (b, l, h, p); dfinal (b, h, p, n) or None; the rest as the forward's.
     Returns (dx, ddt, dA, dB, dC, dD, dz, ddt_bias, dinitial_states), each in its input's dtype,
     None where the input is None. Matches ``_mamba_chunk_scan_combined_bwd`` of mamba_ssm.
 
-    ``configs``: {kernel: launch settings} overriding ``backward_config.CONFIGS``; ``nsplit``:
-    programs per group in steps 4–6 (default: ``head_splits``); ``recompute``: step 0 by
-    ``"states"`` (chapter 11's one-kernel chunk states, ``states.chunk_states``) or ``"stages"``
-    (chapter 10's chunk cumsum, chunk state and state passing).
+    ``config``: a ``config.Config`` (default: ``config.default_config`` for this shape): its
+    ``backward`` (a launch per kernel, ``nsplit``: programs per group in steps 4–6,
+    ``recompute``: step 0 by chapter 11's one-kernel chunk states, ``"states"``, or chapter 10's
+    chunk state and state passing, ``"stages"``) and its ``stages`` (the recomputing kernels).
     """
-    for k in configs or {}:
-        launch_config(k)  # a clear error for a name that is no kernel
-    cfg = lambda k: (configs or {}).get(k)
     b, l, h, p = x.shape
     g, n, q = B.shape[2], B.shape[3], chunk_size
+    config = resolve(config, (b, l, h, p, g, n, q), x.device)
+    cfg, st = config.backward, config.stages
     x, B, C, dout = x.contiguous(), B.contiguous(), C.contiguous(), dout.contiguous()
     seq_idx = seq_idx.contiguous() if seq_idx is not None else None
     # 0. recompute what the forward did not keep: Δ, dA_cs, the passed states H, CB
-    if recompute == "states":
-        dt_c, dA_cs = fwd.chunk_cumsum(dt, A, q, dt_bias, dt_softplus, dt_limit)  # (b, h, c, q)
-        H, final = chunk_states(x, B, dt_c, dA_cs, initial_states, seq_idx)  # (b, c, h, p, n)
-    elif recompute == "stages":
-        dt_c, dA_cs = fwd.chunk_cumsum(dt, A, q, dt_bias, dt_softplus, dt_limit)  # (b, h, c, q)
-        S = fwd.chunk_state(x, B, dt_c, dA_cs, seq_idx)  # (b, c, h, p, n) f32
-        H, final = fwd.state_passing(S, dA_cs, initial_states, seq_idx, l, out_dtype=x.dtype)
-        del S
+    dt_c, dA_cs = fwd.chunk_cumsum(dt, A, q, dt_bias, dt_softplus, dt_limit,
+                                   heads=st.cumsum_heads)  # (b, h, c, q)
+    if cfg.recompute == "states":
+        H, final = chunk_states(x, B, dt_c, dA_cs, initial_states, seq_idx,
+                                config=cfg.states)  # (b, c, h, p, n)
     else:
-        raise ValueError(f'recompute must be "states" or "stages", got {recompute!r}')
-    CB = fwd.bmm_chunk(C, B, q)  # (b, c, g, q, q) f32
+        S = fwd.chunk_state(x, B, dt_c, dA_cs, seq_idx, st)  # (b, c, h, p, n) f32
+        H, final = fwd.state_passing(S, dA_cs, initial_states, seq_idx, l, out_dtype=x.dtype,
+                                     cfg=st)
+        del S
+    CB = fwd.bmm_chunk(C, B, q, st)  # (b, c, g, q, q) f32
     c = dA_cs.shape[2]
     # 1. gate
     if z is not None:
-        u = fwd.chunk_scan(x, C, CB, dt_c, dA_cs, H, D, None, seq_idx)  # (b, l, h, p): y + D x
-        dy, dz = gate_backward(dout, z, u)
+        u = fwd.chunk_scan(x, C, CB, dt_c, dA_cs, H, D, None, seq_idx, st)  # y + D x
+        dy, dz = gate_backward(dout, z, u, cfg)
         del u
     else:
         dy, dz = dout, None
     # 2–3. the state gradients, backwards over chunks (dS holds dH, then dS)
-    dS = dstates(dy, C, dA_cs, seq_idx, cfg("dstates"))  # (b, c, h, p, n) f32
+    dS = dstates(dy, C, dA_cs, seq_idx, cfg)  # (b, c, h, p, n) f32
     dlast, dinit = state_passing_backward(dS, H, final, dA_cs, dfinal, seq_idx, l,
-                                          has_init=initial_states is not None)
+                                          has_init=initial_states is not None, cfg=cfg)
     # 4–6. B and C are shared by a group's heads: one program per output tile loops over them
-    nblk = triton.cdiv(q, blocks(q))
-    nblk_n = triton.cdiv(n, launch_config("dC", cfg("dC"), n)[0])
+    nblk = triton.cdiv(q, blocks(q, cfg))
+    nblk_n = triton.cdiv(n, launch_args(cfg.dC, n)[0])
     ddA = torch.zeros(b, h, c, q, nblk + nblk_n, device=x.device, dtype=torch.float32)
-    nsplit = nsplit or head_splits(h // g, b * c * g * nblk * (nblk + 1) // 2)
-    dCB = dcb(dy, x, CB, dt_c, dA_cs, ddA, seq_idx, nsplit, cfg("dcb"))  # (b, c, g, nsplit, q, q)
-    dC = dC_backward(dy, H, C, B, dCB, dA_cs, ddA, nblk, seq_idx, cfg("dC"))  # (b, l, g, n) f32
-    dB = dB_backward(x, dS, C, dCB, dt_c, dA_cs, seq_idx, cfg("dB"))  # (b, l, g, n) f32
+    dCB = dcb(dy, x, CB, dt_c, dA_cs, ddA, seq_idx, cfg.nsplit, cfg)  # (b, c, g, nsplit, q, q)
+    dC = dC_backward(dy, H, C, B, dCB, dA_cs, ddA, nblk, seq_idx, cfg)  # (b, l, g, n) f32
+    dB = dB_backward(x, dS, C, dCB, dt_c, dA_cs, seq_idx, cfg)  # (b, l, g, n) f32
     del dCB, H
     # 7. x, x · G for Δ, and v for a
     v = torch.empty(b, h, c, q, device=x.device, dtype=torch.float32)
-    dx, ddt_x, dD = dx_backward(x, dy, B, CB, dS, dt_c, dA_cs, D, seq_idx, v, cfg("dx"))
+    dx, ddt_x, dD = dx_backward(x, dy, B, CB, dS, dt_c, dA_cs, D, seq_idx, v, cfg)
     del dS, CB
     # 8. through the cumsum and the dt transform
     ddt, dA, ddt_bias = chunk_cumsum_backward(ddA.sum(-1), ddt_x, dlast, dt_c, dt, A, dt_bias,
-                                              dt_softplus, dt_limit, v)
+                                              dt_softplus, dt_limit, v, cfg)
     cast = lambda grad, like: None if like is None else grad.to(like.dtype)
     return (dx, cast(ddt, dt), cast(dA, A), cast(dB, B), cast(dC, C), cast(dD, D), dz,
             cast(ddt_bias, dt_bias), cast(dinit, initial_states))

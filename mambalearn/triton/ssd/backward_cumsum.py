@@ -7,7 +7,8 @@ import torch
 import triton
 import triton.language as tl
 
-from mambalearn.triton.ssd.common import INTERP, p2
+from mambalearn.triton.ssd.backward_config import backward_config
+from mambalearn.triton.ssd.common import tile
 
 
 # ---------------------------------------------------------------------------------------------
@@ -25,11 +26,11 @@ def _gate_bwd_kernel(dout_ptr, z_ptr, u_ptr, dy_ptr, dz_ptr, numel, BLOCK: tl.co
     tl.store(dz_ptr + offs, dz.to(dz_ptr.dtype.element_ty), mask=ok)
 
 
-def gate_backward(dout, z, u):
+def gate_backward(dout, z, u, cfg=None):
     """Step 1. (dy, dz), both (b, l, h, p): dy in u's dtype, dz in z's."""
     dout, z = dout.contiguous(), z.contiguous()
     dy, dz = torch.empty_like(u), torch.empty_like(z)
-    BLOCK = 1024
+    BLOCK = backward_config(cfg, u.device).gate_block
     _gate_bwd_kernel[(triton.cdiv(u.numel(), BLOCK),)](dout, z, u, dy, dz, u.numel(), BLOCK=BLOCK)
     return dy, dz
 
@@ -50,7 +51,8 @@ def _chunk_cumsum_bwd_kernel(
     Q: tl.constexpr, BLOCK_H: tl.constexpr,
     HAS_BIAS: tl.constexpr, SOFTPLUS: tl.constexpr, HAS_LIMIT: tl.constexpr, HAS_V: tl.constexpr,
 ):
-    pid_b, pid_c, pid_h = tl.program_id(0), tl.program_id(1), tl.program_id(2)
+    # chunks on grid axis 0 (up to 2³¹ − 1 programs; axes 1 and 2 stop at 65 535); 64-bit b
+    pid_c, pid_b, pid_h = tl.program_id(0), tl.program_id(1).to(tl.int64), tl.program_id(2)
     offs_h = pid_h * BLOCK_H + tl.arange(0, BLOCK_H)
     offs_t = tl.arange(0, Q)  # the whole chunk: the reverse cumsum runs along it
     t = pid_c * Q + offs_t
@@ -72,8 +74,9 @@ def _chunk_cumsum_bwd_kernel(
     d_delta = g_delta + A[:, None] * R  # ∂loss/∂Δ
     # back through Δ = clamp(softplus(dt + dt_bias)), recomputing the pre-activation
     ok = ok_h[:, None] & (t[None, :] < l)
-    v = tl.load(dt_ptr + pid_b * stride_dtb + t[None, :] * stride_dtl
-                + offs_h[:, None] * stride_dth, mask=ok, other=0.0).to(tl.float32)
+    v = tl.load(dt_ptr + pid_b * stride_dtb + (pid_c * Q).to(tl.int64) * stride_dtl
+                + offs_t[None, :] * stride_dtl + offs_h[:, None] * stride_dth, mask=ok,
+                other=0.0).to(tl.float32)
     if HAS_BIAS:
         v += tl.load(bias_ptr + offs_h, mask=ok_h, other=0.0).to(tl.float32)[:, None]
     if SOFTPLUS:  # softplus' = σ below mamba_ssm's threshold of 20, the identity above
@@ -87,7 +90,7 @@ def _chunk_cumsum_bwd_kernel(
 
 
 def chunk_cumsum_backward(ddA, ddt_x, dlast, dt_c, dt, A, dt_bias=None, dt_softplus=False,
-                          dt_limit=(0.0, float("inf")), v=None):
+                          dt_limit=(0.0, float("inf")), v=None, cfg=None):
     """Step 8. (ddt (b, l, h) float32, dA (h,) float32, ddt_bias (h,) float32 or None).
 
     ∂loss/∂a_t = ddA_t − v_t + [t = last](dlast + Σ_s v_s); ddt_x is ∂loss/∂Δ at fixed a."""
@@ -95,11 +98,13 @@ def chunk_cumsum_backward(ddA, ddt_x, dlast, dt_c, dt, A, dt_bias=None, dt_softp
     c, q = dt_c.shape[2], dt_c.shape[3]
     ddt = torch.empty(b, l, h, device=dt.device, dtype=torch.float32)
     dA = torch.empty(b, c, h, device=dt.device, dtype=torch.float32)
-    BLOCK_H = 1 if INTERP else min(4, p2(h, 1))
-    _chunk_cumsum_bwd_kernel[(b, c, triton.cdiv(h, BLOCK_H))](
+    cfg = backward_config(cfg, dt.device)
+    BLOCK_H = tile(cfg.cumsum_heads, h, 1)
+    _chunk_cumsum_bwd_kernel[(c, b, triton.cdiv(h, BLOCK_H))](
         ddA, ddt_x, dlast, v if v is not None else ddA, dt_c, dt, A,
         dt_bias if dt_bias is not None else A, ddt, dA,
         l, h, c, float(dt_limit[0]), float(dt_limit[1]), *dt.stride(),
         Q=q, BLOCK_H=BLOCK_H, HAS_BIAS=dt_bias is not None, SOFTPLUS=dt_softplus,
-        HAS_LIMIT=tuple(dt_limit) != (0.0, float("inf")), HAS_V=v is not None, num_warps=4)
+        HAS_LIMIT=tuple(dt_limit) != (0.0, float("inf")), HAS_V=v is not None,
+        num_warps=cfg.cumsum_warps)
     return ddt, dA.sum((0, 1)), ddt.sum((0, 1)) if dt_bias is not None else None

@@ -7,7 +7,7 @@ import torch
 import triton
 import triton.language as tl
 
-from mambalearn.triton.ssd.backward_config import blocks, launch_config
+from mambalearn.triton.ssd.backward_config import backward_config, blocks, launch_args
 from mambalearn.triton.ssd.common import _bcgs, _row, _tile, _tile_T, p2
 
 
@@ -23,7 +23,7 @@ def _dcb_kernel(
     Q: tl.constexpr, HEADS: tl.constexpr,   # HEADS: heads per program = (h / g) / nsplit
     BLOCK_Q: tl.constexpr, BLOCK_P: tl.constexpr, HAS_SEQ: tl.constexpr,
 ):
-    pid_ts, pid = tl.program_id(0), tl.program_id(1)
+    pid, pid_ts = tl.program_id(0), tl.program_id(1)  # (b, c, g, split) on the unlimited axis
     pid_t, pid_s = pid_ts // tl.cdiv(Q, BLOCK_Q), pid_ts % tl.cdiv(Q, BLOCK_Q)
     if pid_s > pid_t:
         return  # strictly above the diagonal: L is zero there
@@ -41,12 +41,12 @@ def _dcb_kernel(
         keep = keep & (seq_t[:, None] == seq_s[None, :])
     cb = _tile(CB_ptr + ((pid_b * nchunks + pid_c) * g + pid_g) * Q * Q, offs_t, offs_t < Q, Q,
                offs_s, Q)  # (T, S) f32
-    xdy_base = pid_b.to(tl.int64) * l * h * p
+    xdy_base = (pid_b * l + pid_c * Q) * h * p  # the chunk's first step (64-bit: past 2³¹)
     acc = tl.zeros((BLOCK_Q, BLOCK_Q), dtype=tl.float32)
     for i in range(HEADS):  # the heads of this group (and split): they all share CB
         head = pid_g * heads_per_group + split * HEADS + i
-        dy_t = _tile(dy_ptr + xdy_base + head * p, t_t, ok_t, h * p, offs_p, p)  # (T, P)
-        xT_s = _tile_T(x_ptr + xdy_base + head * p, t_s, ok_s, h * p, offs_p, p)  # (P, S)
+        dy_t = _tile(dy_ptr + xdy_base + head * p, offs_t, ok_t, h * p, offs_p, p)  # (T, P)
+        xT_s = _tile_T(x_ptr + xdy_base + head * p, offs_s, ok_s, h * p, offs_p, p)  # (P, S)
         dyx = tl.dot(dy_t, xT_s)  # (T, S): dy_t · x_s
         cs = ((pid_b * h + head) * nchunks + pid_c) * Q
         a_t, a_s = _row(dA_cs_ptr + cs, offs_t, Q), _row(dA_cs_ptr + cs, offs_s, Q)
@@ -65,7 +65,7 @@ def _dcb_kernel(
         else:
             tl.store(ddA_ptr + (cs + offs_t) * slots + pid_s, rows, mask=offs_t < Q)
             tl.store(ddA_ptr + (cs + offs_s) * slots + pid_t, -cols, mask=offs_s < Q)
-    out = dCB_ptr + (pid * Q + offs_t[:, None]) * Q + offs_s[None, :]
+    out = dCB_ptr + (pid.to(tl.int64) * Q + offs_t[:, None]) * Q + offs_s[None, :]
     tl.store(out, acc, mask=(offs_t[:, None] < Q) & (offs_s[None, :] < Q))
 
 
@@ -78,14 +78,15 @@ def dcb(dy, x, CB, dt_c, dA_cs, ddA, seq_idx=None, nsplit=1, cfg=None):
     c, g, q = CB.shape[1], CB.shape[2], CB.shape[3]
     if nsplit < 1 or (h // g) % nsplit:
         raise ValueError(f"nsplit = {nsplit} must divide the {h // g} heads of a group")
-    BQ = blocks(q)
+    cfg = backward_config(cfg, x.device)
+    BQ = blocks(q, cfg)
     nblk = triton.cdiv(q, BQ)
     dCB = torch.empty(b, c, g, nsplit, q, q, device=x.device, dtype=torch.float32)
-    _dcb_kernel[(nblk * nblk, b * c * g * nsplit)](
+    _dcb_kernel[(b * c * g * nsplit, nblk * nblk)](
         dy, x, CB, dt_c, dA_cs, seq_idx if seq_idx is not None else dt_c, dCB, ddA,
         l, h, p, g, c, h // g, nsplit, ddA.shape[-1],
         Q=q, HEADS=h // g // nsplit, BLOCK_Q=BQ, BLOCK_P=p2(p), HAS_SEQ=seq_idx is not None,
-        **launch_config("dcb", cfg)[1])
+        **launch_args(cfg.dcb)[1])
     return dCB
 
 
@@ -101,7 +102,7 @@ def _dC_kernel(
     N: tl.constexpr, Q: tl.constexpr, HEADS: tl.constexpr,
     BLOCK_Q: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_P: tl.constexpr, HAS_SEQ: tl.constexpr,
 ):
-    pid_tn, pid = tl.program_id(0), tl.program_id(1)
+    pid, pid_tn = tl.program_id(0), tl.program_id(1)  # (b, c, g, split) on the unlimited axis
     pid_t, pid_n = pid_tn // tl.cdiv(N, BLOCK_N), pid_tn % tl.cdiv(N, BLOCK_N)
     pid_b, pid_c, pid_g, split = _bcgs(pid, g, nchunks, nsplit)
     offs_t = pid_t * BLOCK_Q + tl.arange(0, BLOCK_Q)
@@ -109,17 +110,18 @@ def _dC_kernel(
     offs_p = tl.arange(0, BLOCK_P)
     t_t = pid_c * Q + offs_t
     ok_t = (offs_t < Q) & (t_t < l)
-    BC_base = pid_b.to(tl.int64) * l * g * N + pid_g * N  # step t of this group: + t·g·n
-    C_t = _tile(C_ptr + BC_base, t_t, ok_t, g * N, offs_n, N).to(tl.float32)  # (T, N)
+    bt0 = pid_b * l + pid_c * Q  # the chunk's first step (64-bit: past 2³¹)
+    BC_base = bt0 * g * N + pid_g * N  # step k of the chunk, this group: + k·g·n
+    C_t = _tile(C_ptr + BC_base, offs_t, ok_t, g * N, offs_n, N).to(tl.float32)  # (T, N)
     if HAS_SEQ:  # steps that continue the sequence of the entering state
         seq_prev = tl.load(seq_ptr + pid_b * l + pid_c * Q - 1, mask=pid_c > 0, other=0)
         same_prev = tl.load(seq_ptr + pid_b * l + t_t, mask=ok_t, other=-1) == seq_prev
-    dy_base = dy_ptr + pid_b.to(tl.int64) * l * h * p
+    dy_base = dy_ptr + bt0 * h * p
     acc = tl.zeros((BLOCK_Q, BLOCK_N), dtype=tl.float32)
     # off-diagonal part, head by head: exp(a_t) dy_t H_c
     for i in range(HEADS):
         head = pid_g * heads_per_group + split * HEADS + i
-        dy_t = _tile(dy_base + head * p, t_t, ok_t, h * p, offs_p, p)  # (T, P)
+        dy_t = _tile(dy_base + head * p, offs_t, ok_t, h * p, offs_p, p)  # (T, P)
         H_base = H_ptr + ((pid_b * nchunks + pid_c) * h + head).to(tl.int64) * p * N
         H_c = _tile(H_base, offs_p, offs_p < p, N, offs_n, N)  # (P, N)
         cs = ((pid_b * h + head) * nchunks + pid_c) * Q
@@ -132,17 +134,17 @@ def _dC_kernel(
         tl.store(ddA_ptr + (cs + offs_t) * slots + slot0 + pid_n, tl.sum(Z * C_t, axis=1),
                  mask=offs_t < Q)
     # diagonal part: Σ_{s ≤ t} dCB_ts B_s, over the blocks left of and on the diagonal
-    dCB_base = dCB_ptr + pid * Q * Q
+    dCB_base = dCB_ptr + pid.to(tl.int64) * Q * Q
     k0 = 0
     while k0 <= pid_t * BLOCK_Q:
         offs_s = k0 + tl.arange(0, BLOCK_Q)
         t_s = pid_c * Q + offs_s
         ok_s = (offs_s < Q) & (t_s < l)
         dcb = _tile(dCB_base, offs_t, offs_t < Q, Q, offs_s, Q)  # (T, S)
-        B_s = _tile(B_ptr + BC_base, t_s, ok_s, g * N, offs_n, N).to(tl.float32)  # (S, N)
+        B_s = _tile(B_ptr + BC_base, offs_s, ok_s, g * N, offs_n, N).to(tl.float32)  # (S, N)
         acc += tl.dot(dcb, B_s)  # float32 operands (tf32 on a GPU): dCB sums many heads
         k0 += BLOCK_Q
-    out = dC_ptr + split.to(tl.int64) * nb * l * g * N + BC_base + t_t[:, None] * g * N
+    out = dC_ptr + split.to(tl.int64) * nb * l * g * N + BC_base + offs_t[:, None] * g * N
     tl.store(out + offs_n[None, :], acc, mask=ok_t[:, None] & (offs_n[None, :] < N))
 
 
@@ -152,10 +154,11 @@ def dC_backward(dy, H, C, B, dCB, dA_cs, ddA, slot0, seq_idx=None, cfg=None):
     b, l, h, p = dy.shape
     g, n = C.shape[2], C.shape[3]
     c, nsplit, q = dCB.shape[1], dCB.shape[3], dCB.shape[-1]
-    BQ = blocks(q)
-    BN, opts = launch_config("dC", cfg, n)
+    cfg = backward_config(cfg, dy.device)
+    BQ = blocks(q, cfg)
+    BN, opts = launch_args(cfg.dC, n)
     dC = torch.empty(nsplit, b, l, g, n, device=dy.device, dtype=torch.float32)
-    _dC_kernel[(triton.cdiv(q, BQ) * triton.cdiv(n, BN), b * c * g * nsplit)](
+    _dC_kernel[(b * c * g * nsplit, triton.cdiv(q, BQ) * triton.cdiv(n, BN))](
         dy, H, C, B, dCB, dA_cs, seq_idx if seq_idx is not None else dA_cs, dC, ddA,
         b, l, h, p, g, c, h // g, nsplit, ddA.shape[-1], slot0,
         N=n, Q=q, HEADS=h // g // nsplit, BLOCK_Q=BQ, BLOCK_N=BN, BLOCK_P=p2(p),
@@ -174,7 +177,7 @@ def _dB_kernel(
     N: tl.constexpr, Q: tl.constexpr, HEADS: tl.constexpr,
     BLOCK_Q: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_P: tl.constexpr, HAS_SEQ: tl.constexpr,
 ):
-    pid_sn, pid = tl.program_id(0), tl.program_id(1)
+    pid, pid_sn = tl.program_id(0), tl.program_id(1)  # (b, c, g, split) on the unlimited axis
     pid_s, pid_n = pid_sn // tl.cdiv(N, BLOCK_N), pid_sn % tl.cdiv(N, BLOCK_N)
     pid_b, pid_c, pid_g, split = _bcgs(pid, g, nchunks, nsplit)
     offs_s = pid_s * BLOCK_Q + tl.arange(0, BLOCK_Q)
@@ -185,12 +188,13 @@ def _dB_kernel(
     if HAS_SEQ:  # only steps of the sequence running at the chunk's end enter S_c
         seq_last = tl.load(seq_ptr + pid_b * l + tl.minimum((pid_c + 1) * Q, l) - 1)
         same_last = tl.load(seq_ptr + pid_b * l + t_s, mask=ok_s, other=-1) == seq_last
-    x_base = x_ptr + pid_b.to(tl.int64) * l * h * p
+    bt0 = pid_b * l + pid_c * Q  # the chunk's first step (64-bit: past 2³¹)
+    x_base = x_ptr + bt0 * h * p
     acc = tl.zeros((BLOCK_Q, BLOCK_N), dtype=tl.float32)
     # chunk-state part, head by head: w_s x_s dS_c
     for i in range(HEADS):
         head = pid_g * heads_per_group + split * HEADS + i
-        x_s = _tile(x_base + head * p, t_s, ok_s, h * p, offs_p, p)  # (S, P)
+        x_s = _tile(x_base + head * p, offs_s, ok_s, h * p, offs_p, p)  # (S, P)
         dS_base = dS_ptr + ((pid_b * nchunks + pid_c) * h + head).to(tl.int64) * p * N
         dS = _tile(dS_base, offs_p, offs_p < p, N, offs_n, N)  # (P, N) f32
         cs = ((pid_b * h + head) * nchunks + pid_c) * Q
@@ -201,18 +205,18 @@ def _dB_kernel(
             w = tl.where(same_last, w, 0.0)
         acc += tl.dot(x_s, dS.to(x_s.dtype)) * w[:, None]  # (S, N)
     # diagonal part: Σ_{t ≥ s} dCB_ts C_t, over the blocks on and below the diagonal
-    BC_base = pid_b.to(tl.int64) * l * g * N + pid_g * N
-    dCB_base = dCB_ptr + pid * Q * Q
+    BC_base = bt0 * g * N + pid_g * N
+    dCB_base = dCB_ptr + pid.to(tl.int64) * Q * Q
     k0 = pid_s * BLOCK_Q
     while k0 < Q:
         offs_t = k0 + tl.arange(0, BLOCK_Q)
         t_t = pid_c * Q + offs_t
         ok_t = (offs_t < Q) & (t_t < l)
         dcbT = _tile_T(dCB_base, offs_t, offs_t < Q, Q, offs_s, Q)  # (S, T)
-        C_t = _tile(C_ptr + BC_base, t_t, ok_t, g * N, offs_n, N).to(tl.float32)  # (T, N)
+        C_t = _tile(C_ptr + BC_base, offs_t, ok_t, g * N, offs_n, N).to(tl.float32)  # (T, N)
         acc += tl.dot(dcbT, C_t)
         k0 += BLOCK_Q
-    out = dB_ptr + split.to(tl.int64) * nb * l * g * N + BC_base + t_s[:, None] * g * N
+    out = dB_ptr + split.to(tl.int64) * nb * l * g * N + BC_base + offs_s[:, None] * g * N
     tl.store(out + offs_n[None, :], acc, mask=ok_s[:, None] & (offs_n[None, :] < N))
 
 
@@ -222,10 +226,11 @@ def dB_backward(x, dS, C, dCB, dt_c, dA_cs, seq_idx=None, cfg=None):
     b, l, h, p = x.shape
     g, n = C.shape[2], C.shape[3]
     c, nsplit, q = dCB.shape[1], dCB.shape[3], dCB.shape[-1]
-    BQ = blocks(q)
-    BN, opts = launch_config("dB", cfg, n)
+    cfg = backward_config(cfg, x.device)
+    BQ = blocks(q, cfg)
+    BN, opts = launch_args(cfg.dB, n)
     dB = torch.empty(nsplit, b, l, g, n, device=x.device, dtype=torch.float32)
-    _dB_kernel[(triton.cdiv(q, BQ) * triton.cdiv(n, BN), b * c * g * nsplit)](
+    _dB_kernel[(b * c * g * nsplit, triton.cdiv(q, BQ) * triton.cdiv(n, BN))](
         x, dS, C, dCB, dt_c, dA_cs, seq_idx if seq_idx is not None else dA_cs, dB,
         b, l, h, p, g, c, h // g, nsplit,
         N=n, Q=q, HEADS=h // g // nsplit, BLOCK_Q=BQ, BLOCK_N=BN, BLOCK_P=p2(p),

@@ -7,8 +7,8 @@ import torch
 import triton
 import triton.language as tl
 
-from mambalearn.triton.ssd.backward_config import blocks, launch_config
-from mambalearn.triton.ssd.common import INTERP, _bch, _row, _tile, _tile_T, p2
+from mambalearn.triton.ssd.backward_config import backward_config, blocks, launch_args
+from mambalearn.triton.ssd.common import _bch, _row, _tile, _tile_T, tile
 
 
 # ---------------------------------------------------------------------------------------------
@@ -21,14 +21,15 @@ def _dstates_kernel(
     Q: tl.constexpr, BLOCK_P: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     HAS_SEQ: tl.constexpr,
 ):
-    pid_pn, pid_bch = tl.program_id(0), tl.program_id(1)
+    pid_bch, pid_pn = tl.program_id(0), tl.program_id(1)  # (b, c, h) on the unlimited axis
     pid_p, pid_n = pid_pn // tl.cdiv(n, BLOCK_N), pid_pn % tl.cdiv(n, BLOCK_N)
     pid_b, pid_c, pid_h = _bch(pid_bch, h, nchunks)
     offs_p = pid_p * BLOCK_P + tl.arange(0, BLOCK_P)
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-    dy_base = dy_ptr + pid_b.to(tl.int64) * l * h * p + pid_h * p  # step t: + t·h·p
-    C_base = C_ptr + pid_b.to(tl.int64) * l * g * n + (pid_h // heads_per_group) * n
-    cs = dA_cs_ptr + ((pid_b * h + pid_h) * nchunks + pid_c) * Q  # this chunk's row of a
+    bt0 = pid_b.to(tl.int64) * l + pid_c * Q  # the chunk's first step (64-bit: past 2³¹)
+    dy_base = dy_ptr + bt0 * h * p + pid_h * p  # step k of the chunk: + k·h·p
+    C_base = C_ptr + bt0 * g * n + (pid_h // heads_per_group) * n
+    cs = dA_cs_ptr + ((pid_b.to(tl.int64) * h + pid_h) * nchunks + pid_c) * Q  # the chunk's a
     if HAS_SEQ:  # Y_off only reaches steps that continue the sequence of the entering state
         seq_prev = tl.load(seq_ptr + pid_b * l + pid_c * Q - 1, mask=pid_c > 0, other=0)
     acc = tl.zeros((BLOCK_P, BLOCK_N), dtype=tl.float32)
@@ -40,8 +41,8 @@ def _dstates_kernel(
         if HAS_SEQ:
             seq_t = tl.load(seq_ptr + pid_b * l + t, mask=ok, other=-1)
             scale = tl.where(seq_t == seq_prev, scale, 0.0)
-        dyT = _tile_T(dy_base, t, ok, h * p, offs_p, p)  # (P, K)
-        C_k = _tile(C_base, t, ok, g * n, offs_n, n)  # (K, N)
+        dyT = _tile_T(dy_base, offs_k, ok, h * p, offs_p, p)  # (P, K)
+        C_k = _tile(C_base, offs_k, ok, g * n, offs_n, n)  # (K, N)
         acc += tl.dot((dyT.to(tl.float32) * scale[None, :]).to(C_k.dtype), C_k)  # (P, N)
     out = dH_ptr + (pid_bch.to(tl.int64) * p + offs_p[:, None]) * n + offs_n[None, :]
     tl.store(out, acc, mask=(offs_p[:, None] < p) & (offs_n[None, :] < n))
@@ -54,12 +55,13 @@ def dstates(dy, C, dA_cs, seq_idx=None, cfg=None):
     g, n = C.shape[2], C.shape[3]
     c, q = dA_cs.shape[2], dA_cs.shape[3]
     dH = torch.empty(b, c, h, p, n, device=dy.device, dtype=torch.float32)
-    BN, opts = launch_config("dstates", cfg, n)
-    BP = p2(p) if INTERP else min(64, p2(p))
-    grid = (triton.cdiv(p, BP) * triton.cdiv(n, BN), b * c * h)
+    cfg = backward_config(cfg, dy.device)
+    BN, opts = launch_args(cfg.dstates, n)
+    BP = tile(cfg.dstates_block_p, p)
+    grid = (b * c * h, triton.cdiv(p, BP) * triton.cdiv(n, BN))
     _dstates_kernel[grid](dy, C, dA_cs, seq_idx if seq_idx is not None else dA_cs, dH,
                           l, h, p, g, n, c, h // g, Q=q, BLOCK_P=BP, BLOCK_N=BN,
-                          BLOCK_K=blocks(q), HAS_SEQ=seq_idx is not None, **opts)
+                          BLOCK_K=blocks(q, cfg), HAS_SEQ=seq_idx is not None, **opts)
     return dH
 
 
@@ -79,7 +81,7 @@ def _state_passing_bwd_kernel(
     pid_d, pid_b, pid_h = tl.program_id(0), tl.program_id(1), tl.program_id(2)
     offs = pid_d * BLOCK + tl.arange(0, BLOCK)
     ok = offs < dim
-    bh = pid_b * h + pid_h
+    bh = pid_b.to(tl.int64) * h + pid_h
     if HAS_DFINAL:  # 𝒢 after the last chunk: the gradient of the final state
         G = tl.load(dfinal_ptr + bh.to(tl.int64) * dim + offs, mask=ok, other=0.0).to(tl.float32)
     else:
@@ -112,7 +114,7 @@ def _state_passing_bwd_kernel(
 
 
 def state_passing_backward(dS, H, final, dA_cs, dfinal=None, seq_idx=None, l=None,
-                           has_init=False):
+                           has_init=False, cfg=None):
     """Step 3, in place: dS (b, c, h, p, n) holds dH on entry and dS_c = 𝒢_{c+1} on return.
 
     Returns (dlast (b, h, c) float32 = ⟨α_c H_c, 𝒢_{c+1}⟩, ∂loss/∂a_last of each chunk through
@@ -122,7 +124,8 @@ def state_passing_backward(dS, H, final, dA_cs, dfinal=None, seq_idx=None, l=Non
     """
     b, c, h, p, n = dS.shape
     q, dim = dA_cs.shape[-1], p * n
-    BLOCK = 256  # one warp, 8 values a thread: the sum over the block needs no barrier
+    cfg = backward_config(cfg, dS.device)
+    BLOCK = cfg.passing_block  # one warp, 8 values a thread: the block's sum needs no barrier
     nblocks = triton.cdiv(dim, BLOCK)
     dlast = torch.empty(b, h, c, nblocks, device=dS.device, dtype=torch.float32)
     dinit = torch.empty(b, h, p, n, device=dS.device, dtype=torch.float32) if has_init else None
@@ -132,5 +135,5 @@ def state_passing_backward(dS, H, final, dA_cs, dfinal=None, seq_idx=None, l=Non
         seq_idx if seq_idx is not None else dS, dinit if has_init else dS, dlast,
         l if l is not None else c * q, h, dim, c, nblocks,
         Q=q, BLOCK=BLOCK, HAS_DFINAL=dfin is not None, HAS_INIT=has_init,
-        HAS_SEQ=seq_idx is not None, num_warps=1)
+        HAS_SEQ=seq_idx is not None, num_warps=cfg.passing_warps)
     return dlast.sum(-1), dinit

@@ -13,6 +13,7 @@ import torch
 
 from mambalearn import ssd
 from mambalearn.triton.ssd.backward import ssd_backward
+from mambalearn.triton.ssd.config import resolve
 from mambalearn.triton.ssd.forward import check_args, ssd_forward
 from mambalearn.triton.ssd.fused import ssd_fused_forward
 
@@ -23,12 +24,17 @@ REFERENCE_HEADS = 8  # heads the oracle backward recomputes together (memory ∝
 class _SSDFn(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, dt, A, B, C, chunk_size, D, z, dt_bias, initial_states, seq_idx,
-                dt_softplus, dt_limit, fused, backward):
-        forward = ssd_fused_forward if fused else ssd_forward
-        out, final = forward(x, dt, A, B, C, chunk_size, D, z, dt_bias, initial_states, seq_idx,
-                             dt_softplus, dt_limit)
+                dt_softplus, dt_limit, fused, backward, config):
+        if fused:
+            out, final = ssd_fused_forward(x, dt, A, B, C, chunk_size, D, z, dt_bias,
+                                           initial_states, seq_idx, dt_softplus, dt_limit,
+                                           config=config)
+        else:
+            out, final = ssd_forward(x, dt, A, B, C, chunk_size, D, z, dt_bias, initial_states,
+                                     seq_idx, dt_softplus, dt_limit, config.stages)
         ctx.save_for_backward(x, dt, A, B, C, D, z, dt_bias, initial_states, seq_idx)
         ctx.args = (chunk_size, dt_softplus, dt_limit)
+        ctx.config = config
         ctx.backward_kind = backward
         return out, final
 
@@ -41,10 +47,10 @@ class _SSDFn(torch.autograd.Function):
             chunk_size, dt_softplus, dt_limit = ctx.args
             dx, ddt, dA, dB, dC, dD, dz, ddt_bias, dh0 = ssd_backward(
                 dout, dfinal, x, dt, A, B, C, chunk_size, D, z, dt_bias, h0, seq_idx,
-                dt_softplus, dt_limit)
+                dt_softplus, dt_limit, config=ctx.config)
             grads = (dx, ddt, dA, dB, dC, dD, dz, ddt_bias, dh0)
         x, dt, A, B, C, D, z, dt_bias, h0 = grads
-        grads = (x, dt, A, B, C, None, D, z, dt_bias, h0, None, None, None, None, None)
+        grads = (x, dt, A, B, C, None, D, z, dt_bias, h0, None, None, None, None, None, None)
         return tuple(gr if need else None
                      for gr, need in zip(grads, ctx.needs_input_grad, strict=True))
 
@@ -90,7 +96,7 @@ def _head_step(heads_per_group, heads):
 def mamba_chunk_scan_combined(x, dt, A, B, C, chunk_size, D=None, z=None, dt_bias=None,
                               initial_states=None, seq_idx=None, dt_softplus=False,
                               dt_limit=(0.0, float("inf")), return_final_states=False,
-                              fused=True, backward="triton"):
+                              fused=True, backward="triton", config=None):
     """out = ((L ∘ C Bᵀ)(Δx) + D x) · silu(z), L = exp(segsum(ΔA)), Δ = softplus(dt + dt_bias).
 
     Shapes (mamba_ssm's): x, z (b, l, h, p); dt (b, l, h); A, dt_bias (h,); B, C (b, l, g, n)
@@ -101,13 +107,17 @@ def mamba_chunk_scan_combined(x, dt, A, B, C, chunk_size, D=None, z=None, dt_bia
     ``fused=True`` (the default) runs chapter 11's fused forward (``ssd_fused_forward``; its
     H200 timings against the five stages and the peers: docs/BENCHMARKS.md), ``False`` chapter
     10's five stages. With a float32 state both agree to float32 summation order (rel. 1e-4).
-    ``backward`` is ``"triton"`` or ``"reference"`` (module doc).
+    ``backward`` is ``"triton"`` or ``"reference"`` (module doc). ``config``: the launch
+    settings, a ``mambalearn.triton.ssd.config.Config`` (default: ``default_config`` for the
+    shape); every kernel runs at ``chunk_size``.
     Drop-in for ``mamba_ssm.ops.triton.ssd_combined.mamba_chunk_scan_combined`` (without
     ``cu_seqlens``/``return_varlen_states``).
     """
     check_args(x, dt, A, B, C, chunk_size, D, z, dt_bias, initial_states, seq_idx)
     if backward not in BACKWARDS:
         raise ValueError(f"backward must be one of {BACKWARDS}, got {backward!r}")
+    b, l, h, p = x.shape
+    config = resolve(config, (b, l, h, p, *B.shape[2:], chunk_size), x.device)
     out, final = _SSDFn.apply(x, dt, A, B, C, chunk_size, D, z, dt_bias, initial_states,
-                              seq_idx, dt_softplus, tuple(dt_limit), bool(fused), backward)
+                              seq_idx, dt_softplus, tuple(dt_limit), bool(fused), backward, config)
     return (out, final) if return_final_states else out

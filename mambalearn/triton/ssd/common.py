@@ -21,10 +21,21 @@ def p2(v, lo=16):
     return max(lo, triton.next_power_of_2(int(v)))
 
 
-def launch_options(cfg):
+def tile(block, size, lo=16):
+    """A config's tile along a dimension of ``size``: ``block`` (None: the whole dimension),
+    never wider than the dimension rounded up (``p2``)."""
+    return p2(size, lo) if block is None else min(int(block), p2(size, lo))
+
+
+def stages(n):
+    """Pipeline stages of a launch: the config's, one in the interpreter."""
+    return 1 if INTERP else int(n)
+
+
+def launch_options(maxnreg):
     """Compile options of a launch beyond warps and stages: a register cap ``maxnreg`` if the
     config sets one (not for the interpreter, which has no registers)."""
-    return {} if INTERP or not cfg.get("maxnreg") else dict(maxnreg=cfg["maxnreg"])
+    return {} if INTERP or not maxnreg else dict(maxnreg=int(maxnreg))
 
 
 @triton.jit
@@ -76,12 +87,13 @@ def _row(ptr, offs, Q: tl.constexpr):
 
 @triton.jit
 def _bch(pid, h, nchunks):
-    """(b, c, head) of a program over b·c·h, head fastest: the layout of S, H and dS."""
-    return pid // (h * nchunks), (pid // h) % nchunks, pid % h
+    """(b, c, head) of a program over b·c·h, head fastest: the layout of S, H and dS. b is
+    64-bit, so offsets built from it reach past 2³¹ elements."""
+    return (pid // (h * nchunks)).to(tl.int64), (pid // h) % nchunks, pid % h
 
 
 @triton.jit
 def _bcgs(pid, g, nchunks, nsplit):
     """(b, c, group, split) of a program over b·c·g·nsplit, split fastest."""
     bcg = pid // nsplit
-    return bcg // (g * nchunks), (bcg // g) % nchunks, bcg % g, pid % nsplit
+    return (bcg // (g * nchunks)).to(tl.int64), (bcg // g) % nchunks, bcg % g, pid % nsplit

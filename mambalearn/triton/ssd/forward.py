@@ -22,7 +22,9 @@ import triton
 import triton.language as tl
 
 from mambalearn import ssd
-from mambalearn.triton.ssd.common import INTERP, _delta, p2
+from mambalearn.triton.ssd.common import INTERP, _delta, p2, stages, tile
+from mambalearn.triton.ssd.config import defaults
+from mambalearn.utils import check_chunk_size
 
 
 # ---------------------------------------------------------------------------------------------
@@ -36,12 +38,14 @@ def _chunk_cumsum_kernel(
     Q: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_Q: tl.constexpr,
     HAS_BIAS: tl.constexpr, SOFTPLUS: tl.constexpr, HAS_LIMIT: tl.constexpr,
 ):
-    pid_b, pid_c, pid_h = tl.program_id(0), tl.program_id(1), tl.program_id(2)
+    # chunks on grid axis 0 (up to 2³¹ − 1 programs; axes 1 and 2 stop at 65 535)
+    pid_c, pid_b, pid_h = tl.program_id(0), tl.program_id(1).to(tl.int64), tl.program_id(2)
     offs_h = pid_h * BLOCK_H + tl.arange(0, BLOCK_H)  # heads of this program
     offs_t = tl.arange(0, BLOCK_Q)  # steps inside the chunk
     t_glob = pid_c * Q + offs_t
     mask = (offs_h[:, None] < h) & (offs_t[None, :] < Q) & (t_glob[None, :] < l)
-    ptrs = dt_ptr + pid_b * stride_dtb + t_glob[None, :] * stride_dtl + offs_h[:, None] * stride_dth
+    ptrs = (dt_ptr + pid_b * stride_dtb + (pid_c * Q).to(tl.int64) * stride_dtl
+            + offs_t[None, :] * stride_dtl + offs_h[:, None] * stride_dth)
     dt = tl.load(ptrs, mask=mask, other=0.0)  # (BLOCK_H, BLOCK_Q)
     bias = 0.0
     if HAS_BIAS:
@@ -50,20 +54,22 @@ def _chunk_cumsum_kernel(
     dt = tl.where(mask, dt, 0.0)  # padded steps: Δ = 0, i.e. decay 1 and no input
     A = tl.load(A_ptr + offs_h, mask=offs_h < h, other=0.0).to(tl.float32)
     dA_cs = tl.cumsum(dt * A[:, None], axis=1)  # (BLOCK_H, BLOCK_Q): Σ_{s≤t} Δ_s A
-    out = (pid_b * h + offs_h[:, None]) * nchunks * Q + pid_c * Q + offs_t[None, :]
+    out = ((pid_b * h + offs_h[:, None]) * nchunks + pid_c) * Q + offs_t[None, :]  # int64
     m_out = (offs_h[:, None] < h) & (offs_t[None, :] < Q)
     tl.store(dt_out_ptr + out, dt, mask=m_out)
     tl.store(dA_cs_ptr + out, dA_cs, mask=m_out)
 
 
-def chunk_cumsum(dt, A, chunk_size, dt_bias=None, dt_softplus=False, dt_limit=(0.0, float("inf"))):
-    """Stage 1. Returns (Δ, dA_cs), both (b, h, c, q) float32; Δ = 0 past the end of l."""
+def chunk_cumsum(dt, A, chunk_size, dt_bias=None, dt_softplus=False, dt_limit=(0.0, float("inf")),
+                 heads=None):
+    """Stage 1. Returns (Δ, dA_cs), both (b, h, c, q) float32; Δ = 0 past the end of l.
+    ``heads``: heads per program (default: the device's ``Stages.cumsum_heads``)."""
     b, l, h = dt.shape
     q, c = chunk_size, triton.cdiv(l, chunk_size)
     dt_out = torch.empty(b, h, c, q, device=dt.device, dtype=torch.float32)
     dA_cs = torch.empty_like(dt_out)
-    BLOCK_H = 1 if INTERP else min(8, p2(h, 1))
-    grid = (b, c, triton.cdiv(h, BLOCK_H))
+    BLOCK_H = tile(heads or defaults(dt.device).stages.cumsum_heads, h, 1)
+    grid = (c, b, triton.cdiv(h, BLOCK_H))
     has_limit = tuple(dt_limit) != (0.0, float("inf"))
     _chunk_cumsum_kernel[grid](
         dt, A, dt_bias if dt_bias is not None else A, dt_out, dA_cs, l, h, c,
@@ -84,42 +90,45 @@ def _bmm_kernel(
     N: tl.constexpr, Q: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
 ):
-    pid_m, pid_n, pid_bcg = tl.program_id(0), tl.program_id(1), tl.program_id(2)
+    # (b, c, g) on grid axis 0: up to 2³¹ − 1 programs (axes 1 and 2 stop at 65 535)
+    pid_bcg, pid_m, pid_n = tl.program_id(0), tl.program_id(1), tl.program_id(2)
     pid_g = pid_bcg % g
     pid_c = (pid_bcg // g) % nchunks
-    pid_b = pid_bcg // (g * nchunks)
+    pid_b = (pid_bcg // (g * nchunks)).to(tl.int64)
     if pid_n * BLOCK_N >= (pid_m + 1) * BLOCK_M:
         return  # strictly above the diagonal: causal, never read
-    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)  # rows t (C)
+    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)  # rows t (C), inside the chunk
     offs_s = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)  # columns s (B)
-    t_m, t_s = pid_c * Q + offs_m, pid_c * Q + offs_s
-    ok_m = (offs_m < Q) & (t_m < l)
-    ok_s = (offs_s < Q) & (t_s < l)
-    C_base = C_ptr + pid_b * stride_Cb + pid_g * stride_Cg
-    B_base = B_ptr + pid_b * stride_Bb + pid_g * stride_Bg
+    ok_m = (offs_m < Q) & (pid_c * Q + offs_m < l)
+    ok_s = (offs_s < Q) & (pid_c * Q + offs_s < l)
+    t0 = (pid_c * Q).to(tl.int64)  # the chunk's first step: 64-bit offsets reach past 2³¹
+    C_base = C_ptr + pid_b * stride_Cb + t0 * stride_Cl + pid_g * stride_Cg
+    B_base = B_ptr + pid_b * stride_Bb + t0 * stride_Bl + pid_g * stride_Bg
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     for k0 in range(0, N, BLOCK_K):  # reduce over the state dimension n
         offs_k = k0 + tl.arange(0, BLOCK_K)
-        Ct = tl.load(C_base + t_m[:, None] * stride_Cl + offs_k[None, :] * stride_Cn,
+        Ct = tl.load(C_base + offs_m[:, None] * stride_Cl + offs_k[None, :] * stride_Cn,
                      mask=ok_m[:, None] & (offs_k[None, :] < N), other=0.0)  # (BLOCK_M, BLOCK_K)
-        Bt = tl.load(B_base + t_s[None, :] * stride_Bl + offs_k[:, None] * stride_Bn,
+        Bt = tl.load(B_base + offs_s[None, :] * stride_Bl + offs_k[:, None] * stride_Bn,
                      mask=ok_s[None, :] & (offs_k[:, None] < N), other=0.0)  # (BLOCK_K, BLOCK_N)
         acc += tl.dot(Ct, Bt)
-    out = CB_ptr + (pid_bcg * Q + offs_m[:, None]) * Q + offs_s[None, :]
+    out = CB_ptr + (pid_bcg.to(tl.int64) * Q + offs_m[:, None]) * Q + offs_s[None, :]
     tl.store(out, acc, mask=(offs_m[:, None] < Q) & (offs_s[None, :] < Q))
 
 
-def bmm_chunk(C, B, chunk_size):
-    """Stage 2. CB (b, c, g, q, q) float32, CB[b, c, g, t, s] = C_t · B_s (t ≥ s blocks only)."""
+def bmm_chunk(C, B, chunk_size, cfg=None):
+    """Stage 2. CB (b, c, g, q, q) float32, CB[b, c, g, t, s] = C_t · B_s (t ≥ s blocks only).
+    ``cfg``: a ``config.Stages`` (default: the device's)."""
     b, l, g, n = C.shape
     q, c = chunk_size, triton.cdiv(l, chunk_size)
+    cfg = cfg or defaults(C.device).stages
     CB = torch.empty(b, c, g, q, q, device=C.device, dtype=torch.float32)
-    BM = BN = 16 if INTERP else min(64, p2(q))
-    BK = p2(n) if INTERP else min(64, p2(n))
-    grid = (triton.cdiv(q, BM), triton.cdiv(q, BN), b * c * g)
+    BM = BN = tile(cfg.bmm_block_q, q)
+    BK = tile(cfg.bmm.block_n, n)
+    grid = (b * c * g, triton.cdiv(q, BM), triton.cdiv(q, BN))
     _bmm_kernel[grid](C, B, CB, l, g, c, *C.stride(), *B.stride(),
                       N=n, Q=q, BLOCK_M=BM, BLOCK_N=BN, BLOCK_K=BK,
-                      num_warps=4, num_stages=1 if INTERP else 3)
+                      num_warps=cfg.bmm.num_warps, num_stages=stages(cfg.bmm.num_stages))
     return CB
 
 
@@ -135,12 +144,13 @@ def _chunk_state_kernel(
     Q: tl.constexpr, BLOCK_P: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     HAS_SEQ: tl.constexpr,
 ):
-    pid_pn, pid_bch = tl.program_id(0), tl.program_id(1)
+    # (b, c, h) on grid axis 0: up to 2³¹ − 1 programs (axes 1 and 2 stop at 65 535)
+    pid_bch, pid_pn = tl.program_id(0), tl.program_id(1)
     n_blocks_n = tl.cdiv(n, BLOCK_N)
     pid_p, pid_n = pid_pn // n_blocks_n, pid_pn % n_blocks_n
     pid_h = pid_bch % h
     pid_c = (pid_bch // h) % nchunks
-    pid_b = pid_bch // (h * nchunks)
+    pid_b = (pid_bch // (h * nchunks)).to(tl.int64)
     offs_p = pid_p * BLOCK_P + tl.arange(0, BLOCK_P)
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     cs_off = ((pid_b * h + pid_h) * nchunks + pid_c) * Q  # this chunk's (q,) row of Δ and dA_cs
@@ -148,16 +158,18 @@ def _chunk_state_kernel(
     t_end = tl.minimum((pid_c + 1) * Q, l) - 1
     if HAS_SEQ:
         seq_last = tl.load(seq_ptr + pid_b * stride_seqb + t_end * stride_seql)
-    x_base = x_ptr + pid_b * stride_xb + pid_h * stride_xh
-    B_base = B_ptr + pid_b * stride_Bb + (pid_h // heads_per_group) * stride_Bg
+    t0 = (pid_c * Q).to(tl.int64)  # the chunk's first step: 64-bit offsets reach past 2³¹
+    x_base = x_ptr + pid_b * stride_xb + t0 * stride_xl + pid_h * stride_xh
+    B_base = (B_ptr + pid_b * stride_Bb + t0 * stride_Bl
+              + (pid_h // heads_per_group) * stride_Bg)
     acc = tl.zeros((BLOCK_P, BLOCK_N), dtype=tl.float32)
     for k0 in range(0, Q, BLOCK_K):  # reduce over the steps s of the chunk
         offs_k = k0 + tl.arange(0, BLOCK_K)
         t = pid_c * Q + offs_k
         ok = (offs_k < Q) & (t < l)
-        xT = tl.load(x_base + t[None, :] * stride_xl + offs_p[:, None] * stride_xp,
+        xT = tl.load(x_base + offs_k[None, :] * stride_xl + offs_p[:, None] * stride_xp,
                      mask=ok[None, :] & (offs_p[:, None] < p), other=0.0)  # (BLOCK_P, BLOCK_K)
-        Bk = tl.load(B_base + t[:, None] * stride_Bl + offs_n[None, :] * stride_Bn,
+        Bk = tl.load(B_base + offs_k[:, None] * stride_Bl + offs_n[None, :] * stride_Bn,
                      mask=ok[:, None] & (offs_n[None, :] < n), other=0.0)  # (BLOCK_K, BLOCK_N)
         dA = tl.load(dA_cs_ptr + cs_off + offs_k, mask=offs_k < Q, other=0.0)
         dt = tl.load(dt_ptr + cs_off + offs_k, mask=offs_k < Q, other=0.0)
@@ -167,26 +179,28 @@ def _chunk_state_kernel(
             w = tl.where(seq == seq_last, w, 0.0)
         Bk = (Bk.to(tl.float32) * w[:, None]).to(xT.dtype)
         acc += tl.dot(xT, Bk)  # (BLOCK_P, BLOCK_N): Σ_s x_s (w_s B_s)ᵀ
-    out = S_ptr + (pid_bch * p + offs_p[:, None]) * n + offs_n[None, :]
+    out = S_ptr + (pid_bch.to(tl.int64) * p + offs_p[:, None]) * n + offs_n[None, :]
     tl.store(out, acc, mask=(offs_p[:, None] < p) & (offs_n[None, :] < n))
 
 
-def chunk_state(x, B, dt_c, dA_cs, seq_idx=None):
-    """Stage 3. S (b, c, h, p, n) float32: the state each chunk alone leaves at its last step."""
+def chunk_state(x, B, dt_c, dA_cs, seq_idx=None, cfg=None):
+    """Stage 3. S (b, c, h, p, n) float32: the state each chunk alone leaves at its last step.
+    ``cfg``: a ``config.Stages`` (default: the device's)."""
     b, l, h, p = x.shape
     g, n = B.shape[2], B.shape[3]
     q, c = dA_cs.shape[-1], dA_cs.shape[2]
+    cfg = cfg or defaults(x.device).stages
     S = torch.empty(b, c, h, p, n, device=x.device, dtype=torch.float32)
-    BP = p2(p) if INTERP else min(64, p2(p))
-    BN = p2(n) if INTERP else min(128, p2(n))
-    BK = 16 if INTERP else min(64, p2(q))
-    grid = (triton.cdiv(p, BP) * triton.cdiv(n, BN), b * c * h)
+    BP = tile(cfg.chunk_state_block_p, p)
+    BN = tile(cfg.chunk_state.block_n, n)
+    BK = tile(cfg.chunk_state_block_k, q)
+    grid = (b * c * h, triton.cdiv(p, BP) * triton.cdiv(n, BN))
     sq = seq_idx if seq_idx is not None else dt_c
     _chunk_state_kernel[grid](
         x, B, dt_c, dA_cs, sq, S, l, h, p, n, c, h // g, *x.stride(), *B.stride(),
         *((seq_idx.stride(0), seq_idx.stride(1)) if seq_idx is not None else (0, 0)),
         Q=q, BLOCK_P=BP, BLOCK_N=BN, BLOCK_K=BK, HAS_SEQ=seq_idx is not None,
-        num_warps=4, num_stages=1 if INTERP else 3)
+        num_warps=cfg.chunk_state.num_warps, num_stages=stages(cfg.chunk_state.num_stages))
     return S
 
 
@@ -201,7 +215,7 @@ def _state_passing_kernel(
     stride_seqb, stride_seql,
     Q: tl.constexpr, BLOCK: tl.constexpr, HAS_INIT: tl.constexpr, HAS_SEQ: tl.constexpr,
 ):
-    pid_d, pid_b, pid_h = tl.program_id(0), tl.program_id(1), tl.program_id(2)
+    pid_d, pid_b, pid_h = tl.program_id(0), tl.program_id(1).to(tl.int64), tl.program_id(2)
     offs = pid_d * BLOCK + tl.arange(0, BLOCK)
     ok = offs < dim
     if HAS_INIT:  # H_0: the state entering chunk 0 (belongs to sequence 0)
@@ -225,15 +239,18 @@ def _state_passing_kernel(
     tl.store(final_ptr + (pid_b * h + pid_h) * dim + offs, H, mask=ok)
 
 
-def state_passing(S, dA_cs, initial_states=None, seq_idx=None, l=None, out_dtype=torch.float32):
-    """Stage 4. (Hin (b, c, h, p, n) in ``out_dtype``, final (b, h, p, n) float32)."""
+def state_passing(S, dA_cs, initial_states=None, seq_idx=None, l=None, out_dtype=torch.float32,
+                  cfg=None):
+    """Stage 4. (Hin (b, c, h, p, n) in ``out_dtype``, final (b, h, p, n) float32).
+    ``cfg``: a ``config.Stages`` (default: the device's)."""
     b, c, h, p, n = S.shape
+    cfg = cfg or defaults(S.device).stages
     q = dA_cs.shape[-1]
     dim = p * n
     Hin = torch.empty(b, c, h, p, n, device=S.device, dtype=out_dtype)
     final = torch.empty(b, h, p, n, device=S.device, dtype=torch.float32)
     init = initial_states.reshape(b, h, dim) if initial_states is not None else None
-    BLOCK = 256 if INTERP else 1024
+    BLOCK = tile(cfg.passing_block, dim)
     grid = (triton.cdiv(dim, BLOCK), b, h)
     _state_passing_kernel[grid](
         S, dA_cs, init if init is not None else S, seq_idx if seq_idx is not None else S, Hin,
@@ -241,7 +258,8 @@ def state_passing(S, dA_cs, initial_states=None, seq_idx=None, l=None, out_dtype
         l if l is not None else c * q, h, dim, c,
         *(init.stride() if init is not None else (0, 0, 0)),
         *((seq_idx.stride(0), seq_idx.stride(1)) if seq_idx is not None else (0, 0)),
-        Q=q, BLOCK=BLOCK, HAS_INIT=init is not None, HAS_SEQ=seq_idx is not None, num_warps=4)
+        Q=q, BLOCK=BLOCK, HAS_INIT=init is not None, HAS_SEQ=seq_idx is not None,
+        num_warps=cfg.passing_warps)
     return Hin, final
 
 
@@ -267,7 +285,7 @@ def _diag_block(acc, k0, x_base, CB_base, dA_row, dt_row, seq_row, seq_m, dA_m, 
     # the exponent is ≤ 0 on the causal part; clamp so the masked part cannot overflow
     decay = tl.exp(tl.minimum(dA_m[:, None] - dA_k[None, :], 0.0))
     cb = tl.where(causal, cb * decay * dt_k[None, :], 0.0)
-    xk = tl.load(x_base + t_k[:, None] * stride_xl + offs_p[None, :] * stride_xp,
+    xk = tl.load(x_base + offs_k[:, None] * stride_xl + offs_p[None, :] * stride_xp,
                  mask=ok_k[:, None] & (offs_p[None, :] < p), other=0.0)  # (K, P)
     return acc + tl.dot(cb.to(xk.dtype), xk)
 
@@ -286,17 +304,19 @@ def _chunk_scan_kernel(
     BLOCK_N: tl.constexpr, INTERP: tl.constexpr, HAS_D: tl.constexpr, HAS_Z: tl.constexpr,
     HAS_SEQ: tl.constexpr,
 ):
-    pid_mp, pid_bch = tl.program_id(0), tl.program_id(1)
+    # (b, c, h) on grid axis 0: up to 2³¹ − 1 programs (axes 1 and 2 stop at 65 535)
+    pid_bch, pid_mp = tl.program_id(0), tl.program_id(1)
     n_blocks_p = tl.cdiv(p, BLOCK_P)
     pid_m, pid_p = pid_mp // n_blocks_p, pid_mp % n_blocks_p
     pid_h = pid_bch % h
     pid_c = (pid_bch // h) % nchunks
-    pid_b = pid_bch // (h * nchunks)
+    pid_b = (pid_bch // (h * nchunks)).to(tl.int64)
     pid_g = pid_h // heads_per_group
     offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)  # output steps t in the chunk
     offs_p = pid_p * BLOCK_P + tl.arange(0, BLOCK_P)
     t_m = pid_c * Q + offs_m
     ok_m = (offs_m < Q) & (t_m < l)
+    t0 = (pid_c * Q).to(tl.int64)  # the chunk's first step: 64-bit offsets reach past 2³¹
     cs_base = ((pid_b * h + pid_h) * nchunks + pid_c) * Q
     dA_m = tl.load(dA_cs_ptr + cs_base + offs_m, mask=offs_m < Q, other=0.0)  # (BLOCK_M,)
     # off-diagonal: exp(dA_cs_t) · C_t H_c, the state entering the chunk read out by C
@@ -306,19 +326,19 @@ def _chunk_scan_kernel(
         seq_prev = tl.load(seq_ptr + pid_b * stride_seqb + (pid_c * Q - 1) * stride_seql,
                            mask=pid_c > 0, other=0)
         scale_m = tl.where(seq_m == seq_prev, scale_m, 0.0)
-    C_base = C_ptr + pid_b * stride_Cb + pid_g * stride_Cg
-    H_base = Hin_ptr + (pid_bch * p) * N
+    C_base = C_ptr + pid_b * stride_Cb + t0 * stride_Cl + pid_g * stride_Cg
+    H_base = Hin_ptr + (pid_bch.to(tl.int64) * p) * N
     acc = tl.zeros((BLOCK_M, BLOCK_P), dtype=tl.float32)
     for n0 in range(0, N, BLOCK_N):
         offs_n = n0 + tl.arange(0, BLOCK_N)
-        Cm = tl.load(C_base + t_m[:, None] * stride_Cl + offs_n[None, :] * stride_Cn,
+        Cm = tl.load(C_base + offs_m[:, None] * stride_Cl + offs_n[None, :] * stride_Cn,
                      mask=ok_m[:, None] & (offs_n[None, :] < N), other=0.0)  # (BLOCK_M, BLOCK_N)
         HT = tl.load(H_base + offs_p[None, :] * N + offs_n[:, None],
                      mask=(offs_p[None, :] < p) & (offs_n[:, None] < N), other=0.0)  # (N, P)
         acc += tl.dot(Cm, HT.to(Cm.dtype))
     acc *= scale_m[:, None]
     # diagonal block: Σ_{s ≤ t} CB_ts exp(dA_cs_t − dA_cs_s) Δ_s x_s, only blocks s ≤ t
-    x_base = x_ptr + pid_b * stride_xb + pid_h * stride_xh
+    x_base = x_ptr + pid_b * stride_xb + t0 * stride_xl + pid_h * stride_xh
     CB_base = CB_ptr + ((pid_b * nchunks + pid_c) * g + pid_g) * Q * Q
     if not HAS_SEQ:
         seq_m = offs_m  # unused placeholder
@@ -335,29 +355,32 @@ def _chunk_scan_kernel(
     ok_out = ok_m[:, None] & (offs_p[None, :] < p)
     if HAS_D:  # skip connection D x_t, D per head or per (head, p)
         Dv = tl.load(D_ptr + pid_h * stride_Dh + offs_p * stride_Dp, mask=offs_p < p, other=0.0)
-        xm = tl.load(x_base + t_m[:, None] * stride_xl + offs_p[None, :] * stride_xp,
+        xm = tl.load(x_base + offs_m[:, None] * stride_xl + offs_p[None, :] * stride_xp,
                      mask=ok_out, other=0.0)
         acc += Dv.to(tl.float32)[None, :] * xm.to(tl.float32)
     if HAS_Z:  # gate: y · silu(z)
-        zm = tl.load(z_ptr + pid_b * stride_zb + t_m[:, None] * stride_zl + pid_h * stride_zh
-                     + offs_p[None, :] * stride_zp, mask=ok_out, other=0.0).to(tl.float32)
+        zm = tl.load(z_ptr + pid_b * stride_zb + t0 * stride_zl + offs_m[:, None] * stride_zl
+                     + pid_h * stride_zh + offs_p[None, :] * stride_zp, mask=ok_out,
+                     other=0.0).to(tl.float32)
         acc *= zm * tl.sigmoid(zm)
-    o = (out_ptr + pid_b * stride_ob + t_m[:, None] * stride_ol + pid_h * stride_oh
-         + offs_p[None, :] * stride_op)
+    o = (out_ptr + pid_b * stride_ob + t0 * stride_ol + offs_m[:, None] * stride_ol
+         + pid_h * stride_oh + offs_p[None, :] * stride_op)
     tl.store(o, acc.to(out_ptr.dtype.element_ty), mask=ok_out)
 
 
-def chunk_scan(x, C, CB, dt_c, dA_cs, Hin, D=None, z=None, seq_idx=None):
-    """Stage 5. out (b, l, h, p) in x's dtype."""
+def chunk_scan(x, C, CB, dt_c, dA_cs, Hin, D=None, z=None, seq_idx=None, cfg=None):
+    """Stage 5. out (b, l, h, p) in x's dtype. ``cfg``: a ``config.Stages`` (default: the
+    device's)."""
     b, l, h, p = x.shape
     g, n = C.shape[2], C.shape[3]
     c, q = dA_cs.shape[2], dA_cs.shape[3]
+    cfg = cfg or defaults(x.device).stages
     out = torch.empty_like(x, memory_format=torch.contiguous_format)
-    BM = 16 if INTERP else min(64, p2(q))
-    BK = 16 if INTERP else min(64, p2(q))
-    BP = p2(p) if INTERP else min(64, p2(p))
-    BN = p2(n) if INTERP else min(128, p2(n))
-    grid = (triton.cdiv(q, BM) * triton.cdiv(p, BP), b * c * h)
+    BM = tile(cfg.chunk_scan_block_m, q)
+    BK = tile(cfg.chunk_scan_block_k, q)
+    BP = tile(cfg.chunk_scan_block_p, p)
+    BN = tile(cfg.chunk_scan.block_n, n)
+    grid = (b * c * h, triton.cdiv(q, BM) * triton.cdiv(p, BP))
     Dst = (0, 0) if D is None else ((D.stride(0), 0) if D.ndim == 1 else tuple(D.stride()))
     _chunk_scan_kernel[grid](
         x, z if z is not None else x, D if D is not None else x, C, CB, dt_c, dA_cs, Hin,
@@ -366,7 +389,7 @@ def chunk_scan(x, C, CB, dt_c, dA_cs, Hin, D=None, z=None, seq_idx=None):
         *((seq_idx.stride(0), seq_idx.stride(1)) if seq_idx is not None else (0, 0)), *Dst,
         N=n, Q=q, BLOCK_M=BM, BLOCK_P=BP, BLOCK_K=BK, BLOCK_N=BN, INTERP=INTERP,
         HAS_D=D is not None, HAS_Z=z is not None, HAS_SEQ=seq_idx is not None,
-        num_warps=4, num_stages=1 if INTERP else 2)
+        num_warps=cfg.chunk_scan.num_warps, num_stages=stages(cfg.chunk_scan.num_stages))
     return out
 
 
@@ -375,8 +398,7 @@ def check_args(x, dt, A, B, C, chunk_size, D, z, dt_bias, initial_states, seq_id
     """Clear errors for bad arguments of the public functions (shapes, dtypes, chunk size)."""
     b, l, h, p, g, n = ssd.check_inputs(x, dt, A, B, C)
     ssd.check_extras(b, l, h, p, n, D, z, dt_bias, initial_states, seq_idx)
-    if not isinstance(chunk_size, int) or chunk_size < 1 or chunk_size & (chunk_size - 1):
-        raise ValueError(f"chunk_size must be a power-of-two int, got {chunk_size!r}")
+    check_chunk_size(chunk_size)
     if x.dtype not in (torch.float16, torch.bfloat16, torch.float32):
         raise TypeError(f"x must be float16, bfloat16 or float32, got {x.dtype}")
     if B.dtype != x.dtype or C.dtype != x.dtype:
@@ -386,12 +408,16 @@ def check_args(x, dt, A, B, C, chunk_size, D, z, dt_bias, initial_states, seq_id
 
 
 def ssd_forward(x, dt, A, B, C, chunk_size, D=None, z=None, dt_bias=None, initial_states=None,
-                seq_idx=None, dt_softplus=False, dt_limit=(0.0, float("inf"))):
-    """The five stages in order. Returns (out (b, l, h, p), final states (b, h, p, n) float32)."""
-    dt_c, dA_cs = chunk_cumsum(dt, A, chunk_size, dt_bias, dt_softplus, dt_limit)  # (b, h, c, q)
-    S = chunk_state(x, B, dt_c, dA_cs, seq_idx)  # (b, c, h, p, n) f32
+                seq_idx=None, dt_softplus=False, dt_limit=(0.0, float("inf")), cfg=None):
+    """The five stages in order. Returns (out (b, l, h, p), final states (b, h, p, n) float32).
+    ``cfg``: a ``config.Stages`` (default: the device's)."""
+    cfg = cfg or defaults(x.device).stages
+    dt_c, dA_cs = chunk_cumsum(dt, A, chunk_size, dt_bias, dt_softplus, dt_limit,
+                               heads=cfg.cumsum_heads)  # (b, h, c, q)
+    S = chunk_state(x, B, dt_c, dA_cs, seq_idx, cfg)  # (b, c, h, p, n) f32
     # The entering states are stored in x's dtype (as mamba_ssm does, C.dtype): half the bytes.
-    Hin, final = state_passing(S, dA_cs, initial_states, seq_idx, x.shape[1], out_dtype=x.dtype)
-    CB = bmm_chunk(C, B, chunk_size)  # (b, c, g, q, q) f32
-    out = chunk_scan(x, C, CB, dt_c, dA_cs, Hin, D, z, seq_idx)  # (b, l, h, p)
+    Hin, final = state_passing(S, dA_cs, initial_states, seq_idx, x.shape[1], out_dtype=x.dtype,
+                               cfg=cfg)
+    CB = bmm_chunk(C, B, chunk_size, cfg)  # (b, c, g, q, q) f32
+    out = chunk_scan(x, C, CB, dt_c, dA_cs, Hin, D, z, seq_idx, cfg)  # (b, l, h, p)
     return out, final

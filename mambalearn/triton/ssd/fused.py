@@ -15,24 +15,19 @@ state passing among themselves with atomics (the lesson of that module's doc).
 Rounding: both designs round where chapter 10 rounds (w B_s and the decayed C Bᵀ tile to x's
 dtype before their products, the entering state to x's dtype before C Hᵀ), so with a float32
 state they agree with ``forward.ssd_forward`` at the same chunk size to float32 summation order
-(and to ~1e-4 with ``EXP2``). ``CONFIG["chunk"]``: the chunk the fused forward runs at (at most
-the caller's ``chunk_size``): the same function, a different split of the work (module docs of
-``states`` and ``outputs``; the measurements in bench/NOTES_ssd.md).
+(and to ~1e-4 with ``exp2``). Every kernel runs at the caller's ``chunk_size``; the launch
+settings are a ``config.Config`` (``config.default_config`` for the shape by default; the
+measurements behind it in bench/NOTES_ssd.md).
 """
 
 import torch
 
 from mambalearn import ssd
 from mambalearn.triton.ssd import outputs, states
+from mambalearn.triton.ssd.config import resolve
 from mambalearn.triton.ssd.forward import chunk_cumsum, ssd_forward
-from mambalearn.triton.ssd.one_launch import CONFIG as ONE_CONFIG
 from mambalearn.triton.ssd.one_launch import ssd_one_launch
-
-# launch settings of each design's kernels (tiles, warps, pipeline stages); measured in
-# bench/NOTES_ssd.md. ``ssd_fused_forward(config=...)`` overrides any of them. The states kernel
-# is the tensor-descriptor one (its walk split in segments when b·h is small).
-CONFIG = dict(chunk=128, states=dict(states.CONFIG, TMA=True), outputs=dict(outputs.CONFIG),
-              one=dict(ONE_CONFIG))
+from mambalearn.utils import check_chunk_size
 
 
 def ssd_fused_forward(x, dt, A, B, C, chunk_size, D=None, z=None, dt_bias=None,
@@ -48,12 +43,13 @@ def ssd_fused_forward(x, dt, A, B, C, chunk_size, D=None, z=None, dt_bias=None,
 
     ``state_dtype`` (``launches=1`` only; default float32): the dtype of the states passed
     between programs (with ``launches=2`` the chain stays in float32 registers).
-    ``config``: {"chunk": int, "states" | "outputs" | "one": launch settings} overriding
-    ``CONFIG``. Rows of x, z, B, C that are not 16-byte aligned (tensor descriptors need that)
-    run chapter 10's kernels instead.
+    ``config``: a ``config.Config`` (default: ``config.default_config`` for this shape). Rows of
+    x, z, B, C that are not 16-byte aligned (tensor descriptors need that) run chapter 10's
+    kernels instead.
     """
     b, l, h, p, g, n = ssd.check_inputs(x, dt, A, B, C)
     ssd.check_extras(b, l, h, p, n, D, z, dt_bias, initial_states, seq_idx)
+    q = check_chunk_size(chunk_size)
     if launches not in (1, 2):
         raise ValueError(f"launches must be 1 or 2, got {launches!r}")
     if launches == 2 and state_dtype is not None:
@@ -62,23 +58,20 @@ def ssd_fused_forward(x, dt, A, B, C, chunk_size, D=None, z=None, dt_bias=None,
     state_dtype = state_dtype or torch.float32
     if state_dtype not in (torch.float32, torch.float16, torch.bfloat16):
         raise TypeError(f"state_dtype must be float32, float16 or bfloat16, got {state_dtype}")
-    if not isinstance(chunk_size, int) or chunk_size < 1 or chunk_size & (chunk_size - 1):
-        raise ValueError(f"chunk_size must be a power-of-two int, got {chunk_size!r}")
-    cfg = {k: (dict(v, **(config or {}).get(k, {})) if isinstance(v, dict)
-               else (config or {}).get(k, v)) for k, v in CONFIG.items()}
-    q = min(chunk_size, cfg["chunk"] or chunk_size)
+    cfg = resolve(config, (b, l, h, p, g, n, q), x.device)
     if launches == 1:
         if seq_idx is not None:
             raise ValueError("the one-launch SSD kernel does not support seq_idx; use launches=2")
         return ssd_one_launch(x, dt, A, B, C, q, D, z, dt_bias, initial_states, dt_softplus,
-                              dt_limit, state_dtype, cfg["one"])
+                              dt_limit, state_dtype, cfg.one)
     x, B, C = x.contiguous(), B.contiguous(), C.contiguous()
     z = z.contiguous() if z is not None else None
     if not outputs.tma_ok(x, z, B, C):  # rows not 16-byte aligned: chapter 10's kernels
-        return ssd_forward(x, dt, A, B, C, chunk_size, D, z, dt_bias, initial_states, seq_idx,
-                           dt_softplus, dt_limit)
-    dt_c, dA_cs = chunk_cumsum(dt, A, q, dt_bias, dt_softplus, dt_limit)  # (b, h, c, q)
+        return ssd_forward(x, dt, A, B, C, q, D, z, dt_bias, initial_states, seq_idx,
+                           dt_softplus, dt_limit, cfg.stages)
+    dt_c, dA_cs = chunk_cumsum(dt, A, q, dt_bias, dt_softplus, dt_limit,
+                               heads=cfg.stages.cumsum_heads)  # (b, h, c, q)
     H, final = states.chunk_states(x, B, dt_c, dA_cs, initial_states, seq_idx,
-                                   config=cfg["states"])  # (b, c, h, p, n), (b, h, p, n)
-    out = outputs.chunk_outputs(x, C, B, dt_c, dA_cs, H, D, z, seq_idx, config=cfg["outputs"])
+                                   config=cfg.states)  # (b, c, h, p, n), (b, h, p, n)
+    out = outputs.chunk_outputs(x, C, B, dt_c, dA_cs, H, D, z, seq_idx, config=cfg.outputs)
     return out, final

@@ -27,10 +27,10 @@ import torch
 import triton
 import triton.language as tl
 
-from mambalearn.triton.ssd.common import INTERP, LOG2E, _delta, _exp2, launch_options, p2
+from mambalearn.triton.ssd.common import LOG2E, _delta, _exp2, launch_options, p2, stages
+from mambalearn.triton.ssd.config import defaults
 
-CONFIG = dict(BLOCK_M=64, BLOCK_K=64, BLOCK_P=64, num_warps=4, num_stages=2, EXP2=False,
-              maxnreg=None)
+LIMIT = 2**31  # elements of x, z, out it addresses with 32-bit offsets
 
 
 @triton.jit
@@ -149,9 +149,10 @@ def _output_rows(m0, pid_b, pid_c, pid_h, pid_p, H_base,
 
 
 def output_tiles(q, p, cfg):
-    """(BLOCK_M, BLOCK_K, BLOCK_P) for chunk q and head dim p: ``cfg``'s, within the chunk."""
-    bm, bk = min(cfg["BLOCK_M"], q), min(cfg["BLOCK_K"], q)
-    return bm, min(bk, bm), min(cfg["BLOCK_P"], p2(p))
+    """(BLOCK_M, BLOCK_K, BLOCK_P) for chunk q and head dim p: ``cfg``'s (a
+    ``config.OneLaunch``), within the chunk."""
+    bm, bk = min(cfg.block_m, q), min(cfg.block_k, q)
+    return bm, min(bk, bm), min(cfg.block_p, p2(p))
 
 
 def is_even(l, q, n, p, block_p):
@@ -264,11 +265,15 @@ def ssd_one_launch(x, dt, A, B, C, q, D=None, z=None, dt_bias=None, initial_stat
                    dt_softplus=False, dt_limit=(0.0, float("inf")), state_dtype=torch.float32,
                    config=None):
     """The whole forward in one launch (module doc). Returns (out (b, l, h, p), final states
-    (b, h, p, n) float32); shapes as ``ssd_fused_forward``."""
-    cfg = dict(CONFIG, **(config or {}))
+    (b, h, p, n) float32); shapes as ``ssd_fused_forward``. ``config``: a ``config.OneLaunch``."""
+    cfg = config or defaults(x.device).one
     b, l, h, p = x.shape
     g, n = B.shape[2], B.shape[3]
     c = triton.cdiv(l, q)
+    if max(x.numel(), b * (c + 1) * h * p * n) >= LIMIT:
+        raise ValueError(f"the one-launch SSD kernel addresses x and its states with 32-bit "
+                         f"offsets: at most {LIMIT - 1} elements each, got x {x.numel()} and "
+                         f"{b * (c + 1) * h * p * n} states; use launches=2")
     BM, BK, _ = output_tiles(q, p, cfg)
     dev = x.device
     out = torch.empty(b, l, h, p, device=dev, dtype=x.dtype)
@@ -283,9 +288,9 @@ def ssd_one_launch(x, dt, A, B, C, q, D=None, z=None, dt_bias=None, initial_stat
         dt_c, dA_cs, H, flags, flags[-1:], l, h, p, c, h // g,
         float(dt_limit[0]), float(dt_limit[1]), *x.stride()[:4], *dt.stride(),
         *launch_strides(x, z, C, B, out, D, None)[4:],
-        N=n, Q=q, BLOCK_M=BM, BLOCK_K=BK, BLOCK_P=p2(p), BLOCK_N=p2(n), EXP2=bool(cfg["EXP2"]),
+        N=n, Q=q, BLOCK_M=BM, BLOCK_K=BK, BLOCK_P=p2(p), BLOCK_N=p2(n), EXP2=bool(cfg.exp2),
         HAS_D=D is not None, HAS_Z=z is not None, HAS_BIAS=dt_bias is not None,
         SOFTPLUS=bool(dt_softplus), HAS_LIMIT=tuple(dt_limit) != (0.0, float("inf")),
-        HAS_INIT=init is not None, EVEN=is_even(l, q, n, p, p2(p)), num_warps=cfg["num_warps"],
-        num_stages=1 if INTERP else cfg["num_stages"], **launch_options(cfg))
+        HAS_INIT=init is not None, EVEN=is_even(l, q, n, p, p2(p)), num_warps=cfg.num_warps,
+        num_stages=stages(cfg.num_stages), **launch_options(cfg.maxnreg))
     return out, H[:, c].float()

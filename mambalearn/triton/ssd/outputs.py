@@ -22,8 +22,8 @@ mask s > t. The decay is one MUFU.EX2 per element (``common._exp2``); ``EXP2``: 
 one multiply less (rounds a little differently from chapter 10's exp(a_t − a_s)). When BLOCK_K =
 BLOCK_M the diagonal block is one tile, and its x tile is x_m: the D x term reuses it.
 
-``CONFIG["ROWS"]``: row blocks per program — 1 (each its own program, the default), or None (the
-whole chunk in one program, its setup and Hᵀ load shared): measured 25 % slower, its 211
+``config.Outputs.rows``: row blocks per program — 1 (each its own program, the default), or None
+(the whole chunk in one program, its setup and Hᵀ load shared): measured 25 % slower, its 211
 registers leave two programs an SM instead of three (bench/NOTES_ssd.md).
 """
 
@@ -32,13 +32,10 @@ import triton
 import triton.language as tl
 from triton.tools.tensor_descriptor import TensorDescriptor
 
-from mambalearn.triton.ssd.common import INTERP, LOG2E, _exp2, launch_options, p2
+from mambalearn.triton.ssd.common import LOG2E, _exp2, launch_options, p2, stages
+from mambalearn.triton.ssd.config import GRID_YZ, defaults
 
-# EXP2 off: chapter 10's roundings exactly (bench/NOTES_ssd.md: exp2 left 1e-4 on some inputs)
-# ROWS: row blocks of BLOCK_M rows per program, 1 or None (the whole chunk: Q // BLOCK_M)
-# LOOP: every column block of a row block in one pipelined loop, the causal mask on each trip
-CONFIG = dict(BLOCK_M=64, BLOCK_K=64, ROWS=1, LOOP=False, num_warps=4, num_stages=2, EXP2=False,
-              maxnreg=None)
+GRID_Z = GRID_YZ  # (b, c) pairs a launch covers on grid axis 2
 
 
 @triton.jit
@@ -68,13 +65,14 @@ def _block(acc, C_m, a_m, seq_m, offs_m, k0, t0, pid_b, pid_g, pid_h, B_desc, x_
     return acc + tl.dot(pm.to(x_k.dtype), x_k), x_k
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["l", "nchunks", "bc0"])
 def _chunk_outputs_kernel(
     C_desc, B_desc, x_desc, xm_desc, z_desc, out_desc,  # (b, l, g, n), (b, l, h, p) descriptors
     H_desc,             # (b·c·h, p, n): the state entering each chunk
     dtc_ptr, dacs_ptr,  # Δ, dA_cs (b, h, c, q) float32
     D_ptr, seq_ptr,     # D (h,) or (h, p); seq_idx (b, l)
     l, h, p, nchunks, heads_per_group, stride_Dh, stride_Dp, stride_seqb, stride_seql,
+    bc0,                # the launch's first (batch, chunk): grid axis 2 stops at 65 535
     Q: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr, ROWS: tl.constexpr,
     LOOP: tl.constexpr,
     BLOCK_P: tl.constexpr, BLOCK_N: tl.constexpr, EXP2: tl.constexpr,
@@ -90,7 +88,7 @@ def _chunk_outputs_kernel(
     else:
         first = (N_MB // ROWS - 1 - tl.program_id(0)) * ROWS
     pid_h = tl.program_id(1)
-    pid_b, pid_c = tl.program_id(2) // nchunks, tl.program_id(2) % nchunks
+    pid_b, pid_c = (bc0 + tl.program_id(2)) // nchunks, (bc0 + tl.program_id(2)) % nchunks
     pid_g = pid_h // heads_per_group
     t0 = pid_c * Q  # the chunk's first step
     cs = ((pid_b * h + pid_h) * nchunks + pid_c).to(tl.int64) * Q  # its row of Δ and a
@@ -184,7 +182,7 @@ def chunk_outputs(x, C, B, dt_c, dA_cs, H, D=None, z=None, seq_idx=None, config=
     Shapes: x, z (b, l, h, p); C, B (b, l, g, n); Δ, dA_cs (b, h, c, q) float32 (as
     ``forward.chunk_cumsum`` returns them); H (b, c, h, p, n) the state entering each chunk; D
     (h,) or (h, p); seq_idx (b, l) → out (b, l, h, p) in x's dtype. x, z, B, C and H must pass
-    ``tma_ok``. ``config``: ``CONFIG``'s keys.
+    ``tma_ok``. ``config``: a ``config.Outputs`` (default: the device's).
     """
     b, l, h, p = x.shape
     g, n = C.shape[2], C.shape[3]
@@ -192,26 +190,27 @@ def chunk_outputs(x, C, B, dt_c, dA_cs, H, D=None, z=None, seq_idx=None, config=
     if not tma_ok(x, z, B, C, H):
         raise ValueError("chunk_outputs needs x, z, B, C, H with 16-byte aligned rows "
                          "(contiguous last dim): use forward.chunk_scan")
-    cfg = dict(CONFIG, **(config or {}))
-    BM = min(cfg["BLOCK_M"], q)
-    BK = min(cfg["BLOCK_K"], BM)
+    cfg = config or defaults(x.device).outputs
+    BM = min(cfg.block_m, q)
+    BK = min(cfg.block_k, BM)
     BP, BN = p2(p, 8), p2(n, 8)
-    rows = min(cfg["ROWS"] or q // BM, q // BM)  # row blocks per program
+    rows = min(cfg.rows or q // BM, q // BM)  # row blocks per program
     if (q // BM) % rows:
-        raise ValueError(f"config ROWS={rows} must divide the {q // BM} row blocks of a chunk")
+        raise ValueError(f"config.outputs.rows = {rows} must divide the {q // BM} row blocks "
+                         f"of a chunk")
     out = torch.empty(b, l, h, p, device=x.device, dtype=x.dtype)
     desc = lambda t, m, k: TensorDescriptor.from_tensor(t, [1, m, 1, k])
     Dst = (0, 0) if D is None else ((D.stride(0), 0) if D.ndim == 1 else D.stride())
-    _chunk_outputs_kernel[(q // BM // rows, h, b * c)](
-        desc(C, BM, BN), desc(B, BK, BN), desc(x, BK, BP), desc(x, BM, BP),
-        desc(z, BM, BP) if z is not None else None, desc(out, BM, BP),
-        TensorDescriptor.from_tensor(H.view(b * c * h, p, n), [1, BP, BN]),
-        dt_c, dA_cs, D if D is not None else dt_c, seq_idx if seq_idx is not None else dt_c,
-        l, h, p, c, h // g, *Dst, *(seq_idx.stride() if seq_idx is not None else (0, 0)),
-        Q=q, BLOCK_M=BM, BLOCK_K=BK, ROWS=rows, LOOP=bool(cfg["LOOP"]), BLOCK_P=BP, BLOCK_N=BN,
-        EXP2=bool(cfg["EXP2"]),
-        HAS_D=D is not None, D_PER_HEAD=D is not None and D.ndim == 1, HAS_Z=z is not None,
-        HAS_SEQ=seq_idx is not None, num_warps=cfg["num_warps"],
-        num_stages=1 if INTERP else cfg["num_stages"],
-        **launch_options(cfg))
+    for bc0 in range(0, b * c, GRID_Z):  # (batch, chunk) pairs in slabs of the grid's z limit
+        _chunk_outputs_kernel[(q // BM // rows, h, min(GRID_Z, b * c - bc0))](
+            desc(C, BM, BN), desc(B, BK, BN), desc(x, BK, BP), desc(x, BM, BP),
+            desc(z, BM, BP) if z is not None else None, desc(out, BM, BP),
+            TensorDescriptor.from_tensor(H.view(b * c * h, p, n), [1, BP, BN]),
+            dt_c, dA_cs, D if D is not None else dt_c, seq_idx if seq_idx is not None else dt_c,
+            l, h, p, c, h // g, *Dst, *(seq_idx.stride() if seq_idx is not None else (0, 0)), bc0,
+            Q=q, BLOCK_M=BM, BLOCK_K=BK, ROWS=rows, LOOP=bool(cfg.loop), BLOCK_P=BP, BLOCK_N=BN,
+            EXP2=bool(cfg.exp2),
+            HAS_D=D is not None, D_PER_HEAD=D is not None and D.ndim == 1, HAS_Z=z is not None,
+            HAS_SEQ=seq_idx is not None, num_warps=cfg.num_warps,
+            num_stages=stages(cfg.num_stages), **launch_options(cfg.maxnreg))
     return out

@@ -26,11 +26,12 @@ The parallelism is b · h · ⌈p/BLOCK_P⌉ · ⌈n/BLOCK_N⌉ programs (b1 h80
 software pipeline keeps the next blocks' loads in flight while the product runs.
 
 Two kernels do this. ``_chunk_states_kernel`` (pointer loads, BLOCK_K steps a loop trip) is the
-one the backward's recompute uses. ``_chunk_states_tma_kernel`` (``CONFIG["TMA"]``, the fused
+one the backward's recompute uses. ``_chunk_states_tma_kernel`` (``config.States.tma``, the fused
 forward's) takes a whole chunk a trip through tensor descriptors (no masks, no chunk-edge
 branches; the entering state leaves by a TMA store) and fits in 96 registers, five programs an SM.
 Each program's time is the length of its walk, so with few (batch, head) pairs (b1) the walk is
-cut into S segments, in two launches, exactly:
+cut into S = ``config.States.split`` segments (``config.split_walk`` chooses S from the shape and
+the SM count), in two launches, exactly:
 
     phase 1   segment 0 walks from H_0 (writing H); segment j > 0 walks from 0 without writing:
               its end state E_j and Γ_j = Π of its chunk decays exp(a_last)
@@ -47,18 +48,9 @@ import triton
 import triton.language as tl
 from triton.tools.tensor_descriptor import TensorDescriptor
 
-from mambalearn.triton.ssd.common import INTERP, LOG2E, _exp2, launch_options, p2
+from mambalearn.triton.ssd.common import LOG2E, _exp2, launch_options, stages, tile
+from mambalearn.triton.ssd.config import defaults
 from mambalearn.triton.ssd.outputs import tma_ok
-
-# BLOCK_P / BLOCK_N None: the largest of TILES that still gives PROGRAMS_PER_SM programs per SM
-# TMA: the tensor-descriptor kernel, one chunk a loop trip (BLOCK_K, num_stages unused; its
-# pipeline depth is TMA_STAGES), each sequence walked in SPLIT segments (None: ``split``'s choice)
-CONFIG = dict(BLOCK_P=None, BLOCK_N=None, BLOCK_K=64, num_warps=4, num_stages=3, maxnreg=None,
-              TMA=False, TMA_STAGES=1, TMA_MAXNREG=96, SPLIT=None)
-# TMA kernel, 1 stage, 16-bit inputs: ≤ 96 registers (TMA_MAXNREG, no spill), 5 programs a SM
-SPLIT_PROGRAMS_PER_SM, SPLIT_MIN_CHUNKS = 5, 8
-TILES = ((64, 64), (32, 64), (32, 32))  # (BLOCK_P, BLOCK_N), largest first
-PROGRAMS_PER_SM = 1  # 64 × 64 wins even at 160 programs (b1 l16384): bench/NOTES_ssd.md
 
 
 @triton.jit
@@ -115,8 +107,10 @@ def _chunk_states_kernel(
         if HAS_SEQ:  # only steps of the sequence running at the chunk's end count
             seq_k = tl.load(seq_base + t * stride_seql, mask=ok, other=-1)
             w = tl.where(seq_k == seq_last, w, 0.0)
-        B_ptrs = B_base + t[None, :] * stride_Bl + offs_n[:, None] * stride_Bn
-        x_ptrs = x_base + t[:, None] * stride_xl + offs_p[None, :] * stride_xp
+        t0 = (c * Q + kk * BLOCK_K).to(tl.int64)  # the block's first step (64-bit: past 2³¹)
+        offs_b = tl.arange(0, BLOCK_K)
+        B_ptrs = B_base + t0 * stride_Bl + offs_b[None, :] * stride_Bl + offs_n[:, None] * stride_Bn
+        x_ptrs = x_base + t0 * stride_xl + offs_b[:, None] * stride_xl + offs_p[None, :] * stride_xp
         if EVEN:  # no tile reaches past l, n or p
             BT = tl.load(B_ptrs)  # (BLOCK_N, BLOCK_K)
             xk = tl.load(x_ptrs)  # (BLOCK_K, BLOCK_P)
@@ -134,7 +128,7 @@ def _chunk_states_kernel(
     tl.store(final_ptr + pid_bh.to(tl.int64) * p * N + np_offs, H, mask=ok_np)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["l", "nchunks", "seg_chunks", "nseg"])
 def _chunk_states_tma_kernel(
     x_desc, B_desc,     # tensor descriptors of x (b, l, h, p) and B (b, l, g, n): one chunk a tile
     dtc_ptr, dacs_ptr, init_ptr, seq_ptr,  # Δ, dA_cs (b, h, c, q); H_0 (b, h, p, n); seq_idx
@@ -144,6 +138,7 @@ def _chunk_states_tma_kernel(
     l, h, p, nchunks, heads_per_group, seg_chunks, nseg, stride_seqb, stride_seql,
     N: tl.constexpr, Q: tl.constexpr,           # state size; chunk length
     BLOCK_P: tl.constexpr, BLOCK_N: tl.constexpr,
+    N_TILES: tl.constexpr, P_TILES: tl.constexpr,  # state tiles along n and p
     HAS_INIT: tl.constexpr, HAS_SEQ: tl.constexpr, PHASE: tl.constexpr,
 ):
     """One chunk per loop trip: H_{c+1} = exp(a_last) H_c + (w ∘ B_cᵀ) x_c, the product's
@@ -153,13 +148,15 @@ def _chunk_states_tma_kernel(
     state without writing H; each leaves its end state E_j and Γ_j (the product of its chunk
     decays). PHASE 2: segment j ≥ 1 starts from K_j = Γ_{j-1} K_{j-1} + E_{j-1} (K_1 = E_0),
     walks its chunks writing H, and the last one writes the final state."""
-    pid_n, pid_p = tl.program_id(0), tl.program_id(1)
+    # one grid axis (up to 2³¹ − 1 programs), the n tile fastest: neighbours read the same x
+    pid = tl.program_id(0)
+    pid_n, pid_p, pid_rest = pid % N_TILES, (pid // N_TILES) % P_TILES, pid // (N_TILES * P_TILES)
     if PHASE == 0:
-        pid_bh, j = tl.program_id(2), 0
+        pid_bh, j = pid_rest, 0
     elif PHASE == 1:
-        pid_bh, j = tl.program_id(2) // nseg, tl.program_id(2) % nseg
+        pid_bh, j = pid_rest // nseg, pid_rest % nseg
     else:
-        pid_bh, j = tl.program_id(2) // (nseg - 1), 1 + tl.program_id(2) % (nseg - 1)
+        pid_bh, j = pid_rest // (nseg - 1), 1 + pid_rest % (nseg - 1)
     pid_b, pid_h = pid_bh // h, pid_bh % h
     pid_g = pid_h // heads_per_group
     c0 = j * seg_chunks  # this program's chunks: [c0, c1)
@@ -218,22 +215,6 @@ def _chunk_states_tma_kernel(
         tl.store(final_ptr + pid_bh.to(tl.int64) * p * N + np_offs, H, mask=ok_np)
 
 
-def state_tiles(bh, p, n, cfg):
-    """(BLOCK_P, BLOCK_N): ``cfg``'s if set, else the largest of ``TILES`` whose grid has at
-    least ``PROGRAMS_PER_SM`` programs per SM (each program walks the whole sequence, so with
-    one batch row there are only h · tiles of them)."""
-    if cfg["BLOCK_P"] and cfg["BLOCK_N"]:
-        return min(cfg["BLOCK_P"], p2(p)), min(cfg["BLOCK_N"], p2(n))
-    if INTERP:  # no SMs to fill: the whole state in one tile
-        return p2(p), p2(n)
-    sms = torch.cuda.get_device_properties(torch.cuda.current_device()).multi_processor_count
-    for bp, bn in TILES:
-        bp, bn = min(bp, p2(p)), min(bn, p2(n))
-        if bh * triton.cdiv(p, bp) * triton.cdiv(n, bn) >= PROGRAMS_PER_SM * sms:
-            break
-    return bp, bn
-
-
 def chunk_states(x, B, dt_c, dA_cs, initial_states=None, seq_idx=None, H_dtype=None,
                  config=None):
     """H_{c+1} = exp(a_last,c) H_c + Σ_s exp(a_last,c − a_s) Δ_s x_s B_sᵀ over chunks, one kernel.
@@ -242,21 +223,21 @@ def chunk_states(x, B, dt_c, dA_cs, initial_states=None, seq_idx=None, H_dtype=N
     ``forward.chunk_cumsum``); initial_states (b, h, p, n); seq_idx (b, l). Returns (H (b, c, h,
     p, n) in ``H_dtype`` (x's dtype by default): the state entering each chunk; final (b, h, p, n)
     float32) — what chapter 10's ``chunk_state`` and ``state_passing`` return together.
-    ``config``: ``CONFIG``'s keys.
+    ``config``: a ``config.States`` (default: the device's, one walk per sequence).
     """
     b, l, h, p = x.shape
     g, n = B.shape[2], B.shape[3]
     c, q = dA_cs.shape[2], dA_cs.shape[3]
-    cfg = dict(CONFIG, **(config or {}))
-    BK = min(cfg["BLOCK_K"], q)
-    BP, BN = state_tiles(b * h, p, n, cfg)
+    cfg = config or defaults(x.device).states
+    BP, BN = tile(cfg.block_p, p), tile(cfg.block_n, n)
     H = torch.empty(b, c, h, p, n, device=x.device, dtype=H_dtype or x.dtype)
     final = torch.empty(b, h, p, n, device=x.device, dtype=torch.float32)
     init = initial_states.contiguous() if initial_states is not None else None
     seq_st = seq_idx.stride() if seq_idx is not None else (0, 0)
-    if cfg["TMA"] and tma_ok(x, B, H):
+    if cfg.tma and tma_ok(x, B, H):
         _launch_tma(x, B, dt_c, dA_cs, init, seq_idx, H, final, BP, BN, cfg)
         return H, final
+    BK = min(cfg.pointer_block_k, q)  # steps a trip: divides the chunk (both powers of two)
     grid = (b * h * triton.cdiv(p, BP) * triton.cdiv(n, BN),)
     _chunk_states_kernel[grid](
         x, B, dt_c, dA_cs, init if init is not None else dt_c,
@@ -264,23 +245,8 @@ def chunk_states(x, B, dt_c, dA_cs, initial_states=None, seq_idx=None, H_dtype=N
         *x.stride(), *B.stride(), *seq_st,
         N=n, Q=q, BLOCK_P=BP, BLOCK_N=BN, BLOCK_K=BK, HAS_INIT=init is not None,
         HAS_SEQ=seq_idx is not None, EVEN=l % q == 0 and n % BN == 0 and p % BP == 0,
-        num_warps=cfg["num_warps"], num_stages=1 if INTERP else cfg["num_stages"],
-        **launch_options(cfg))
+        num_warps=cfg.num_warps, num_stages=stages(cfg.pointer_stages))
     return H, final
-
-
-def split(programs, nchunks, cfg, device):
-    """Segments per sequence for the tensor-descriptor kernel: ``cfg["SPLIT"]`` if set, else
-    as many as fit one wave of ``SPLIT_PROGRAMS_PER_SM`` programs per SM beside the others, at
-    least 3 (with 2 the two launches walk as long as one) and at least ``SPLIT_MIN_CHUNKS``
-    chunks each; 1 = no split."""
-    if cfg["SPLIT"] is not None:
-        return max(1, min(int(cfg["SPLIT"]), nchunks))
-    if INTERP or device.type != "cuda":  # (meta tensors: the offline sm_90 builds)
-        return 1
-    sms = torch.cuda.get_device_properties(device).multi_processor_count
-    s = min(SPLIT_PROGRAMS_PER_SM * sms // programs, nchunks // SPLIT_MIN_CHUNKS)
-    return s if s >= 3 else 1
 
 
 def _launch_tma(x, B, dt_c, dA_cs, init, seq_idx, H, final, BP, BN, cfg):
@@ -289,20 +255,20 @@ def _launch_tma(x, B, dt_c, dA_cs, init, seq_idx, H, final, BP, BN, cfg):
     g, n = B.shape[2], B.shape[3]
     c, q = dA_cs.shape[2], dA_cs.shape[3]
     tiles = (triton.cdiv(n, BN), triton.cdiv(p, BP))
-    nseg = split(b * h * tiles[0] * tiles[1], c, cfg, x.device)
-    seg = triton.cdiv(c, nseg)
+    seg = triton.cdiv(c, min(cfg.split, c))
     nseg = triton.cdiv(c, seg)  # no empty segment
     E = torch.empty(b * h * nseg, p, n, device=x.device, dtype=torch.float32) if nseg > 1 else final
     G = torch.empty(b * h * nseg, device=x.device, dtype=torch.float32) if nseg > 1 else final
     desc = lambda t, k: TensorDescriptor.from_tensor(t, [1, q, 1, k])
     for phase, segs in ((0, 1),) if nseg == 1 else ((1, nseg), (2, nseg - 1)):
-        _chunk_states_tma_kernel[(*tiles, b * h * segs)](
+        _chunk_states_tma_kernel[(b * h * segs * tiles[0] * tiles[1],)](
             desc(x, BP), desc(B, BN), dt_c, dA_cs, init if init is not None else dt_c,
             seq_idx if seq_idx is not None else dt_c,
             TensorDescriptor.from_tensor(H.view(b * c * h, p, n), [1, BP, BN]), final, E, G,
             l, h, p, c, h // g, seg, nseg,
             *(seq_idx.stride() if seq_idx is not None else (0, 0)),
-            N=n, Q=q, BLOCK_P=BP, BLOCK_N=BN, HAS_INIT=init is not None,
-            HAS_SEQ=seq_idx is not None, PHASE=phase, num_warps=cfg["num_warps"],
-            num_stages=1 if INTERP else cfg["TMA_STAGES"],
-            **launch_options(dict(maxnreg=cfg["TMA_MAXNREG"] if x.element_size() == 2 else None)))
+            N=n, Q=q, BLOCK_P=BP, BLOCK_N=BN, N_TILES=tiles[0], P_TILES=tiles[1],
+            HAS_INIT=init is not None,
+            HAS_SEQ=seq_idx is not None, PHASE=phase, num_warps=cfg.num_warps,
+            num_stages=stages(cfg.stages),
+            **launch_options(cfg.maxnreg if x.element_size() == 2 else None))
