@@ -104,12 +104,21 @@ def record(topic, rows, command, peers, out_dir, method=NOT_RECORDED, **extra):
         triton_version = triton.__version__
     except ImportError:
         triton_version = NOT_RECORDED
-    name = device_name()
-    meta = {"device": name, "date": time.strftime("%Y-%m-%d"), "command": command,
+    meta = {"device": device_name(), "date": time.strftime("%Y-%m-%d"), "command": command,
             "commit": commit(), "torch": torch.__version__, "triton": triton_version,
             "peers": peers, "method": method, **extra}
+    return write(topic, rows, meta, out_dir)
+
+
+def write(topic, rows, meta, out_dir):
+    """Write ``rows`` of ``topic`` with a given ``meta`` (its eight keys: see the store's
+    README); the path written. `record` fills the meta in from this machine."""
+    missing = [k for k in ("device", "date", "command", "commit", "torch", "triton", "peers",
+                           "method") if k not in meta]
+    if missing:
+        raise ValueError(f"meta lacks {missing}")
     os.makedirs(out_dir, exist_ok=True)
-    path = target(topic, slug(name), meta["date"], out_dir)
+    path = target(topic, slug(meta["device"]), meta["date"], out_dir)
     text = json.dumps({"meta": meta, "rows": check_rows(rows)}, indent=1, ensure_ascii=False,
                       default=str)
     path.write_text(text + "\n")
