@@ -50,13 +50,14 @@ def segsum(x):
     return out.masked_fill(~causal, float("-inf"))  # (..., T, T)
 
 
-def check_inputs(x, dt, A, B, C):
+def check_inputs(x, dt, A, B, C, allow_empty=False):
     """Raise a clear error unless the arguments have mamba_ssm's SSD layouts.
 
-    Returns (b, l, h, p, g, n)."""
+    Returns (b, l, h, p, g, n). ``allow_empty``: l = 0 is valid (the kernels return an empty
+    output); the oracles need at least one step."""
     check_tensor("x", x, ndim=4)
     b, l, h, p = x.shape
-    if l == 0:
+    if l == 0 and not allow_empty:
         raise ValueError("x has sequence length l = 0; SSD needs at least one step")
     check_tensor("dt", dt, shape=(b, l, h))
     check_tensor("A", A, shape=(h,))

@@ -33,14 +33,15 @@ TWO_PI = 2 * math.pi
 
 
 def check_inputs(Q, K, V, ADT, DT, Trap, Q_bias, K_bias, Angles, D=None, Z=None,
-                 Input_States=None):
+                 Input_States=None, allow_empty=False):
     """Raise a clear error unless the arguments have mamba_ssm's layouts.
 
-    Returns (b, l, h, p, g, n, na).
+    Returns (b, l, h, p, g, n, na). ``allow_empty``: l = 0 is valid (the kernels return an
+    empty output and the states they were given); the oracles need at least one step.
     """
     check_tensor("V", V, ndim=4)
     b, l, h, p = V.shape
-    if l == 0:
+    if l == 0 and not allow_empty:
         raise ValueError("V has sequence length l = 0; Mamba-3 needs at least one step")
     check_tensor("Q", Q, ndim=4)
     g, n = Q.shape[2], Q.shape[3]
