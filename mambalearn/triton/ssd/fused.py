@@ -22,17 +22,37 @@ the caller's ``chunk_size``): the same function, a different split of the work (
 
 import torch
 
-from mambalearn import ssd
+from mambalearn.triton.ssd import args as ssd_args
 from mambalearn.triton.ssd import outputs, states
 from mambalearn.triton.ssd.forward import chunk_cumsum, ssd_forward
 from mambalearn.triton.ssd.one_launch import CONFIG as ONE_CONFIG
 from mambalearn.triton.ssd.one_launch import ssd_one_launch
+from mambalearn.utils import check_chunk_size, refuse_grad
 
 # launch settings of each design's kernels (tiles, warps, pipeline stages); measured in
 # bench/NOTES_ssd.md. ``ssd_fused_forward(config=...)`` overrides any of them. The states kernel
 # is the tensor-descriptor one (its walk split in segments when b·h is small).
 CONFIG = dict(chunk=128, states=dict(states.CONFIG, TMA=True), outputs=dict(outputs.CONFIG),
               one=dict(ONE_CONFIG))
+
+
+def _merge(config):
+    """``CONFIG`` with the caller's overrides; an unknown key (top-level or nested) is an error,
+    not a setting silently ignored."""
+    config = config or {}
+    if not isinstance(config, dict):
+        raise TypeError(f"config must be a dict like CONFIG, got {type(config).__name__}")
+    unknown = sorted(set(config) - set(CONFIG))
+    unknown += [f"{k}.{sub}" for k, v in config.items() if isinstance(CONFIG.get(k), dict)
+                for sub in sorted(set(v) - set(CONFIG[k]))]
+    if unknown:
+        raise ValueError(f"config has unknown keys {unknown}: its keys are {sorted(CONFIG)}, "
+                         f"each nested dict's those of fused.CONFIG[key]")
+    cfg = {k: (dict(v, **config.get(k, {})) if isinstance(v, dict) else config.get(k, v))
+           for k, v in CONFIG.items()}
+    if cfg["chunk"]:
+        check_chunk_size(cfg["chunk"], power_of_two=True, name='config["chunk"]')
+    return cfg
 
 
 def ssd_fused_forward(x, dt, A, B, C, chunk_size, D=None, z=None, dt_bias=None,
@@ -51,9 +71,18 @@ def ssd_fused_forward(x, dt, A, B, C, chunk_size, D=None, z=None, dt_bias=None,
     ``config``: {"chunk": int, "states" | "outputs" | "one": launch settings} overriding
     ``CONFIG``. Rows of x, z, B, C that are not 16-byte aligned (tensor descriptors need that)
     run chapter 10's kernels instead.
+
+    A forward only, with no autograd: inputs that require grad are refused while autograd
+    records (``mamba_chunk_scan_combined`` is this forward with its backward).
     """
-    b, l, h, p, g, n = ssd.check_inputs(x, dt, A, B, C)
-    ssd.check_extras(b, l, h, p, n, D, z, dt_bias, initial_states, seq_idx)
+    refuse_grad("ssd_fused_forward", "mamba_chunk_scan_combined is this forward with a backward "
+                "(or call it under torch.no_grad())", x=x, dt=dt, A=A, B=B, C=C, D=D, z=z,
+                dt_bias=dt_bias, initial_states=initial_states)
+    a = ssd_args.check("ssd_fused_forward", x, dt, A, B, C, chunk_size, D, z, dt_bias,
+                       initial_states, seq_idx, dt_limit)
+    x, dt, A, B, C, D, z, dt_bias, initial_states, seq_idx = (
+        a[k] for k in ("x", "dt", "A", "B", "C", "D", "z", "dt_bias", "initial_states",
+                       "seq_idx"))
     if launches not in (1, 2):
         raise ValueError(f"launches must be 1 or 2, got {launches!r}")
     if launches == 2 and state_dtype is not None:
@@ -62,10 +91,9 @@ def ssd_fused_forward(x, dt, A, B, C, chunk_size, D=None, z=None, dt_bias=None,
     state_dtype = state_dtype or torch.float32
     if state_dtype not in (torch.float32, torch.float16, torch.bfloat16):
         raise TypeError(f"state_dtype must be float32, float16 or bfloat16, got {state_dtype}")
-    if not isinstance(chunk_size, int) or chunk_size < 1 or chunk_size & (chunk_size - 1):
-        raise ValueError(f"chunk_size must be a power-of-two int, got {chunk_size!r}")
-    cfg = {k: (dict(v, **(config or {}).get(k, {})) if isinstance(v, dict)
-               else (config or {}).get(k, v)) for k, v in CONFIG.items()}
+    cfg = _merge(config)
+    if ssd_args.is_empty(a["shape"]):
+        return ssd_args.empty(x, initial_states, a["shape"])
     q = min(chunk_size, cfg["chunk"] or chunk_size)
     if launches == 1:
         if seq_idx is not None:
