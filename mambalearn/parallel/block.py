@@ -57,12 +57,11 @@ def conv_halo(x, kernel_size, group=None):
     Shapes: x (b, d, l_r) the conv's input on this rank → (b, d, k−1). Every shard needs
     l_r ≥ k−1 tokens (checked on every rank), so one neighbour always holds the whole halo.
     """
-    comm = wire.comm_for(group, "ring")
     w = kernel_size - 1
     err = None if x.shape[-1] >= w else (f"shard of {x.shape[-1]} tokens is shorter than the "
                                          f"conv halo of k−1 = {w} tokens")
-    metas = wire.agree(comm, dict(l=x.shape[-1], shape=tuple(x.shape[:-1]), k=kernel_size),
-                       err, same=("shape", "k"))
+    comm, metas = wire.start(group, "ring", dict(l=x.shape[-1], x=wire.layout(x, -1),
+                                                 k=kernel_size), err, same=("x", "k"))
     wire.check_split(metas)
     return Halo.apply(x, comm, w)  # (b, d, k−1)
 
