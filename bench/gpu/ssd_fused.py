@@ -40,7 +40,6 @@ from mambalearn.triton.ssd import outputs, states
 from mambalearn.triton.ssd.fused import ssd_fused_forward
 from mambalearn.triton.step import selective_state_update
 
-F16 = torch.float16
 # name -> (chunk, ssd_fused_forward keyword arguments); the sm_90 registers of each kernel are in
 # bench/NOTES_ssd.md
 DESIGNS = {
