@@ -30,6 +30,7 @@ CHAPTER = {
     "mambalearn.scan.chunked": 6,
     "mambalearn.autograd": 7,
     "mambalearn.triton.scan": 8,
+    "mambalearn.triton.interpreter": 8,
     "mambalearn.triton.selective_scan": 9,
     "mambalearn.ssd": 10,
     "mambalearn.ssd_grad": 10,
