@@ -334,6 +334,19 @@ def test_bf16_under_the_interpreter_matches_float32():
     assert_close(got, want.bfloat16(), norm=True, rtol=2e-2)
 
 
+def test_mamba3_step_without_channels_still_turns_the_angles():
+    """p = 0: no state to update, but the angle and the rotated k of the cache are defined."""
+    from mambalearn.mamba3.step import mamba3_siso_step_ref
+
+    kw = mamba3_one(torch.Generator().manual_seed(5))
+    ang, ssm, k, v = kw["Input_States"]
+    kw = dict(kw, V=kw["V"][..., :0], Z=kw["Z"][..., :0],
+              Input_States=(ang, ssm[:, :, :0], k, v[..., :0]))
+    got, want = outputs(mamba3_siso_step(**kw)), outputs(mamba3_siso_step_ref(**kw))
+    for a, b in zip(got, want, strict=True):
+        assert_close(a, b.to(a.dtype))
+
+
 def test_generate_zero_new_tokens_is_empty():
     m = M.MambaLM(M.MambaConfig(vocab_size=8, d_model=8, n_layers=1, d_state=2)).eval()
     out = m.generate(torch.zeros(2, 3, dtype=torch.long), 0)

@@ -89,7 +89,9 @@ def mamba3_siso_step(Q, K, V, ADT, DT, Trap, Q_bias, K_bias, Angles, D=None, Z=N
                      Input_States=None):
     """One Mamba-3 SISO token: (out (b, h, p), [angle, ssm, k, v]) — new cache tensors.
 
-    Shapes as ``mambalearn.mamba3.step.mamba3_siso_step_ref`` (the oracle). Matches
+    Shapes as ``mambalearn.mamba3.step.mamba3_siso_step_ref`` (the oracle), whose argument
+    rules it shares (``check_siso_step``); any strides. Not differentiable: while autograd
+    records, inputs that require grad are refused. Matches
     ``mamba_ssm.ops.triton.mamba3.mamba3_siso_step.mamba3_siso_step``.
     """
     b, h, p, g, n, na = check_siso_step(Q, K, V, ADT, DT, Trap, Q_bias, K_bias, Angles, D, Z,
@@ -176,8 +178,11 @@ def mamba3_mimo_step(state, Bstate, Xstate, A, B, C, D, x, dt, trap, xproj, outp
                      z=None, zproj=None):
     """One MIMO token of rank r, ``state`` (float32) updated in place; returns out.
 
-    Shapes and formula as ``mambalearn.mamba3.step.mamba3_mimo_step_ref`` (the oracle);
-    argument names of mamba_ssm's ``mamba3_step_fn``.
+    Shapes and formula as ``mambalearn.mamba3.step.mamba3_mimo_step_ref`` (the oracle), whose
+    argument rules it shares (``check_mimo_step``); argument names of mamba_ssm's
+    ``mamba3_step_fn``. Any strides (a strided state is updated through a contiguous copy; an
+    expanded one is refused). Not differentiable: while autograd records, inputs that require
+    grad are refused.
     """
     b, r, h, p, n = check_mimo_step(state, Bstate, Xstate, A, B, C, D, x, dt, trap, xproj,
                                     outproj, z, zproj)
