@@ -151,7 +151,7 @@ def check_step(state, x, delta, A, B, C, D=None, z=None, delta_bias=None,
         if t is not None:
             check_tensor(name, t)
     check_same_device(state=state, x=x, delta=delta, A=A, B=B, C=C, D=D, z=z,
-                      delta_bias=delta_bias, state_batch_indices=state_batch_indices)
+                      delta_bias=delta_bias)
     heads = state.ndim == 4
     bx = x.shape[0] if x.ndim else 0  # rows of x: may differ from the state's (continuous
     # batching, each row picks its slot)
@@ -197,16 +197,17 @@ def check_step(state, x, delta, A, B, C, D=None, z=None, delta_bias=None,
             raise ValueError(f"x has batch {bx} but state has {state.shape[0]} (pass "
                              f"state_batch_indices to pick a state row for each row of x)")
     else:
-        state_batch_indices = check_state_batch_indices(state_batch_indices, bx, state.shape[0])
+        state_batch_indices = check_state_batch_indices(state_batch_indices, bx, state)
     return heads, state, x, delta, A, B, C, D, z, delta_bias, state_batch_indices
 
 
-def check_state_batch_indices(idx, rows, slots):
-    """state_batch_indices: an integer tensor (rows,), row i updating state[idx[i]]; idx < 0
-    skips a row; every other slot < ``slots`` and used by one row only (two rows updating one
-    state would race in the kernel). The values are looked at on the host (one sync) except
-    while a CUDA graph is being captured, which forbids it: the kernel then masks slots past
-    the state and writes NaN for their rows. Returns idx contiguous."""
+def check_state_batch_indices(idx, rows, state):
+    """state_batch_indices: an integer tensor (rows,) on the state's device, row i updating
+    state[idx[i]]; idx < 0 skips a row; every other slot < the state's batch and used by one row
+    only (two rows updating one state would race in the kernel). The values are looked at on
+    the host (one sync) except while a CUDA graph is being captured, which forbids it: the
+    kernel then masks slots past the state and writes NaN for their rows. Returns idx
+    contiguous."""
     if not isinstance(idx, torch.Tensor) or idx.is_floating_point() or idx.is_complex() \
             or idx.dtype == torch.bool:
         raise TypeError(f"state_batch_indices must be an integer tensor (b,), got "
@@ -214,8 +215,9 @@ def check_state_batch_indices(idx, rows, slots):
     if tuple(idx.shape) != (rows,):
         raise ValueError(f"state_batch_indices must have shape (b,) = ({rows},), one slot per row "
                          f"of x, got {tuple(idx.shape)}")
+    check_same_device(state=state, state_batch_indices=idx)
     if not (idx.is_cuda and torch.cuda.is_current_stream_capturing()):
-        check_slot_values(idx, slots)
+        check_slot_values(idx, state.shape[0])
     return idx.contiguous()
 
 

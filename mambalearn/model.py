@@ -307,7 +307,7 @@ class Mamba1Mixer(nn.Module):
         x = F.silu(x)  # (b, d)
         dt, B, C = self.dbc(x)  # (b, d), (b, n), (b, n)
         y = step_fn(self.cfg, hidden.device)(cache.ssm_state, x, dt, -torch.exp(self.A_log), B, C,
-                                              self.D, z, self.dt_proj.bias, True)  # (b, d)
+                                             self.D, z, self.dt_proj.bias, True)  # (b, d)
         return self.out_proj(y)
 
     def empty_cache(self, batch, device, state_dtype=torch.float32):
@@ -383,7 +383,7 @@ class Mamba2Mixer(nn.Module):
                                                   self.conv_bias))
         x, B, C = self.split_xbc(xBC)  # (b, h, p), (b, g, n), (b, g, n)
         y = step_fn(self.cfg, hidden.device)(cache.ssm_state, x, dt, -torch.exp(self.A_log), B, C,
-                                              self.D, None, self.dt_bias, True)  # (b, h, p)
+                                             self.D, None, self.dt_bias, True)  # (b, h, p)
         return self.out_proj(self.norm(y.flatten(1), z))
 
     def empty_cache(self, batch, device, state_dtype=torch.float32):

@@ -321,6 +321,9 @@ def test_seq_idx_past_int32_is_not_wrapped():
     want = selective_scan_fn(**dict(kw, seq_idx=small))
     for a, b in zip(got, want, strict=True):
         assert_close(a, b, rtol=0, atol=0)
+    kw = ssd_inputs(torch.Generator().manual_seed(2))  # SSD compares the ids as int64 as given
+    got = mamba_chunk_scan_combined(**dict(kw, seq_idx=kw["seq_idx"] << 33))
+    assert_close(got, mamba_chunk_scan_combined(**kw), rtol=0, atol=0)
 
 
 def test_bf16_under_the_interpreter_matches_float32():
