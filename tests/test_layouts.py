@@ -121,6 +121,7 @@ class Op:
     exact: bool = True  # views give the contiguous call's bits (else: its dtype's tolerance)
     empty: tuple = field(default_factory=tuple)  # ways to empty the input (see _empty)
     grad_layouts: tuple = ("mixed",)  # the layouts whose gradients are compared (time)
+    layouts: tuple = LAYOUTS  # a variant of an op already in the table runs fewer (time)
     params: tuple = ("A", "D", "delta_bias", "dt_bias", "Q_bias", "K_bias")  # no batch axis
 
 
@@ -133,12 +134,18 @@ OPS = [
     Op("selective_scan_fn (shared B, C)",
        lambda g: dict(mamba1(g), B=mamba1(g)["B"][:, 0], C=mamba1(g)["C"][:, 0]),
        selective_scan_fn),
+    Op("selective_scan_fn (fixed B, C)",
+       lambda g: dict(mamba1(g), B=_draw(g)[0](4, 3), C=_draw(g)[0](4, 3)), selective_scan_fn,
+       layouts=("expanded", "mixed")),
     Op("selective_scan_teaching", mamba1, selective_scan_teaching, M1_GRAD),
     Op("mamba_chunk_scan_combined", lambda g: dict(ssd_inputs(g), return_final_states=True),
        mamba_chunk_scan_combined, SSD_GRAD, empty=("b", "l")),
     Op("mamba_chunk_scan_combined (five stages)",
        lambda g: dict(ssd_inputs(g), return_final_states=True, fused=False),
-       mamba_chunk_scan_combined),
+       mamba_chunk_scan_combined, layouts=("strided", "expanded", "mixed")),
+    Op("mamba_chunk_scan_combined (D per channel, no z)",
+       lambda g: dict(ssd_inputs(g), D=_draw(g)[0](4, 3), z=None), mamba_chunk_scan_combined,
+       layouts=("expanded", "mixed")),
     Op("ssd_fused_forward", ssd_inputs, ssd_fused_forward, empty=("b", "l")),
     Op("ssd_fused_forward (one launch)",
        lambda g: dict(ssd_inputs(g, seq=False), launches=1), ssd_fused_forward),
@@ -146,6 +153,13 @@ OPS = [
        inplace=("state",), fixed=("state_batch_indices",)),
     Op("selective_state_update (Mamba-2)", step_mamba2, selective_state_update,
        inplace=("state",), empty=("b",)),
+    Op("decode_step (Mamba-1, slots)", step_mamba1,
+       lambda dt, dt_bias, dt_softplus, **kw: inference.decode_step(
+           delta=dt, delta_bias=dt_bias, delta_softplus=dt_softplus, **kw), inplace=("state",),
+       fixed=("state_batch_indices",)),
+    Op("selective_state_update (Mamba-2, untied A and dt)",
+       lambda g: dict(step_mamba2(g), A=-_draw(g)[1](3, 5, 4, lo=0.5, hi=1.5),
+                      dt=_draw(g)[0](2, 3, 5)), selective_state_update, inplace=("state",)),
     Op("decode_step (Mamba-2)", step_mamba2,
        lambda dt, dt_bias, dt_softplus, **kw: inference.decode_step(
            delta=dt, delta_bias=dt_bias, delta_softplus=dt_softplus, **kw), inplace=("state",)),
@@ -235,8 +249,10 @@ def same(got, want, exact, what):
     assert_close(got, want, rtol=rtol, atol=atol, msg=what)
 
 
-@pytest.mark.parametrize("how", LAYOUTS)
-@pytest.mark.parametrize("op", OPS, ids=[o.name for o in OPS])
+CASES = [(op, how) for op in OPS for how in op.layouts]
+
+
+@pytest.mark.parametrize("op, how", CASES, ids=[f"{o.name}-{h}" for o, h in CASES])
 def test_any_layout_gives_the_contiguous_answer(op, how):
     seed = torch.seed() % 2**31
     g = torch.Generator().manual_seed(seed)
