@@ -32,7 +32,8 @@ import contextlib
 import torch
 import torch.nn.functional as F
 
-from mambalearn.scan.chunked import _check_scan_inputs, chunked_scan
+from mambalearn.scan.chunked import check_scan_inputs, chunked_scan
+from mambalearn.utils import check_chunk_size
 
 
 def _scan_states(a, b, h0):
@@ -58,7 +59,7 @@ def scan_backward(a, h, grad_h, initial_state=None):
     The reverse scan runs the forward scan's recurrence backwards in time with the gate moved one
     step: dh_t is fed by dh_{t+1} through a_{t+1}, the gate that multiplied h_t in the forward.
     """
-    _check_scan_inputs(a, h, initial_state)
+    check_scan_inputs(a, h, initial_state)
     if grad_h.shape != a.shape:
         raise ValueError(f"grad_h must have a's shape {tuple(a.shape)}, got {tuple(grad_h.shape)}")
     dh = torch.empty_like(grad_h)
@@ -88,7 +89,7 @@ class ChunkedScanFn(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, a, b, chunk_size, initial_state=None):
-        _check_scan_inputs(a, b, initial_state)
+        check_scan_inputs(a, b, initial_state)
         l, q = a.shape[-2], chunk_size
         h = chunked_scan(a, b, q, initial_state)  # (..., l, n)
         H0 = (torch.zeros_like(h[..., :1, :]) if initial_state is None
@@ -270,8 +271,7 @@ def selective_scan_recompute(u, delta, A, B, C, D=None, z=None, delta_bias=None,
     from mambalearn.scan.sequential import check_inputs, compute_dtype
 
     check_inputs(u, delta, A, B, C, D, z, delta_bias, mask, initial_state)
-    if not isinstance(chunk_size, int) or isinstance(chunk_size, bool) or chunk_size < 1:
-        raise ValueError(f"chunk_size must be a positive int, got {chunk_size!r}")
+    chunk_size = check_chunk_size(chunk_size)
     dtype = compute_dtype(u, delta, A, B, C)
     cast = lambda t: None if t is None else t.to(dtype)
     out, last = _SelectiveScanRecompute.apply(

@@ -26,9 +26,6 @@ if not HAS_GPU:
                       "(or set TRITON_INTERPRET=1 before starting Python)", stacklevel=2)
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
-# Largest number of scanned elements (b·d·l·n) one Triton call should touch under the interpreter.
-CPU_ELEMENT_BUDGET = 10_000
-
 
 def setup(seed=None):
     """Pick the device, print one line saying which, optionally seed torch. Returns the device."""

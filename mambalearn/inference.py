@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 import torch
 import torch.nn.functional as F
 
-from mambalearn.utils import check_tensor
+from mambalearn.utils import check_same_device, check_tensor
 
 # ---------------------------------------------------------------------------------------------
 # 1. the cache
@@ -135,46 +135,101 @@ def causal_conv1d_step(x, conv_state, weight, bias=None):
 # 3. the state update (the oracle of mambalearn.triton.step)
 
 
-def _as_heads(state, x, delta, A, B, C, D, z, delta_bias):
-    """Bring either layout to mamba_ssm's headed one: state (b, h, p, n), x/delta/z (b, h, p), ...
+def check_step(state, x, delta, A, B, C, D=None, z=None, delta_bias=None,
+               state_batch_indices=None):
+    """The decode step's argument rules, written once for the oracle (:func:`decode_step`) and
+    the kernel (``mambalearn.triton.step``), in the caller's layout; then both layouts brought to
+    mamba_ssm's headed one (Mamba-1's state (b, d, n) is one head with p = d; Mamba-2's per-head
+    scalars A (h,), delta (b, h), D and delta_bias (h,) are broadcast, as views, over p and n).
 
-    Mamba-1 (state (b, d, n)) becomes one head with p = d. Mamba-2's per-head scalars may be given
-    compactly (A (h,), delta (b, h), D and delta_bias (h,)) and are broadcast over p and n.
+    Returns (heads, state (b, h, p, n), x, delta (b, h, p), A (h, p, n), B, C (b, g, n),
+    D, delta_bias (h, p) or None, z (b, h, p) or None, state_batch_indices or None).
     """
-    if state.ndim not in (3, 4):
-        raise ValueError(f"state must be (b, d, n) or (b, h, p, n), got shape {tuple(state.shape)}")
+    check_tensor("state", state, ndim=(3, 4))
+    for name, t in (("x", x), ("delta", delta), ("A", A), ("B", B), ("C", C), ("D", D),
+                    ("z", z), ("delta_bias", delta_bias)):
+        if t is not None:
+            check_tensor(name, t)
+    check_same_device(state=state, x=x, delta=delta, A=A, B=B, C=C, D=D, z=z,
+                      delta_bias=delta_bias)
     heads = state.ndim == 4
-    if not heads:
-        state, x, delta = state[:, None], x[:, None], delta[:, None]
-        z = z if z is None else z[:, None]
-        A = A[None]  # (1, d, n)
-        D = D if D is None else D[None]
-        delta_bias = delta_bias if delta_bias is None else delta_bias[None]
-        if B.ndim == 2:
-            B, C = B[:, None], C[:, None]  # (b, 1, n)
-    _, h, p, n = state.shape
-    check_tensor("x", x, shape=(None, h, p))
-    b = x.shape[0]  # may differ from the state's batch when rows pick their slot (continuous
-    # batching)
+    bx = x.shape[0] if x.ndim else 0  # rows of x: may differ from the state's (continuous
+    # batching, each row picks its slot)
+    if heads:
+        _, h, p, n = state.shape
+        check_tensor("x", x, shape=(bx, h, p))
+        check_tensor("delta", delta, shape=(bx, h) if delta.ndim == 2 else (bx, h, p))
+        check_tensor("A", A, shape=(h,) if A.ndim == 1 else (h, p, n))
+        check_tensor("B", B, shape=(bx, None, n))
+        for name, t in (("D", D), ("delta_bias", delta_bias)):
+            if t is not None:
+                check_tensor(name, t, shape=(h,) if t.ndim == 1 else (h, p))
+        if z is not None:
+            check_tensor("z", z, shape=(bx, h, p))
+    else:
+        _, d, n = state.shape
+        check_tensor("x", x, shape=(bx, d))
+        check_tensor("delta", delta, shape=(bx, d))
+        check_tensor("A", A, shape=(d, n))
+        check_tensor("B", B, shape=(bx, n) if B.ndim == 2 else (bx, 1, n))
+        for name, t in (("D", D), ("delta_bias", delta_bias), ("z", z)):
+            if t is not None:
+                check_tensor(name, t, shape=(d,) if name != "z" else (bx, d))
+        state, x, delta = state[:, None], x[:, None], delta[:, None]  # one head, p = d
+        A, B, C = A[None], B.reshape(bx, 1, n), C  # (1, d, n), (b, 1, n)
+        D, delta_bias = (None if t is None else t[None] for t in (D, delta_bias))  # (1, d)
+        z = None if z is None else z[:, None]  # (b, 1, d)
+        _, h, p, n = state.shape
+    check_tensor("C", C, shape=tuple(B.shape) if heads else (bx, n) if C.ndim == 2
+                 else (bx, 1, n))
+    C = C.reshape(B.shape)
+    if B.shape[1] == 0 or h % B.shape[1]:
+        raise ValueError(f"B and C have g = {B.shape[1]} groups, which must divide the h = {h} "
+                         f"heads")
     if delta.ndim == 2:
-        delta = delta[..., None].expand(b, h, p)  # one Δ per head (Mamba-2)
-    check_tensor("delta", delta, shape=(b, h, p))
+        delta = delta[..., None].expand(bx, h, p)  # one Δ per head (Mamba-2)
     if A.ndim == 1:
         A = A[:, None, None].expand(h, p, n)  # one scalar A per head (Mamba-2)
-    check_tensor("A", A, shape=(h, p, n))
-    check_tensor("B", B, shape=(b, None, n))
-    check_tensor("C", C, shape=tuple(B.shape))
-    if h % B.shape[1]:
-        raise ValueError(f"B has g = {B.shape[1]} groups, which must divide the h = {h} heads")
-    if D is not None:
-        D = D[:, None].expand(h, p) if D.ndim == 1 else D
-        check_tensor("D", D, shape=(h, p))
-    if delta_bias is not None:
-        delta_bias = delta_bias[:, None].expand(h, p) if delta_bias.ndim == 1 else delta_bias
-        check_tensor("delta_bias", delta_bias, shape=(h, p))
-    if z is not None:
-        check_tensor("z", z, shape=(b, h, p))
-    return heads, state, x, delta, A, B, C, D, z, delta_bias
+    D, delta_bias = (t[:, None].expand(h, p) if t is not None and t.ndim == 1 else t
+                     for t in (D, delta_bias))
+    if state_batch_indices is None:
+        if bx != state.shape[0]:
+            raise ValueError(f"x has batch {bx} but state has {state.shape[0]} (pass "
+                             f"state_batch_indices to pick a state row for each row of x)")
+    else:
+        state_batch_indices = check_state_batch_indices(state_batch_indices, bx, state)
+    return heads, state, x, delta, A, B, C, D, z, delta_bias, state_batch_indices
+
+
+def check_state_batch_indices(idx, rows, state):
+    """state_batch_indices: an integer tensor (rows,) on the state's device, row i updating
+    state[idx[i]]; idx < 0 skips a row; every other slot < the state's batch and used by one row
+    only (two rows updating one state would race in the kernel). The values are looked at on
+    the host (one sync) except while a CUDA graph is being captured, which forbids it: the
+    kernel then masks slots past the state and writes NaN for their rows. Returns idx
+    contiguous."""
+    if not isinstance(idx, torch.Tensor) or idx.is_floating_point() or idx.is_complex() \
+            or idx.dtype == torch.bool:
+        raise TypeError(f"state_batch_indices must be an integer tensor (b,), got "
+                        f"{getattr(idx, 'dtype', type(idx).__name__)}")
+    if tuple(idx.shape) != (rows,):
+        raise ValueError(f"state_batch_indices must have shape (b,) = ({rows},), one slot per row "
+                         f"of x, got {tuple(idx.shape)}")
+    check_same_device(state=state, state_batch_indices=idx)
+    if not (idx.is_cuda and torch.cuda.is_current_stream_capturing()):
+        check_slot_values(idx, state.shape[0])
+    return idx.contiguous()
+
+
+def check_slot_values(idx, slots):
+    """Slots < ``slots`` (or < 0), none used twice (the host-side part of the check)."""
+    live = idx[idx >= 0]
+    if live.numel() and int(live.max()) >= slots:
+        raise ValueError(f"state_batch_indices must be < the state's batch {slots} (or < 0 to "
+                         f"skip a row), got {int(live.max())}")
+    if live.unique().numel() != live.numel():
+        raise ValueError(f"state_batch_indices has a slot used by two rows ({idx.tolist()}): "
+                         f"each state row can take one token per step")
 
 
 def decode_step(state, x, delta, A, B, C, D=None, z=None, delta_bias=None, delta_softplus=False,
@@ -195,15 +250,10 @@ def decode_step(state, x, delta, A, B, C, D=None, z=None, delta_bias=None, delta
 
     Matches ``mamba_ssm.ops.triton.selective_state_update.selective_state_update_ref``.
     """
-    check_tensor("state", state)
-    heads, h4, x4, delta, A, B, C, D, z4, delta_bias = _as_heads(
-        state, x, delta, A, B, C, D, z, delta_bias)
+    heads, h4, x4, delta, A, B, C, D, z4, delta_bias, idx = check_step(
+        state, x, delta, A, B, C, D, z, delta_bias, state_batch_indices)
     f = torch.float64 if state.dtype == torch.float64 else torch.float32
-    rows = torch.arange(x4.shape[0], device=x4.device)
-    if state_batch_indices is not None:
-        rows = state_batch_indices.long()
-    elif x4.shape[0] != h4.shape[0]:
-        raise ValueError(f"x has batch {x4.shape[0]} but state has {h4.shape[0]}")
+    rows = torch.arange(x4.shape[0], device=x4.device) if idx is None else idx.long()
     live = rows >= 0  # (b,)
     h_old = h4[rows.clamp(min=0)].to(f)  # (b, h, p, n), a gathered copy
     delta = delta.to(f) if delta_bias is None else delta.to(f) + delta_bias.to(f)

@@ -15,11 +15,13 @@ per head and runs the SSD scan (chapter 10); the gate goes through a gated RMSNo
 The scan backend is chosen *by name* (``BACKENDS``) and resolved lazily, so the model works with
 whichever chapters' modules exist: the sequential oracle (chapter 02), Blelloch (04), chunked
 (06), chunked recomputation (07), the fused Triton kernel (09); for Mamba-2 the SSD oracles and
-kernel (10). Decoding uses ``mambalearn.inference`` (the cache) and the state-update kernel of
-``mambalearn.triton.step`` (or its oracle).
+kernel (10). Decoding uses ``mambalearn.inference`` (the cache) and a decode step chosen by
+name the same way (``STEP_BACKENDS``: the oracle, or the state-update kernel of chapter 12).
 
 Later chapters plug their blocks in without this module knowing them: ``register_block(name,
-mixer, backends)`` (chapter 15's Mamba-3 block registers itself from ``mambalearn.mamba3.mixer``).
+mixer, backends, step_backends)`` (chapter 15's Mamba-3 block registers itself from
+``mambalearn.mamba3.mixer``). So the model imports no kernel module: it receives its kernels
+through these two registries, resolved when a layer first runs.
 
 The selective-copying task (``selective_copying``) scatters m data tokens at random positions in
 a sequence of blanks; after a separator the model must emit them in order. Where the tokens are
@@ -39,6 +41,7 @@ import torch.nn.functional as F
 
 from mambalearn import inference
 from mambalearn.inference import InferenceCache, LayerCache
+from mambalearn.utils import check_chunk_size
 
 # ---------------------------------------------------------------------------------------------
 # 1. scan backends, by name
@@ -62,9 +65,19 @@ BACKENDS = {
 }
 
 
-def resolve(name, block="mamba1"):
-    """The scan function registered under ``name``; ``LookupError`` if its module is not there."""
-    table = BACKENDS[block]
+# name -> (module, function): the decode steps. Mamba-1/-2 ones have selective_state_update's
+# signature; "auto" in a config picks "triton" on a GPU, "oracle" elsewhere.
+_STEP_SSM = {"oracle": ("mambalearn.inference", "decode_step"),
+             "triton": ("mambalearn.triton.step", "selective_state_update")}
+STEP_BACKENDS = {"mamba1": _STEP_SSM, "mamba2": _STEP_SSM}
+STEP_CHOICES = ("oracle", "triton", "auto")
+
+
+def resolve(name, block="mamba1", table=None):
+    """The function registered under ``name`` for ``block`` in ``table`` (default ``BACKENDS``,
+    the scans; ``STEP_BACKENDS`` for the decode steps); ``LookupError`` if its module is not
+    there."""
+    table = (BACKENDS if table is None else table)[block]
     if name not in table:
         raise ValueError(f"unknown {block} backend {name!r}; choose one of {sorted(table)}")
     module, attr = table[name]
@@ -146,6 +159,39 @@ class MambaConfig:
     backend: str = "sequential"
     step_backend: str = "auto"  # "oracle" | "triton" | "auto" (triton on a GPU)
 
+    def __post_init__(self):
+        """Every field checked here, by name, so that a bad size fails now and not deep in a
+        layer (or, for a backend name, silently in another one)."""
+        for name in ("vocab_size", "d_model", "n_layers", "d_state", "d_conv", "expand",
+                     "headdim", "ngroups"):
+            _check_int(name, getattr(self, name), 1)
+        _check_int("dt_rank", self.dt_rank, 0)
+        check_chunk_size(self.chunk_size)
+        if not isinstance(self.selective, bool):
+            raise TypeError(f"selective must be True or False, got {self.selective!r}")
+        for name in ("block", "backend", "step_backend"):
+            if not isinstance(getattr(self, name), str):
+                raise TypeError(f"{name} must be a name (str), got {getattr(self, name)!r}")
+        if self.step_backend not in STEP_CHOICES:
+            raise ValueError(f"step_backend must be one of {STEP_CHOICES}, got "
+                             f"{self.step_backend!r}")
+        if self.block in BACKENDS and self.backend not in BACKENDS[self.block]:
+            raise ValueError(f"unknown {self.block} backend {self.backend!r}; choose one of "
+                             f"{sorted(BACKENDS[self.block])}")
+        if self.block != "mamba1":  # heads of headdim channels, in ngroups groups of B/C
+            d = self.expand * self.d_model
+            if d % self.headdim or (d // self.headdim) % self.ngroups:
+                raise ValueError(f"expand·d_model = {d} must be a multiple of headdim = "
+                                 f"{self.headdim}, in a number of heads that ngroups = "
+                                 f"{self.ngroups} divides")
+
+
+def _check_int(name, v, minimum):
+    if not isinstance(v, int) or isinstance(v, bool):
+        raise TypeError(f"{name} must be an int, got {type(v).__name__} {v!r}")
+    if v < minimum:
+        raise ValueError(f"{name} must be ≥ {minimum}, got {v}")
+
 
 class RMSNorm(nn.Module):
     """x / sqrt(mean(x²) + ε) · w; with ``z``: the gated form of Mamba-2, RMSNorm(x · silu(z))."""
@@ -160,18 +206,42 @@ class RMSNorm(nn.Module):
         return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * self.weight
 
 
-def _dt_bias_init(d, dt_min=1e-3, dt_max=1e-1):
+def dt_bias_init(d, dt_min=1e-3, dt_max=1e-1):
     """softplus⁻¹ of Δ drawn log-uniformly in [dt_min, dt_max] (Mamba's initialisation)."""
     dt = torch.exp(torch.rand(d) * (math.log(dt_max) - math.log(dt_min)) + math.log(dt_min))
     return dt + torch.log(-torch.expm1(-dt))  # softplus(this) = dt
 
 
-def _step_fn(cfg, device):
-    if cfg.step_backend == "triton" or (cfg.step_backend == "auto" and device.type == "cuda"):
-        from mambalearn.triton.step import selective_state_update
+def step_fn(cfg, device):
+    """The decode step ``cfg.step_backend`` names for this block (``STEP_BACKENDS``); "auto" is
+    the Triton kernel on a GPU and the oracle elsewhere."""
+    name = cfg.step_backend
+    if name == "auto":
+        name = "triton" if device.type == "cuda" else "oracle"
+    return resolve(name, cfg.block, STEP_BACKENDS)
 
-        return selective_state_update
-    return inference.decode_step
+
+def _check_tokens(name, tokens, ndim):
+    """Token ids: an integer tensor of ``ndim`` dimensions (the embedding looks them up)."""
+    if not isinstance(tokens, torch.Tensor) or tokens.is_floating_point() or tokens.is_complex() \
+            or tokens.dtype == torch.bool:
+        raise TypeError(f"{name} must be an integer tensor of token ids, got "
+                        f"{getattr(tokens, 'dtype', type(tokens).__name__)}")
+    if tokens.ndim != ndim:
+        raise ValueError(f"{name} must have {ndim} dimensions ({'(b, l)' if ndim == 2 else '(b,)'}"
+                         f"), got shape {tuple(tokens.shape)}")
+
+
+def check_mask(mask, b, l):
+    """A padding mask must be a bool (b, l) tensor (True = a real token): a soft float mask
+    would scale Δ and the inputs instead of keeping the state."""
+    if mask is None:
+        return
+    if not isinstance(mask, torch.Tensor) or mask.dtype != torch.bool:
+        raise TypeError(f"mask must be a bool tensor (True = real token), got "
+                        f"{getattr(mask, 'dtype', type(mask).__name__)}; use mask.bool()")
+    if tuple(mask.shape) != (b, l):
+        raise ValueError(f"mask must have shape (b, l) = {(b, l)}, got {tuple(mask.shape)}")
 
 
 class Mamba1Mixer(nn.Module):
@@ -187,7 +257,7 @@ class Mamba1Mixer(nn.Module):
         self.x_proj = nn.Linear(d, self.r + 2 * n, bias=False)
         self.dt_proj = nn.Linear(self.r, d, bias=True)
         with torch.no_grad():
-            self.dt_proj.bias.copy_(_dt_bias_init(d))
+            self.dt_proj.bias.copy_(dt_bias_init(d))
         # S4D-real initialisation: A = −(1, 2, …, n) in every channel; kept as log so A < 0 always
         self.A_log = nn.Parameter(torch.log(torch.arange(1, n + 1).float()).repeat(d, 1))  # (d, n)
         self.D = nn.Parameter(torch.ones(d))
@@ -195,7 +265,7 @@ class Mamba1Mixer(nn.Module):
         if not cfg.selective:  # LTI: fixed B, C (Δ comes from the bias alone)
             self.B_lti, self.C_lti = (nn.Parameter(torch.randn(n) / math.sqrt(n)) for _ in range(2))
 
-    def _dbc(self, x):
+    def dbc(self, x):
         """Δ_raw (…, d) without bias, B, C (…, n) from x (…, d); constants for the LTI model."""
         r, n = self.r, self.cfg.d_state
         dt, B, C = self.x_proj(x).split([r, n, n], dim=-1)
@@ -209,13 +279,14 @@ class Mamba1Mixer(nn.Module):
         if seq_idx is not None:
             raise ValueError("seq_idx (packed sequences) needs block='mamba2'; for Mamba-1 use "
                              "mask (padding) or inference.scan_by_steps")
+        check_mask(mask, *hidden.shape[:2])
         x, z = self.in_proj(hidden).transpose(1, 2).chunk(2, dim=1)  # (b, d, l) each
         if mask is not None:  # padding enters the conv as zeros, as at a sequence start
             x = x * mask[:, None, :]
         x, conv_state = inference.causal_conv1d(x, self.conv_weight, self.conv_bias,
                                                 None if cache is None else cache.conv_state)
         x = F.silu(x)  # (b, d, l)
-        dt, B, C = self._dbc(x.transpose(1, 2))  # (b, l, d), (b, l, n), (b, l, n)
+        dt, B, C = self.dbc(x.transpose(1, 2))  # (b, l, d), (b, l, n), (b, l, n)
         delta, bias, softplus = dt.transpose(1, 2), self.dt_proj.bias, True  # (b, d, l)
         if mask is not None:  # Δ = 0 at padding: the state is kept exactly
             delta = F.softplus(delta + bias[:, None]) * mask[:, None, :]  # (b, d, l)
@@ -234,9 +305,9 @@ class Mamba1Mixer(nn.Module):
         x, z = self.in_proj(hidden).chunk(2, dim=-1)  # (b, d) each
         x = inference.causal_conv1d_step(x, cache.conv_state, self.conv_weight, self.conv_bias)
         x = F.silu(x)  # (b, d)
-        dt, B, C = self._dbc(x)  # (b, d), (b, n), (b, n)
-        y = _step_fn(self.cfg, hidden.device)(cache.ssm_state, x, dt, -torch.exp(self.A_log), B, C,
-                                              self.D, z, self.dt_proj.bias, True)  # (b, d)
+        dt, B, C = self.dbc(x)  # (b, d), (b, n), (b, n)
+        y = step_fn(self.cfg, hidden.device)(cache.ssm_state, x, dt, -torch.exp(self.A_log), B, C,
+                                             self.D, z, self.dt_proj.bias, True)  # (b, d)
         return self.out_proj(y)
 
     def empty_cache(self, batch, device, state_dtype=torch.float32):
@@ -261,17 +332,19 @@ class Mamba2Mixer(nn.Module):
         w = torch.randn(self.conv_dim, cfg.d_conv) / math.sqrt(cfg.d_conv)
         self.conv_weight = nn.Parameter(w)
         self.conv_bias = nn.Parameter(torch.zeros(self.conv_dim))
-        self.dt_bias = nn.Parameter(_dt_bias_init(self.h))
+        self.dt_bias = nn.Parameter(dt_bias_init(self.h))
         self.A_log = nn.Parameter(torch.log(torch.empty(self.h).uniform_(1, 16)))  # (h,)
         self.D = nn.Parameter(torch.ones(self.h))
         self.norm = RMSNorm(d)
         self.out_proj = nn.Linear(d, cfg.d_model, bias=False)
 
-    def _split(self, zxbcdt):
+    def split_proj(self, zxbcdt):
+        """in_proj's output (…, total) → z (…, d), xBC (…, conv_dim), Δ_raw (…, h)."""
         d = self.cfg.expand * self.cfg.d_model
         return zxbcdt.split([d, self.conv_dim, self.h], dim=-1)
 
-    def _xbc(self, xBC):
+    def split_xbc(self, xBC):
+        """The conv's output (…, conv_dim) → x (…, h, p), B, C (…, g, n)."""
         d, gn = self.cfg.expand * self.cfg.d_model, self.cfg.ngroups * self.cfg.d_state
         x, B, C = xBC.split([d, gn, gn], dim=-1)
         sh = xBC.shape[:-1]
@@ -280,7 +353,8 @@ class Mamba2Mixer(nn.Module):
 
     def forward(self, hidden, cache=None, mask=None, seq_idx=None):
         b, l, _ = hidden.shape
-        z, xBC, dt = self._split(self.in_proj(hidden))  # (b, l, d), (b, l, conv_dim), (b, l, h)
+        check_mask(mask, b, l)
+        z, xBC, dt = self.split_proj(self.in_proj(hidden))  # (b, l, d), (b, l, conv_dim), (b, l, h)
         xBC = xBC.transpose(1, 2)  # (b, conv_dim, l)
         if mask is not None:
             xBC = xBC * mask[:, None, :]
@@ -290,7 +364,7 @@ class Mamba2Mixer(nn.Module):
         else:
             xBC, conv_state = inference.causal_conv1d(xBC, self.conv_weight, self.conv_bias,
                                                       None if cache is None else cache.conv_state)
-        x, B, C = self._xbc(F.silu(xBC).transpose(1, 2))  # (b, l, h, p), (b, l, g, n) ×2
+        x, B, C = self.split_xbc(F.silu(xBC).transpose(1, 2))  # (b, l, h, p), (b, l, g, n) ×2
         dt_bias, softplus = self.dt_bias, True
         if mask is not None:  # Δ = 0 at padding: the state is kept exactly
             dt, dt_bias, softplus = F.softplus(dt + dt_bias) * mask[..., None], None, False
@@ -304,12 +378,12 @@ class Mamba2Mixer(nn.Module):
         return self.out_proj(self.norm(y.reshape(b, l, -1), z))  # (b, l, d_model)
 
     def step(self, hidden, cache):
-        z, xBC, dt = self._split(self.in_proj(hidden))  # (b, d), (b, conv_dim), (b, h)
+        z, xBC, dt = self.split_proj(self.in_proj(hidden))  # (b, d), (b, conv_dim), (b, h)
         xBC = F.silu(inference.causal_conv1d_step(xBC, cache.conv_state, self.conv_weight,
                                                   self.conv_bias))
-        x, B, C = self._xbc(xBC)  # (b, h, p), (b, g, n), (b, g, n)
-        y = _step_fn(self.cfg, hidden.device)(cache.ssm_state, x, dt, -torch.exp(self.A_log), B, C,
-                                              self.D, None, self.dt_bias, True)  # (b, h, p)
+        x, B, C = self.split_xbc(xBC)  # (b, h, p), (b, g, n), (b, g, n)
+        y = step_fn(self.cfg, hidden.device)(cache.ssm_state, x, dt, -torch.exp(self.A_log), B, C,
+                                             self.D, None, self.dt_bias, True)  # (b, h, p)
         return self.out_proj(self.norm(y.flatten(1), z))
 
     def empty_cache(self, batch, device, state_dtype=torch.float32):
@@ -333,10 +407,13 @@ def _conv_segments(x, weight, bias, seq_idx):
 MIXERS = {"mamba1": Mamba1Mixer, "mamba2": Mamba2Mixer}  # block name -> mixer class
 
 
-def register_block(name, mixer, backends):
+def register_block(name, mixer, backends, step_backends=None):
     """Make ``MambaConfig(block=name)`` build ``mixer(cfg)``, its scan chosen from ``backends``
-    ({backend name: (module, function)}, as in ``BACKENDS``). How a later chapter adds a block."""
+    ({backend name: (module, function)}, as in ``BACKENDS``) and its decode step from
+    ``step_backends`` ({"oracle" | "triton": (module, function)}). How a later chapter adds a
+    block."""
     MIXERS[name], BACKENDS[name] = mixer, dict(backends)
+    STEP_BACKENDS[name] = dict(step_backends or {})
 
 
 class Block(nn.Module):
@@ -390,6 +467,7 @@ class MambaLM(nn.Module):
         """tokens (b, l) int → logits (b, l, vocab). With ``cache`` the sequence continues the
         cached one (chunked prefill) and the cache is updated. ``mask`` (b, l) bool marks real
         tokens (left padding); ``seq_idx`` (b, l) packs sequences in a row (Mamba-2 only)."""
+        _check_tokens("tokens", tokens, 2)
         x = self.embedding(tokens)  # (b, l, d_model)
         kw = {} if seq_idx is None else {"seq_idx": seq_idx}
         if mask is not None:
@@ -404,6 +482,7 @@ class MambaLM(nn.Module):
         """token (b,) int → logits (b, vocab), one O(1) step; updates ``cache`` in place.
 
         Does not touch ``cache.seqlen_offset`` (a CUDA graph replays this function as captured)."""
+        _check_tokens("token", token, 1)
         x = self.embedding(token)  # (b, d_model)
         for layer, c in zip(self.layers, cache.layers, strict=True):
             x = layer.step(x, c)
@@ -420,6 +499,18 @@ class MambaLM(nn.Module):
         """Prefill ``prompt`` (b, l) (in chunks of ``chunk`` tokens if given), then ``n_new`` decode
         steps with the cache; greedy if temperature is 0. ``graph=True`` replays the step as a CUDA
         graph. Returns (b, n_new) tokens."""
+        _check_tokens("prompt", prompt, 2)
+        if prompt.shape[1] == 0:
+            raise ValueError("prompt has no tokens (l = 0): generation continues a prompt of ≥ 1")
+        _check_int("n_new", n_new, 0)
+        if chunk is not None:
+            _check_int("chunk", chunk, 1)
+        if not isinstance(temperature, (int, float)) or not 0 <= temperature < math.inf:
+            raise ValueError(f"temperature must be a finite number ≥ 0 (0: greedy), got "
+                             f"{temperature!r}")
+        check_mask(mask, *prompt.shape)
+        if n_new == 0:
+            return prompt.new_empty((prompt.shape[0], 0))
         cache = self.empty_cache(prompt.shape[0])
         chunk = chunk or prompt.shape[1]
         for lo in range(0, prompt.shape[1], chunk):

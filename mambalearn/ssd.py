@@ -30,7 +30,7 @@ group h // (h_total / g). Glossary: see ``mambalearn/__init__.py``.
 import torch
 import torch.nn.functional as F
 
-from mambalearn.utils import check_same_device, check_tensor
+from mambalearn.utils import check_chunk_size, check_same_device, check_tensor
 
 
 def segsum(x):
@@ -50,13 +50,14 @@ def segsum(x):
     return out.masked_fill(~causal, float("-inf"))  # (..., T, T)
 
 
-def check_inputs(x, dt, A, B, C):
+def check_inputs(x, dt, A, B, C, allow_empty=False):
     """Raise a clear error unless the arguments have mamba_ssm's SSD layouts.
 
-    Returns (b, l, h, p, g, n)."""
+    Returns (b, l, h, p, g, n). ``allow_empty``: l = 0 is valid (the kernels return an empty
+    output); the oracles need at least one step."""
     check_tensor("x", x, ndim=4)
     b, l, h, p = x.shape
-    if l == 0:
+    if l == 0 and not allow_empty:
         raise ValueError("x has sequence length l = 0; SSD needs at least one step")
     check_tensor("dt", dt, shape=(b, l, h))
     check_tensor("A", A, shape=(h,))
@@ -135,9 +136,7 @@ def ssd_chunked(x, dt, A, B, C, chunk_size, initial_states=None, seq_idx=None):
     float32 (float64 if x is). Mirrors ``ssd_minimal_discrete`` of mamba_ssm plus padding/seq_idx.
     """
     b, l, h, p, g, n = check_inputs(x, dt, A, B, C)
-    q = int(chunk_size)
-    if q < 1:
-        raise ValueError(f"chunk_size must be a positive integer, got {chunk_size}")
+    q = check_chunk_size(chunk_size)
     f = _dtype(x, dt, A, B, C)
     c = -(-l // q)
     pad = c * q - l
@@ -214,8 +213,24 @@ def effective_dt(dt, dt_bias=None, dt_softplus=False, dt_limit=(0.0, float("inf"
     return dt
 
 
-def check_extras(b, l, h, p, n, D=None, z=None, dt_bias=None, initial_states=None, seq_idx=None):
-    """Shape checks for the optional arguments of ``mamba_chunk_scan_combined``."""
+def check_dt_limit(dt_limit):
+    """dt_limit must be a pair (dt_min, dt_max) of numbers with dt_min ≤ dt_max (Δ is clamped to
+    it; mamba_ssm's default (0, ∞) clamps nothing)."""
+    try:
+        lo, hi = (float(v) for v in dt_limit)
+    except (TypeError, ValueError):
+        raise ValueError(f"dt_limit must be a pair (dt_min, dt_max) of numbers, got "
+                         f"{dt_limit!r}") from None
+    if not lo <= hi:  # also NaN
+        raise ValueError(f"dt_limit = {dt_limit!r} must have dt_min ≤ dt_max")
+    return lo, hi
+
+
+def check_extras(b, l, h, p, n, D=None, z=None, dt_bias=None, initial_states=None, seq_idx=None,
+                 dt_limit=(0.0, float("inf"))):
+    """Checks of the optional arguments of ``mamba_chunk_scan_combined`` (shapes, seq_idx an
+    integer tensor, dt_limit a pair)."""
+    check_dt_limit(dt_limit)
     if D is not None:
         check_tensor("D", D, ndim=(1, 2))
         check_tensor("D", D, shape=(h,) if D.ndim == 1 else (h, p))
@@ -226,8 +241,10 @@ def check_extras(b, l, h, p, n, D=None, z=None, dt_bias=None, initial_states=Non
     if initial_states is not None:
         check_tensor("initial_states", initial_states, shape=(b, h, p, n))
     if seq_idx is not None:
-        if not isinstance(seq_idx, torch.Tensor) or seq_idx.is_floating_point():
-            raise TypeError("seq_idx must be an integer tensor (b, l)")
+        if not isinstance(seq_idx, torch.Tensor) or seq_idx.is_floating_point() \
+                or seq_idx.is_complex() or seq_idx.dtype == torch.bool:
+            raise TypeError(f"seq_idx must be an integer tensor (b, l), got "
+                            f"{getattr(seq_idx, 'dtype', type(seq_idx).__name__)}")
         if tuple(seq_idx.shape) != (b, l):
             raise ValueError(f"seq_idx must have shape (b, l) = {(b, l)}, "
                              f"got {tuple(seq_idx.shape)}")
@@ -255,7 +272,7 @@ def mamba_chunk_scan_ref(x, dt, A, B, C, chunk_size, D=None, z=None, dt_bias=Non
     Matches ``mamba_ssm.ops.triton.ssd_combined.mamba_chunk_scan_combined`` (no cu_seqlens).
     """
     b, l, h, p, g, n = check_inputs(x, dt, A, B, C)
-    check_extras(b, l, h, p, n, D, z, dt_bias, initial_states, seq_idx)
+    check_extras(b, l, h, p, n, D, z, dt_bias, initial_states, seq_idx, dt_limit)
     delta = effective_dt(dt, dt_bias, dt_softplus, dt_limit)  # (b, l, h)
     y, final = ssd_chunked(x, delta, A, B, C, chunk_size, initial_states, seq_idx)
     out = finish(y, x, D, z).to(x.dtype)  # (b, l, h, p)

@@ -21,6 +21,7 @@ boundary can fall inside a chunk; there are two ways to handle it:
 import torch
 
 from mambalearn import ssd
+from mambalearn.utils import check_chunk_size
 
 
 def _bounds(cu_seqlens):
@@ -36,9 +37,7 @@ def logical_chunks(cu_seqlens, chunk_size):
     Shapes: cu_seqlens (nseq + 1,) cumulative lengths starting at 0 → a list of
     (start, end, sequence index) in row order; empty sequences give no piece.
     """
-    cu, q = _bounds(cu_seqlens), int(chunk_size)
-    if q < 1:
-        raise ValueError(f"chunk_size must be a positive integer, got {chunk_size}")
+    cu, q = _bounds(cu_seqlens), check_chunk_size(chunk_size)
     pieces = []
     for i, (start, stop) in enumerate(zip(cu[:-1], cu[1:], strict=True)):
         t = start

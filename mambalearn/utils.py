@@ -1,9 +1,18 @@
-"""Small helpers shared by chapters: progress bars and argument checks."""
+"""Small helpers shared by chapters: progress bars and argument checks.
+
+The checks every public function shares live here, once: a tensor's kind and shape
+(``check_tensor``), one device (``check_same_device``), a chunk length (``check_chunk_size``), and
+the three rules at the boundary of a Triton kernel: tensors a kernel can read
+(``check_kernel_device``), no autograd graph silently dropped (``refuse_grad``) and no state
+updated in place through an expanded view (``check_writable``).
+"""
 
 import operator
 import os
 
 import torch
+
+from mambalearn import device
 
 
 def progress(iterable=None, **kwargs):
@@ -48,17 +57,61 @@ def check_same_device(**tensors):
         raise ValueError(f"all tensors must be on one device, got {devices}")
 
 
-def check_chunk_size(chunk_size, name="chunk_size", minimum=1):
-    """``chunk_size`` as an int, or a ValueError naming the rule: a power of two ≥ ``minimum``.
-    (Every chunked kernel checks its chunk here, and honours it: a chunk is never silently
-    changed.)"""
+def check_chunk_size(chunk_size, *, power_of_two=False, minimum=1, maximum=None,
+                     name="chunk_size"):
+    """The one rule for a chunk length q: an int (not a bool) with minimum ≤ q ≤ maximum, and a
+    power of two where the kernels tile by it. Returns q as an int.
+
+    Every chunked function (PyTorch or Triton) checks its ``chunk_size`` here, with its own
+    bounds: a PyTorch scan takes any q ≥ 1, a Triton kernel a power of two whose q×q tiles fit.
+    """
     try:
-        if isinstance(chunk_size, bool):
-            raise TypeError
-        q = operator.index(chunk_size)
+        q = operator.index(chunk_size)  # ints, NumPy ints; not floats, strings or tensors
     except TypeError:
-        raise ValueError(f"{name} must be an int (a power of two ≥ {minimum}), "
-                         f"got {chunk_size!r}") from None
-    if q < minimum or q & (q - 1):
-        raise ValueError(f"{name} must be a power of two ≥ {minimum}, got {q}")
+        q = None
+    if q is None or isinstance(chunk_size, bool):
+        raise TypeError(f"{name} must be an int, got {type(chunk_size).__name__} {chunk_size!r}")
+    rule = ("a power of two" if power_of_two else "an int") + f" ≥ {minimum}" + (
+        f" and ≤ {maximum}" if maximum is not None else "")
+    if q < minimum or (maximum is not None and q > maximum) or (power_of_two and q & (q - 1)):
+        raise ValueError(f"{name} must be {rule}, got {chunk_size!r}")
     return q
+
+
+def check_kernel_device(**tensors):
+    """Raise unless the given tensors (``None`` skipped) are on one device a Triton kernel can
+    read: a CUDA GPU, or the CPU while Triton runs in its interpreter (``TRITON_INTERPRET=1``).
+    Meta tensors (shapes without data) are refused by name."""
+    check_same_device(**tensors)
+    given = [(k, t) for k, t in tensors.items() if t is not None]
+    if given:  # one device for all (checked above): the first tensor tells
+        name, t = given[0]
+        if t.is_meta:
+            raise ValueError(f"{name} is a meta tensor (a shape without data); the kernels need "
+                             f"real tensors on a GPU (or on the CPU in Triton's interpreter)")
+        if t.device.type == "cpu" and not device.interpreted():
+            raise ValueError(f"{name} is on the CPU but Triton compiles for the GPU here (not in "
+                             f"interpreter mode, TRITON_INTERPRET=1); move the tensors to the GPU")
+        if t.device.type not in ("cpu", "cuda"):
+            raise ValueError(f"{name} is on {t.device}; the kernels run on a CUDA GPU (or on the "
+                             f"CPU in Triton's interpreter)")
+
+
+def refuse_grad(function, hint, **tensors):
+    """Raise if autograd is recording and one of ``tensors`` requires grad: ``function`` has no
+    backward, and a silently detached result would train nothing. ``hint`` says what to do."""
+    if not torch.is_grad_enabled():
+        return
+    needs = [k for k, t in tensors.items() if isinstance(t, torch.Tensor) and t.requires_grad]
+    if needs:
+        raise ValueError(f"{function} is not differentiable (no backward), but {', '.join(needs)} "
+                         f"{'requires' if len(needs) == 1 else 'require'} grad; {hint}")
+
+
+def check_writable(name, t):
+    """Raise if ``t`` (updated in place) is an expanded view: several of its elements share one
+    memory location (a stride of 0 over a dimension longer than 1), so the update would race."""
+    if any(st == 0 and sz > 1 for st, sz in zip(t.stride(), t.shape, strict=True)):
+        raise ValueError(f"{name} is updated in place but is an expanded view (stride 0, shape "
+                         f"{tuple(t.shape)}, strides {t.stride()}): its elements share memory; "
+                         f"pass a tensor of its own, e.g. {name}.clone()")

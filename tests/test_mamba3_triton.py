@@ -1,7 +1,8 @@
 """Chapter 15's kernels against the oracle and against mamba_ssm's own Mamba-3 Triton kernels.
 
 On a CPU the kernels run in Triton's interpreter at tiny sizes; mamba_ssm's kernels too, through
-``mambalearn.bench.mamba3`` (which works around the interpreter's bf16 matmul). mamba_ssm's backward
+``mambalearn.bench.mamba3`` (``mambalearn.triton.interpreter`` makes the interpreter's bf16
+matmul right for both, on import). mamba_ssm's backward
 refuses CPU tensors, so gradients against it are GPU tests.
 """
 
@@ -9,7 +10,7 @@ import pytest
 import torch
 
 from mambalearn import mamba3
-from mambalearn.bench.mamba3 import load, patch_bf16_dot
+from mambalearn.bench.mamba3 import load
 from mambalearn.mamba3 import step as S
 from mambalearn.testing import assert_close, dot_dtype, rel_error
 from mambalearn.triton.mamba3 import mamba3_mimo_step, mamba3_siso_combined, mamba3_siso_step
@@ -123,9 +124,7 @@ def test_backward_without_D_Z_final_states_or_angles_and_chunk_32():
             close(a, b, grad=True, msg=f"d{name}")
 
 
-def test_bfloat16_inputs(monkeypatch):
-    if not GPU:
-        patch_bf16_dot(monkeypatch)
+def test_bfloat16_inputs():
     kw = on(make(b=1, l=20, h=2, g=1, n=8, p=4, na=2, seed=4), torch.bfloat16)
     out = mamba3_siso_combined(**kw, chunk_size=16)
     assert out.dtype == torch.bfloat16
@@ -186,9 +185,7 @@ def test_mimo_step_matches_the_oracle(rank, gated):
 
 
 @pytest.fixture
-def ref_combined(monkeypatch):
-    if not GPU:
-        patch_bf16_dot(monkeypatch)
+def ref_combined():
     fn = load(autotune="trimmed")  # agreement needs any of its configs, not the fastest
     if fn is None:
         pytest.skip("mamba_ssm's source is not unpacked in .mamba_ref/ (or $MAMBA_SSM_PATH)")
@@ -209,9 +206,7 @@ def test_forward_matches_mamba_ssm(ref_combined):
         assert rel_error(a, w) <= max(rel_error(b, w), 1e-5), name
 
 
-def test_siso_step_matches_mamba_ssm(monkeypatch):
-    if not GPU:
-        patch_bf16_dot(monkeypatch)
+def test_siso_step_matches_mamba_ssm():
     theirs = load("mamba3_siso_step", "mamba3_siso_step")
     if theirs is None:
         pytest.skip("mamba_ssm's source is not unpacked")

@@ -193,11 +193,19 @@ def _bad(rank, what):
         x["u"] = x["u"].tolist()
     if what == "h0 off rank 0" and rank == 1:
         x["initial_state"] = torch.zeros(2, 4, 3, dtype=torch.float64)
-    if what == "ssd indivisible":
-        s = V.case("ssd", lengths[:dist.get_world_size()], h=5)
+    if what.startswith("one rank's ") and rank == 1:  # valid locally, not with the others
+        name = what.split()[2]
+        x[name] = x[name].float() if what.endswith("dtype") else x[name] * 2
+    if what == "algorithms differ":
+        kw["algorithm"] = ("ring", "allgather")[rank % 2]
+    if what.startswith("ssd"):
+        s = V.case("ssd", lengths[:dist.get_world_size()], h=5 if "indivisible" in what else 4)
         y = V.make_inputs(s)
         y["initial_states"] = None
-        return mamba_chunk_scan_combined_cp(**y, chunk_size=4, algorithm="alltoall")
+        if what == "ssd one rank's dt dtype" and rank == 1:
+            y["dt"] = y["dt"].float()
+        return mamba_chunk_scan_combined_cp(
+            **y, chunk_size=4, algorithm="alltoall" if "indivisible" in what else "allgather")
     return selective_scan_cp(**x, **kw)
 
 
@@ -209,6 +217,12 @@ def _bad(rank, what):
     ("h0 off rank 0", 2, "rank 0 only"),
     ("indivisible", 3, "3 must divide d"),
     ("ssd indivisible", 2, "2 must divide h"),
+    ("one rank's delta dtype", 2, "disagree on delta"),
+    ("one rank's B dtype", 3, "disagree on B"),
+    ("one rank's A values", 2, "disagree on A"),
+    ("one rank's D values", 2, "disagree on D"),
+    ("algorithms differ", 2, "disagree on algorithm"),
+    ("ssd one rank's dt dtype", 2, "disagree on dt"),
 ])
 def test_bad_input_raises_the_same_error_on_every_rank(what, R, match):
     t = time.monotonic()

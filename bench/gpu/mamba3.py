@@ -76,8 +76,6 @@ def main(argv=None):
     print(torch.cuda.get_device_name() if torch.cuda.is_available() else "no GPU",
           "torch", torch.__version__, flush=True)
     sizes = TINY if args.tiny else dict(shape=B.SHAPE, agree=B.AGREE, decode=B.DECODE)
-    if not torch.cuda.is_available():
-        B.patch_bf16_dot()  # the interpreter's bf16 matmul (``bench.mamba3``)
     theirs = B.load() if torch.cuda.is_available() else None
     theirs_step = B.load("mamba3_siso_step", "mamba3_siso_step")
     rows = []

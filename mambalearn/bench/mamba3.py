@@ -16,8 +16,8 @@ On a CPU three things stand in the way of Triton's interpreter, and each gets a 
   jitted from tl.cos / tl.sin / tl.sigmoid, replaces it;
 - its autotuners benchmark configs, which needs a GPU driver: one config is kept;
 - the interpreter's ``tl.dot`` multiplies bfloat16 *bit patterns* as integers (mamba_ssm casts
-  every input to bf16): ``patch_bf16_dot`` widens bf16 operands to float32 first (as the
-  interpreter already does for fp8), within a ``monkeypatch``.
+  every input to bf16): ``mambalearn.triton.interpreter`` widens bf16 operands to float32 first,
+  for every kernel in the process, as soon as ``mambalearn.triton`` is imported (``load`` does).
 einops, imported but unused by the kernels, is stubbed if missing. None if the source is absent.
 """
 
@@ -26,11 +26,11 @@ import importlib
 import sys
 import types
 
-import numpy as np
 import torch
 
 from mambalearn import device as _device  # noqa: F401
 from mambalearn.bench import _reference
+from mambalearn.triton import interpreter  # noqa: F401  (bf16 tl.dot right in the interpreter)
 
 import triton
 import triton.language as tl
@@ -76,25 +76,6 @@ def _cpu_utils():
     for fn in (cos_approx, sin_approx, tanh_approx, sech2_approx, sigmoid_approx, silu):
         setattr(mod, fn.fn.__name__, fn)
     return mod
-
-
-def patch_bf16_dot(monkeypatch=None):
-    """Make the interpreter's tl.dot widen bfloat16 operands to float32 (triton 3.6–3.9 bug),
-    within pytest's ``monkeypatch`` (or for good without one)."""
-    from triton.runtime import interpreter as I
-
-    original = I.InterpreterBuilder.create_dot
-
-    def create_dot(self, a, b, d, input_precision, max_num_imprecise_acc):
-        def widen(x):
-            if x.dtype.scalar == tl.bfloat16:
-                f = I._convert_float(x.data, tl.bfloat16, tl.float32, None).view(np.float32)
-                return I.TensorHandle(f.reshape(x.data.shape), tl.float32)
-            return x
-        return original(self, widen(a), widen(b), d, input_precision, max_num_imprecise_acc)
-
-    (monkeypatch.setattr if monkeypatch else setattr)(I.InterpreterBuilder, "create_dot",
-                                                       create_dot)
 
 
 def load(name="mamba3_siso_combined", module="mamba3_siso_combined", autotune="full"):

@@ -23,8 +23,6 @@ from fractions import Fraction
 
 import torch
 
-MIME = "application/x-mambalearn-rpc"
-
 KERNEL_SHIM = r'''
 def __mambalearn_rpc__(payload, _cache={}):
     import base64, io, traceback

@@ -28,6 +28,7 @@ import torch.nn.functional as F
 from mambalearn import ops
 from mambalearn.mamba3.sequential import angle_cumsum, finish, prepare, rotate_pairs
 from mambalearn.ssd import segsum
+from mambalearn.utils import check_chunk_size
 
 
 def trapezoid_weights(DT, Trap):
@@ -56,9 +57,7 @@ def mamba3_siso_chunked(Q, K, V, ADT, DT, Trap, Q_bias, K_bias, Angles, D=None, 
     x = prepare(Q, K, V, ADT, DT, Trap, Q_bias, K_bias, Angles, D, Z, Input_States)
     q_, k_, v = x["q"], x["k"], x["v"]
     b, l, h, n = q_.shape
-    p, qs = v.shape[-1], int(chunk_size)
-    if qs < 1:
-        raise ValueError(f"chunk_size must be a positive integer, got {chunk_size}")
+    p, qs = v.shape[-1], check_chunk_size(chunk_size)
     states = x["states"]
     theta = angle_cumsum(x["angles"], x["dt"], None if states is None else states[0])
     q, k = rotate_pairs(q_, theta), rotate_pairs(k_, theta)  # (b, l, h, n)

@@ -22,6 +22,10 @@ BACKENDS = {  # Mamba-3 scans, all with mamba3_siso_combined's signature
     "chunked": ("mambalearn.mamba3", "mamba3_siso_chunked"),
     "triton": ("mambalearn.triton.mamba3", "mamba3_siso_combined"),
 }
+STEP_BACKENDS = {  # the decode steps, with mamba3_siso_step's signature
+    "oracle": ("mambalearn.mamba3.step", "mamba3_siso_step_ref"),
+    "triton": ("mambalearn.triton.mamba3", "mamba3_siso_step"),
+}
 
 
 @dataclass
@@ -31,6 +35,17 @@ class Mamba3Config(M.MambaConfig):
     block: str = "mamba3"
     rope_fraction: float = 0.5  # share of the n state columns that rotate
     rotate: bool = True  # data-dependent rotations (a complex state); False = a real state
+
+    def __post_init__(self):
+        super().__post_init__()
+        if not isinstance(self.rope_fraction, (int, float)) or not 0 < self.rope_fraction <= 1:
+            raise ValueError(f"rope_fraction must be a share of the state columns, 0 < "
+                             f"rope_fraction ≤ 1, got {self.rope_fraction!r}")
+        if not isinstance(self.rotate, bool):
+            raise TypeError(f"rotate must be True or False, got {self.rotate!r}")
+        if self.d_state % 2:
+            raise ValueError(f"d_state = {self.d_state} must be even: the state columns rotate "
+                             f"in pairs")
 
 
 class Mamba3Mixer(nn.Module):
@@ -54,7 +69,7 @@ class Mamba3Mixer(nn.Module):
         self.na = max(1, int(n * cfg.rope_fraction) // 2)  # rotating column pairs
         self.split = [d, d, g * n, g * n, self.h, self.h, self.h, self.na]
         self.in_proj = nn.Linear(cfg.d_model, sum(self.split), bias=False)
-        self.dt_bias = nn.Parameter(M._dt_bias_init(self.h))
+        self.dt_bias = nn.Parameter(M.dt_bias_init(self.h))
         self.B_bias, self.C_bias = (nn.Parameter(torch.ones(self.h, n)) for _ in range(2))
         self.B_norm, self.C_norm = M.RMSNorm(n), M.RMSNorm(n)
         self.D = nn.Parameter(torch.ones(self.h))
@@ -88,6 +103,7 @@ class Mamba3Mixer(nn.Module):
     def forward(self, hidden, cache=None, mask=None, seq_idx=None):
         if seq_idx is not None:
             raise ValueError("seq_idx (packed sequences) is not supported by the Mamba-3 block")
+        M.check_mask(mask, *hidden.shape[:2])
         kw = self._inputs(self.in_proj(hidden), mask)
         fn = M.resolve(self.cfg.backend, "mamba3")
         if self.cfg.backend != "sequential":
@@ -103,16 +119,12 @@ class Mamba3Mixer(nn.Module):
         return self.out_proj(y.flatten(2))  # (b, l, d_model)
 
     def step(self, hidden, cache):
-        """One token: the decode step of ``mambalearn.mamba3.step`` (or its Triton kernel)."""
-        from mambalearn.mamba3.step import mamba3_siso_step_ref
-
+        """One token: the decode step of ``mambalearn.mamba3.step`` (or its Triton kernel), as
+        ``cfg.step_backend`` names it (``STEP_BACKENDS``)."""
         kw = self._inputs(self.in_proj(hidden)[:, None])
         one = {k: (v[:, 0] if k in ("Q", "K", "V", "Angles", "Z") else
                    v[..., 0] if k in ("ADT", "DT", "Trap") else v) for k, v in kw.items()}
-        step = mamba3_siso_step_ref
-        if self.cfg.step_backend == "triton" or (self.cfg.step_backend == "auto"
-                                                 and hidden.device.type == "cuda"):
-            from mambalearn.triton.mamba3 import mamba3_siso_step as step
+        step = M.step_fn(self.cfg, hidden.device)
         ang, k, v = self._split_cache(cache)
         y, (ang, ssm, k, v) = step(**one, Input_States=(ang, cache.ssm_state, k, v))
         cache.conv_state.copy_(torch.cat([ang, k.float(), v.float()], dim=-1))
@@ -126,4 +138,4 @@ class Mamba3Mixer(nn.Module):
                                              device=device, dtype=state_dtype))
 
 
-M.register_block("mamba3", Mamba3Mixer, BACKENDS)
+M.register_block("mamba3", Mamba3Mixer, BACKENDS, STEP_BACKENDS)

@@ -33,43 +33,50 @@ TWO_PI = 2 * math.pi
 
 
 def check_inputs(Q, K, V, ADT, DT, Trap, Q_bias, K_bias, Angles, D=None, Z=None,
-                 Input_States=None):
+                 Input_States=None, allow_empty=False, step=False):
     """Raise a clear error unless the arguments have mamba_ssm's layouts.
 
-    Returns (b, l, h, p, g, n, na).
+    Returns (b, l, h, p, g, n, na). ``allow_empty``: l = 0 is valid (the kernels return an
+    empty output and the states they were given); the oracles need at least one step.
+    ``step``: the decode step's layouts, the same without the time axis (Q, K (b, g, n); V, Z
+    (b, h, p); ADT, DT, Trap (b, h); Angles (b, h, na)), named so in the messages; l = 1.
     """
-    check_tensor("V", V, ndim=4)
-    b, l, h, p = V.shape
-    if l == 0:
+    check_tensor("V", V, ndim=3 if step else 4)
+    b, *_, h, p = V.shape
+    l = 1 if step else V.shape[1]
+    T = () if step else (l,)  # the time axis, where the tensors have one
+    if l == 0 and not allow_empty:
         raise ValueError("V has sequence length l = 0; Mamba-3 needs at least one step")
-    check_tensor("Q", Q, ndim=4)
-    g, n = Q.shape[2], Q.shape[3]
-    check_tensor("Q", Q, shape=(b, l, None, None))
-    check_tensor("K", K, shape=(b, l, g, n))
+    check_tensor("Q", Q, shape=(b, *T, None, None))
+    g, n = Q.shape[-2], Q.shape[-1]
+    check_tensor("K", K, shape=(b, *T, g, n))
     if g == 0 or h % g:
         raise ValueError(f"Q and K have g = {g} heads, which must divide the h = {h} heads of V")
     if n % 2:
         raise ValueError(f"the state size n = {n} (last dim of Q, K) must be even: pairs rotate")
     for name, t in (("ADT", ADT), ("DT", DT), ("Trap", Trap)):
-        check_tensor(name, t, shape=(b, h, l))
+        check_tensor(name, t, shape=(b, h, *T))
     check_tensor("Q_bias", Q_bias, shape=(h, n))
     check_tensor("K_bias", K_bias, shape=(h, n))
-    check_tensor("Angles", Angles, shape=(b, l, h, None))
-    na = Angles.shape[3]
+    check_tensor("Angles", Angles, shape=(b, *T, h, None))
+    na = Angles.shape[-1]
     if na > n // 2:
         raise ValueError(f"Angles has na = {na} angles but n/2 = {n // 2} pairs can rotate")
     if D is not None:
         check_tensor("D", D, shape=(h,))
     if Z is not None:
-        check_tensor("Z", Z, shape=(b, l, h, p))
+        check_tensor("Z", Z, shape=(b, *T, h, p))
+    states = dict.fromkeys(("angle", "ssm", "k", "v"))
     if Input_States is not None:
-        if len(Input_States) != 4:
+        if not isinstance(Input_States, (tuple, list)) or len(Input_States) != 4:
             raise ValueError("Input_States must be (angle, ssm, k, v) states, all four")
-        for name, t, s in zip(("angle", "ssm", "k", "v"), Input_States,
-                              ((b, h, na), (b, h, p, n), (b, h, n), (b, h, p)), strict=True):
+        states = dict(zip(states, Input_States, strict=True))
+        for (name, t), s in zip(states.items(), ((b, h, na), (b, h, p, n), (b, h, n), (b, h, p)),
+                                strict=True):
             check_tensor(f"Input_States {name}", t, shape=s)
     check_same_device(Q=Q, K=K, V=V, ADT=ADT, DT=DT, Trap=Trap, Q_bias=Q_bias, K_bias=K_bias,
-                      Angles=Angles, D=D, Z=Z)
+                      Angles=Angles, D=D, Z=Z, **{f"Input_States {k}": t for k, t in
+                                                  states.items()})
     return b, l, h, p, g, n, na
 
 

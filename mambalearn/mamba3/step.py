@@ -22,9 +22,41 @@ Names and layouts are mamba_ssm's ``mamba3_siso_step`` and ``mamba3_step_fn`` (C
 import torch
 import torch.nn.functional as F
 
-from mambalearn.mamba3.sequential import mamba3_siso_sequential
+from mambalearn.mamba3.sequential import check_inputs, mamba3_siso_sequential
 from mambalearn.roofline import Cost
-from mambalearn.utils import check_tensor
+from mambalearn.utils import check_same_device, check_tensor
+
+
+def check_siso_step(Q, K, V, ADT, DT, Trap, Q_bias, K_bias, Angles, D=None, Z=None,
+                    Input_States=None):
+    """The SISO step's argument rules (for the oracle and the kernel), in the step's layouts.
+    Returns (b, h, p, g, n, na)."""
+    if Input_States is None:
+        raise ValueError("Input_States (angle, ssm, k, v) is required: the step continues a cache")
+    b, _, h, p, g, n, na = check_inputs(Q, K, V, ADT, DT, Trap, Q_bias, K_bias, Angles, D, Z,
+                                        Input_States, step=True)
+    return b, h, p, g, n, na
+
+
+def check_mimo_step(state, Bstate, Xstate, A, B, C, D, x, dt, trap, xproj, outproj=None,
+                    z=None, zproj=None):
+    """The MIMO step's argument rules (for the oracle and the kernel). Returns (b, r, h, p, n)."""
+    check_tensor("state", state, ndim=4)
+    b, h, p, n = state.shape
+    check_tensor("B", B, shape=(b, None, h, n))
+    r = B.shape[1]
+    if (z is None) != (zproj is None):
+        raise ValueError("z and zproj go together: pass both (the gate z ⊙ zproj_r) or neither")
+    for name, X, s in (("Bstate", Bstate, (b, r, h, n)), ("C", C, (b, r, h, n)),
+                       ("x", x, (b, h, p)), ("Xstate", Xstate, (b, h, p)), ("A", A, (b, h)),
+                       ("dt", dt, (b, h)), ("trap", trap, (b, h)), ("D", D, (h,)),
+                       ("xproj", xproj, (r, h, p)), ("outproj", outproj, (r, h, p)),
+                       ("z", z, (b, h, p)), ("zproj", zproj, (r, h, p))):
+        if X is not None or name not in ("outproj", "z", "zproj"):
+            check_tensor(name, X, shape=s)
+    check_same_device(state=state, Bstate=Bstate, Xstate=Xstate, A=A, B=B, C=C, D=D, x=x, dt=dt,
+                      trap=trap, xproj=xproj, outproj=outproj, z=z, zproj=zproj)
+    return b, r, h, p, n
 
 
 def mamba3_siso_step_ref(Q, K, V, ADT, DT, Trap, Q_bias, K_bias, Angles, D=None, Z=None,
@@ -35,8 +67,7 @@ def mamba3_siso_step_ref(Q, K, V, ADT, DT, Trap, Q_bias, K_bias, Angles, D=None,
     Angles (b, h, na); D (h,); Input_States (angle (b, h, na), ssm (b, h, p, n), k (b, h, n),
     v (b, h, p)) → (out (b, h, p), [angle, ssm, k, v]). Matches ``mamba3_siso_step``.
     """
-    if Input_States is None:
-        raise ValueError("Input_States (angle, ssm, k, v) is required: the step continues a cache")
+    check_siso_step(Q, K, V, ADT, DT, Trap, Q_bias, K_bias, Angles, D, Z, Input_States)
     t = lambda X: None if X is None else X[:, None]  # a length-1 sequence
     l1 = lambda X: X[..., None]  # (b, h) → (b, h, 1)
     out, *states = mamba3_siso_sequential(t(Q), t(K), t(V), l1(ADT), l1(DT), l1(Trap), Q_bias,
@@ -53,15 +84,7 @@ def mamba3_mimo_step_ref(state, Bstate, Xstate, A, B, C, D, x, dt, trap, xproj, 
     xproj, outproj, zproj (r, h, p) → out (b, h, p), or (b, r, h, p) without ``outproj``.
     Matches ``mamba_ssm.ops.cute.mamba3.mamba3_step_fn``.
     """
-    check_tensor("state", state, ndim=4)
-    check_tensor("B", B, ndim=4)
-    b, r, h, n = B.shape
-    p = state.shape[2]
-    for name, X, s in (("Bstate", Bstate, (b, r, h, n)), ("C", C, (b, r, h, n)),
-                       ("x", x, (b, h, p)), ("Xstate", Xstate, (b, h, p)), ("A", A, (b, h)),
-                       ("dt", dt, (b, h)), ("trap", trap, (b, h)), ("xproj", xproj, (r, h, p)),
-                       ("state", state, (b, h, p, n))):
-        check_tensor(name, X, shape=s)
+    check_mimo_step(state, Bstate, Xstate, A, B, C, D, x, dt, trap, xproj, outproj, z, zproj)
     f = torch.float64 if state.dtype == torch.float64 else torch.float32
     alpha = torch.exp(A.to(f) * dt.to(f))  # (b, h)
     beta, gamma = (1 - trap.to(f)) * dt.to(f) * alpha, trap.to(f) * dt.to(f)

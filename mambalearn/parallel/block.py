@@ -57,12 +57,11 @@ def conv_halo(x, kernel_size, group=None):
     Shapes: x (b, d, l_r) the conv's input on this rank → (b, d, k−1). Every shard needs
     l_r ≥ k−1 tokens (checked on every rank), so one neighbour always holds the whole halo.
     """
-    comm = wire.comm_for(group, "ring")
     w = kernel_size - 1
     err = None if x.shape[-1] >= w else (f"shard of {x.shape[-1]} tokens is shorter than the "
                                          f"conv halo of k−1 = {w} tokens")
-    metas = wire.agree(comm, dict(l=x.shape[-1], shape=tuple(x.shape[:-1]), k=kernel_size),
-                       err, same=("shape", "k"))
+    comm, metas = wire.start(group, "ring", dict(l=x.shape[-1], x=wire.layout(x, -1),
+                                                 k=kernel_size), err, same=("x", "k"))
     wire.check_split(metas)
     return Halo.apply(x, comm, w)  # (b, d, k−1)
 
@@ -78,7 +77,7 @@ def mamba1_mixer_cp(mixer, hidden, group=None, algorithm="allgather", backend=No
     """``model.Mamba1Mixer.forward`` on a token shard (no cache, mask or seq_idx).  (b, l_r, ·)"""
     x, z = mixer.in_proj(hidden).transpose(1, 2).chunk(2, dim=1)  # (b, d, l_r) each
     x = F.silu(_conv(x, mixer.conv_weight, mixer.conv_bias, group))  # (b, d, l_r)
-    dt, B, C = mixer._dbc(x.transpose(1, 2))  # (b, l_r, d), (b, l_r, n), (b, l_r, n)
+    dt, B, C = mixer.dbc(x.transpose(1, 2))  # (b, l_r, d), (b, l_r, n), (b, l_r, n)
     y = selective_scan_cp(x, dt.transpose(1, 2).contiguous(), -torch.exp(mixer.A_log),
                           B.transpose(1, 2), C.transpose(1, 2), mixer.D, z, mixer.dt_proj.bias,
                           True, group=group, algorithm=algorithm,
@@ -89,9 +88,9 @@ def mamba1_mixer_cp(mixer, hidden, group=None, algorithm="allgather", backend=No
 def mamba2_mixer_cp(mixer, hidden, group=None, algorithm="allgather", backend=None):
     """``model.Mamba2Mixer.forward`` on a token shard (no cache, mask or seq_idx)."""
     b, l, _ = hidden.shape
-    z, xBC, dt = mixer._split(mixer.in_proj(hidden))  # (b, l, d), (b, l, conv_dim), (b, l, h)
+    z, xBC, dt = mixer.split_proj(mixer.in_proj(hidden))  # (b, l, d), (b, l, conv_dim), (b, l, h)
     xBC = _conv(xBC.transpose(1, 2), mixer.conv_weight, mixer.conv_bias, group)  # (b, ·, l)
-    x, B, C = mixer._xbc(F.silu(xBC).transpose(1, 2))  # (b, l, h, p), (b, l, g, n) ×2
+    x, B, C = mixer.split_xbc(F.silu(xBC).transpose(1, 2))  # (b, l, h, p), (b, l, g, n) ×2
     name = backend or (mixer.cfg.backend if mixer.cfg.backend != "sequential" else "chunked")
     y = mamba_chunk_scan_combined_cp(x, dt, -torch.exp(mixer.A_log), B, C, mixer.cfg.chunk_size,
                                      D=mixer.D, dt_bias=mixer.dt_bias, dt_softplus=True,

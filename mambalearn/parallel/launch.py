@@ -90,11 +90,6 @@ def default_backend(world_size):
     return "gloo"
 
 
-def rank_device(backend, rank):
-    """The device a rank's tensors live on: its own GPU under NCCL, else the CPU."""
-    return torch.device("cuda", rank) if backend == "nccl" else torch.device("cpu")
-
-
 def _worker(rank, world_size, backend, init_file, timeout, threads, fn, args, results):
     os.environ.update(NCCL_ENV)
     # every rank is on this machine: talk over loopback (no hostname lookup, which fails in

@@ -84,17 +84,21 @@ def _local_error(rank, u, delta, A, B, C, D, z, delta_bias, initial_state):
 
 
 def _meta(u, delta, A, B, C, D, z, delta_bias, softplus, initial_state, last, offset, backend):
-    layout = lambda X: (X.ndim, X.shape[1] if X.ndim == 4 else 0)
-    return dict(l=u.shape[-1], b=u.shape[0], d=u.shape[1], n=A.shape[1], dtype=str(u.dtype),
-                B=layout(B), C=layout(C), D=D is not None, z=z is not None,
-                bias=delta_bias is not None, softplus=bool(softplus), last=bool(last),
+    """What this rank says about its arguments (``wire.start``): every tensor's dtype and shape
+    but for its time axis, the values of those that must be equal everywhere, the flags."""
+    fixed = lambda X: X.ndim == 2  # (d, n): time-invariant, the same on every rank
+    bc = lambda X: wire.digest(X) if fixed(X) else wire.layout(X, -1)
+    return dict(l=u.shape[-1], b=u.shape[0], d=u.shape[1], n=A.shape[1],
+                u=wire.layout(u, -1), delta=wire.layout(delta, -1), z=wire.layout(z, -1),
+                B=bc(B), C=bc(C), A=wire.digest(A), D=wire.digest(D),
+                delta_bias=wire.digest(delta_bias), softplus=bool(softplus), last=bool(last),
                 init=initial_state is not None, offset=offset,
                 backend=getattr(backend, "__name__", str(backend)), grads=requires_grad(
                     torch.is_grad_enabled(), u, delta, A, B, C, D, z, delta_bias))
 
 
-SAME = ("b", "d", "n", "dtype", "B", "C", "D", "z", "bias", "softplus", "last", "backend",
-        "grads")
+SAME = ("b", "d", "n", "u", "delta", "z", "B", "C", "A", "D", "delta_bias", "softplus", "last",
+        "backend", "grads")
 
 
 def selective_scan_cp(u, delta, A, B, C, D=None, z=None, delta_bias=None, delta_softplus=False,
@@ -115,15 +119,19 @@ def selective_scan_cp(u, delta, A, B, C, D=None, z=None, delta_bias=None, delta_
     ``model.BACKENDS["mamba1"]`` or a function (None: "triton" on a GPU, "chunked" on a CPU);
     offset: optional index of this shard's first token, checked against the other shards.
     Gradients flow to every tensor; A, D, delta_bias get this rank's part (all-reduce them).
-    Bad input raises the same ValueError on every rank.
+    Bad input raises the same ValueError on every rank — a local error, or ranks that disagree
+    on the algorithm, a tensor's dtype or shape, or the values of A, D, delta_bias (or a fixed
+    B, C), which must be equal everywhere.
     """
-    comm = wire.comm_for(group, algorithm)
-    err = _local_error(comm.rank, u, delta, A, B, C, D, z, delta_bias, initial_state)
+    rank = wire.comm_for(group, algorithm).rank
+    err = _local_error(rank, u, delta, A, B, C, D, z, delta_bias, initial_state)
     meta = {} if err else _meta(u, delta, A, B, C, D, z, delta_bias, delta_softplus, initial_state,
                                 return_last_state, offset, backend)
-    metas = wire.agree(comm, meta, err, same=SAME)
+    comm, metas = wire.start(group, algorithm, meta, err, same=SAME)
     wire.check_split(metas)
     fn = resolve_mamba1(backend, u.device)  # after agree: the same name on every rank
+    if initial_state is not None:  # the state's dtype, whatever it came in (rank 0 sends it)
+        initial_state = initial_state.to(_state_dtype(u))
     if algorithm == "alltoall":
         out, last = _alltoall(comm, metas, fn, u, delta, A, B, C, D, z, delta_bias,
                               delta_softplus, initial_state, return_last_state)

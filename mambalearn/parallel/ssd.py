@@ -21,6 +21,7 @@ from mambalearn.parallel import wire
 from mambalearn.parallel.exchange import SummaryScan, Tie
 from mambalearn.parallel.reshard import GatherTime, Reshard, from_root, select_groups
 from mambalearn.parallel.summary import ssd_decay
+from mambalearn.utils import check_chunk_size
 
 
 def resolve_ssd(backend, device):
@@ -49,14 +50,13 @@ def scan_from(fn, x, dt, A, B, C, chunk_size, D, z, dt_bias, softplus, dt_limit,
     return out, final
 
 
-def _local_error(rank, x, dt, A, B, C, chunk_size, D, z, dt_bias, initial_states):
+def _local_error(rank, x, dt, A, B, C, chunk_size, D, z, dt_bias, initial_states, dt_limit):
     from mambalearn import ssd
 
     def check():
         b, l, h, p, g, n = ssd.check_inputs(x, dt, A, B, C)
-        ssd.check_extras(b, l, h, p, n, D, z, dt_bias, initial_states)
-        if not isinstance(chunk_size, int) or chunk_size < 1:
-            raise ValueError(f"chunk_size must be a positive int, got {chunk_size!r}")
+        ssd.check_extras(b, l, h, p, n, D, z, dt_bias, initial_states, dt_limit=dt_limit)
+        check_chunk_size(chunk_size)
 
     err = wire.capture(check)
     if err is None and initial_states is not None and rank != 0:
@@ -65,8 +65,21 @@ def _local_error(rank, x, dt, A, B, C, chunk_size, D, z, dt_bias, initial_states
     return err
 
 
-SAME = ("b", "h", "p", "g", "n", "dtype", "chunk", "D", "z", "bias", "softplus", "limit", "last",
-        "backend", "grads")
+def _meta(x, dt, A, B, C, chunk_size, D, z, dt_bias, softplus, limit, initial_states, last,
+          offset, backend):
+    """What this rank says about its arguments (``wire.start``), as ``selective._meta``."""
+    return dict(l=x.shape[1], b=x.shape[0], h=x.shape[2], p=x.shape[3], g=B.shape[2],
+                n=B.shape[3], x=wire.layout(x, 1), dt=wire.layout(dt, 1), z=wire.layout(z, 1),
+                B=wire.layout(B, 1), C=wire.layout(C, 1), A=wire.digest(A), D=wire.digest(D),
+                dt_bias=wire.digest(dt_bias), chunk=chunk_size, softplus=bool(softplus),
+                limit=tuple(float(v) for v in limit), last=bool(last),
+                init=initial_states is not None, offset=offset,
+                backend=getattr(backend, "__name__", str(backend)),
+                grads=wire.requires_grad(torch.is_grad_enabled(), x, dt, A, B, C, D, z, dt_bias))
+
+
+SAME = ("b", "h", "p", "g", "n", "x", "dt", "z", "B", "C", "A", "D", "dt_bias", "chunk",
+        "softplus", "limit", "last", "backend", "grads")
 
 
 def mamba_chunk_scan_combined_cp(x, dt, A, B, C, chunk_size, D=None, z=None, dt_bias=None,
@@ -84,19 +97,18 @@ def mamba_chunk_scan_combined_cp(x, dt, A, B, C, chunk_size, D=None, z=None, dt_
 
     group, algorithm ("ring" | "allgather" | "alltoall"), offset: as ``selective_scan_cp``.
     Gradients flow to every tensor; A, D, dt_bias get this rank's part (all-reduce them).
+    Bad input raises the same ValueError on every rank (as ``selective_scan_cp``; A, D and
+    dt_bias must be equal everywhere).
     """
-    comm = wire.comm_for(group, algorithm)
-    err = _local_error(comm.rank, x, dt, A, B, C, chunk_size, D, z, dt_bias, initial_states)
-    meta = {} if err else dict(
-        l=x.shape[1], b=x.shape[0], h=x.shape[2], p=x.shape[3], g=B.shape[2], n=B.shape[3],
-        dtype=str(x.dtype), chunk=chunk_size, D=None if D is None else tuple(D.shape),
-        z=z is not None, bias=dt_bias is not None, softplus=bool(dt_softplus),
-        limit=tuple(dt_limit), last=bool(return_final_states), init=initial_states is not None,
-        offset=offset, backend=getattr(backend, "__name__", str(backend)),
-        grads=wire.requires_grad(torch.is_grad_enabled(), x, dt, A, B, C, D, z, dt_bias))
-    metas = wire.agree(comm, meta, err, same=SAME)
+    rank = wire.comm_for(group, algorithm).rank
+    err = _local_error(rank, x, dt, A, B, C, chunk_size, D, z, dt_bias, initial_states, dt_limit)
+    meta = {} if err else _meta(x, dt, A, B, C, chunk_size, D, z, dt_bias, dt_softplus, dt_limit,
+                                initial_states, return_final_states, offset, backend)
+    comm, metas = wire.start(group, algorithm, meta, err, same=SAME)
     wire.check_split(metas)
     fn = resolve_ssd(backend, x.device)  # after agree: the same name on every rank
+    if initial_states is not None:  # the state's dtype, whatever it came in (rank 0 sends it)
+        initial_states = initial_states.to(_state_dtype(x))
     args = (chunk_size, D, z, dt_bias, dt_softplus, tuple(dt_limit))
     if algorithm == "alltoall":
         out, final = _alltoall(comm, metas, fn, x, dt, A, B, C, *args, initial_states,

@@ -3,11 +3,15 @@
 Every collective is a ``torch.distributed`` call on the group (gloo or NCCL) and waits at most the
 group's timeout (``init_process_group(timeout=...)``; ``parallel.spawn`` sets it). A rank whose
 arguments are wrong must not simply raise: the other ranks would wait in the next collective
-until the timeout. So every public function first calls :func:`agree`, one ``all_gather_object``
-of each rank's description of its inputs (shapes, flags, and the error its own checks found, if
-any); then every rank checks the same list and raises the same ``ValueError``, or none does.
+until the timeout. So every public function first calls :func:`start`, one ``all_gather_object``
+of each rank's description of its inputs (the algorithm, every tensor's dtype and shape but for
+its shard of time (:func:`layout`), a fingerprint of the values of tensors documented as equal on
+every rank (:func:`digest`), flags, and the error its own checks found, if any); then every rank
+checks the same list and raises the same ``ValueError``, or none does. Ranks that agree on all of
+that send each other buffers of one size and dtype, so no collective can fail on one rank only.
 """
 
+import hashlib
 from dataclasses import dataclass
 
 import torch
@@ -31,9 +35,8 @@ class Comm:
 
 
 def comm_for(group, algorithm):
-    """Validate ``algorithm`` and the process group; return this rank's :class:`Comm`."""
-    if algorithm not in ALGORITHMS:
-        raise ValueError(f"algorithm must be one of {ALGORITHMS}, got {algorithm!r}")
+    """Validate the process group (the same verdict on every rank); return this rank's
+    :class:`Comm`. The algorithm is checked by :func:`start`, through the all-gather."""
     if not dist.is_available() or not dist.is_initialized():
         raise RuntimeError("context parallelism needs an initialised process group: call "
                            "torch.distributed.init_process_group first (or mambalearn.parallel."
@@ -43,6 +46,37 @@ def comm_for(group, algorithm):
         raise ValueError(f"group has {world} process; context parallelism splits the sequence "
                          f"over ≥ 2 ranks (with one, call the scan itself)")
     return Comm(group, dist.get_rank(group), world, algorithm)
+
+
+def start(group, algorithm, meta, error=None, same=()):
+    """:func:`comm_for` then :func:`agree`, with the algorithm among what every rank must agree
+    on (a rank with another, or an unknown one, raises the same error everywhere, at once).
+    Returns (comm, every rank's meta)."""
+    comm = comm_for(group, algorithm)
+    if error is None and algorithm not in ALGORITHMS:
+        error = f"algorithm must be one of {ALGORITHMS}, got {algorithm!r}"
+    metas = agree(comm, dict(meta, algorithm=algorithm), error, same=("algorithm", *same))
+    return comm, metas
+
+
+def layout(t, time_dim=None):
+    """(dtype, shape) of a tensor, its time axis (``time_dim``: each rank's own shard length)
+    written "l"; None for None. Ranks must agree on it for every tensor they exchange."""
+    if t is None:
+        return None
+    shape = list(t.shape)
+    if time_dim is not None:
+        shape[time_dim] = "l"
+    return str(t.dtype), tuple(shape)
+
+
+def digest(t):
+    """(dtype, shape, SHA-1 of the bytes) of a tensor that must be *equal* on every rank (A, D,
+    the biases): comparing it across ranks costs one small message, not the tensor."""
+    if t is None:
+        return None
+    raw = t.detach().contiguous().cpu().reshape(-1).view(torch.uint8)  # (bytes,)
+    return str(t.dtype), tuple(t.shape), "values " + hashlib.sha1(raw.numpy()).hexdigest()[:12]
 
 
 def agree(comm, meta, error=None, same=()):

@@ -31,10 +31,11 @@ out Ā and B̄x: ``(b, d, l, n)``; any leading dimensions work.
 import torch
 
 from mambalearn import ops
-from mambalearn.utils import check_same_device, check_tensor
+from mambalearn.utils import check_chunk_size, check_same_device, check_tensor
 
 
-def _check_scan_inputs(a, b, initial_state):
+def check_scan_inputs(a, b, initial_state):
+    """Raise unless a, b are (..., l, n) steps of one shape (l ≥ 1) and initial_state (..., n)."""
     check_tensor("a", a)
     check_tensor("b", b)
     if a.ndim < 2:
@@ -61,7 +62,7 @@ def scan_reference(a, b, initial_state=None, return_final_state=False):
 
     The slow, obvious oracle of :func:`chunked_scan` and of the chapter 07 backward.
     """
-    _check_scan_inputs(a, b, initial_state)
+    check_scan_inputs(a, b, initial_state)
     h = torch.zeros_like(b[..., 0, :]) if initial_state is None else initial_state
     hs = []
     for t in range(a.shape[-2]):
@@ -98,9 +99,8 @@ def chunked_scan(a, b, chunk_size, initial_state=None, return_final_state=False)
     Equals :func:`scan_reference` up to rounding. Mamba-2's ``_chunk_scan``/``_state_passing``
     (mamba_ssm.ops.triton.ssd_*) have the same four steps.
     """
-    _check_scan_inputs(a, b, initial_state)
-    if not isinstance(chunk_size, int) or isinstance(chunk_size, bool) or chunk_size < 1:
-        raise ValueError(f"chunk_size must be a positive int, got {chunk_size!r}")
+    check_scan_inputs(a, b, initial_state)
+    chunk_size = check_chunk_size(chunk_size)
     *batch, l, n = a.shape
     q = min(chunk_size, l)
     c = -(-l // q)  # number of chunks, ⌈l / q⌉

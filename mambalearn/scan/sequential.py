@@ -25,14 +25,15 @@ def compute_dtype(*tensors):
 
 
 def check_inputs(u, delta, A, B, C, D=None, z=None, delta_bias=None, mask=None,
-                 initial_state=None):
+                 initial_state=None, allow_empty=False):
     """Raise a clear TypeError/ValueError unless the arguments have selective_scan_ref's layouts.
 
-    Returns ``(b, d, l, n)``.
+    Returns ``(b, d, l, n)``. ``allow_empty``: l = 0 is valid (the kernels return an empty
+    output); the loops of the course need at least one step.
     """
     check_tensor("u", u, ndim=3)
     b, d, l = u.shape
-    if l == 0:
+    if l == 0 and not allow_empty:
         raise ValueError("u has sequence length l = 0; the scan needs at least one step")
     check_tensor("delta", delta, shape=(b, d, l))
     if isinstance(A, torch.Tensor) and A.is_complex():

@@ -8,11 +8,15 @@
                     kernel)
     step            selective_state_update (chapter 12: the decode step)
     mamba3          mamba3_siso_combined, the decode steps (chapter 15)
+    interpreter     the CPU interpreter's bf16 matmul made right (applied here, on import)
 """
 
 import importlib
 
 from mambalearn import device  # noqa: F401  (sets TRITON_INTERPRET before kernels exist)
+from mambalearn.triton import interpreter
+
+interpreter.setup()
 
 _WHERE = {
     "selective_scan_fn": "selective_scan",

@@ -29,8 +29,8 @@ import triton
 import triton.language as tl
 
 from mambalearn import device  # noqa: F401  (TRITON_INTERPRET before @triton.jit)
-from mambalearn.inference import _as_heads
-from mambalearn.utils import check_same_device, check_tensor
+from mambalearn.inference import check_step
+from mambalearn.utils import check_kernel_device, check_writable, refuse_grad
 
 
 @triton.jit
@@ -162,16 +162,6 @@ def _tile(p, n, values):
     return block_p, min(warps, max(4, block_p * block_n // 256)), stream
 
 
-def _check_slots(idx, slots):
-    """Slots must be < the state's batch; looked at on the host except while a CUDA graph is
-    being captured (no host sync then: the kernel masks such rows and writes NaN)."""
-    if idx.is_cuda and torch.cuda.is_current_stream_capturing():
-        return
-    if idx.numel() and int(idx.max()) >= slots:
-        raise ValueError(f"state_batch_indices must be < the state's batch {slots} (or < 0 to "
-                         f"skip a row), got {int(idx.max())}")
-
-
 def selective_state_update(state, x, dt, A, B, C, D=None, z=None, dt_bias=None,
                            dt_softplus=False, state_batch_indices=None, *, block_p=None,
                            num_warps=None, stream=None):
@@ -184,37 +174,38 @@ def selective_state_update(state, x, dt, A, B, C, D=None, z=None, dt_bias=None,
         B, C: (b, n) or (b, g, n) with g dividing h
         D, dt_bias: (d,) or (h, p) — or (h,)
         state_batch_indices: (b,) int, row i updates state[idx[i]]; idx < 0 skips the row (out 0);
-            idx ≥ the state's batch is a ValueError (under CUDA-graph capture: out NaN, state
-            untouched)
+            idx ≥ the state's batch, or a slot named by two rows, is a ValueError (under
+            CUDA-graph capture, which forbids looking: a slot past the state gives out NaN and
+            leaves the state untouched)
         returns out shaped like x, in x's dtype.
     ``block_p``, ``num_warps`` and ``stream`` override ``_tile``'s choice (benchmark sweeps).
+    The arguments' rules are ``inference.check_step``'s (the oracle's); any strides are read as
+    they are. Not differentiable: while autograd records, inputs that require grad are refused
+    (the state is updated in place).
 
     Matches ``mamba_ssm.ops.triton.selective_state_update.selective_state_update``.
     """
-    check_tensor("state", state, ndim=(3, 4))
-    for name, t in (("x", x), ("dt", dt), ("A", A), ("B", B), ("C", C)):
-        check_tensor(name, t)
-    check_same_device(state=state, x=x, dt=dt, A=A, B=B, C=C, D=D, z=z, dt_bias=dt_bias)
-    heads, s4, x4, dt4, A3, B3, C3, D2, z4, bias2 = _as_heads(state, x, dt, A, B, C, D, z, dt_bias)
+    refuse_grad("selective_state_update", "it is an inference step that updates the state in "
+                "place: call it under torch.no_grad() (as generate does), or pass detached "
+                "tensors", state=state, x=x, dt=dt, A=A, B=B, C=C, D=D, z=z, dt_bias=dt_bias)
+    heads, s4, x4, dt4, A3, B3, C3, D2, z4, bias2, idx = check_step(
+        state, x, dt, A, B, C, D, z, dt_bias, state_batch_indices)
+    check_kernel_device(state=state, x=x, dt=dt, A=A, B=B, C=C, D=D, z=z, dt_bias=dt_bias,
+                        state_batch_indices=idx)
+    check_writable("state", state)
     b, h, p, n = s4.shape
-    if state_batch_indices is not None:
-        if state_batch_indices.shape != (x4.shape[0],) or state_batch_indices.is_floating_point():
-            raise ValueError(f"state_batch_indices must be an int tensor of shape (b,) = "
-                             f"({x4.shape[0]},), got {tuple(state_batch_indices.shape)}")
-    elif x4.shape[0] != b:
-        raise ValueError(f"x has batch {x4.shape[0]} but state has {b}")
     bx = x4.shape[0]
-    if state_batch_indices is not None:
-        _check_slots(state_batch_indices, b)
     tie = (A3.stride(1) == 0 and A3.stride(2) == 0 and dt4.stride(2) == 0
            and (bias2 is None or bias2.stride(1) == 0))
     out = torch.empty((bx, h, p), dtype=x.dtype, device=x.device)
+    if out.numel() == 0:  # no row, head or channel: nothing to update
+        return out if heads else out[:, 0]
     bp, nw, st = _tile(p, n, bx * h * p * n)
     bp, nw, st = block_p or bp, num_warps or nw, st if stream is None else stream
     tiles_p = triton.cdiv(p, bp)
     zs = z4.stride() if z4 is not None else (0, 0, 0)
     _state_update_kernel[(tiles_p * h * bx,)](
-        s4, x4, dt4, bias2, A3, B3, C3, D2, z4, out, state_batch_indices,
+        s4, x4, dt4, bias2, A3, B3, C3, D2, z4, out, idx,
         p, n, h // B3.shape[1], tiles_p, h, b,
         *s4.stride(), *x4.stride(), *dt4.stride(),
         *(bias2.stride() if bias2 is not None else (0, 0)),
@@ -222,7 +213,7 @@ def selective_state_update(state, x, dt, A, B, C, D=None, z=None, dt_bias=None,
         *(D2.stride() if D2 is not None else (0, 0)),
         *zs, *out.stride(),
         DT_SOFTPLUS=bool(dt_softplus), TIE_HDIM=tie, HAS_DT_BIAS=bias2 is not None,
-        HAS_D=D2 is not None, HAS_Z=z4 is not None, HAS_IDX=state_batch_indices is not None,
+        HAS_D=D2 is not None, HAS_Z=z4 is not None, HAS_IDX=idx is not None,
         BLOCK_P=bp, BLOCK_N=triton.next_power_of_2(n), STREAM=bool(st), num_warps=nw,
     )
     return out if heads else out[:, 0]

@@ -202,7 +202,7 @@ def blocks(n, p, chunk_size, col_block):
     N = max(16, triton.next_power_of_2(n))
     BN = min(N, int(col_block))
     P = max(16, triton.next_power_of_2(p))
-    Q = check_chunk_size(chunk_size, minimum=16)
+    Q = check_chunk_size(chunk_size, power_of_two=True, minimum=16)
     return BN, N // BN, P, Q
 
 

@@ -14,10 +14,10 @@ Z, the output before the gate; the backward recomputes everything inside a chunk
 import torch
 
 from mambalearn.mamba3.sequential import check_inputs
+from mambalearn.triton.mamba3 import args
 from mambalearn.triton.mamba3.backward import launch_backward
 from mambalearn.triton.mamba3.config import resolve
 from mambalearn.triton.mamba3.forward import launch_forward
-from mambalearn.utils import check_chunk_size
 
 _NAMES = ("Q", "K", "V", "ADT", "DT", "Trap", "Q_bias", "K_bias", "Angles", "D", "Z")
 # what the forward keeps for the backward besides the inputs (``forward.launch_forward``)
@@ -26,12 +26,8 @@ _SAVED = ("H", "theta_final", "y_pre", *_STEPS)
 
 
 def _prepare(args, states):
-    """Contiguous inputs by name; float64 is refused (Triton's matmuls are float32 at most)."""
+    """Contiguous inputs by name (the entry point has checked them, ``args.check_tensors``)."""
     x = {k: (None if t is None else t.contiguous()) for k, t in zip(_NAMES, args, strict=True)}
-    for k, t in x.items():
-        if t is not None and t.dtype == torch.float64:
-            raise TypeError(f"{k} is float64; the Triton kernels take float32, bf16 or fp16 "
-                            f"(use mambalearn.mamba3.mamba3_siso_sequential for float64)")
     x["states"] = None if states is None else tuple(s.contiguous().float() for s in states)
     return x
 
@@ -79,18 +75,55 @@ def mamba3_siso_combined(Q, K, V, ADT, DT, Trap, Q_bias, K_bias, Angles, D=None,
     Shapes: Q, K (b, l, g, n); V, Z (b, l, h, p); ADT, DT, Trap (b, h, l); Q_bias, K_bias (h, n);
     Angles (b, l, h, na), na ≤ n/2; D (h,); Input_States (angle (b, h, na), ssm (b, h, p, n),
     k (b, h, n), v (b, h, p)) → out (b, l, h, p) in V's dtype, or with ``return_final_states``
-    (out, angle, ssm, k, v). ``chunk_size`` a power of two ≥ 16, the chunk every kernel runs
-    at; ``config``: the launch settings (``mambalearn.triton.mamba3.config.Config``; default:
-    ``default_config`` for the shape).
+    (out, angle, ssm, k, v). ``chunk_size`` a power of two, 16 ≤ q ≤ 256, the chunk every kernel
+    runs at; ``config``: the launch settings (``mambalearn.triton.mamba3.config.Config``;
+    default: ``default_config`` for the shape).
+    Any layout of the tensors gives the contiguous call's answer; b, l or h = 0 an empty
+    output (and the states given). Bad input raises a TypeError/ValueError naming the argument.
     Matches ``mamba_ssm.ops.triton.mamba3.mamba3_siso_combined.mamba3_siso_combined``.
     """
     if cu_seqlens is not None:
         raise ValueError("cu_seqlens (packed variable-length sequences) is not supported here; "
                          "pad the batch or call once per sequence with Input_States")
-    check_inputs(Q, K, V, ADT, DT, Trap, Q_bias, K_bias, Angles, D, Z, Input_States)
-    q = check_chunk_size(chunk_size, minimum=16)
-    (b, l, g, n), (h, p), na = Q.shape, V.shape[2:], Angles.shape[3]
+    b, l, h, p, g, n, na = check_inputs(Q, K, V, ADT, DT, Trap, Q_bias, K_bias, Angles, D, Z,
+                                        Input_States, allow_empty=True)
+    q = args.check_chunk(chunk_size)
+    args.check_tensors("mamba3_siso_combined", args.with_states(dict(zip(_NAMES, (
+        Q, K, V, ADT, DT, Trap, Q_bias, K_bias, Angles, D, Z), strict=True)), Input_States))
+    kw = dict(Q=Q, K=K, V=V, ADT=ADT, DT=DT, Trap=Trap, Q_bias=Q_bias, K_bias=K_bias,
+              Angles=Angles, D=D, Z=Z, Input_States=Input_States)
+    if b * l * h == 0:  # nothing to scan: an empty output, the states as they came in
+        return _empty(kw, (b, l, h, p, n, na), return_final_states)
+    if p == 0:  # no channel: nothing for the kernels' tiles, but θ and k still turn
+        return _no_channels(kw, q, return_final_states)
     config = resolve(config, (b, l, h, g, n, p, na, q), V.device)
     st = Input_States or (None,) * 4
-    return Mamba3SisoFn.apply(Q, K, V, ADT, DT, Trap, Q_bias, K_bias, Angles, D, Z, *st,
-                              q, bool(return_final_states), config)
+    return Mamba3SisoFn.apply(Q, K, V, ADT, DT, Trap, Q_bias, K_bias, Angles, D, Z, *st, q,
+                              bool(return_final_states), config)
+
+
+def _empty(kw, shape, return_final_states):
+    """b, l or h is 0: out (b, l, h, p) with no elements; the final states are those given
+    (or zeros), in the dtypes the kernels return (angle and ssm float32, k and v V's)."""
+    b, l, h, p, n, na = shape
+    V = kw["V"]
+    out = V * 0  # empty, on V's graph
+    if not return_final_states:
+        return out
+    f32, vd = dict(dtype=torch.float32), dict(dtype=V.dtype)
+    zeros = (V.new_zeros((b, h, na), **f32), V.new_zeros((b, h, p, n), **f32),
+             V.new_zeros((b, h, n), **vd), V.new_zeros((b, h, p), **vd))
+    given = kw["Input_States"] or zeros
+    return (out, *(s.to(z.dtype).clone() for s, z in zip(given, zeros, strict=True)))
+
+
+def _no_channels(kw, chunk_size, return_final_states):
+    """p = 0: the PyTorch oracle (no state to scan; the angles and the last k are cheap)."""
+    from mambalearn.mamba3.chunked import mamba3_siso_chunked
+
+    r = mamba3_siso_chunked(**kw, chunk_size=chunk_size, return_final_states=True)
+    if not return_final_states:
+        return r[0]
+    out, angle, ssm, k, v = r
+    V = kw["V"]
+    return out, angle.float(), ssm.float(), k.to(V.dtype), v.to(V.dtype)

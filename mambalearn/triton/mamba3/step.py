@@ -12,8 +12,10 @@ import triton
 import triton.language as tl
 
 from mambalearn import device  # noqa: F401  (TRITON_INTERPRET before @triton.jit)
-from mambalearn.mamba3.sequential import check_inputs
+from mambalearn.mamba3.step import check_mimo_step, check_siso_step
+from mambalearn.triton.mamba3 import args
 from mambalearn.triton.mamba3.common import PI, cos_sin, exp, mod_two_pi, tanh
+from mambalearn.utils import check_writable, refuse_grad
 
 
 @triton.jit
@@ -87,33 +89,36 @@ def mamba3_siso_step(Q, K, V, ADT, DT, Trap, Q_bias, K_bias, Angles, D=None, Z=N
                      Input_States=None):
     """One Mamba-3 SISO token: (out (b, h, p), [angle, ssm, k, v]) — new cache tensors.
 
-    Shapes as ``mambalearn.mamba3.step.mamba3_siso_step_ref`` (the oracle). Matches
+    Shapes as ``mambalearn.mamba3.step.mamba3_siso_step_ref`` (the oracle), whose argument
+    rules it shares (``check_siso_step``); any strides. Not differentiable: while autograd
+    records, inputs that require grad are refused. Matches
     ``mamba_ssm.ops.triton.mamba3.mamba3_siso_step.mamba3_siso_step``.
     """
-    if Input_States is None:
-        raise ValueError("Input_States (angle, ssm, k, v) is required: the step continues a cache")
-    t = lambda X: None if X is None else X[:, None]
-    l1 = lambda X: X[..., None]
-    st = Input_States
-    check_inputs(t(Q), t(K), t(V), l1(ADT), l1(DT), l1(Trap), Q_bias, K_bias, t(Angles), D,
-                 t(Z), st)
-    b, h, p = V.shape
-    g, n, na = Q.shape[1], Q.shape[2], Angles.shape[2]
-    c = lambda X: None if X is None else X.contiguous()
-    out = torch.empty_like(V)
+    b, h, p, g, n, na = check_siso_step(Q, K, V, ADT, DT, Trap, Q_bias, K_bias, Angles, D, Z,
+                                        Input_States)
+    named = args.with_states(dict(Q=Q, K=K, V=V, ADT=ADT, DT=DT, Trap=Trap, Q_bias=Q_bias,
+                                  K_bias=K_bias, Angles=Angles, D=D, Z=Z), Input_States)
+    refuse_grad("mamba3_siso_step", "the step is for inference: call it under torch.no_grad() "
+                "(mamba3_siso_combined has gradients)", **named)
+    args.check_tensors("mamba3_siso_step", named)
+    c = lambda X: None if X is None else X.contiguous()  # the kernel indexes row-major tensors
+    st = [c(t) for t in Input_States]
+    out = torch.empty((b, h, p), device=V.device, dtype=V.dtype)  # row-major, whatever V's
     ang_out = torch.empty(b, h, na, device=V.device, dtype=torch.float32)
     S_out = torch.empty(b, h, p, n, device=V.device, dtype=torch.float32)
     k_out = torch.empty(b, h, n, device=V.device, dtype=torch.float32)
+    if b * h == 0:  # no head to step
+        return out, [ang_out, S_out, k_out, c(V)]
     bp = _tile_p(p, n)
-    tiles_p = triton.cdiv(p, bp)
+    tiles_p = max(1, triton.cdiv(p, bp))  # p = 0: one tile per head still turns θ and k
     _siso_step_kernel[(tiles_p * h * b,)](
         c(Q), c(K), c(V), c(ADT), c(DT), c(Trap), c(Q_bias), c(K_bias), c(Angles), c(D), c(Z),
-        c(st[0]), c(st[1]), c(st[2]), c(st[3]), out, ang_out, S_out, k_out,
+        *st, out, ang_out, S_out, k_out,
         h, g, p, n, na, tiles_p,
         BLOCK_P=bp, BLOCK_N=triton.next_power_of_2(n), HAS_D=D is not None,
         HAS_Z=Z is not None, num_warps=2,
     )
-    return out, [ang_out, S_out, k_out, V]
+    return out, [ang_out, S_out, k_out, c(V)]
 
 
 @triton.jit
@@ -173,25 +178,38 @@ def mamba3_mimo_step(state, Bstate, Xstate, A, B, C, D, x, dt, trap, xproj, outp
                      z=None, zproj=None):
     """One MIMO token of rank r, ``state`` (float32) updated in place; returns out.
 
-    Shapes and formula as ``mambalearn.mamba3.step.mamba3_mimo_step_ref`` (the oracle);
-    argument names of mamba_ssm's ``mamba3_step_fn``.
+    Shapes and formula as ``mambalearn.mamba3.step.mamba3_mimo_step_ref`` (the oracle), whose
+    argument rules it shares (``check_mimo_step``); argument names of mamba_ssm's
+    ``mamba3_step_fn``. Any strides (a strided state is updated through a contiguous copy; an
+    expanded one is refused). Not differentiable: while autograd records, inputs that require
+    grad are refused.
     """
-    if state.dtype != torch.float32 or not state.is_contiguous():
-        raise TypeError("state must be a contiguous float32 tensor (it is updated in place)")
-    b, r, h, n = B.shape
-    p = state.shape[2]
-    if Bstate.shape != B.shape or C.shape != B.shape or x.shape != (b, h, p):
-        raise ValueError(f"B, Bstate, C must be (b, r, h, n) = {(b, r, h, n)} and x (b, h, p)")
+    b, r, h, p, n = check_mimo_step(state, Bstate, Xstate, A, B, C, D, x, dt, trap, xproj,
+                                    outproj, z, zproj)
+    named = dict(state=state, Bstate=Bstate, Xstate=Xstate, A=A, B=B, C=C, D=D, x=x, dt=dt,
+                 trap=trap, xproj=xproj, outproj=outproj, z=z, zproj=zproj)
+    refuse_grad("mamba3_mimo_step", "it is an inference step that updates the state in place: "
+                "call it under torch.no_grad()", **named)
+    args.check_tensors("mamba3_mimo_step", named)
+    if state.dtype != torch.float32:
+        raise TypeError(f"state must be float32 (it is updated in place in float32), got "
+                        f"{state.dtype}")
+    check_writable("state", state)
     c = lambda X: None if X is None else X.contiguous()
     shape = (b, h, p) if outproj is not None else (b, r, h, p)
     out = torch.empty(shape, device=x.device, dtype=x.dtype)
+    if b * h * p == 0:  # no state element to update
+        return out
+    work = c(state)  # the kernel updates a row-major state; a strided one is copied back below
     bp = _tile_p(p, n)
     tiles_p = triton.cdiv(p, bp)
     _mimo_step_kernel[(tiles_p * h * b,)](
-        state, c(Bstate), c(Xstate), c(A), c(B), c(C), c(D), c(x), c(dt), c(trap),
+        work, c(Bstate), c(Xstate), c(A), c(B), c(C), c(D), c(x), c(dt), c(trap),
         c(xproj), c(outproj), c(z), c(zproj), out,
         h, p, n, tiles_p,
         R=r, BLOCK_P=bp, BLOCK_N=triton.next_power_of_2(n),
         HAS_OUTPROJ=outproj is not None, HAS_Z=z is not None, num_warps=2,
     )
+    if work is not state:
+        state.copy_(work)
     return out

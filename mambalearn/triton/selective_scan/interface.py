@@ -7,7 +7,10 @@ layouts, and the autograd Function that runs a pair of launchers.
 ``cu_seqlens`` into a ``seq_idx`` (b = 1, l). `bc_layout` / `bc_strides` hand B and C to a
 kernel, `flags` / `optional` build its switches and pointers, `finish_grads` returns the
 gradients in the arguments' shapes. `Kernels` names a forward and a backward launcher;
-`SelectiveScanFn` is the autograd Function around them, `run` the checked entry point.
+`SelectiveScanFn` is the autograd Function around them, `run` the checked entry point of both
+the teaching and the tuned kernels: any layout (strided, expanded, transposed) is made
+contiguous there, once, so no launcher depends on a caller's strides, and an empty batch or
+sequence returns an empty output without a launch.
 """
 
 from typing import Callable, NamedTuple
@@ -15,9 +18,8 @@ from typing import Callable, NamedTuple
 import torch
 import torch.nn.functional as F
 
-from mambalearn import device
 from mambalearn.scan.sequential import check_inputs
-from mambalearn.utils import check_same_device
+from mambalearn.utils import check_kernel_device
 
 DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 MAX_DSTATE = 256  # mamba_ssm's limit too
@@ -81,6 +83,16 @@ def _check_dtypes(u, delta, A, B, C, D, z, delta_bias, initial_state):
             raise TypeError(f"{name} must have dtype in {list(ok)}, got {X.dtype}")
 
 
+def restart_index(seq_idx):
+    """(b, l) int32 numbering of the runs of equal seq_idx values: 0 until the first change, then
+    + 1 at every change. The kernels only ask where seq_idx changes (the state restarts there),
+    so this is the same argument in 32 bits, whatever the values (int64 ids ≥ 2³¹ would wrap in
+    a plain cast and could merge two sequences)."""
+    starts = seq_idx[:, 1:] != seq_idx[:, :-1]  # (b, l − 1): a new sequence begins at t + 1
+    ids = torch.cumsum(starts, dim=1, dtype=torch.int32)  # (b, l − 1)
+    return torch.cat([ids.new_zeros(seq_idx.shape[0], min(1, seq_idx.shape[1])), ids], dim=1)
+
+
 def _check_seq(seq_idx, cu_seqlens, b, l, u):
     """seq_idx (b, l) int32 contiguous, from either argument, or None."""
     if cu_seqlens is not None:
@@ -92,12 +104,15 @@ def _check_seq(seq_idx, cu_seqlens, b, l, u):
             raise TypeError("cu_seqlens must be an integer tensor")
         seq_idx = seq_idx_from_cu_seqlens(cu_seqlens.to(u.device), l)
     if seq_idx is not None:
-        if not isinstance(seq_idx, torch.Tensor) or seq_idx.is_floating_point():
-            raise TypeError("seq_idx must be an integer tensor (b, l)")
+        if not isinstance(seq_idx, torch.Tensor) or seq_idx.is_floating_point() \
+                or seq_idx.is_complex() or seq_idx.dtype == torch.bool:
+            raise TypeError(f"seq_idx must be an integer tensor (b, l), got "
+                            f"{getattr(seq_idx, 'dtype', type(seq_idx).__name__)}")
         if tuple(seq_idx.shape) != (b, l):
             raise ValueError(f"seq_idx must have shape (b, l) = {(b, l)}, "
                              f"got {tuple(seq_idx.shape)}")
-        seq_idx = seq_idx.to(torch.int32).contiguous()
+        seq_idx = seq_idx.contiguous() if seq_idx.dtype == torch.int32 \
+            else restart_index(seq_idx)
     return seq_idx
 
 
@@ -105,20 +120,19 @@ def check_args(u, delta, A, B, C, D, z, delta_bias, seq_idx, cu_seqlens, initial
     """mamba_ssm's argument rules, with clear errors. Returns ((b, d, l, n, g), seq_idx int32)."""
     if isinstance(A, torch.Tensor) and A.is_complex():
         raise TypeError("complex A is not supported: this kernel covers real A (Mamba-1) only")
-    b, d, l, n = check_inputs(u, delta, A, B, C, D, z, delta_bias, initial_state=initial_state)
+    b, d, l, n = check_inputs(u, delta, A, B, C, D, z, delta_bias, initial_state=initial_state,
+                              allow_empty=True)
     _check_dtypes(u, delta, A, B, C, D, z, delta_bias, initial_state)
-    if n > MAX_DSTATE:
-        raise ValueError(f"dstate n = {n} is larger than the supported maximum {MAX_DSTATE}")
+    if not 1 <= n <= MAX_DSTATE:
+        raise ValueError(f"A has n = {n} states (dstate; A is (d, n)); the kernels take 1 ≤ n ≤ "
+                         f"{MAX_DSTATE}")
     gB = B.shape[1] if B.ndim == 4 else 1
     gC = C.shape[1] if C.ndim == 4 else 1
     if B.ndim != 2 and C.ndim != 2 and gB != gC:
         raise ValueError(f"B and C must have the same number of groups, got {gB} and {gC}")
     seq_idx = _check_seq(seq_idx, cu_seqlens, b, l, u)
-    check_same_device(u=u, delta=delta, A=A, B=B, C=C, D=D, z=z, delta_bias=delta_bias,
-                      seq_idx=seq_idx, initial_state=initial_state)
-    if not u.is_cuda and not device.interpreted():
-        raise ValueError("tensors are on the CPU but Triton is not in interpreter mode "
-                         "(TRITON_INTERPRET=1); move them to the GPU")
+    check_kernel_device(u=u, delta=delta, A=A, B=B, C=C, D=D, z=z, delta_bias=delta_bias,
+                        seq_idx=seq_idx, initial_state=initial_state)
     g = gB if B.ndim != 2 else gC  # groups of B/C (1 if both fixed)
     return (b, d, l, n, g), seq_idx
 
@@ -202,9 +216,20 @@ def run(kernels, config, u, delta, A, B, C, D=None, z=None, delta_bias=None,
         initial_state=None):
     """Check the arguments, then run ``kernels`` forward (and backward through autograd).
 
-    ``config``: a function of (n, device, l) returning what both launchers get (None: none)."""
+    ``config``: a function of (n, device, l) returning what both launchers get (None: none).
+    Every tensor is made contiguous here (a no-op for those already so; autograd takes the
+    gradients back to the caller's views), so the launchers may assume it."""
     shape, seq_idx = check_args(u, delta, A, B, C, D, z, delta_bias, seq_idx, cu_seqlens,
                                 initial_state)
-    config = config(shape[3], u.device, shape[2]) if config is not None else None
+    u, delta, A, B, C, D, z, delta_bias, initial_state = (
+        None if t is None else t.contiguous()
+        for t in (u, delta, A, B, C, D, z, delta_bias, initial_state))
+    b, d, l, n, _ = shape
+    if b * d * l == 0:  # nothing to scan: an empty output, the state as it came in
+        last = u.new_zeros((b, d, n), dtype=torch.float32) if initial_state is None \
+            else initial_state.clone()
+        out = u * 0  # (b, d, l), empty; on u's graph
+        return (out, last) if return_last_state else out
+    config = config(n, u.device, l) if config is not None else None
     return SelectiveScanFn.apply(kernels, config, shape, delta_softplus, return_last_state,
                                  seq_idx, u, delta, A, B, C, D, z, delta_bias, initial_state)

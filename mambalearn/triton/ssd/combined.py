@@ -12,9 +12,10 @@ oracle of the Triton backward.
 import torch
 
 from mambalearn import ssd
+from mambalearn.triton.ssd import args as ssd_args
 from mambalearn.triton.ssd.backward import ssd_backward
 from mambalearn.triton.ssd.config import resolve
-from mambalearn.triton.ssd.forward import check_args, ssd_forward
+from mambalearn.triton.ssd.forward import ssd_forward
 from mambalearn.triton.ssd.fused import ssd_fused_forward
 
 BACKWARDS = ("triton", "reference")
@@ -110,14 +111,22 @@ def mamba_chunk_scan_combined(x, dt, A, B, C, chunk_size, D=None, z=None, dt_bia
     ``backward`` is ``"triton"`` or ``"reference"`` (module doc). ``config``: the launch
     settings, a ``mambalearn.triton.ssd.config.Config`` (default: ``default_config`` for the
     shape); every kernel runs at ``chunk_size``.
+    Any layout of the tensors gives the contiguous call's answer; an empty batch or sequence an
+    empty output (and the final states it was given). Bad input raises a TypeError/ValueError
+    naming the argument (``args.check``).
     Drop-in for ``mamba_ssm.ops.triton.ssd_combined.mamba_chunk_scan_combined`` (without
     ``cu_seqlens``/``return_varlen_states``).
     """
-    check_args(x, dt, A, B, C, chunk_size, D, z, dt_bias, initial_states, seq_idx)
+    a = ssd_args.check("mamba_chunk_scan_combined", x, dt, A, B, C, chunk_size, D, z, dt_bias,
+                       initial_states, seq_idx, dt_limit)
     if backward not in BACKWARDS:
         raise ValueError(f"backward must be one of {BACKWARDS}, got {backward!r}")
-    b, l, h, p = x.shape
-    config = resolve(config, (b, l, h, p, *B.shape[2:], chunk_size), x.device)
-    out, final = _SSDFn.apply(x, dt, A, B, C, chunk_size, D, z, dt_bias, initial_states,
-                              seq_idx, dt_softplus, tuple(dt_limit), bool(fused), backward, config)
+    if ssd_args.is_empty(a["shape"]):
+        out, final = ssd_args.empty(x, a["initial_states"], a["shape"])
+    else:
+        config = resolve(config, (*a["shape"], a["chunk_size"]), x.device)
+        out, final = _SSDFn.apply(a["x"], a["dt"], a["A"], a["B"], a["C"], a["chunk_size"],
+                                  a["D"], a["z"], a["dt_bias"], a["initial_states"],
+                                  a["seq_idx"], dt_softplus, tuple(dt_limit), bool(fused),
+                                  backward, config)
     return (out, final) if return_final_states else out

@@ -21,10 +21,8 @@ import torch
 import triton
 import triton.language as tl
 
-from mambalearn import ssd
 from mambalearn.triton.ssd.common import INTERP, _delta, p2, stages, tile
 from mambalearn.triton.ssd.config import defaults
-from mambalearn.utils import check_chunk_size
 
 
 # ---------------------------------------------------------------------------------------------
@@ -394,19 +392,6 @@ def chunk_scan(x, C, CB, dt_c, dA_cs, Hin, D=None, z=None, seq_idx=None, cfg=Non
 
 
 # ---------------------------------------------------------------------------------------------
-def check_args(x, dt, A, B, C, chunk_size, D, z, dt_bias, initial_states, seq_idx):
-    """Clear errors for bad arguments of the public functions (shapes, dtypes, chunk size)."""
-    b, l, h, p, g, n = ssd.check_inputs(x, dt, A, B, C)
-    ssd.check_extras(b, l, h, p, n, D, z, dt_bias, initial_states, seq_idx)
-    check_chunk_size(chunk_size)
-    if x.dtype not in (torch.float16, torch.bfloat16, torch.float32):
-        raise TypeError(f"x must be float16, bfloat16 or float32, got {x.dtype}")
-    if B.dtype != x.dtype or C.dtype != x.dtype:
-        raise TypeError(f"B and C must have x's dtype {x.dtype}, got {B.dtype} and {C.dtype}")
-    if not x.is_cuda and not INTERP:
-        raise ValueError("tensors are on the CPU but Triton is not in interpreter mode")
-
-
 def ssd_forward(x, dt, A, B, C, chunk_size, D=None, z=None, dt_bias=None, initial_states=None,
                 seq_idx=None, dt_softplus=False, dt_limit=(0.0, float("inf")), cfg=None):
     """The five stages in order. Returns (out (b, l, h, p), final states (b, h, p, n) float32).

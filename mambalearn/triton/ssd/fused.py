@@ -22,12 +22,12 @@ measurements behind it in bench/NOTES_ssd.md).
 
 import torch
 
-from mambalearn import ssd
+from mambalearn.triton.ssd import args as ssd_args
 from mambalearn.triton.ssd import outputs, states
 from mambalearn.triton.ssd.config import resolve
 from mambalearn.triton.ssd.forward import chunk_cumsum, ssd_forward
 from mambalearn.triton.ssd.one_launch import ssd_one_launch
-from mambalearn.utils import check_chunk_size
+from mambalearn.utils import refuse_grad
 
 
 def ssd_fused_forward(x, dt, A, B, C, chunk_size, D=None, z=None, dt_bias=None,
@@ -46,10 +46,20 @@ def ssd_fused_forward(x, dt, A, B, C, chunk_size, D=None, z=None, dt_bias=None,
     ``config``: a ``config.Config`` (default: ``config.default_config`` for this shape). Rows of
     x, z, B, C that are not 16-byte aligned (tensor descriptors need that) run chapter 10's
     kernels instead.
+
+    A forward only, with no autograd: inputs that require grad are refused while autograd
+    records (``mamba_chunk_scan_combined`` is this forward with its backward).
     """
-    b, l, h, p, g, n = ssd.check_inputs(x, dt, A, B, C)
-    ssd.check_extras(b, l, h, p, n, D, z, dt_bias, initial_states, seq_idx)
-    q = check_chunk_size(chunk_size)
+    refuse_grad("ssd_fused_forward", "mamba_chunk_scan_combined is this forward with a backward "
+                "(or call it under torch.no_grad())", x=x, dt=dt, A=A, B=B, C=C, D=D, z=z,
+                dt_bias=dt_bias, initial_states=initial_states)
+    a = ssd_args.check("ssd_fused_forward", x, dt, A, B, C, chunk_size, D, z, dt_bias,
+                       initial_states, seq_idx, dt_limit)
+    x, dt, A, B, C, D, z, dt_bias, initial_states, seq_idx = (
+        a[k] for k in ("x", "dt", "A", "B", "C", "D", "z", "dt_bias", "initial_states",
+                       "seq_idx"))
+    b, l, h, p, g, n = a["shape"]
+    q = a["chunk_size"]
     if launches not in (1, 2):
         raise ValueError(f"launches must be 1 or 2, got {launches!r}")
     if launches == 2 and state_dtype is not None:
@@ -58,6 +68,8 @@ def ssd_fused_forward(x, dt, A, B, C, chunk_size, D=None, z=None, dt_bias=None,
     state_dtype = state_dtype or torch.float32
     if state_dtype not in (torch.float32, torch.float16, torch.bfloat16):
         raise TypeError(f"state_dtype must be float32, float16 or bfloat16, got {state_dtype}")
+    if ssd_args.is_empty(a["shape"]):
+        return ssd_args.empty(x, initial_states, a["shape"])
     cfg = resolve(config, (b, l, h, p, g, n, q), x.device)
     if launches == 1:
         if seq_idx is not None:
