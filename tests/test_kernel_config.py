@@ -43,10 +43,15 @@ def test_configs_are_data_and_say_what_is_wrong():
         m3.resolve({}, None, torch.device("cpu"))
 
 
-@pytest.mark.parametrize("bad", [12, 0, -8, 2.0, "64", True, None])
-def test_chunk_size_has_one_rule(bad):
-    with pytest.raises(ValueError, match="chunk_size"):
-        check_chunk_size(bad)
-    assert check_chunk_size(64) == 64 and check_chunk_size(16, minimum=16) == 16
+@pytest.mark.parametrize("bad,error", [(12, ValueError), (0, ValueError), (-8, ValueError),
+                                       (2.0, TypeError), ("64", TypeError), (True, TypeError),
+                                       (None, TypeError)])
+def test_chunk_size_has_one_rule(bad, error):
+    # the kernels' rule (a power of two); a non-int is a TypeError, a bad int a ValueError
+    with pytest.raises(error, match="chunk_size"):
+        check_chunk_size(bad, power_of_two=True)
+    assert check_chunk_size(64, power_of_two=True) == 64
+    assert check_chunk_size(16, power_of_two=True, minimum=16) == 16
+    assert check_chunk_size(12) == 12  # the PyTorch scans take any length ≥ 1
     with pytest.raises(ValueError, match="≥ 16"):
-        check_chunk_size(8, minimum=16)
+        check_chunk_size(8, power_of_two=True, minimum=16)
