@@ -68,7 +68,7 @@ def _check_discretization(name, student, oracle):
         got = _core.call(student, A, B, delta, case=desc)
         if not (isinstance(got, tuple) and len(got) == 2):
             raise AssertionError(f"{name} must return the pair (A_bar, B_bar); got "
-                                 f"{type(got).__name__} on {desc}")
+                                 f"{_core.kind(got)} on {desc}")
         want = oracle(A, B, delta)
         for part, x, y in zip(("A_bar", "B_bar"), got, want, strict=True):
             try:

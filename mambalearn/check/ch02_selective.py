@@ -95,7 +95,7 @@ def selective_scan_sequential(fn):
     _compare(got, sequential.selective_scan_sequential(**kw), kw, desc, g, dtype=torch.float32)
     if isinstance(got[1], torch.Tensor) and got[1].dtype != torch.float64:
         raise AssertionError(f"last_state must be in the compute dtype, float64 here (A, B, C are "
-                             f"float64), got {got[1].dtype} on {desc} [seed {g.initial_seed()}]")
+                             f"float64), got {got[1].dtype} on {desc}")
     # low-precision inputs: computed in fp32, returned in u's dtype
     desc, kw = cases[-1]
     kw = {k: v.bfloat16() if torch.is_tensor(v) and v.is_floating_point() else v
@@ -110,7 +110,7 @@ def _compare(got, want, kw, desc, g, dtype):
     if kw.get("return_last_state"):
         if not (isinstance(got, tuple) and len(got) == 2):
             raise AssertionError(f"with return_last_state=True return (out, last_state); got "
-                                 f"{type(got).__name__} on {desc}")
+                                 f"{_core.kind(got)} on {desc}")
         _core.compare(got[1], want[1], what="last_state", case=desc, g=g, dtype=torch.float32)
         got, want = got[0], want[0]
     if isinstance(got, torch.Tensor) and got.dtype != kw["u"].dtype:

@@ -61,7 +61,7 @@ def chunked_scan(fn):
         got = _core.call(fn, a, b, q, initial_state=h0, return_final_state=True, case=case)
         if not (isinstance(got, tuple) and len(got) == 2):
             raise AssertionError(f"chunked_scan(..., return_final_state=True) must return (h, "
-                                 f"h_last); got {type(got).__name__} on {case}")
+                                 f"h_last); got {_core.kind(got)} on {case}")
         _core.compare(got[0], want, what="chunked_scan: the states h", case=case, g=g)
         _core.compare(got[1], want_last, what="chunked_scan: the final state", case=case, g=g)
         n_checks += 2

@@ -52,7 +52,7 @@ def scan_backward(fn):
         got = _core.call(fn, a.detach(), h, grad_h, initial_state=h0_in, case=case)
         if not (isinstance(got, tuple) and len(got) == 2):
             raise AssertionError(f"scan_backward must return (grad_a, grad_b); got "
-                                 f"{type(got).__name__} on {case}")
+                                 f"{_core.kind(got)} on {case}")
         for what, x, y in zip(("grad_a", "grad_b"), got, want[:2], strict=True):
             _core.compare(x, y, what=f"scan_backward: {what}", case=case, g=g, grad=True)
     _core.passed("scan_backward", len(cases))

@@ -22,6 +22,7 @@ import torch.nn.functional as F
 
 from mambalearn import device
 from mambalearn.check import _core, _probes
+from mambalearn.check.ch08_triton import triton_evidence
 from mambalearn.check.treeorder import tree_order
 from mambalearn.scan.sequential import selective_scan_sequential
 
@@ -160,16 +161,14 @@ def selective_scan_kernel(fn, combine_fn=None):
     for c in CASES:
         x, softplus = _inputs(c, g)
         case = _describe(c, x)
-        res, launched = _core.probe(_probes.call_counting_launches, fn,
-                                    **_to_kernel(x, c.get("strided", False)),
-                                    delta_softplus=softplus, return_last_state=True,
-                                    block_l=c["block_l"], case=case)
-        if not launched:
-            raise AssertionError(f"selective_scan_kernel launched no Triton kernel on {case}: it "
-                                 f"must run your selective_scan_fwd_kernel")
+        res, seen = _core.probe(_probes.call_watching_triton, fn,
+                                **_to_kernel(x, c.get("strided", False)),
+                                delta_softplus=softplus, return_last_state=True,
+                                block_l=c["block_l"], case=case)
+        triton_evidence("selective_scan_kernel", seen, case, "selective_scan_fwd_kernel")
         if not isinstance(res, tuple) or len(res) != 2:
             raise AssertionError(f"selective_scan_kernel on {case}: with return_last_state=True "
-                                 f"expected (out, last_state), got {type(res).__name__}")
+                                 f"expected (out, last_state), got {_core.kind(res)}")
         out, last = res
         want, want_last = selective_scan_sequential(**x, delta_softplus=softplus,
                                                     return_last_state=True)

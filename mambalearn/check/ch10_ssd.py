@@ -115,7 +115,7 @@ def _one_ssd(fn, inputs, q, desc, g):
     got = _core.call(fn, x, dt, A, B, C, q, **kw, case=case)
     if not (isinstance(got, tuple) and len(got) == 2):
         raise AssertionError(f"ssd_chunked must return (y, final_state); got "
-                             f"{type(got).__name__} on {case}")
+                             f"{_core.kind(got)} on {case}")
     _core.compare(got[0], want, what="ssd_chunked: the output y", case=case, g=g, dtype=x.dtype)
     _core.compare(got[1], want_last, what="ssd_chunked: the final state", case=case, g=g,
                   dtype=x.dtype)

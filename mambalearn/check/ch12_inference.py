@@ -43,7 +43,7 @@ def _one(fn, inp, case, g):
         raise AssertionError(
             f"decode_step did not change `state` on {where}: update it in place "
             f"(state.copy_(...) or state[...] = ...), not by rebinding the name; the cache *is* "
-            f"this tensor [seed {g.initial_seed()}]")
+            f"this tensor")
     _core.compare(s_student, s_oracle, what="the updated state h", case=where, g=g)
     try:
         _core.compare(y, want, what="the output y", case=where, g=g)

@@ -66,7 +66,7 @@ def _induced_op(fn):
 def _final(fn, P, h, h0, case):
     got = _core.call(fn, P, h, h0, case=case)
     if not (isinstance(got, tuple) and len(got) == 2):
-        raise AssertionError(f"rank_scan must return (H, H_final); got {type(got).__name__} "
+        raise AssertionError(f"rank_scan must return (H, H_final); got {_core.kind(got)} "
                              f"on {case}")
     return got[1]
 
@@ -85,7 +85,7 @@ def rank_scan(fn):
         got = _core.call(fn, P, h, h0, case=case)
         if not (isinstance(got, tuple) and len(got) == 2):
             raise AssertionError(f"rank_scan must return (H, H_final); got "
-                                 f"{type(got).__name__} on {case}")
+                                 f"{_core.kind(got)} on {case}")
         _core.compare(got[0], want, what="rank_scan: the entering states H", case=case, g=g)
         _core.compare(got[1], want_final, what="rank_scan: the final state", case=case, g=g)
         n_checks += 2
@@ -127,7 +127,7 @@ def fix_up(fn):
         case = f"{desc}: " + _core.describe(y=y0, delta=delta, A=A, C=C, H=H)
         got = _core.call(fn, y0, last0, delta, A, C, H, case=case)
         if not (isinstance(got, tuple) and len(got) == 2):
-            raise AssertionError(f"fix_up must return (y, last); got {type(got).__name__} on "
+            raise AssertionError(f"fix_up must return (y, last); got {_core.kind(got)} on "
                                  f"{case}")
         _core.compare(got[0], want, what="fix_up: the outputs y", case=case, g=g)
         _core.compare(got[1], want_last, what="fix_up: the last state", case=case, g=g)
