@@ -117,11 +117,8 @@ def _changed(before, after):
         if not isinstance(after, torch.Tensor) or after.shape != before.shape \
                 or after.dtype != before.dtype:
             return True
-        a = before.detach().contiguous().reshape(-1)
-        b = after.detach().to(before.device).contiguous().reshape(-1)
-        if a.dtype == torch.bool:
-            return not torch.equal(a, b)
-        return not torch.equal(a.view(torch.uint8), b.view(torch.uint8))
+        a, b = before.detach(), after.detach().to(before.device)
+        return not (torch.equal(a, b) or bool(((a == b) | ((a != a) & (b != b))).all()))
     if type(before) in (tuple, list):
         return len(before) != len(after) or any(_changed(x, y) for x, y in zip(before, after,
                                                                                  strict=True))

@@ -218,6 +218,25 @@ def _ptr(t):
     return t.untyped_storage().data_ptr()
 
 
+def call_counting_backward(fn, *args, **kwargs):
+    """``fn(*args, **kwargs)`` and how often it ran autograd's backward (``torch.autograd.grad``,
+    ``Tensor.backward``, ``torch.func.vjp`` all pass through the engine call counted here)."""
+    import torch.autograd
+    from torch.autograd import graph
+
+    runs, original = [0], graph._engine_run_backward
+
+    def counting(*a, **k):
+        runs[0] += 1
+        return original(*a, **k)
+
+    torch.autograd._engine_run_backward = graph._engine_run_backward = counting
+    try:
+        return fn(*args, **kwargs), runs[0]
+    finally:
+        torch.autograd._engine_run_backward = graph._engine_run_backward = original
+
+
 def chunked_fn_grads(cls, a, b, chunk_size, h0, grad_h):
     """h = cls.apply(a, b, q, h0) and the gradients of ⟨grad_h, h⟩ w.r.t. a, b (and h0)."""
     a, b = a.detach().requires_grad_(), b.detach().requires_grad_()

@@ -11,7 +11,7 @@ from mambalearn.check.treeorder import tree_order
 __all__ = ["combine", "fold"]
 REBUILDS = {
     "combine": ["mambalearn.ops.combine", "mambalearn.ops.combine_elementwise",
-                "mambalearn.triton.scan.combine_fn"],
+                "mambalearn.ops.apply", "mambalearn.triton.scan.combine_fn"],
     "fold": ["mambalearn.ops.fold"],
 }
 

@@ -12,9 +12,10 @@ from mambalearn.check import _core, _probes
 from mambalearn.scan.chunked import scan_reference
 
 __all__ = ["scan_backward", "ChunkedScanFn"]
-REBUILDS = {
+REBUILDS = {  # (torch's checkpoint recomputes by itself: ChunkedScanFn is to do it by hand)
     "scan_backward": ["mambalearn.autograd.scan_backward"],
-    "ChunkedScanFn": ["mambalearn.autograd.ChunkedScanFn"],
+    "ChunkedScanFn": ["mambalearn.autograd.ChunkedScanFn", "torch.utils.checkpoint.checkpoint",
+                      "torch.utils.checkpoint.checkpoint_sequential"],
 }
 
 
@@ -49,7 +50,13 @@ def scan_backward(fn):
         h, want = _oracle(a, b, h0, grad_h)
         case = f"{desc}: " + _core.describe(a=a, initial_state=h0)
         h0_in = None if h0 is None else h0.detach()
-        got = _core.call(fn, a.detach(), h, grad_h, initial_state=h0_in, case=case)
+        got, runs = _core.probe(_probes.call_counting_backward, fn, a.detach(), h, grad_h,
+                                initial_state=h0_in, case=case)
+        if runs:
+            raise AssertionError(
+                f"scan_backward ran PyTorch's autograd ({runs} backward pass(es), through "
+                f"torch.autograd.grad, .backward() or torch.func) on {case}: compute the "
+                f"gradients with the reverse scan you derived, not by differentiating a forward")
         if not (isinstance(got, tuple) and len(got) == 2):
             raise AssertionError(f"scan_backward must return (grad_a, grad_b); got "
                                  f"{_core.kind(got)} on {case}")

@@ -20,14 +20,28 @@ from mambalearn import ssd
 from mambalearn.check import _core
 
 __all__ = ["segsum", "ssd_chunked"]
-# for ssd_chunked also every library SSD that returns (y, final state) from the same inputs
+# for ssd_chunked also every library SSD that returns (y, final state) from the same inputs, and
+# every earlier scan: Mamba-1's with channels = heads × p and A repeated, or one of the states
 REBUILDS = {
     "segsum": ["mambalearn.ssd.segsum"],
     "ssd_chunked": ["mambalearn.ssd.ssd_chunked", "mambalearn.ssd.ssd_sequential",
                     "mambalearn.ssd.ssd_quadratic", "mambalearn.ssd.mamba_chunk_scan_ref",
                     "mambalearn.triton.ssd.forward.ssd_forward",
                     "mambalearn.triton.ssd.combined.mamba_chunk_scan_combined",
-                    "mambalearn.triton.ssd.fused.ssd_fused_forward"],
+                    "mambalearn.triton.ssd.fused.ssd_fused_forward",
+                    "mambalearn.scan.sequential.selective_scan_sequential",
+                    "mambalearn.scan.selective.selective_scan_parallel",
+                    "mambalearn.scan.chunked.selective_scan_chunked",
+                    "mambalearn.autograd.selective_scan_recompute",
+                    "mambalearn.autograd.selective_scan_checkpointed",
+                    "mambalearn.triton.selective_scan.tuned.selective_scan_fn",
+                    "mambalearn.triton.selective_scan.teaching.selective_scan_teaching",
+                    "mambalearn.scan.sequential.linear_scan_sequential",
+                    "mambalearn.scan.hillis_steele.hillis_steele_scan",
+                    "mambalearn.scan.blelloch.blelloch_scan",
+                    "mambalearn.scan.chunked.chunked_scan",
+                    "mambalearn.scan.chunked.scan_reference", "mambalearn.autograd.ChunkedScanFn",
+                    "mambalearn.triton.scan.scan"],
 }
 
 f64 = torch.float64

@@ -28,8 +28,9 @@ from mambalearn.check import _core, _probes
 from mambalearn.scan.sequential import selective_scan_sequential
 
 __all__ = ["rms_norm", "mamba_block"]
-REBUILDS = {
-    "rms_norm": ["mambalearn.model.RMSNorm.forward"],
+REBUILDS = {  # (torch's own RMSNorm is the answer too)
+    "rms_norm": ["mambalearn.model.RMSNorm.forward", "torch.nn.functional.rms_norm",
+                 "torch.rms_norm", "torch.nn.RMSNorm", "torch.nn.modules.normalization.RMSNorm"],
     "mamba_block": ["mambalearn.model.Block.forward", "mambalearn.model.Mamba1Mixer.forward",
                     "mambalearn.model.MambaLM.forward"],
 }
