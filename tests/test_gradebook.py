@@ -135,7 +135,7 @@ def test_class_gradebook_every_verdict(tmp_path):
     out = tmp_path / "grades.csv"
     start = time.perf_counter()
     cli = [sys.executable, "-m", "mambalearn", "grade", "--class", str(tmp_path / "class"),
-           "--out", str(out), "--jobs", "2", "--timeout", str(TIMEOUT)]
+           "--out", str(out), "--jobs", "2", "--timeout", str(TIMEOUT), "--exercises", "01"]
     run = subprocess.run(cli, capture_output=True, text=True, timeout=600)
     seconds = time.perf_counter() - start
     assert run.returncode == 0, run.stdout + run.stderr
@@ -179,9 +179,21 @@ def test_wall_limit_stops_a_notebook_the_cell_limit_would_not(tmp_path):
 
 
 def test_class_cli_errors(tmp_path, capsys):
-    assert grade.main(["--class", str(tmp_path / "nope")]) == 2
+    assert grade.main(["--class", str(tmp_path / "nope"), "--exercises", "all"]) == 2
     assert "not a folder" in capsys.readouterr().err
-    assert grade.main(["--class", str(tmp_path)]) == 2
+    assert grade.main(["--class", str(tmp_path), "--exercises", "all"]) == 2
     assert "no student folders" in capsys.readouterr().err
-    with pytest.raises(SystemExit):  # neither a notebook nor --class
-        grade.main([])
+    (tmp_path / "alice").mkdir()
+    assert grade.main(["--class", str(tmp_path)]) == 2  # the assignment is not guessed
+    assert "--exercises 01,02" in capsys.readouterr().err
+    assert grade.main(["--class", str(tmp_path), "--exercises", "01,99"]) == 2
+    assert "'99' is none of the exercises" in capsys.readouterr().err
+    refused = {  # each: the words the error must say
+        ("--timeout", "-5", "x.ipynb"): "must be at least 1", ("--jobs", "0", "x.ipynb"):
+        "must be at least 1", ("--timeout", "soon", "x.ipynb"): "expected a whole number",
+        ("x.ipynb", "--class", str(tmp_path)): "not both", ("x.ipynb", "--exercises", "01"):
+        "--exercises belongs to --class", (): "give a NOTEBOOK or --class DIR"}
+    for argv, words in refused.items():
+        with pytest.raises(SystemExit) as stop:
+            grade.main(list(argv))
+        assert stop.value.code == 2 and words in capsys.readouterr().err, argv

@@ -9,7 +9,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from mambalearn.classroom import grade, pristine, submission
+from mambalearn.classroom import grade, pristine, submission, verdict
 
 ROOT = Path(__file__).resolve().parent.parent
 SOLUTIONS = sorted((ROOT / "solutions").glob("*.ipynb"))
@@ -81,7 +81,7 @@ def test_report_short_reason_in_the_table_whole_one_below():
     rows = [dict(task="scan_backward", points=1, passed=True, status="pass", reason="", short="",
                  flags=""),
             dict(task="ChunkedScanFn", points=1, passed=False, status="fail", reason=long,
-                 short=submission.short(long), flags="")]
+                 short=verdict.short(long), flags="")]
     text = grade.report(rows)
     table_line = next(line for line in text.splitlines() if line.startswith("ChunkedScanFn"))
     assert len(table_line) < 140 and table_line.endswith("…")

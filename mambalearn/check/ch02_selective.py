@@ -21,6 +21,19 @@ REBUILDS = {
     ],
 }
 
+HINTS = {
+    "selective_scan_sequential": [
+        "start simple: make B and C broadcast to (b, d, n, l) (fixed (d, n) → [None, :, :, None]; "
+        "(b, n, l) → [:, None]; grouped (b, g, n, l) → repeat_interleave(d // g, dim=1)), then one "
+        "loop over t: h = exp(Δ_t A) h + Δ_t B_t x_t, y_t = Σ_n C_t h",
+        "Δ = delta + delta_bias (bias first), then softplus only if delta_softplus; D adds D·u "
+        "to y; z multiplies by silu(z) last; the output has u's dtype",
+        "a masked step keeps h (torch.where(mask_t, h_new, h)) and outputs 0; initial_state is "
+        "h before step 0; last_state is h after the last step, in the compute dtype (float64 "
+        "if any of u, delta, A, B, C is)",
+    ],
+}
+
 f64 = torch.float64
 
 

@@ -15,6 +15,21 @@ REBUILDS = {
     "fold": ["mambalearn.ops.fold"],
 }
 
+HINTS = {
+    "combine": [
+        "left is the earlier step: the result is (A_r·A_l, A_r·u_l + u_r), A_r on the left of both",
+        "A is a matrix exactly when it has one more dim than u (getattr(A, 'ndim', 0) == "
+        "getattr(u, 'ndim', 0) + 1): then use @ and (A_r @ u_l[..., None])[..., 0]; otherwise *, "
+        "which also serves floats, Fractions and (..., n) batches",
+    ],
+    "fold": [
+        "fold(steps, op) = op(…op(op(s0, s1), s2)…, sk): start from steps[0] and combine each "
+        "later step on the right",
+        "use the op you are given (never a fixed ⊗), one step returns that step, and no steps at "
+        "all raise ValueError",
+    ],
+}
+
 f64 = torch.float64
 
 

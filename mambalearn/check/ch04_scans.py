@@ -26,6 +26,27 @@ REBUILDS = {
                       "mambalearn.scan.blelloch.down_sweep"],
 }
 
+HINTS = {
+    "hillis_steele_scan": [
+        "A, U, restore = time_first(a, b, dim, reverse) puts time on dim 0; return restore(U)",
+        "round k = 1, 2, 4, … < l: new = ops.combine((A[:-k], U[:-k]), (A[k:], U[k:])), then "
+        "A, U = torch.cat([A[:k], new_A]), torch.cat([U[:k], new_U]); counter.add(l − k) once per "
+        "round",
+        "every position of a round is combined at once, from the values of the previous round: a "
+        "loop over t (even one that reports the right counts) sums in the wrong order",
+    ],
+    "blelloch_scan": [
+        "pad to P = 1 << (l − 1).bit_length() with ops.identity(A[:P − l], U[:P − l]) at the end "
+        "(or raise ValueError if pad=False and P ≠ l); up-sweep: keep each level, combine "
+        "A[0::2], U[0::2] with A[1::2], U[1::2]",
+        "down-sweep from h = zeros (1, …): per level, top down, right = ops.apply((A[0::2], "
+        "U[0::2]), h), h = torch.stack([h, right], 1).flatten(0, 1); counter.add once per level "
+        "of each sweep",
+        "the leaves now hold the exclusive prefixes (the state before each step): the inclusive "
+        "h_t is entry t + 1, the root's u the last one; cut the padding off",
+    ],
+}
+
 f64 = torch.float64
 
 

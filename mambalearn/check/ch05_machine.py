@@ -29,6 +29,34 @@ REBUILDS = {
     "roofline_point": ["mambalearn.roofline.placement"],
 }
 
+HINTS = {
+    "occupancy": [
+        "use the gpu you are given (the check invents machines): every limit is a number of "
+        "programs; blocks = their minimum, warps = blocks · num_warps",
+        "registers: r_w = ceil(32 r / 256) · 256 per warp; a partition of registers_per_sm / 4 "
+        "holds floor((registers_per_sm / 4) / r_w) warps; 4 partitions, divided by num_warps",
+        "shared: floor(shared_per_sm / s'), s' = max(shared_bytes + shared_reserved, 1) rounded "
+        "up to a multiple of 128; limited_by lists every resource equal to the minimum, sorted",
+    ],
+    "scan_floors": [
+        "bytes: (4 tensors (b, d, l) — u, Δ, z, out — and B, C (b, n, l)) · in_bytes, plus A (d, "
+        "n), D, delta_bias (d,) in 4 bytes each",
+        "exps = N + 4M and flops = 6N + 8M with N = b·d·l·n, M = b·d·l; each time in ms is count / "
+        "rate · 1e3, the floor the largest, bound its name",
+    ],
+    "ssd_floors": [
+        "bytes: x and y (b, l, h, p), Δ (b, l, h), B and C (b, l, g, n) in in_bytes, A (h,) in 4",
+        "matmul_flops = 2·b·g·l·q·n + 2·b·h·l·q·p + 2 · 2·b·h·l·p·n; exps = b·h·l·q; flops = "
+        "4·b·l·h·q; times in ms, bound one of bytes, flops, matmul, exps",
+    ],
+    "roofline_point": [
+        "T_b = bytes / bandwidth; T_c is the largest of flops / machine.flops, matmul_flops / "
+        "machine.matmul_flops, exps / machine.exps, and unit names that one",
+        "x = T_c / T_b, y = T_c / t and pct_of_floor = 100 · max(T_b, T_c) / t, with t the "
+        "measured time in seconds (ms / 1e3)",
+    ],
+}
+
 
 def _int(g, lo, hi):
     return int(torch.randint(lo, hi + 1, (1,), generator=g))

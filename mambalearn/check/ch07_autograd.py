@@ -18,6 +18,23 @@ REBUILDS = {  # (torch's checkpoint recomputes by itself: ChunkedScanFn is to do
                       "torch.utils.checkpoint.checkpoint_sequential"],
 }
 
+HINTS = {
+    "scan_backward": [
+        "loop t = l − 1 down to 0: dh_t = g_t + a_{t+1}·dh_{t+1} (the gate of the *next* step; 0 "
+        "past the end)",
+        "grad_b = dh; grad_a_t = dh_t · h_{t−1}, with h_{−1} = initial_state or zeros: shift h by "
+        "one step along time",
+    ],
+    "ChunkedScanFn": [
+        "forward: h = chunked_scan(…); save a, b and the states entering each chunk as a copy "
+        "(torch.stack or .clone() of h[..., kQ − 1, :]), never h or a slice of it",
+        "backward, chunk by chunk from the last: recompute its states from H_k, add the gradient "
+        "coming back from the next chunk to its last state's grad_h, call your scan_backward",
+        "the gradient of H_k is a_{kQ} · (∂b at step kQ); pass it on to the previous chunk, and "
+        "return it as the initial state's gradient (None when there was none)",
+    ],
+}
+
 
 def _problem(shape, with_h0, g):
     a = (torch.rand(shape, generator=g, dtype=torch.float64) * 0.75 + 0.3).requires_grad_()

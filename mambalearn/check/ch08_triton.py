@@ -31,6 +31,22 @@ REBUILDS = {
                     "mambalearn.triton.scan._scan_single_block_kernel"],
 }
 
+HINTS = {
+    "combine_fn": [
+        "(a_l, u_l) is the earlier step: return a_r * a_l, a_r * u_l + u_r (a_r multiplies both)",
+        "a combine right only in the left-to-right order the interpreter uses is wrong on a GPU: "
+        "check (((s0⊗s1)⊗s2) against (s0⊗(s1⊗s2)) on paper",
+    ],
+    "scan_kernel": [
+        "launcher: a, b = a.contiguous(), b.contiguous(); h = torch.empty_like(a); launch "
+        "scan_rows_kernel[(r,)](a, b, h, l, *a.stride(), BLOCK_L=block_l) and return h",
+        "kernel: per block, load with other=1.0 for a and 0.0 for b, A, U = tl.associative_scan((a,"
+        " b), axis=0, combine_fn=combine_fn), h = A·carry + U, store under the mask",
+        "the next carry is h at lane BLOCK_L − 1: tl.sum(tl.where(offs == BLOCK_L − 1, h, 0.0), "
+        "axis=0); every value of h must come from the kernel, not from PyTorch",
+    ],
+}
+
 
 def _oracle(a, b):
     """h_t = a_t·h_{t−1} + b_t, a plain loop in float64. Shapes: a, b, h (r, l)."""

@@ -48,6 +48,16 @@ REBUILDS = {  # the Triton kernels and launchers, and the PyTorch scans with the
     ],
 }
 
+HINTS = {
+    "selective_scan_kernel": [
+        "combine_fn as in chapter 08: (a_r * a_l, a_r * u_l + u_r), the earlier step on the left",
+        "per state n: a = exp(dt · A_n[:, None]), bx = dt · B_n · x; fold the carried state into "
+        "step 0 (tl.where(cols[None, :] == 0, a · h_in[:, None] + bx, bx)); scan along axis 1",
+        "carry column BLOCK_L − 1 of h into column n of H, y += C_n · h; after the states: y += "
+        "x · D if HAS_D, then y *= z · sigmoid(z) if HAS_Z",
+    ],
+}
+
 # b, d, n, l, time block, layouts of (B, C), which of D / z / delta_bias / softplus, extras
 CASES = [
     dict(b=1, d=3, n=2, l=1, block_l=8, bc=("shared", "shared"), opts="Dzbs"),  # one step

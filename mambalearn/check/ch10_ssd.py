@@ -44,6 +44,22 @@ REBUILDS = {
                     "mambalearn.triton.scan.scan"],
 }
 
+HINTS = {
+    "segsum": [
+        "never cumsum_t − cumsum_s: z[..., None].expand(..., T, T), keep entries with k > s "
+        "(torch.tril(…, diagonal=−1)), cumsum over k",
+        "then mask t < s with −inf (torch.triu(…, diagonal=1) or masked_fill); the diagonal is 0",
+    ],
+    "ssd_chunked": [
+        "pad l to c·q with Δ = 0, reshape x, Δ, B, C to (b, c, q, h, ·) (groups → heads with "
+        "repeat_interleave(h // g, dim=2)); L = exp(segsum(ΔA)) per chunk",
+        "diagonal blocks: einsum of L ∘ (C Bᵀ) with Δ·x; chunk states S_c with the last row of L "
+        "as the decay to the chunk's end",
+        "state passing H_{c+1} = exp(Σ_c)·H_c + S_c from H_0 = initial_states; off-diagonal y += "
+        "exp(cs_t)·C_t·H_c; cut the padding off and return (y, H_last)",
+    ],
+}
+
 f64 = torch.float64
 
 

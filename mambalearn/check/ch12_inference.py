@@ -33,6 +33,14 @@ REBUILDS = {
                     "mambalearn.triton.ssd.fused.ssd_fused_forward"],
 }
 
+HINTS = {
+    "decode_step": [
+        "h = exp(Δ A) ⊙ h + Δ B x with Δ, x (b, d) → (b, d, 1) and B (b, n) → (b, 1, n); "
+        "write it into state with state.copy_(…)",
+        "y = (state · C[:, None, :]).sum(−1) + D · x, read from the new state",
+    ],
+}
+
 
 def _case(b, d, n, g, dtype=torch.float64, delta_scale=1.0):
     r = lambda *s: torch.randn(*s, generator=g, dtype=torch.float64)

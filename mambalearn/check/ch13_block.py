@@ -34,6 +34,23 @@ REBUILDS = {  # (torch's own RMSNorm is the answer too)
     "mamba_block": ["mambalearn.model.Block.forward", "mambalearn.model.Mamba1Mixer.forward",
                     "mambalearn.model.MambaLM.forward"],
 }
+
+HINTS = {
+    "rms_norm": [
+        "x · torch.rsqrt(x.pow(2).mean(−1, keepdim=True) + eps) · weight: the mean over the "
+        "last axis only",
+        "compute it with torch's elementwise ops yourself: torch's own RMSNorm is switched off "
+        "while grading",
+    ],
+    "mamba_block": [
+        "u = rms_norm(hidden, w['norm.weight']); [x, z] = F.linear(u, in_proj).chunk(2, −1); the "
+        "conv runs on x.transpose(1, 2) (b, d, l), then silu",
+        "F.linear(x, x_proj) splits into [Δ_raw, B, C] of sizes (r, n, n); Δ = F.linear(Δ_raw, "
+        "dt_proj) (bias not yet), B and C transposed to (b, n, l)",
+        "selective_scan_sequential(x, Δ, −exp(A_log), B, C, D, z, dt_proj.bias, "
+        "delta_softplus=True), then hidden + F.linear(y.transpose(1, 2), out_proj)",
+    ],
+}
 f64 = torch.float64
 
 

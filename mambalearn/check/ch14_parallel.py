@@ -43,6 +43,20 @@ REBUILDS = {
                "mambalearn.triton.ssd.fused.ssd_fused_forward"],
 }
 
+HINTS = {
+    "rank_scan": [
+        "H_0 = initial_state (or zeros); H_{r+1} = P_r H_r + h_r: a loop over the ranks with "
+        "ops.apply((P[r], h[r]), H) handles diagonal and matrix P",
+        "return (torch.stack of H_0 … H_{R−1}, H_R): the state entering each rank, and the last",
+    ],
+    "fix_up": [
+        "decay_t = exp(A · cumsum(Δ) up to t): (b, d, l, n); the start state reaches step t as "
+        "decay_t ⊙ H",
+        "y += Σ_n C_t · (decay_t ⊙ H) (groups: C.repeat_interleave(d // g, dim=1)); last += "
+        "decay at the last step ⊙ H",
+    ],
+}
+
 f64 = torch.float64
 
 

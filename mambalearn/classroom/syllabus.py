@@ -16,6 +16,7 @@ says why.
 """
 
 import ast
+import functools
 import re
 from pathlib import Path
 
@@ -136,10 +137,7 @@ def given_imports(nb, known, lazy=None):
 def library_of(exercise, nb, package=PACKAGE):
     """(modules kept, {module left out: why}) for grading ``exercise`` (its notebook ``nb``)."""
     n = exercise_chapter(exercise)
-    files = modules(package)
-    lazy = lazy_exports(files)
-    edges = {m: imports(p.read_text(), files, lazy) for m, p in files.items()}
-    chapter = {m: chapter_of(m) for m in files}
+    files, lazy, edges, chapter = _graph(package)
     keep = set()
     todo = [m for m, c in chapter.items() if c is not None and c < n]
     todo += given_imports(nb, files, lazy)
@@ -154,6 +152,15 @@ def library_of(exercise, nb, package=PACKAGE):
                          f"chapters' modules {later} (the layers of pyproject.toml forbid it)")
     left_out = {m: why(m, chapter[m], n, exercise) for m in files if m not in keep}
     return keep, left_out
+
+
+@functools.lru_cache(maxsize=4)
+def _graph(package):
+    """(files, lazy exports, {module: the modules it imports}, {module: chapter}) of a package."""
+    files = modules(package)
+    lazy = lazy_exports(files)
+    edges = {m: imports(p.read_text(), files, lazy) for m, p in files.items()}
+    return files, lazy, edges, {m: chapter_of(m) for m in files}
 
 
 def why(module, chapter, n, exercise):
