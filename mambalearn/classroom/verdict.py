@@ -67,7 +67,8 @@ def _cell_failure(r, where):
     if r["status"] == "error":
         return f"{where} failed: {r['ename']}: {_first(r['evalue'])}"
     if r["status"] == "died":
-        return f"the kernel died in {where} ({r['evalue']})"
+        status = re.search(r"exit status -?\d+", r.get("evalue") or "")
+        return f"the kernel died in {where}" + (f" ({status.group(0)})" if status else "")
     if r["status"] in ("timeout", "stopped"):
         return f"{where} {r['evalue']}"
     return f"{where} was {r['status']}: {r.get('evalue')}"
@@ -108,7 +109,8 @@ def _explain(nb, idx, r, deps, results, unchanged, killed, wall):
 def own_definitions(submission, shipped):
     """{name: "Cell N"} defined at the top of code cells the student added (not solution cells,
     not shipped cells): code there is not graded."""
-    solutions = {id(c) for c in P.solution_cells(submission).values()}
+    graded = {P.meta(c)["grade_id"] for c in shipped.cells if P.meta(c).get("solution")}
+    solutions = {id(c) for g, c in P.solution_cells(submission).items() if g in graded}
     shipped_sources = {P.normal(c.source) for c in P.code_cells(shipped)}
     found = {}
     for i, c in enumerate(P.code_cells(submission)):
