@@ -238,7 +238,7 @@ def test_the_table_feedback_files_and_class_page(graded):
     assert lines["s02_stubs_as_shipped"].split()[1:4] == ["stub"] * 3  # not attempted
     assert lines["s15_nothing_submitted"].split()[1:4] == ["—"] * 3  # not submitted
     assert "stub = not attempted" in out and "— = not submitted" in out
-    assert f"graded {len(CLASS) - 2} of {len(CLASS) - 2}" in err and "left)" in err
+    assert f"graded {len(CLASS) - 2} of {len(CLASS) - 2}" in err and " left\n" in err
     feedback = (folder / "feedback" / "s03_euler_for_zoh.md").read_text()
     assert "# Feedback for s03_euler_for_zoh: 2 of 3 points" in feedback
     assert "**zoh**: FAIL" in feedback and "replay this case" in feedback
