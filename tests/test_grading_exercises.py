@@ -44,7 +44,7 @@ CLASS = {  # student: (exercise, {solution cell: source}, {task: words the reaso
             block = model.Block(cfg).double()
             block.load_state_dict(w)
             return block(hidden)
-        """)}, {"mamba_block": "write it yourself"}),
+        """)}, {"mamba_block": "chapter 13's own library"}),
 }
 
 

@@ -205,8 +205,25 @@ IMPORTS = {  # student: (exercise, {solution cell: source}, tasks that must fail
                 h[:, t] = s
             return h
         """)}, ["scan_kernel"]),
+    # results of other kinds: numpy numbers pass as numbers, a numpy array is named as such
+    "i05_numpy_numbers": ("05_memory_hierarchy", {"occupancy": _solution_source(
+        "05_memory_hierarchy", "occupancy").replace("def occupancy(", "def _occupancy(")
+        + textwrap.dedent("""
+        import numpy as np
+        def occupancy(gpu, num_warps, registers, shared_bytes):
+            o = _occupancy(gpu, num_warps, registers, shared_bytes)
+            return dict(o, blocks=np.int64(o["blocks"]), warps=np.int64(o["warps"]),
+                        limits={k: np.int64(v) for k, v in o["limits"].items()})
+        """)}, []),
+    "i12_numpy_result": ("12_inference", {"decode_step": _solution_source(
+        "12_inference", "decode_step").replace("def decode_step(", "def _step(")
+        + textwrap.dedent("""
+        def decode_step(state, x, delta, A, B, C, D):
+            return _step(state, x, delta, A, B, C, D).numpy()
+        """)}, ["decode_step"]),
 }
 WORDS = {  # student: what the failing tasks' reasons must say, when not "write it yourself"
+    "i12_numpy_result": "expected a torch.Tensor, got numpy.ndarray",
     "i10_mamba3_with_lambda_1": "belongs to chapter 15",
     "i13_the_models_mixer": "chapter 13's own library",
     "i04_loop_with_blellochs_counts": "does not combine in Blelloch's tree order",

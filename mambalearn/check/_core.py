@@ -101,9 +101,15 @@ def refuses(fn, error, *args, case, rule, **kwargs):
 
 
 def _copy(x):
-    """A deep copy of the tensors in ``x`` (tuples, lists, dicts followed); the rest as is."""
+    """A deep copy of the tensors in ``x`` (tuples, lists, dicts followed); the rest as is.
+
+    A tensor's copy has its strides and storage offset too (a strided slice stays one): the
+    check's layouts reach the student's code as the check made them.
+    """
     if isinstance(x, torch.Tensor):
-        return x.detach().clone().requires_grad_(x.requires_grad)
+        twin = torch.empty(0, dtype=x.dtype, device=x.device)
+        twin.set_(x.untyped_storage().clone(), x.storage_offset(), x.size(), x.stride())
+        return twin.requires_grad_(x.requires_grad)
     if type(x) in (tuple, list):
         return type(x)(_copy(v) for v in x)
     if type(x) is dict:
