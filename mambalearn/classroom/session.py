@@ -46,7 +46,7 @@ def judge(source, bridge):
 
 
 def grace(timeout):
-    """Seconds an interrupted cell has to stop: at most 5 % of the limit (and of 5 s)."""
+    """Seconds an interrupted cell has to stop: 5 % of the limit, between 0.5 and 5 s."""
     return min(K.GRACE, max(0.5, 0.05 * timeout))
 
 
