@@ -47,8 +47,10 @@ def __mambalearn_rpc__(payload, _cache={}):
             return x if type(x) is torch.Tensor else x.as_subclass(torch.Tensor)
         if x is None or type(x) in (bool, int, float, complex, str, bytes, Fraction, torch.dtype):
             return x
-        for kind in (bool, int, float, complex):  # numpy's scalars and other subclasses
-            if isinstance(x, kind) and not isinstance(x, (tuple, list, dict)):
+        if type(x).__module__ == "numpy" and getattr(x, "shape", None) == ():
+            return x.item()  # a numpy scalar: the Python number
+        for kind in (bool, int, float, complex):  # other subclasses of the numbers
+            if isinstance(x, kind):
                 return kind(x)
         if isinstance(x, (tuple, list)):
             return type(x)(plain(v, depth + 1) for v in x) if type(x) in (tuple, list) \
