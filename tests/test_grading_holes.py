@@ -336,6 +336,7 @@ def test_rebuilds_are_literals_with_a_task_each():
         assert "REBUILDS" in names, f"{path.name} declares no REBUILDS"
         rebuilds, exported = ast.literal_eval(names["REBUILDS"]), ast.literal_eval(names["__all__"])
         assert set(rebuilds) <= set(exported), path.name
+        assert all(t.startswith(("mambalearn.", "torch.")) for v in rebuilds.values() for t in v)
         hints = ast.literal_eval(names["HINTS"])
         assert set(hints) == set(exported), path.name
         assert all(len(h) >= 2 and all(isinstance(x, str) for x in h) for h in hints.values())

@@ -8,6 +8,12 @@ from mambalearn.check import _core
 __all__ = ["zoh", "bilinear", "ssm_kernel"]
 # What each exercise rebuilds: switched off in the library while a notebook is graded.
 REBUILDS = {
+    "zoh": ["mambalearn.discretize.zoh"],
+    "bilinear": ["mambalearn.discretize.bilinear"],
+    "ssm_kernel": ["mambalearn.discretize.ssm_kernel"],
+}
+
+HINTS = {  # shown one more on each failure (docs/AUTHORING.md)
     "zoh": [
         "exact ZOH, not Euler: A_bar = exp(ΔA), and for a diagonal A B_bar = expm1(x)/x · ΔB with "
         "x = ΔA, elementwise; where x = 0 the limit of expm1(x)/x is 1: torch.where(x == 0, 1, "
@@ -15,21 +21,6 @@ REBUILDS = {
         "turn delta into a tensor first (torch.as_tensor(delta, dtype=A.dtype)) and give it "
         "trailing dims, delta[..., None] (and [..., None, None] for a full A): a batch of Δ "
         "then broadcasts",
-        "full A: no inverse. M = [[ΔA, ΔB], [0, 0]] of size (n+1)×(n+1); of "
-        "torch.linalg.matrix_exp(M), [..., :n, :n] is A_bar and [..., :n, n] is B_bar, even "
-        "when A is singular",
-    ],
-    "bilinear": ["mambalearn.discretize.bilinear"],
-    "ssm_kernel": ["mambalearn.discretize.ssm_kernel"],
-}
-
-HINTS = {  # shown one more on each failure (docs/AUTHORING.md)
-    "zoh": [
-        "turn delta into a tensor first (torch.as_tensor(delta, dtype=A.dtype)) and give it "
-        "trailing dims, delta[..., None] (and [..., None, None] for a full A): a batch of Δ "
-        "then broadcasts",
-        "diagonal A: x = ΔA, A_bar = exp(x), B_bar = expm1(x)/x · ΔB; where x = 0 the limit of "
-        "expm1(x)/x is 1: torch.where(x == 0, 1, expm1(x) / torch.where(x == 0, 1, x))",
         "full A: no inverse. M = [[ΔA, ΔB], [0, 0]] of size (n+1)×(n+1); of "
         "torch.linalg.matrix_exp(M), [..., :n, :n] is A_bar and [..., :n, n] is B_bar, even "
         "when A is singular",
