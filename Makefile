@@ -23,7 +23,7 @@ TEST_ENV := MAMBALEARN_PROGRESS=0 MPLBACKEND=Agg
 KERNEL_TESTS = $(wildcard tests/test_selective_scan*.py tests/test_ssd_*.py tests/test_step.py \
   tests/test_triton_scan.py tests/test_check_ch08.py tests/test_check_ch09.py tests/test_mamba3_triton.py)
 
-.PHONY: help lab test test-browser browser exercises grade slides site bench doctor clean
+.PHONY: help lab test test-browser browser exercises grade submit slides site bench doctor clean
 .DEFAULT_GOAL := help
 
 help:  ## this list (each target sets up .venv itself on first use)
@@ -58,7 +58,9 @@ $(NEWEST_STAMP): constraints.txt Makefile
 	@touch $(NEWEST_STAMP)
 
 lab: $(STAMP)  ## JupyterLab opened on notebooks/ (exercises/ beside it), localhost only, token auth on
-	$(VENV)/bin/jupyter lab --ip=127.0.0.1 --no-browser --ServerApp.root_dir=. \
+	@# nbgrader's menus and server extensions off: grading is `make grade` (docs/GRADING.md)
+	JUPYTER_CONFIG_PATH=$(CURDIR)/mambalearn/classroom/jupyter \
+	  $(VENV)/bin/jupyter lab --ip=127.0.0.1 --no-browser --ServerApp.root_dir=. \
 	  --LabApp.default_url=/lab/tree/notebooks $(if $(filter 0,$(shell id -u)),--allow-root,)
 
 test: $(STAMP) $(NEWEST_STAMP) browser  ## everything: lint, layers, unit, property, notebooks, grading, slides, browser, newest Triton
@@ -75,10 +77,18 @@ test: $(STAMP) $(NEWEST_STAMP) browser  ## everything: lint, layers, unit, prope
 exercises: $(STAMP)  ## (authors) exercises/ from solutions/, never over a student's changes [DRY=1] [FORCE=1]
 	$(PY) -m mambalearn exercises $(if $(DRY),--dry-run,) $(if $(FORCE),--force,)
 
-grade: $(STAMP)  ## make grade NB=exercises/01_discretization.ipynb | make grade CLASS=submissions/ [OUT=grades.csv] (docs/GRADING.md)
-	@test -n "$(NB)$(CLASS)" || (echo "usage: make grade NB=notebook.ipynb | make grade CLASS=dir [OUT=grades.csv]" && exit 2)
+grade: $(STAMP)  ## make grade NB=exercises/01_discretization.ipynb | make grade CLASS=submissions/ EXERCISES=01,02|all [OUT=grades.csv] (docs/GRADING.md)
+	@test -n "$$NB$$CLASS" || { echo "usage: make grade NB=notebook.ipynb | make grade CLASS=dir EXERCISES=01,02|all [OUT=grades.csv]"; exit 2; }
 	@bash tools/browser-deps.sh bwrap  # each submission runs in a bubblewrap box (docs/GRADING.md)
-	$(PY) -m mambalearn grade $(if $(CLASS),--class $(CLASS) --out $(or $(OUT),grades.csv) --jobs $(JOBS),$(NB))
+	@# names reach the shell as variables ("$$NB"): spaces, quotes and parentheses are safe; exit
+	@# status 1 means "graded, below full marks" (the report says so), only 2, an error, fails make
+	@if [ -n "$$CLASS" ]; then set -- --class "$$CLASS" --exercises "$$EXERCISES" \
+	  --out "$${OUT:-grades.csv}" --jobs "$(JOBS)"; else set -- "$$NB"; fi; \
+	$(PY) -m mambalearn grade "$$@" || [ $$? -eq 1 ]
+
+submit: $(STAMP)  ## make submit NB=exercises/01_discretization.ipynb [STUDENT=name]: check a notebook and package it in submission/
+	@test -n "$$NB" || { echo "usage: make submit NB=notebook.ipynb [STUDENT=name]"; exit 2; }
+	@$(PY) -m mambalearn.classroom.submit "$$NB" $${STUDENT:+--student "$$STUDENT"}
 
 test-browser: $(STAMP) browser  ## JupyterLab in headless Chromium, every deck checked (part of make test)
 	$(TEST_ENV) $(PY) -m pytest -p no:cacheprovider tests/test_browser.py tests/test_slides_offline.py \

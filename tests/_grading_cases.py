@@ -50,16 +50,22 @@ def repo_copy(dest):
     return dest
 
 
-def grade_class_in(repo, class_dir, jobs=2, timeout=60, **limits):
-    """``gradebook.grade_class`` run from ``repo`` (a copy) in a subprocess; returns
-    ({student: {task: (passed, reason)}}, spans [(start, end)], stderr)."""
+def table(rows):
+    """{student: {task column: (passed, reason)}} of ``gradebook.grade_class``'s rows."""
+    return {r["student"]: {t["column"]: (t["passed"], t["reason"]) for t in r["tasks"]}
+            for r in rows}
+
+
+def grade_class_in(repo, class_dir, exercises, jobs=2, timeout=60, **limits):
+    """``gradebook.grade_class`` on ``exercises`` (ids) run from ``repo`` (a copy) in a subprocess;
+    returns ({student: {task: (passed, reason)}}, spans [(start, end)], stderr)."""
     script = (
         "import json, sys\n"
         "from mambalearn.classroom import gradebook, sandbox\n"
-        f"rows, cols, spans = gradebook.grade_class({str(class_dir)!r}, jobs={jobs}, "
-        f"timeout={timeout}, limits=sandbox.Limits(**{limits!r}))\n"
-        "json.dump({'rows': {r['student']: {c: [ok, why] for c, _, ok, why in r['tasks']} "
-        "for r in rows}, 'spans': list(spans.values())}, sys.stdout)\n")
+        f"rows, cols, spans = gradebook.grade_class({str(class_dir)!r}, {list(exercises)!r}, "
+        f"jobs={jobs}, timeout={timeout}, limits=sandbox.Limits(**{limits!r}))\n"
+        "json.dump({'rows': {r['student']: {t['column']: [t['passed'], t['reason']] "
+        "for t in r['tasks']} for r in rows}, 'spans': list(spans.values())}, sys.stdout)\n")
     env = dict(os.environ, PYTHONPATH=str(repo))
     run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env,
                          cwd=repo, timeout=900)

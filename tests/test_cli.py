@@ -86,7 +86,7 @@ def test_top_level_help_lists_every_job_under_one_program_name(capsys):
 def test_grade_options_come_from_the_grader(capsys):
     code, out, _ = _run(["grade", "--help"], capsys)
     assert code == 0
-    assert "--class DIR" in out and "--exercises DIR" in out
+    assert "--class DIR" in out and "--exercises LIST" in out
 
 
 def test_table_keeps_the_columns_rows_carry_within_100_columns():

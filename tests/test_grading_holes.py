@@ -1,13 +1,18 @@
-"""Issue 19 §1: the holes a student could grade through, each closed and held by a test.
+"""Issue 19 §1 and issue 31: the holes a student could grade through, each closed and held by a
+test.
 
 1. an exercise edited where it ships (checks disabled) and graded in place;
-2. importing the answer from the library, however it is spelled;
+2. importing the answer from the library, however it is spelled, and back doors through the rest
+   of the course (a later chapter's function, an earlier chapter's scan that computes the same
+   thing, torch's own version of the answer, the model's block);
+3. faked evidence: a loop that reports Blelloch's counts, a dummy Triton launch before a PyTorch
+   loop;
 4. a kernel that dies is reported as such, in seconds;
 6. a JupyterLab duplicate (``-Copy1``) grades;
 plus what the old in-kernel checks could not stop: patched checks, patched torch, an IPython input
 transformer that blanks every later cell, a forged bridge.
 
-One class run (``imports``) shares the grading of every import case.
+One class run (``imports``) shares the grading of every import, back-door and evidence case.
 """
 
 import ast
@@ -18,7 +23,7 @@ import textwrap
 import time
 
 import pytest
-from _grading_cases import ROOT, edited, repo_copy
+from _grading_cases import ROOT, edited, repo_copy, table
 
 from mambalearn.classroom import grade, gradebook, redact, sandbox
 
@@ -79,7 +84,7 @@ def test_a_dying_kernel_is_reported_in_seconds(tmp_path):
     rows = {r["task"]: r for r in grade.grade(nb, timeout=120)}
     assert time.perf_counter() - start < 60  # kernel start + two cells, on a loaded 2-core box
     assert rows["zoh"]["passed"]
-    assert not rows["bilinear"]["passed"] and "kernel died in cell" in rows["bilinear"]["reason"]
+    assert not rows["bilinear"]["passed"] and "kernel died in Cell" in rows["bilinear"]["reason"]
     assert "your `bilinear` cell" in rows["bilinear"]["reason"]
     assert "not run" in rows["ssm_kernel"]["reason"] and "died" in rows["ssm_kernel"]["reason"]
 
@@ -148,6 +153,81 @@ IMPORTS = {  # student: (exercise, {solution cell: source}, tasks that must fail
     "i10_segsum": ("10_ssd", {"segsum": "segsum = ssd.segsum\n"}, ["segsum", "ssd_chunked"]),
     "i12_decode_step": ("12_inference", {"decode_step": (
         "from mambalearn.inference import decode_step\n")}, ["decode_step"]),
+    # back doors through the rest of the course: a later chapter, an earlier scan, torch itself
+    "i10_mamba3_with_lambda_1": ("10_ssd", {"ssd_chunked": textwrap.dedent("""
+        from mambalearn.mamba3.sequential import mamba3_siso_sequential
+        def ssd_chunked(x, dt, A, B, C, chunk_size, initial_states=None):
+            raise RuntimeError("never reached: the import fails")
+        """)}, ["ssd_chunked"]),
+    "i12_the_scan_with_l_1": ("12_inference", {"decode_step": textwrap.dedent("""
+        from mambalearn.scan.sequential import selective_scan_sequential
+        def decode_step(state, x, delta, A, B, C, D):
+            y, last = selective_scan_sequential(x[..., None], delta[..., None], A, B[..., None],
+                                                C[..., None], D, initial_state=state,
+                                                return_last_state=True)
+            state.copy_(last)
+            return y[..., 0]
+        """)}, ["decode_step"]),
+    "i13_torchs_rms_norm": ("13_model", {"rms_norm": textwrap.dedent("""
+        def rms_norm(x, weight, eps=1e-5):
+            return F.rms_norm(x, x.shape[-1:], weight, eps)
+        """)}, ["rms_norm", "mamba_block"]),
+    "i13_the_models_mixer": ("13_model", {"mamba_block": textwrap.dedent("""
+        from torch.func import functional_call
+        from mambalearn import model
+        def mamba_block(hidden, w):
+            raise RuntimeError("never reached: the import fails")
+        """)}, ["mamba_block"]),
+    # faked evidence: a loop reporting Blelloch's counts, one dummy launch before a PyTorch loop
+    "i04_loop_with_blellochs_counts": ("04_parallel_scans", {"blelloch_scan": textwrap.dedent("""
+        def blelloch_scan(a, b, dim=-1, reverse=False, pad=True, counter=None):
+            A, U, restore = time_first(a, b, dim, reverse)
+            l = U.shape[0]
+            P = 1 << (l - 1).bit_length()
+            if P != l and not pad:
+                raise ValueError("not a power of two")
+            up = [P >> i for i in range(1, P.bit_length())]
+            for n in (up + up[::-1]) if counter is not None else []:
+                counter.add(n)
+            h, out = torch.zeros_like(U[0]), []
+            for t in range(l):
+                h = A[t] * h + U[t] if A.ndim == U.ndim else (A[t] @ h[..., None])[..., 0] + U[t]
+                out.append(h)
+            return restore(torch.stack(out))
+        """)}, ["blelloch_scan"]),
+    "i08_dummy_launch": ("08_triton_scan", {"scan_kernel": textwrap.dedent("""
+        def scan_kernel(a, b, block_l=16):
+            h = torch.empty_like(b)
+            scan_rows_kernel[(1,)](a, b, h, 0, 1, 1, BLOCK_L=block_l)  # l = 0: computes nothing
+            s = torch.zeros_like(b[:, 0])
+            for t in range(b.shape[1]):
+                s = a[:, t] * s + b[:, t]
+                h[:, t] = s
+            return h
+        """)}, ["scan_kernel"]),
+    # results of other kinds: numpy numbers pass as numbers, a numpy array is named as such
+    "i05_numpy_numbers": ("05_memory_hierarchy", {"occupancy": _solution_source(
+        "05_memory_hierarchy", "occupancy").replace("def occupancy(", "def _occupancy(")
+        + textwrap.dedent("""
+        import numpy as np
+        def occupancy(gpu, num_warps, registers, shared_bytes):
+            o = _occupancy(gpu, num_warps, registers, shared_bytes)
+            return dict(o, blocks=np.int64(o["blocks"]), warps=np.int64(o["warps"]),
+                        limits={k: np.int64(v) for k, v in o["limits"].items()})
+        """)}, []),
+    "i12_numpy_result": ("12_inference", {"decode_step": _solution_source(
+        "12_inference", "decode_step").replace("def decode_step(", "def _step(")
+        + textwrap.dedent("""
+        def decode_step(state, x, delta, A, B, C, D):
+            return _step(state, x, delta, A, B, C, D).numpy()
+        """)}, ["decode_step"]),
+}
+WORDS = {  # student: what the failing tasks' reasons must say, when not "write it yourself"
+    "i12_numpy_result": "expected a torch.Tensor, got numpy.ndarray",
+    "i10_mamba3_with_lambda_1": "belongs to chapter 15",
+    "i13_the_models_mixer": "chapter 13's own library",
+    "i04_loop_with_blellochs_counts": "does not combine in Blelloch's tree order",
+    "i08_dummy_launch": "computed with PyTorch outside its Triton kernel",
 }
 
 
@@ -157,8 +237,9 @@ def imports(tmp_path_factory):
     for student, (exercise, replace, _) in IMPORTS.items():
         edited(f"solutions/{exercise}.ipynb", root / student / f"{exercise}.ipynb",
                replace=replace)
-    rows, _, _ = gradebook.grade_class(root, jobs=2, timeout=120)
-    return {r["student"]: {c: (ok, why) for c, _, ok, why in r["tasks"]} for r in rows}
+    chosen = sorted({exercise for exercise, _, _ in IMPORTS.values()})
+    rows, _, _ = gradebook.grade_class(root, chosen, jobs=2, timeout=120)
+    return table(rows)
 
 
 @pytest.mark.slow
@@ -176,8 +257,10 @@ def test_importing_the_answer_fails_and_the_rest_works(imports, student):
             if student.startswith("i01_patches") or student in ("i01_forges_the_bridge",
                                                                  "i01_blanks_later_cells"):
                 continue
-            assert any(w in why for w in ("write it yourself", "is not defined",
-                                          "while grading")), (task, why)
+            words = [WORDS[student]] if student in WORDS else ["write it yourself",
+                                                                   "is not defined",
+                                                                   "while grading"]
+            assert any(w in why for w in words), (task, why)
         else:
             assert ok, f"{student}/{task}: {why}"
 
@@ -194,44 +277,47 @@ def test_patched_checks_and_torch_do_not_reach_the_grader(imports):
 
 # --- the graded library itself, without a kernel ----------------------------------------------
 def test_redacted_library_blocks_the_answers_and_keeps_the_rest(tmp_path):
-    """Each REBUILDS entry names a definition; in the copy every spelling of it fails with
-    "write it yourself", and the rest of the module and library still imports and runs."""
+    """Each REBUILDS entry names a definition; in exercise 03's copy every spelling of its answers
+    fails with "write it yourself", later chapters are not there, and the rest of the module and
+    of the earlier chapters still imports and runs."""
+    import nbformat
+
+    from mambalearn.classroom import pristine
+
     table = redact.rebuilds()
     assert {"zoh", "hillis_steele_scan", "decode_step", "scan_kernel"} <= set(table)
     for targets in table.values():
         for target in targets:
-            redact.locate(target)  # raises unless defined where named
-    lib = redact.build(tmp_path / "lib", table["zoh"] + table["hillis_steele_scan"]
-                       + table["combine_fn"], "test")
+            if not target.startswith("torch."):
+                redact.locate(target)  # raises unless defined where named
+    nb = nbformat.read(pristine.shipped()["03_operator"], as_version=4)
+    lib, _ = redact.build(tmp_path / "lib", "03_operator", nb)
     probe = textwrap.dedent("""
         import importlib, inspect, torch
-        def blocked(thunk):
+        def blocked(thunk, words="write it yourself"):
             try:
                 thunk()
             except ImportError as e:
-                assert "write it yourself" in str(e), e
+                assert words in str(e), e
                 return True
             return False
-        import mambalearn.discretize as d
-        assert blocked(lambda: __import__("mambalearn.discretize", fromlist=["zoh"]).zoh)
-        assert blocked(lambda: exec("from mambalearn.discretize import zoh"))
-        assert blocked(lambda: getattr(d, "zoh"))
-        assert blocked(lambda: vars(d)["zoh"](torch.ones(2), torch.ones(2), 0.1))
-        assert blocked(lambda: exec("from mambalearn.scan import hillis_steele_scan"))
-        assert "matrix_exp(M)" not in inspect.getsource(d)  # zoh's body is not in the copy
-        importlib.reload(d)
-        assert blocked(lambda: d.zoh)
-        A_bar, B_bar = d.bilinear(-torch.ones(3), torch.ones(3), 0.1)     # the rest works
-        assert d.causal_conv(torch.ones(4), torch.ones(4)).shape == (4,)
-        from mambalearn.scan.blelloch import blelloch_scan                  # not blocked here
-        from mambalearn.scan.sequential import linear_scan_sequential
-        a, b = torch.rand(5), torch.randn(5)
-        torch.testing.assert_close(blelloch_scan(a, b), linear_scan_sequential(a, b))
-        from mambalearn import ops
-        assert blocked(lambda: ops.combine_elementwise(1, 2, 3, 4))
-        assert blocked(lambda: ops.combine((1, 2), (3, 4)))  # built on it: blocked with it
+        import mambalearn.ops as ops
+        assert blocked(lambda: __import__("mambalearn.ops", fromlist=["combine"]).combine)
+        assert blocked(lambda: exec("from mambalearn.ops import fold"))
+        assert blocked(lambda: getattr(ops, "combine"))
+        assert blocked(lambda: vars(ops)["combine"]((1, 2), (3, 4)))
+        assert blocked(lambda: exec("from mambalearn.scan import hillis_steele_scan"),
+                       "belongs to chapter 04")
+        assert blocked(lambda: importlib.import_module("mambalearn.triton.scan"),
+                       "belongs to chapter 08")
+        assert "A_r * A_l" not in inspect.getsource(ops)  # combine's body is not in the copy
+        importlib.reload(ops)
+        assert blocked(lambda: ops.combine)
+        A, u = ops.identity(torch.rand(3), torch.randn(3))               # the rest works
+        from mambalearn.scan.sequential import linear_scan_sequential    # and chapter 02
+        assert linear_scan_sequential(torch.rand(5), torch.randn(5)).shape == (5,)
         from mambalearn import check
-        check.zoh(None)                                                     # a stub: prints
+        check.combine(None)                                                 # a stub: prints
         print("ok")
         """)
     run = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
@@ -241,7 +327,8 @@ def test_redacted_library_blocks_the_answers_and_keeps_the_rest(tmp_path):
 
 
 def test_rebuilds_are_literals_with_a_task_each():
-    """The contract of docs/AUTHORING.md: REBUILDS is a dict literal keyed by ``__all__`` names."""
+    """The contract of docs/AUTHORING.md: REBUILDS and HINTS are dict literals keyed by
+    ``__all__`` names, every task with at least two hints."""
     for path in sorted((ROOT / "mambalearn" / "check").glob("ch*.py")):
         tree = ast.parse(path.read_text())
         names = {n.targets[0].id: n.value for n in tree.body
@@ -249,6 +336,10 @@ def test_rebuilds_are_literals_with_a_task_each():
         assert "REBUILDS" in names, f"{path.name} declares no REBUILDS"
         rebuilds, exported = ast.literal_eval(names["REBUILDS"]), ast.literal_eval(names["__all__"])
         assert set(rebuilds) <= set(exported), path.name
+        assert all(t.startswith(("mambalearn.", "torch.")) for v in rebuilds.values() for t in v)
+        hints = ast.literal_eval(names["HINTS"])
+        assert set(hints) == set(exported), path.name
+        assert all(len(h) >= 2 and all(isinstance(x, str) for x in h) for h in hints.values())
 
 
 def test_sandbox_mode_is_reported():

@@ -1,16 +1,25 @@
 """What every exercise check shares: fresh random inputs, calling the student's code, comparing.
 
-A check draws *new* random inputs every run (a seed from the OS, reported on failure so the case
-can be replayed), so an answer pasted in from a previous run fails. A failing check raises
-``AssertionError`` whose message names the case, the input shapes, the first wrong index and the
-expected and actual values; a passing check prints one line that is the same on every run.
+A check draws *new* random inputs every run, from a seed the OS picks, so an answer pasted in from
+a previous run fails. A failing check raises ``AssertionError`` whose message names the case, the
+input shapes, the first wrong index and the expected and actual values, then the line that replays
+the case (``check.zoh(zoh, seed=…)``: the same inputs again) and the first of the task's hints (one
+more on each failure in the same session); a passing check prints one line that is the same on
+every run.
+
+The student's code never sees the check's own tensors: :func:`call` hands it private copies and
+compares them with the originals afterwards, so the expected answer is computed from inputs the
+student's code cannot have changed, and an input changed in place fails with a message saying so.
 
 While grading, the student's function is a ``Remote`` (``mambalearn.classroom.remote``): calls go
 to the student's kernel and come back. ``call`` and ``compare`` work the same for both; ``probe``
 runs a function of ``check._probes`` next to the student's object, here or in that kernel.
 """
 
+import collections
+import contextvars
 import functools
+import inspect
 import os
 import traceback
 
@@ -19,12 +28,21 @@ import torch
 from mambalearn import testing
 
 _CHECKS = os.path.dirname(os.path.abspath(__file__))
+_SEED = contextvars.ContextVar("mambalearn_check_seed", default=None)  # the running check's seed
+FAILURES = collections.Counter()  # failed runs of each check in this session: hints shown
+
+
+def fresh_seed():
+    return int.from_bytes(os.urandom(6), "little")
 
 
 def generator(seed=None):
-    """A ``torch.Generator`` seeded from the OS (or ``seed``); ``g.initial_seed()`` replays it."""
+    """A ``torch.Generator`` seeded with ``seed``, else the running check's seed, else the OS's;
+    ``g.initial_seed()`` replays it."""
+    if seed is None:
+        seed = _SEED.get()
     g = torch.Generator()
-    g.manual_seed(int.from_bytes(os.urandom(6), "little") if seed is None else seed)
+    g.manual_seed(fresh_seed() if seed is None else seed)
     return g
 
 
@@ -42,17 +60,95 @@ def describe(**inputs):
     return ", ".join(parts)
 
 
-def call(fn, *args, case, **kwargs):
-    """Call the student's ``fn``; turn a crash into an AssertionError that names the case.
+def call(fn, *args, case, mutable=(), **kwargs):
+    """``fn(*args, **kwargs)`` on private copies of the tensors; returns what it returns.
 
+    The copies are compared with ``args`` afterwards: an argument changed in place fails with an
+    AssertionError, unless its position or keyword is in ``mutable`` (a decode step's state: those
+    are passed as they are). A crash becomes an AssertionError that names the case;
     ``NotImplementedError`` passes through unchanged: it means "not written yet", not "wrong".
     """
+    theirs = [a if i in mutable else _copy(a) for i, a in enumerate(args)]
+    kw = {k: v if k in mutable else _copy(v) for k, v in kwargs.items()}
     try:
-        return fn(*args, **kwargs)
+        result = fn(*theirs, **kw)
     except (NotImplementedError, AssertionError):
         raise
     except Exception as e:  # noqa: BLE001 - any crash of student code is reported the same way
         raise AssertionError(f"{_name(fn)} raised {type(e).__name__} on {case}: {e}") from e
+    for i, (mine, after) in enumerate(zip(args, theirs, strict=True)):
+        if i not in mutable and _changed(mine, after):
+            _mutated(fn, i, case)
+    for k, v in kwargs.items():
+        if k not in mutable and _changed(v, kw[k]):
+            _mutated(fn, k, case)
+    return result
+
+
+def refuses(fn, error, *args, case, rule, **kwargs):
+    """Assert that ``fn(*args, **kwargs)`` raises ``error`` (bad input must be refused); ``rule``
+    says which rule the input breaks."""
+    try:
+        fn(*_copy(list(args)), **_copy(kwargs))
+    except NotImplementedError:
+        raise
+    except error:
+        return
+    except Exception as e:  # noqa: BLE001
+        raise AssertionError(f"{_name(fn)} on {case} must raise {error.__name__} ({rule}), not "
+                             f"{type(e).__name__}: {e}") from e
+    raise AssertionError(f"{_name(fn)} on {case} must raise {error.__name__}: {rule}")
+
+
+def _copy(x):
+    """A deep copy of the tensors in ``x`` (tuples, lists, dicts followed); the rest as is.
+
+    A tensor's copy has its strides and storage offset too (a strided slice stays one): the
+    check's layouts reach the student's code as the check made them.
+    """
+    if isinstance(x, torch.Tensor):
+        twin = torch.empty(0, dtype=x.dtype, device=x.device)
+        twin.set_(x.untyped_storage().clone(), x.storage_offset(), x.size(), x.stride())
+        return twin.requires_grad_(x.requires_grad)
+    if type(x) in (tuple, list):
+        return type(x)(_copy(v) for v in x)
+    if type(x) is dict:
+        return {k: _copy(v) for k, v in x.items()}
+    return x
+
+
+def _changed(before, after):
+    """Did the copy ``after`` stop being equal, bit for bit, to ``before``?"""
+    if isinstance(before, torch.Tensor):
+        if not isinstance(after, torch.Tensor) or after.shape != before.shape \
+                or after.dtype != before.dtype:
+            return True
+        a, b = before.detach(), after.detach().to(before.device)
+        return not (torch.equal(a, b) or bool(((a == b) | ((a != a) & (b != b))).all()))
+    if type(before) in (tuple, list):
+        return len(before) != len(after) or any(_changed(x, y) for x, y in zip(before, after,
+                                                                                 strict=True))
+    if type(before) is dict:
+        return any(_changed(v, after.get(k)) for k, v in before.items())
+    return False
+
+
+def _mutated(fn, where, case):
+    name = where if isinstance(where, str) else _argument(fn, where)
+    raise AssertionError(
+        f"{_name(fn)} changed its argument `{name}` in place on {case}: the check's inputs are "
+        f"read-only (the expected answer is computed from them). Compute the result in new "
+        f"tensors: `x = x * a`, not `x *= a`, `x.copy_(…)`, `x[…] = …` or `x.data.zero_()`")
+
+
+def _argument(fn, i):
+    """The name of ``fn``'s positional parameter ``i`` (``argument 2`` if it cannot be told)."""
+    try:
+        params = [p for p in inspect.signature(fn).parameters.values()
+                  if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+        return params[i].name
+    except Exception:  # noqa: BLE001 - a lambda's *args, a Remote that cannot answer
+        return f"argument {i + 1}"
 
 
 def raw_probe(fn, target, *args, **kwargs):
@@ -65,7 +161,7 @@ def raw_probe(fn, target, *args, **kwargs):
 
 
 def probe(fn, target, *args, case, **kwargs):
-    """:func:`raw_probe`, with a crash of the student's code reported as in :func:`call`."""
+    """:func:`raw_probe` through :func:`call`: private copies, a crash reported as a failure."""
     run = lambda *a, **k: raw_probe(fn, target, *a, **k)
     run.__name__ = _name(target)
     return call(run, *args, case=case, **kwargs)
@@ -94,11 +190,17 @@ class NotWrittenYet(NotImplementedError):
         return [f"NotImplementedError: {self}"]
 
 
-def student_facing(check):
-    """Wrap a public check so a notebook shows one short message, not the checker's frames."""
+def student_facing(check, hints=()):
+    """Wrap a public check: ``check.zoh(zoh, seed=None)``; one short message on failure.
+
+    ``seed`` replays the inputs of an earlier run (its failure message gives it). A failure adds
+    the replay line and ``hints[:k]`` after the k-th failure of this check in the session.
+    """
 
     @functools.wraps(check)
-    def run(*args, **kwargs):
+    def run(*args, seed=None, **kwargs):
+        seed = fresh_seed() if seed is None else int(seed)
+        token = _SEED.set(seed)
         try:
             return check(*args, **kwargs)
         except NotImplementedError as e:
@@ -106,25 +208,44 @@ def student_facing(check):
             raise NotWrittenYet(f"{what} is not written yet: replace `raise NotImplementedError()` "
                                 f"in its cell with your code, run that cell, then this one"
                                 + (f" ({e})" if str(e) else "")) from None
-        except CheckFailed:
-            raise
         except AssertionError as e:
-            raise CheckFailed(str(e)).with_traceback(None) from e.__cause__
+            FAILURES[check.__name__] += 1
+            call_text = ", ".join([_name(a) for a in args] + [f"seed={seed}"])
+            lines = [str(e).rstrip(), f"replay this case: check.{check.__name__}({call_text})"]
+            shown = hints[: FAILURES[check.__name__]]
+            lines += [f"hint {i} of {len(hints)}: {h}" for i, h in enumerate(shown, 1)]
+            raise CheckFailed("\n".join(lines)).with_traceback(None) from e.__cause__
+        finally:
+            _SEED.reset(token)
 
+    run.hints = tuple(hints)
     return run
 
 
+def kind(x):
+    """What ``x`` is, for a message: ``numpy.ndarray``, ``list``, ``Tensor``…"""
+    told = getattr(x, "__mambalearn_kind__", None)  # a value the grading kernel described
+    if isinstance(told, str):
+        return told
+    module = type(x).__module__
+    return type(x).__qualname__ if module == "builtins" else f"{module}.{type(x).__qualname__}"
+
+
 def compare(got, want, *, what, case, g=None, dtype=None, grad=False):
-    """Assert that tensor ``got`` equals oracle ``want`` within the tolerance of ``dtype``."""
-    seed = f" [seed {g.initial_seed()}]" if g is not None else ""
+    """Assert that tensor ``got`` equals oracle ``want`` within the tolerance of ``dtype``.
+
+    (``g``, the case's generator, is accepted for old call sites; the replay seed is added to the
+    message by :func:`student_facing`.)
+    """
     if not isinstance(got, torch.Tensor):
-        raise AssertionError(f"{what} on {case}: expected a tensor, got {type(got).__name__}{seed}")
+        advice = (": return a torch tensor (torch.from_numpy(x) turns an array into one)"
+                  if kind(got).startswith("numpy") else "")
+        raise AssertionError(f"{what} on {case}: expected a torch.Tensor, got {kind(got)}{advice}")
     if tuple(got.shape) != tuple(want.shape):
         raise AssertionError(
-            f"{what} on {case}: expected shape {tuple(want.shape)}, got {tuple(got.shape)}{seed}"
-        )
+            f"{what} on {case}: expected shape {tuple(want.shape)}, got {tuple(got.shape)}")
     testing.assert_close(got, want, dtype=dtype or got.dtype, grad=grad,
-                         msg=f"{what} is wrong on {case}{seed}")
+                         msg=f"{what} is wrong on {case}")
 
 
 def matches(got, want, dtype=None):

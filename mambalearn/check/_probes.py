@@ -73,26 +73,168 @@ def fold_matrices(fold, steps):
     return fold(steps, op=op)
 
 
-def call_counting_launches(fn, *args, **kwargs):
-    """``fn(*args, **kwargs)`` and the names of the Triton kernels it launched (``k[grid]``)."""
+def _launch_classes():
     from triton.runtime import interpreter, jit
 
-    launched, classes = [], [jit.JITFunction, interpreter.InterpretedFunction]
-    originals = {cls: cls.__dict__["run"] for cls in classes if "run" in cls.__dict__}
+    return [cls for cls in (jit.JITFunction, interpreter.InterpretedFunction)
+            if "run" in cls.__dict__]
 
-    def counting(original):
+
+# What PyTorch may do while a Triton exercise runs: make, view, copy and test tensors. Anything
+# else computes values, which must come from the student's kernel.
+MOVES = {
+    "empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided", "zeros",
+    "zeros_like", "new_zeros", "ones", "ones_like", "full", "full_like", "new_full", "fill_",
+    "zero_", "arange", "clone", "copy_", "_to_copy", "contiguous", "detach", "alias", "lift_fresh",
+    "view", "_unsafe_view", "reshape", "_reshape_alias", "as_strided", "t", "transpose",
+    "permute", "expand", "squeeze", "unsqueeze", "slice", "select", "narrow", "unbind", "split",
+    "split_with_sizes", "chunk", "flatten", "unflatten", "movedim", "cat", "stack", "set_",
+    "resize_", "eq", "ne", "lt", "le", "gt", "ge", "all", "any", "isnan", "isinf", "isfinite",
+    "equal", "is_nonzero", "_local_scalar_dense", "is_same_size", "sym_size", "sym_stride",
+    "sym_numel", "sym_storage_offset",
+}
+
+
+def call_watching_triton(fn, *args, **kwargs):
+    """``fn(*args, **kwargs)`` watched: (result, seen) with ``seen`` =
+
+    * ``launched``: the Triton kernels it launched;
+    * ``computed``: the PyTorch ops outside a launch that computed values (not in ``MOVES``);
+    * ``foreign``: tensors a launch received that are neither inputs nor made by PyTorch during
+      the call, or that changed since PyTorch last touched them (written through numpy, say);
+    * ``returned``: for each returned tensor, who wrote its values last: "triton" (a launch that
+      got it, or a copy of such values), "input", "torch:<op>", or "not made by PyTorch".
+    """
+    import torch
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    seen = dict(launched=[], computed=[], foreign=[], returned=[])
+    inputs = {_ptr(t) for t in _tensors((args, kwargs))}
+    made = {}  # storage pointer → [snapshot of its bytes, writer]
+    state = {"launch": None, "quiet": 0}
+
+    def snapshot(t):  # the bytes of t's storage (the copy made without being watched)
+        state["quiet"] += 1
+        try:
+            s = t.untyped_storage()
+            return torch.empty(0, dtype=torch.uint8, device=s.device).set_(s).clone()
+        finally:
+            state["quiet"] -= 1
+
+    def unchanged(t):
+        state["quiet"] += 1
+        try:
+            return torch.equal(made[_ptr(t)][0], snapshot(t))
+        finally:
+            state["quiet"] -= 1
+
+    def writer_of(sources):
+        return "triton" if sources and all(made.get(_ptr(t), (0, ""))[1] == "triton"
+                                           for t in sources) else None
+
+    class Watch(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, a=(), k=None):
+            k = k or {}
+            out = func(*a, **k)
+            if state["quiet"]:
+                return out
+            name = func.overloadpacket.__name__
+            if state["launch"] is None and name not in MOVES:
+                seen["computed"].append(f"aten.{name}")
+            written = [x for i, x in enumerate(a) if isinstance(x, torch.Tensor)
+                       and i < len(func._schema.arguments)
+                       and func._schema.arguments[i].alias_info is not None
+                       and func._schema.arguments[i].alias_info.is_write]
+            fresh = [x for x in _tensors(out) if _ptr(x) not in inputs
+                     and all(_ptr(x) != _ptr(y) for y in _tensors((a, k)))]
+            sources = [x for x in _tensors((a, k)) if all(x is not w for w in written)]
+            who = ("triton" if state["launch"] else writer_of(sources) or f"torch:{name}")
+            for x in written + fresh:
+                if _ptr(x) not in inputs:
+                    made[_ptr(x)] = [snapshot(x), who]
+            return out
+
+    def watching(original):
         def run(self, *a, **k):
-            launched.append(getattr(getattr(self, "fn", None), "__name__", "?"))
-            return original(self, *a, **k)
+            name = getattr(getattr(self, "fn", None), "__name__", "?")
+            seen["launched"].append(name)
+            given = [x for x in _tensors((a, k))]
+            for x in given:
+                if _ptr(x) in inputs:
+                    continue
+                if _ptr(x) not in made:
+                    seen["foreign"].append(f"{name} got a tensor that is neither an input nor "
+                                           f"made by PyTorch (numpy memory?)")
+                elif not unchanged(x):
+                    seen["foreign"].append(f"a tensor {name} got was changed outside PyTorch "
+                                           f"and Triton (through numpy?)")
+            state["launch"] = name
+            try:
+                return original(self, *a, **k)
+            finally:
+                state["launch"] = None
+                for x in given:
+                    if _ptr(x) not in inputs:
+                        made[_ptr(x)] = [snapshot(x), "triton"]
         return run
 
+    originals = {cls: cls.__dict__["run"] for cls in _launch_classes()}
     for cls, original in originals.items():
-        cls.run = counting(original)
+        cls.run = watching(original)
     try:
-        return fn(*args, **kwargs), sorted(set(launched))
+        with Watch():
+            result = fn(*args, **kwargs)
+        for x in _tensors(result):
+            if _ptr(x) in inputs:
+                seen["returned"].append("input")
+            elif _ptr(x) not in made:
+                seen["returned"].append("not made by PyTorch")
+            elif not unchanged(x):
+                seen["returned"].append("changed outside PyTorch and Triton")
+            else:
+                seen["returned"].append(made[_ptr(x)][1])
     finally:
         for cls, original in originals.items():
             cls.run = original
+    seen["launched"] = sorted(set(seen["launched"]))
+    seen["computed"] = sorted(set(seen["computed"]))
+    return result, seen
+
+
+def _tensors(x):
+    """Every tensor in ``x`` (tuples, lists and dict values followed)."""
+    import torch
+
+    if isinstance(x, torch.Tensor):
+        return [x]
+    if isinstance(x, (tuple, list)):
+        return [t for v in x for t in _tensors(v)]
+    if isinstance(x, dict):
+        return [t for v in x.values() for t in _tensors(v)]
+    return []
+
+
+def _ptr(t):
+    return t.untyped_storage().data_ptr()
+
+
+def call_counting_backward(fn, *args, **kwargs):
+    """``fn(*args, **kwargs)`` and how often it ran autograd's backward (``torch.autograd.grad``,
+    ``Tensor.backward``, ``torch.func.vjp`` all pass through the engine call counted here)."""
+    import torch.autograd
+    from torch.autograd import graph
+
+    runs, original = [0], graph._engine_run_backward
+
+    def counting(*a, **k):
+        runs[0] += 1
+        return original(*a, **k)
+
+    torch.autograd._engine_run_backward = graph._engine_run_backward = counting
+    try:
+        return fn(*args, **kwargs), runs[0]
+    finally:
+        torch.autograd._engine_run_backward = graph._engine_run_backward = original
 
 
 def chunked_fn_grads(cls, a, b, chunk_size, h0, grad_h):

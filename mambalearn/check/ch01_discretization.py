@@ -13,6 +13,30 @@ REBUILDS = {
     "ssm_kernel": ["mambalearn.discretize.ssm_kernel"],
 }
 
+HINTS = {  # shown one more on each failure (docs/AUTHORING.md)
+    "zoh": [
+        "exact ZOH, not Euler: A_bar = exp(ΔA), and for a diagonal A B_bar = expm1(x)/x · ΔB with "
+        "x = ΔA, elementwise; where x = 0 the limit of expm1(x)/x is 1: torch.where(x == 0, 1, "
+        "expm1(x) / torch.where(x == 0, 1, x))",
+        "turn delta into a tensor first (torch.as_tensor(delta, dtype=A.dtype)) and give it "
+        "trailing dims, delta[..., None] (and [..., None, None] for a full A): a batch of Δ "
+        "then broadcasts",
+        "full A: no inverse. M = [[ΔA, ΔB], [0, 0]] of size (n+1)×(n+1); of "
+        "torch.linalg.matrix_exp(M), [..., :n, :n] is A_bar and [..., :n, n] is B_bar, even "
+        "when A is singular",
+    ],
+    "bilinear": [
+        "A_bar = (I − Δ/2·A)⁻¹ (I + Δ/2·A), B_bar = (I − Δ/2·A)⁻¹ Δ B: the same left factor twice",
+        "diagonal A: the inverse is a division by (1 − Δ/2·a); full A: torch.linalg.solve(I − "
+        "Δ/2·A, …) for both, with the identity torch.eye(n) broadcast to Δ's batch",
+    ],
+    "ssm_kernel": [
+        "K[k] = C · (Ā^k B̄): keep v = B̄ and multiply it by Ā once per step, after reading C · v",
+        "diagonal Ā: v = A_bar * v; full Ā: v = A_bar @ v. K[0] is C · B̄ (no Ā yet), and K has "
+        "exactly `length` entries",
+    ],
+}
+
 
 def _stable_A(n, full, g):
     """A random stable A: negative diagonal, or −(MMᵀ + 0.1 I) plus a skew part (Re λ < 0)."""
@@ -68,7 +92,7 @@ def _check_discretization(name, student, oracle):
         got = _core.call(student, A, B, delta, case=desc)
         if not (isinstance(got, tuple) and len(got) == 2):
             raise AssertionError(f"{name} must return the pair (A_bar, B_bar); got "
-                                 f"{type(got).__name__} on {desc}")
+                                 f"{_core.kind(got)} on {desc}")
         want = oracle(A, B, delta)
         for part, x, y in zip(("A_bar", "B_bar"), got, want, strict=True):
             try:

@@ -11,21 +11,46 @@ from mambalearn.check.treeorder import tree_order
 __all__ = ["combine", "fold"]
 REBUILDS = {
     "combine": ["mambalearn.ops.combine", "mambalearn.ops.combine_elementwise",
-                "mambalearn.triton.scan.combine_fn"],
+                "mambalearn.ops.apply", "mambalearn.triton.scan.combine_fn"],
     "fold": ["mambalearn.ops.fold"],
+}
+
+HINTS = {
+    "combine": [
+        "left is the earlier step: the result is (A_r·A_l, A_r·u_l + u_r), A_r on the left of both",
+        "A is a matrix exactly when it has one more dim than u (getattr(A, 'ndim', 0) == "
+        "getattr(u, 'ndim', 0) + 1): then use @ and (A_r @ u_l[..., None])[..., 0]; otherwise *, "
+        "which also serves floats, Fractions and (..., n) batches",
+    ],
+    "fold": [
+        "fold(steps, op) = op(…op(op(s0, s1), s2)…, sk): start from steps[0] and combine each "
+        "later step on the right",
+        "use the op you are given (never a fixed ⊗), one step returns that step, and no steps at "
+        "all raise ValueError",
+    ],
 }
 
 f64 = torch.float64
 
 
+KINDS = {  # (A's shape, u's shape) for a state of n: A matrix iff it has one more dim than u
+    "scalar": lambda n: ((), ()),
+    "diagonal": lambda n: ((n,), (n,)),
+    "matrix": lambda n: ((n, n), (n,)),
+    "a (3, n) batch of diagonal": lambda n: ((3, n), (3, n)),
+    "a (2, 3, n) batch of diagonal": lambda n: ((2, 3, n), (2, 3, n)),
+    "a (3, n, n) batch of matrix": lambda n: ((3, n, n), (3, n)),
+    "a (2, 3, n, n) batch of matrix": lambda n: ((2, 3, n, n), (2, 3, n)),
+}
+
+
 def _step(kind, g, n):
-    """One random step (A, u): scalar, diagonal (A a vector of n) or matrix (A n×n) A."""
-    r = lambda *shape: torch.randn(shape, generator=g, dtype=f64)
-    if kind == "scalar":
-        return torch.rand((), generator=g, dtype=f64) + 0.5, r()
-    if kind == "diagonal":
-        return torch.rand(n, generator=g, dtype=f64) + 0.5, r(n)
-    return r(n, n), r(n)
+    """One random step (A, u) of ``kind`` (a key of ``KINDS``); diagonal A in [0.5, 1.5)."""
+    shape_A, shape_u = KINDS[kind](n)
+    u = torch.randn(shape_u, generator=g, dtype=f64)
+    if len(shape_A) > len(shape_u):
+        return torch.randn(shape_A, generator=g, dtype=f64), u
+    return torch.rand(shape_A, generator=g, dtype=f64) + 0.5, u
 
 
 def _steps(kind, length, g):
@@ -40,7 +65,7 @@ def _fractions(length, g):
 
 def _same_step(got, want, what, case, g):
     if not (isinstance(got, tuple | list) and len(got) == 2):
-        raise AssertionError(f"{what} must return a pair (A, u); got {type(got).__name__} "
+        raise AssertionError(f"{what} must return a pair (A, u); got {_core.kind(got)} "
                              f"on {case}")
     for part, x, y in zip(("A", "u"), got, want, strict=True):
         if isinstance(y, Fraction):
@@ -54,12 +79,13 @@ def _same_step(got, want, what, case, g):
 def combine(fn):
     """Check ``fn(left, right) -> (A_r·A_l, A_r·u_l + u_r)``, ``left`` the earlier step.
 
-    One pair for scalar, diagonal and matrix A; exact ``Fraction``s; the identity laws; then
-    ``tree_order`` on 2×2 matrices and on vectors (every bracketing must agree).
+    One pair for scalar, diagonal and matrix A, and batches of each, (..., n) and (..., n, n):
+    A is a matrix exactly when it has one more dimension than u; exact ``Fraction``s; the identity
+    laws; then ``tree_order`` on 2×2 matrices and on vectors (every bracketing must agree).
     """
     g = _core.generator()
     n_checks = 0
-    for kind in ("scalar", "diagonal", "matrix"):
+    for kind in KINDS:
         left, right = _steps(kind, 2, g)
         case = f"one pair with {kind} A (left = earlier step)"
         _same_step(_core.call(fn, left, right, case=case), ops.combine(left, right),

@@ -29,6 +29,34 @@ REBUILDS = {
     "roofline_point": ["mambalearn.roofline.placement"],
 }
 
+HINTS = {
+    "occupancy": [
+        "use the gpu you are given (the check invents machines): every limit is a number of "
+        "programs; blocks = their minimum, warps = blocks · num_warps",
+        "registers: r_w = ceil(32 r / 256) · 256 per warp; a partition of registers_per_sm / 4 "
+        "holds floor((registers_per_sm / 4) / r_w) warps; 4 partitions, divided by num_warps",
+        "shared: floor(shared_per_sm / s'), s' = max(shared_bytes + shared_reserved, 1) rounded "
+        "up to a multiple of 128; limited_by lists every resource equal to the minimum, sorted",
+    ],
+    "scan_floors": [
+        "bytes: (4 tensors (b, d, l) — u, Δ, z, out — and B, C (b, n, l)) · in_bytes, plus A (d, "
+        "n), D, delta_bias (d,) in 4 bytes each",
+        "exps = N + 4M and flops = 6N + 8M with N = b·d·l·n, M = b·d·l; each time in ms is count / "
+        "rate · 1e3, the floor the largest, bound its name",
+    ],
+    "ssd_floors": [
+        "bytes: x and y (b, l, h, p), Δ (b, l, h), B and C (b, l, g, n) in in_bytes, A (h,) in 4",
+        "matmul_flops = 2·b·g·l·q·n + 2·b·h·l·q·p + 2 · 2·b·h·l·p·n; exps = b·h·l·q; flops = "
+        "4·b·l·h·q; times in ms, bound one of bytes, flops, matmul, exps",
+    ],
+    "roofline_point": [
+        "T_b = bytes / bandwidth; T_c is the largest of flops / machine.flops, matmul_flops / "
+        "machine.matmul_flops, exps / machine.exps, and unit names that one",
+        "x = T_c / T_b, y = T_c / t and pct_of_floor = 100 · max(T_b, T_c) / t, with t the "
+        "measured time in seconds (ms / 1e3)",
+    ],
+}
+
 
 def _int(g, lo, hi):
     return int(torch.randint(lo, hi + 1, (1,), generator=g))
@@ -95,33 +123,31 @@ def occupancy(fn):
     limited_by): programs and warps resident per SM, the programs each of "warps", "blocks",
     "registers", "shared" allows, and the names of those that reach the minimum."""
     g = _core.generator()
-    seed = f" [seed {g.initial_seed()}]"
     n = 0
     for desc, gpu, w, r, s in _occupancy_cases(g):
         want = _occupancy(gpu, w, r, s)
         case = f"{desc}: {_describe_gpu(gpu)}, num_warps={w}, registers={r}, shared_bytes={s}"
         got = _core.call(fn, gpu, w, r, s, case=case)
         if not isinstance(got, dict):
-            raise AssertionError(f"occupancy must return a dict, got {type(got).__name__} "
+            raise AssertionError(f"occupancy must return a dict, got {_core.kind(got)} "
                                  f"on {case}")
         limits = got.get("limits")
         if not isinstance(limits, dict):
-            raise AssertionError(f"occupancy: got no dict under 'limits' on {case}{seed}")
+            raise AssertionError(f"occupancy: got no dict under 'limits' on {case}")
         for key in ("warps", "blocks", "registers", "shared"):
             if limits.get(key) != want["limits"][key]:
                 raise AssertionError(
                     f"occupancy: limits[{key!r}] is {limits.get(key)!r} on {case}, expected "
-                    f"{want['limits'][key]} ({_OCC_HINT[key]}){seed}")
+                    f"{want['limits'][key]} ({_OCC_HINT[key]})")
         for key in ("blocks", "warps"):
             if got.get(key) != want[key]:
                 raise AssertionError(f"occupancy: {key!r} is {got.get(key)!r} on {case}, expected "
                                      f"{want[key]} (the smallest limit, in programs; warps = "
-                                     f"programs × num_warps){seed}")
+                                     f"programs × num_warps)")
         named = got.get("limited_by")
         if not isinstance(named, (list, tuple, set)) or sorted(named) != want["limited_by"]:
             raise AssertionError(f"occupancy: limited_by is {named!r} on {case}, expected "
-                                 f"{want['limited_by']} (every resource that reaches the minimum)"
-                                 f"{seed}")
+                                 f"{want['limited_by']} (every resource that reaches the minimum)")
         n += 1
     _core.passed("occupancy", n)
 
@@ -136,17 +162,16 @@ def _number(v):
         return None
 
 
-def _compare_floors(got, want, keys, what, case, seed):
+def _compare_floors(got, want, keys, what, case):
     if not isinstance(got, dict):
-        raise AssertionError(f"{what} must return a dict, got {type(got).__name__} on {case}")
+        raise AssertionError(f"{what} must return a dict, got {_core.kind(got)} on {case}")
     for key in keys:
         v = _number(got.get(key))
         if v is None or not math.isclose(v, want[key], rel_tol=1e-9, abs_tol=1e-12):
-            raise AssertionError(f"{what}: {key!r} is {v!r} on {case}, expected {want[key]!r}"
-                                 f"{seed}")
+            raise AssertionError(f"{what}: {key!r} is {v!r} on {case}, expected {want[key]!r}")
     if got.get("bound") != want["bound"]:
         raise AssertionError(f"{what}: bound is {got.get('bound')!r} on {case}, expected "
-                             f"{want['bound']!r} (the unit whose time is the floor){seed}")
+                             f"{want['bound']!r} (the unit whose time is the floor)")
 
 
 def _floors(cost, m, units):
@@ -166,7 +191,6 @@ def scan_floors(fn):
     """Check ``fn(b, d, l, n, in_bytes, machine)`` → dict(bytes, flops, exps, bytes_ms, flops_ms,
     exps_ms, floor_ms, bound) of the fused Mamba-1 forward with z, D, delta_bias and softplus."""
     g = _core.generator()
-    seed = f" [seed {g.initial_seed()}]"
     shapes = [(8, 2048, 2048, 16), (1, 1, 1, 1), (3, 5, 7, 2)]
     shapes += [(_int(g, 1, 16), _int(g, 1, 4096), _int(g, 1, 9000), _int(g, 1, 128))
                for _ in range(4)]
@@ -178,7 +202,7 @@ def scan_floors(fn):
             case = f"b, d, l, n = {shape}, in_bytes={s_in}, {m.name}"
             want = _floors(_scan_cost(*shape, in_bytes=s_in), m, ("bytes", "flops", "exps"))
             got = _core.call(fn, *shape, s_in, m, case=case)
-            _compare_floors(got, want, keys, "scan_floors", case, seed)
+            _compare_floors(got, want, keys, "scan_floors", case)
             n += 1
     _core.passed("scan_floors", n)
 
@@ -188,7 +212,6 @@ def ssd_floors(fn):
     matmul_flops, exps, bytes_ms, flops_ms, matmul_ms, exps_ms, floor_ms, bound) of the chunked
     SSD forward (x, dt, B, C in, y out; matmuls on full chunk × chunk tiles)."""
     gen = _core.generator()
-    seed = f" [seed {gen.initial_seed()}]"
     shapes = [(4, 4096, 80, 64, 128, 256, 1), (1, 1, 1, 1, 1, 1, 1), (2, 100, 6, 3, 5, 16, 3)]
     for _ in range(4):
         groups = _pick(gen, [1, 2, 4, 8])
@@ -206,7 +229,7 @@ def ssd_floors(fn):
             want = _floors(_ssd_cost(b, l, h, p, nn, q, groups, in_bytes=s_in), m,
                            ("bytes", "flops", "matmul", "exps"))
             got = _core.call(fn, *shape, s_in, m, case=case)
-            _compare_floors(got, want, keys, "ssd_floors", case, seed)
+            _compare_floors(got, want, keys, "ssd_floors", case)
             n += 1
     _core.passed("ssd_floors", n)
 
@@ -215,7 +238,6 @@ def roofline_point(fn):
     """Check ``fn(cost, ms, machine)`` → dict(x, y, unit, pct_of_floor): a kernel of ``cost``
     that ran ``ms`` on the roofline of its busiest compute unit."""
     g = _core.generator()
-    seed = f" [seed {g.initial_seed()}]"
     costs = [_scan_cost(8, 2048, 2048, 16), _ssd_cost(4, 4096, 80, 64, 128, 256),
              R.decode_cost(64, 80, 64, 128), R.Cost(bytes=1e9, flops=2e12),
              R.Cost(bytes=1.0, exps=1.0, matmul_flops=3.0, flops=2.0)]
@@ -234,16 +256,16 @@ def roofline_point(fn):
             got = _core.call(fn, cost, ms, m, case=case)
             if not isinstance(got, dict):
                 raise AssertionError(f"roofline_point must return a dict, got "
-                                     f"{type(got).__name__} on {case}")
+                                     f"{_core.kind(got)} on {case}")
             if got.get("unit") != want["unit"]:
                 raise AssertionError(f"roofline_point: unit is {got.get('unit')!r} on {case}, "
                                      f"expected {want['unit']!r} (the compute unit with the "
-                                     f"largest time: flops, matmul or exps){seed}")
+                                     f"largest time: flops, matmul or exps)")
             for key, hint in (("x", "T_compute / T_bytes"), ("y", "T_compute / measured time"),
                               ("pct_of_floor", "100 · floor / measured time")):
                 v = _number(got.get(key))
                 if v is None or not math.isclose(v, want[key], rel_tol=1e-9):
                     raise AssertionError(f"roofline_point: {key!r} is {v!r} on {case}, expected "
-                                         f"{want[key]!r} ({hint}){seed}")
+                                         f"{want[key]!r} ({hint})")
             n += 1
     _core.passed("roofline_point", n)

@@ -16,6 +16,17 @@ REBUILDS = {
                      "mambalearn.scan.blelloch.blelloch_scan", "mambalearn.autograd.ChunkedScanFn"],
 }
 
+HINTS = {
+    "chunked_scan": [
+        "pad the end with identity steps (a = 1, b = 0) to c·q steps and reshape to (batch, d, c, "
+        "q, n); inside every chunk scan from zero with ops.combine in a loop over the q positions",
+        "the chunk's local prefix (P_j, h̃_j) applied to the state entering it gives h: h = P·H_k "
+        "+ h̃; H_{k+1} = P_last·H_k + h̃_last, H_0 = initial_state (or zeros)",
+        "cut the padding off before returning; with return_final_state=True return (h, h[..., "
+        "l − 1, :]); make no assumption on the inputs' strides (use reshape, not view)",
+    ],
+}
+
 
 def _steps(shape, g):
     """Gates a in (0.3, 1.05) (a few slightly > 1, as exp(ΔA) never is but a scan must not care)
@@ -61,7 +72,7 @@ def chunked_scan(fn):
         got = _core.call(fn, a, b, q, initial_state=h0, return_final_state=True, case=case)
         if not (isinstance(got, tuple) and len(got) == 2):
             raise AssertionError(f"chunked_scan(..., return_final_state=True) must return (h, "
-                                 f"h_last); got {type(got).__name__} on {case}")
+                                 f"h_last); got {_core.kind(got)} on {case}")
         _core.compare(got[0], want, what="chunked_scan: the states h", case=case, g=g)
         _core.compare(got[1], want_last, what="chunked_scan: the final state", case=case, g=g)
         n_checks += 2

@@ -12,9 +12,27 @@ from mambalearn.check import _core, _probes
 from mambalearn.scan.chunked import scan_reference
 
 __all__ = ["scan_backward", "ChunkedScanFn"]
-REBUILDS = {
+REBUILDS = {  # (torch's checkpoint recomputes by itself: ChunkedScanFn is to do it by hand)
     "scan_backward": ["mambalearn.autograd.scan_backward"],
-    "ChunkedScanFn": ["mambalearn.autograd.ChunkedScanFn"],
+    "ChunkedScanFn": ["mambalearn.autograd.ChunkedScanFn", "torch.utils.checkpoint.checkpoint",
+                      "torch.utils.checkpoint.checkpoint_sequential"],
+}
+
+HINTS = {
+    "scan_backward": [
+        "loop t = l − 1 down to 0: dh_t = g_t + a_{t+1}·dh_{t+1} (the gate of the *next* step; 0 "
+        "past the end)",
+        "grad_b = dh; grad_a_t = dh_t · h_{t−1}, with h_{−1} = initial_state or zeros: shift h by "
+        "one step along time",
+    ],
+    "ChunkedScanFn": [
+        "forward: h = chunked_scan(…); save a, b and the states entering each chunk as a copy "
+        "(torch.stack or .clone() of h[..., kQ − 1, :]), never h or a slice of it",
+        "backward, chunk by chunk from the last: recompute its states from H_k, add the gradient "
+        "coming back from the next chunk to its last state's grad_h, call your scan_backward",
+        "the gradient of H_k is a_{kQ} · (∂b at step kQ); pass it on to the previous chunk, and "
+        "return it as the initial state's gradient (None when there was none)",
+    ],
 }
 
 
@@ -49,10 +67,16 @@ def scan_backward(fn):
         h, want = _oracle(a, b, h0, grad_h)
         case = f"{desc}: " + _core.describe(a=a, initial_state=h0)
         h0_in = None if h0 is None else h0.detach()
-        got = _core.call(fn, a.detach(), h, grad_h, initial_state=h0_in, case=case)
+        got, runs = _core.probe(_probes.call_counting_backward, fn, a.detach(), h, grad_h,
+                                initial_state=h0_in, case=case)
+        if runs:
+            raise AssertionError(
+                f"scan_backward ran PyTorch's autograd ({runs} backward pass(es), through "
+                f"torch.autograd.grad, .backward() or torch.func) on {case}: compute the "
+                f"gradients with the reverse scan you derived, not by differentiating a forward")
         if not (isinstance(got, tuple) and len(got) == 2):
             raise AssertionError(f"scan_backward must return (grad_a, grad_b); got "
-                                 f"{type(got).__name__} on {case}")
+                                 f"{_core.kind(got)} on {case}")
         for what, x, y in zip(("grad_a", "grad_b"), got, want[:2], strict=True):
             _core.compare(x, y, what=f"scan_backward: {what}", case=case, g=g, grad=True)
     _core.passed("scan_backward", len(cases))

@@ -6,8 +6,10 @@ The notebook's check cells are ``check.combine_fn(combine_fn)`` and
 ``check.scan_kernel(scan_kernel, combine_fn)``.
 
 The launcher gets ``a`` and ``b`` in different layouts (one transposed, one a strided slice): a
-kernel launched with one tensor's strides for both reads the other one wrong. It must launch a
-Triton kernel (a PyTorch loop in its place computes the right numbers and teaches nothing).
+kernel launched with one tensor's strides for both reads the other one wrong. Its h must come from
+a Triton kernel (a PyTorch loop in its place computes the right numbers and teaches nothing): while
+it runs PyTorch may only make, view and copy tensors, the buffers it hands a kernel must be inputs
+or PyTorch's own, and the h it returns must have been written by a launch (``triton_evidence``).
 
 Why the combine is checked on its own: Triton's CPU interpreter runs ``tl.associative_scan`` as a
 left fold, so a combine that drops a_l, (a_r, a_r·u_l + u_r), still produces the right h there —
@@ -27,6 +29,22 @@ REBUILDS = {
                     "mambalearn.triton.scan.scan_reference",
                     "mambalearn.triton.scan._scan_blocked_kernel",
                     "mambalearn.triton.scan._scan_single_block_kernel"],
+}
+
+HINTS = {
+    "combine_fn": [
+        "(a_l, u_l) is the earlier step: return a_r * a_l, a_r * u_l + u_r (a_r multiplies both)",
+        "a combine right only in the left-to-right order the interpreter uses is wrong on a GPU: "
+        "check (((s0⊗s1)⊗s2) against (s0⊗(s1⊗s2)) on paper",
+    ],
+    "scan_kernel": [
+        "launcher: a, b = a.contiguous(), b.contiguous(); h = torch.empty_like(a); launch "
+        "scan_rows_kernel[(r,)](a, b, h, l, *a.stride(), BLOCK_L=block_l) and return h",
+        "kernel: per block, load with other=1.0 for a and 0.0 for b, A, U = tl.associative_scan((a,"
+        " b), axis=0, combine_fn=combine_fn), h = A·carry + U, store under the mask",
+        "the next carry is h at lane BLOCK_L − 1: tl.sum(tl.where(offs == BLOCK_L − 1, h, 0.0), "
+        "axis=0); every value of h must come from the kernel, not from PyTorch",
+    ],
 }
 
 
@@ -63,6 +81,27 @@ def combine_fn(fn):
     g = _core.generator()
     n = tree_order(fn, name="combine_fn", g=g)
     _core.passed("combine_fn", n)
+
+
+def triton_evidence(name, seen, case, kernel):
+    """Raise unless ``seen`` (of ``_probes.call_watching_triton``) shows the output is Triton's."""
+    if not seen["launched"]:
+        raise AssertionError(f"{name} launched no Triton kernel on {case}: it must run your "
+                             f"{kernel} (kernel[grid](...)), not compute in PyTorch")
+    if seen["computed"]:
+        raise AssertionError(
+            f"{name} computed with PyTorch outside its Triton kernel on {case} "
+            f"({', '.join(seen['computed'])}): while it runs, PyTorch may only make, view and copy "
+            f"tensors; every value it returns must come from your {kernel}")
+    if seen["foreign"]:
+        raise AssertionError(f"{name} on {case}: {seen['foreign'][0]}; hand your kernel the inputs "
+                             f"and buffers made with torch (torch.empty_like, …) only")
+    for who in seen["returned"]:
+        if who != "triton":
+            what = {"input": "one of its inputs", "not made by PyTorch": "a tensor not made by "
+                    "PyTorch (numpy memory?)"}.get(who, f"last written by PyTorch ({who})")
+            raise AssertionError(f"{name} returned {what} on {case}, not a buffer your {kernel} "
+                                 f"wrote: return the tensor the kernel stores its results in")
 
 
 def _hint(err, block_l):
@@ -103,12 +142,9 @@ def scan_kernel(fn, combine_fn):
         case = f"rows={r}, l={l}, block_l={block_l}" + (
             "" if layout == plain else f" (a {layout[0]}, b {layout[1]}: strides {a.stride()} "
                                        f"and {b.stride()})")
-        h, launched = _core.probe(_probes.call_counting_launches, fn, a, b, block_l=block_l,
-                                  case=case)
-        if not launched:
-            raise AssertionError(f"scan_kernel launched no Triton kernel on {case}: it must run "
-                                 f"your scan_rows_kernel (kernel[grid](...)), not compute h in "
-                                 f"PyTorch")
+        h, seen = _core.probe(_probes.call_watching_triton, fn, a, b, block_l=block_l,
+                              case=case)
+        triton_evidence("scan_kernel", seen, case, "scan_rows_kernel")
         try:
             _core.compare(h, _oracle(a, b), what="scan_kernel(a, b, block_l)", case=case, g=g,
                           dtype=torch.float32)

@@ -22,6 +22,7 @@ import torch.nn.functional as F
 
 from mambalearn import device
 from mambalearn.check import _core, _probes
+from mambalearn.check.ch08_triton import triton_evidence
 from mambalearn.check.treeorder import tree_order
 from mambalearn.scan.sequential import selective_scan_sequential
 
@@ -44,6 +45,16 @@ REBUILDS = {  # the Triton kernels and launchers, and the PyTorch scans with the
         "mambalearn.autograd.selective_scan_checkpointed",
         "mambalearn.inference.scan_by_steps",
         "mambalearn.ops.combine_elementwise", "mambalearn.triton.scan.combine_fn",
+    ],
+}
+
+HINTS = {
+    "selective_scan_kernel": [
+        "combine_fn as in chapter 08: (a_r * a_l, a_r * u_l + u_r), the earlier step on the left",
+        "per state n: a = exp(dt · A_n[:, None]), bx = dt · B_n · x; fold the carried state into "
+        "step 0 (tl.where(cols[None, :] == 0, a · h_in[:, None] + bx, bx)); scan along axis 1",
+        "carry column BLOCK_L − 1 of h into column n of H, y += C_n · h; after the states: y += "
+        "x · D if HAS_D, then y *= z · sigmoid(z) if HAS_Z",
     ],
 }
 
@@ -160,16 +171,14 @@ def selective_scan_kernel(fn, combine_fn=None):
     for c in CASES:
         x, softplus = _inputs(c, g)
         case = _describe(c, x)
-        res, launched = _core.probe(_probes.call_counting_launches, fn,
-                                    **_to_kernel(x, c.get("strided", False)),
-                                    delta_softplus=softplus, return_last_state=True,
-                                    block_l=c["block_l"], case=case)
-        if not launched:
-            raise AssertionError(f"selective_scan_kernel launched no Triton kernel on {case}: it "
-                                 f"must run your selective_scan_fwd_kernel")
+        res, seen = _core.probe(_probes.call_watching_triton, fn,
+                                **_to_kernel(x, c.get("strided", False)),
+                                delta_softplus=softplus, return_last_state=True,
+                                block_l=c["block_l"], case=case)
+        triton_evidence("selective_scan_kernel", seen, case, "selective_scan_fwd_kernel")
         if not isinstance(res, tuple) or len(res) != 2:
             raise AssertionError(f"selective_scan_kernel on {case}: with return_last_state=True "
-                                 f"expected (out, last_state), got {type(res).__name__}")
+                                 f"expected (out, last_state), got {_core.kind(res)}")
         out, last = res
         want, want_last = selective_scan_sequential(**x, delta_softplus=softplus,
                                                     return_last_state=True)

@@ -20,14 +20,44 @@ from mambalearn import ssd
 from mambalearn.check import _core
 
 __all__ = ["segsum", "ssd_chunked"]
-# for ssd_chunked also every library SSD that returns (y, final state) from the same inputs
+# for ssd_chunked also every library SSD that returns (y, final state) from the same inputs, and
+# every earlier scan: Mamba-1's with channels = heads × p and A repeated, or one of the states
 REBUILDS = {
     "segsum": ["mambalearn.ssd.segsum"],
     "ssd_chunked": ["mambalearn.ssd.ssd_chunked", "mambalearn.ssd.ssd_sequential",
                     "mambalearn.ssd.ssd_quadratic", "mambalearn.ssd.mamba_chunk_scan_ref",
                     "mambalearn.triton.ssd.forward.ssd_forward",
                     "mambalearn.triton.ssd.combined.mamba_chunk_scan_combined",
-                    "mambalearn.triton.ssd.fused.ssd_fused_forward"],
+                    "mambalearn.triton.ssd.fused.ssd_fused_forward",
+                    "mambalearn.scan.sequential.selective_scan_sequential",
+                    "mambalearn.scan.selective.selective_scan_parallel",
+                    "mambalearn.scan.chunked.selective_scan_chunked",
+                    "mambalearn.autograd.selective_scan_recompute",
+                    "mambalearn.autograd.selective_scan_checkpointed",
+                    "mambalearn.triton.selective_scan.tuned.selective_scan_fn",
+                    "mambalearn.triton.selective_scan.teaching.selective_scan_teaching",
+                    "mambalearn.scan.sequential.linear_scan_sequential",
+                    "mambalearn.scan.hillis_steele.hillis_steele_scan",
+                    "mambalearn.scan.blelloch.blelloch_scan",
+                    "mambalearn.scan.chunked.chunked_scan",
+                    "mambalearn.scan.chunked.scan_reference", "mambalearn.autograd.ChunkedScanFn",
+                    "mambalearn.triton.scan.scan"],
+}
+
+HINTS = {
+    "segsum": [
+        "never cumsum_t − cumsum_s: z[..., None].expand(..., T, T), keep entries with k > s "
+        "(torch.tril(…, diagonal=−1)), cumsum over k",
+        "then mask t < s with −inf (torch.triu(…, diagonal=1) or masked_fill); the diagonal is 0",
+    ],
+    "ssd_chunked": [
+        "pad l to c·q with Δ = 0, reshape x, Δ, B, C to (b, c, q, h, ·) (groups → heads with "
+        "repeat_interleave(h // g, dim=2)); L = exp(segsum(ΔA)) per chunk",
+        "diagonal blocks: einsum of L ∘ (C Bᵀ) with Δ·x; chunk states S_c with the last row of L "
+        "as the decay to the chunk's end",
+        "state passing H_{c+1} = exp(Σ_c)·H_c + S_c from H_0 = initial_states; off-diagonal y += "
+        "exp(cs_t)·C_t·H_c; cut the padding off and return (y, H_last)",
+    ],
 }
 
 f64 = torch.float64
@@ -115,7 +145,7 @@ def _one_ssd(fn, inputs, q, desc, g):
     got = _core.call(fn, x, dt, A, B, C, q, **kw, case=case)
     if not (isinstance(got, tuple) and len(got) == 2):
         raise AssertionError(f"ssd_chunked must return (y, final_state); got "
-                             f"{type(got).__name__} on {case}")
+                             f"{_core.kind(got)} on {case}")
     _core.compare(got[0], want, what="ssd_chunked: the output y", case=case, g=g, dtype=x.dtype)
     _core.compare(got[1], want_last, what="ssd_chunked: the final state", case=case, g=g,
                   dtype=x.dtype)

@@ -26,6 +26,21 @@ __all__ = ["work_of_ticket", "pass_state_ops"]
 # switch off. A Python twin of it added to the library later must be listed here.
 REBUILDS = {"work_of_ticket": [], "pass_state_ops": []}
 
+HINTS = {
+    "work_of_ticket": [
+        "the producer of chunk c − 1 must hold a smaller ticket than chunk c: then it has "
+        "started, and every wait ends",
+        "chunk-major: ticket = chunk · n_chains + chain, so chain = ticket % n_chains and chunk = "
+        "ticket // n_chains",
+    ],
+    "pass_state_ops": [
+        "chunk c reads H_c and writes H_{c+1}: wait for flag c before loading, set flag c + 1 "
+        "after storing",
+        "the order is acquire c, load c, store c + 1, release c + 1: releasing before storing "
+        "lets the next chunk read a state not yet written",
+    ],
+}
+
 KINDS = ("acquire", "load", "store", "release")
 SHAPES = [(1, 1), (1, 5), (3, 1), (2, 4), (3, 3), (4, 6)]  # (chains, chunks)
 

@@ -15,9 +15,30 @@ from mambalearn import inference
 from mambalearn.check import _core
 
 __all__ = ["decode_step"]
+# The step, and every earlier scan that takes a state in: one step of it is a decode step.
 REBUILDS = {
     "decode_step": ["mambalearn.inference.decode_step", "mambalearn.inference.scan_by_steps",
-                    "mambalearn.triton.step.selective_state_update"],
+                    "mambalearn.triton.step.selective_state_update",
+                    "mambalearn.scan.sequential.selective_scan_sequential",
+                    "mambalearn.scan.selective.selective_scan_parallel",
+                    "mambalearn.scan.chunked.selective_scan_chunked",
+                    "mambalearn.autograd.selective_scan_recompute",
+                    "mambalearn.autograd.selective_scan_checkpointed",
+                    "mambalearn.triton.selective_scan.tuned.selective_scan_fn",
+                    "mambalearn.triton.selective_scan.teaching.selective_scan_teaching",
+                    "mambalearn.ssd.ssd_chunked", "mambalearn.ssd.ssd_sequential",
+                    "mambalearn.ssd.ssd_quadratic", "mambalearn.ssd.mamba_chunk_scan_ref",
+                    "mambalearn.triton.ssd.forward.ssd_forward",
+                    "mambalearn.triton.ssd.combined.mamba_chunk_scan_combined",
+                    "mambalearn.triton.ssd.fused.ssd_fused_forward"],
+}
+
+HINTS = {
+    "decode_step": [
+        "h = exp(Δ A) ⊙ h + Δ B x with Δ, x (b, d) → (b, d, 1) and B (b, n) → (b, 1, n); "
+        "write it into state with state.copy_(…)",
+        "y = (state · C[:, None, :]).sum(−1) + D · x, read from the new state",
+    ],
 }
 
 
@@ -37,13 +58,13 @@ def _one(fn, inp, case, g):
     s_oracle = inp["state"].to(torch.float64, copy=True)
     args = [inp[k] for k in ("x", "delta", "A", "B", "C", "D")]
     where = f"{case} ({_core.describe(**inp)})"
-    y = _core.call(fn, s_student, *[a.clone() for a in args], case=where)
+    y = _core.call(fn, s_student, *args, case=where, mutable=(0,))  # the cache changes in place
     want = inference.decode_step(s_oracle, *[a.to(torch.float64) for a in args])
     if torch.equal(s_student, inp["state"]):
         raise AssertionError(
             f"decode_step did not change `state` on {where}: update it in place "
             f"(state.copy_(...) or state[...] = ...), not by rebinding the name; the cache *is* "
-            f"this tensor [seed {g.initial_seed()}]")
+            f"this tensor")
     _core.compare(s_student, s_oracle, what="the updated state h", case=where, g=g)
     try:
         _core.compare(y, want, what="the output y", case=where, g=g)
@@ -91,7 +112,7 @@ def decode_step(fn):
     want = selective_scan_sequential(u, delta, A, B, C, D)
     state = torch.zeros(b, d, n, dtype=torch.float64)
     ys = [_core.call(fn, state, u[..., t], delta[..., t], A, B[..., t], C[..., t], D,
-                     case=f"step {t} of a {l}-step decode") for t in range(l)]
+                     case=f"step {t} of a {l}-step decode", mutable=(0,)) for t in range(l)]
     _core.compare(torch.stack(ys, -1), want, what=f"{l} decode steps from h = 0 (vs the full scan)",
                   case="a decode loop", g=g)
     _core.passed("decode_step", len(cases) + 1)

@@ -34,6 +34,21 @@ REBUILDS = {
     "rotate_pairs": ["mambalearn.mamba3.sequential.rotate_pairs"],
 }
 
+HINTS = {
+    "trapezoid_scan": [
+        "α = exp(ADT), β = (1 − λ)·Δ·α, γ = λ·Δ, all (b, h, l); keep the previous v kᵀ (zeros "
+        "before step 0)",
+        "h_t = α_t h_{t−1} + β_t v_{t−1} k_{t−1}ᵀ + γ_t v_t k_tᵀ with h (b, h, p, n); y_t = h_t "
+        "q_t, read from the new state",
+    ],
+    "rotate_pairs": [
+        "pair j is columns 2j and 2j + 1 (interleaved): x0 = X[..., 0:2na:2], x1 = "
+        "X[..., 1:2na:2]",
+        "(x0 cos θ − x1 sin θ, x0 sin θ + x1 cos θ) for the first na pairs; the rest unchanged, "
+        "in a new tensor",
+    ],
+}
+
 _oracle = _seq.mamba3_siso_sequential  # bound now: blocking the public names cannot reach them
 _complex_oracle = _seq.mamba3_complex_sequential
 

@@ -89,11 +89,11 @@ def tree_order(op, *, name=None, matrix=None, length=11, n_trees=20, g=None):
     def expect(result, want, order):
         nonlocal checks
         if not (isinstance(result, (tuple, list)) and len(result) == 2):
-            raise AssertionError(f"{name} must return a pair (A, u); got {type(result).__name__} "
+            raise AssertionError(f"{name} must return a pair (A, u); got {_core.kind(result)} "
                                  f"in {order}")
         for part, x, y in zip(("A", "u"), result, want, strict=True):
             if not isinstance(x, (torch.Tensor, int, float)):
-                raise AssertionError(f"{name}: the {part} part is a {type(x).__name__} in {order}")
+                raise AssertionError(f"{name}: the {part} part is a {_core.kind(x)} in {order}")
             _core.compare(torch.as_tensor(x, dtype=torch.float64).expand_as(y).clone(), y,
                           what=f"{name}: the {part} part", case=order, g=g)
         checks += 1

@@ -2,12 +2,18 @@
 
     grade           ``python -m mambalearn grade``: one notebook (or ``--class``), the report
     gradebook       grade a class folder in parallel into a CSV
-    submission      grade one submission: identify, restore, run boxed, verdicts
+    classpage       a feedback file per student and the class page
+    submission      grade one submission: identify, restore, run boxed
+    verdict         per-cell results → one row per task: passed or not, and why
+    copies          solution code copied from the library (it scores 0)
+    submit          check a notebook and package it for handing in (``make submit``)
     pristine        the shipped exercises inside the package; make-exercise, restore
-    redact          the graded library copy, with the exercise's answers switched off
+    syllabus        what a student of chapter N may use: the chapter of every module
+    redact          the graded library copy: that, with the exercise's answers switched off
     sandbox         the bubblewrap box and resource limits of a submission's kernel
     kernel          a boxed Jupyter kernel, driven cell by cell, watched for death and time
-    runner          one submission's run: cells in the kernel, checks here (``remote``)
+    session         one submission's kernel and cells: code in the kernel, checks here
+    runner          nbval runs a graded notebook (``session``); the student's self-check too
     remote          the bridge: a check's stand-in for the student's function in the kernel
     exercises       ``python -m mambalearn exercises``: exercises/ from solutions/, work kept
     execute         executed copies of the chapters, kept and shared by decks, site and tests

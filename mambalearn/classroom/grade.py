@@ -2,7 +2,8 @@
 
     python -m mambalearn.classroom.grade make-exercise solutions/01_x.ipynb exercises/01_x.ipynb
     python -m mambalearn grade my_01_x.ipynb [--timeout 120]
-    python -m mambalearn grade --class submissions/ --out grades.csv [--jobs 2]
+    python -m mambalearn grade --class submissions/ --exercises 01,03 --out grades.csv [--jobs 2]
+    pytest --nbval-lax exercises/01_x.ipynb          (the same grading, cell by cell: a self-check)
 
 Generation (``pristine.make_exercise``) runs nbgrader's ``ClearSolutions``: the code between
 ``### BEGIN SOLUTION`` and ``### END SOLUTION`` becomes ``raise NotImplementedError()``; the result
@@ -10,11 +11,13 @@ goes to ``exercises/`` and, as the grader's pristine copy, into the package.
 
 Grading (``submission.grade``) trusts nothing in the submission but its solution cells: the
 exercise comes from the notebook's metadata (or name), the checks from the package's pristine
-copy, the student's code runs in a box with the exercise's answers switched off in the library,
-and the checks run outside it. docs/GRADING.md explains what is defended and what is not.
-A whole class (one folder per student) is graded by ``mambalearn.classroom.gradebook``.
+copy, the student's code runs under nbval in a box with the library of its chapter (the exercise's
+answers switched off), and the checks run outside it. docs/GRADING.md explains what is defended
+and what is not. A whole class (one folder per student) is graded by
+``mambalearn.classroom.gradebook``. Exit status: 0 full marks, 1 graded below full, 2 an error.
 """
 
+import argparse
 import sys
 from pathlib import Path
 
@@ -24,6 +27,17 @@ make_exercise = pristine.make_exercise
 grade = submission.grade
 
 _WORD = {"pass": "pass", "fail": "FAIL", "not attempted": "not attempted"}
+
+
+def _positive(text):
+    """argparse type: an integer ≥ 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
 
 
 def report(rows, title=None):
@@ -46,37 +60,54 @@ def report(rows, title=None):
         for r in long:
             first, *rest = r["reason"].strip().splitlines()
             lines += [f"  {r['task']}: {first}", *[f"    {line}" for line in rest]]
-    flagged = [r for r in rows if r.get("flags")]
-    if flagged:
-        lines += ["", "notes:"] + [f"  {r['flags']}" for r in flagged]
     return "\n".join(lines)
 
 
-def main(argv=None):
-    p = cli.parser("grade", description=__doc__.split("\n\n")[0])
+def parser():
+    p = cli.parser("grade", description=__doc__.split("\n\n")[0],
+                   epilog="Exit status: 0 full marks, 1 graded below full marks, 2 an error. "
+                          "docs/GRADING.md has the details.")
     p.add_argument("notebook", nargs="?", help="the student's exercise notebook (any name, any "
                    "folder: the exercise is read from its metadata)")
-    p.add_argument("--pristine", help="grade against this exercise notebook instead of the one "
-                   "shipped in the package (for exercises of your own)")
-    p.add_argument("--timeout", type=int, default=120, help="seconds per cell (default 120)")
+    p.add_argument("--timeout", type=_positive, default=120, help="seconds per cell (default 120)")
     p.add_argument("--class", dest="class_dir", metavar="DIR",
                    help="grade every student folder under DIR (see mambalearn.classroom.gradebook)")
-    p.add_argument("--out", default="grades.csv", help="gradebook CSV (default grades.csv)")
-    p.add_argument("--jobs", type=int, default=2, help="notebooks graded at once with --class")
-    p.add_argument("--exercises", metavar="DIR", help="pristine exercises for --class (default: "
-                   "the ones shipped in the package)")
-    p.add_argument("--nproc", type=int, default=sandbox.Limits.nproc,
+    p.add_argument("--exercises", metavar="LIST", help="with --class: the assignment, chapter "
+                   "numbers or exercise names (01,03_operator) or `all`")
+    p.add_argument("--out", default="grades.csv", help="with --class: the gradebook CSV "
+                   "(default grades.csv)")
+    p.add_argument("--feedback", metavar="DIR", help="with --class: one feedback file per "
+                   "student (default: feedback/ beside the CSV)")
+    p.add_argument("--page", metavar="FILE", help="with --class: the class page (default: the "
+                   "CSV's name with .html)")
+    p.add_argument("--jobs", type=_positive, default=2, help="with --class: notebooks graded at "
+                   "once (default 2)")
+    p.add_argument("--pristine", metavar="PATH", help="for instructors: grade against this "
+                   "exercise notebook (or, with --class, this folder of them) instead of the ones "
+                   "shipped in the package")
+    p.add_argument("--nproc", type=_positive, default=sandbox.Limits.nproc,
                    help="processes and threads one submission may run "
                         f"(default {sandbox.Limits.nproc})")
-    p.add_argument("--fsize", type=int, default=sandbox.Limits.fsize // 2**20,
+    p.add_argument("--fsize", type=_positive, default=sandbox.Limits.fsize // 2**20,
                    help="MB one file of a submission may reach "
                         f"(default {sandbox.Limits.fsize // 2**20})")
+    return p
+
+
+def main(argv=None):
+    p = parser()
     args = p.parse_args(argv)
     args.limits = sandbox.Limits(nproc=args.nproc, fsize=args.fsize * 2**20)
+    if args.class_dir and args.notebook:
+        p.error(f"give a NOTEBOOK or --class DIR, not both (got {args.notebook} and --class "
+                f"{args.class_dir})")
     if args.class_dir:
         return gradebook.main(args)
     if not args.notebook:
         p.error("give a NOTEBOOK or --class DIR")
+    for option in ("exercises", "feedback", "page"):
+        if getattr(args, option):
+            p.error(f"--{option} belongs to --class")
     if not Path(args.notebook).is_file():
         print(f"error: no such notebook: {args.notebook}", file=sys.stderr)
         return 2

@@ -1,22 +1,25 @@
-"""Grade a whole class: one folder per student, every exercise notebook in it, one CSV.
+"""Grade a whole class: one folder per student, the assignment's exercises, one CSV and a page.
 
-    python -m mambalearn grade --class submissions/ --out grades.csv [--jobs 2] [--timeout 120]
+    python -m mambalearn grade --class submissions/ --exercises 01,03 --out grades.csv [--jobs 2]
 
 Layout: ``submissions/<student>/**/*.ipynb`` (nbgrader's ``submitted/<student>/<assignment>/``
 works too). Each notebook is matched to its exercise by the id in its metadata, else by its name
 (``01_discretization-Copy1.ipynb``, ``01_discretization (1).ipynb``), else by its solution cells.
-Every exercise that any student submitted is graded for every student; a missing one scores 0,
-"not submitted".
+The assignment is given explicitly (``--exercises 01,03``, ids or chapter numbers, or ``all``):
+each of its exercises is graded for every student, one a student did not hand in scores 0, "not
+submitted"; a notebook of another exercise is ignored (noted on stderr).
 
 Before any submission runs, every pristine exercise is read and every submission restored in
 memory, and the graded library copies are built. Then ``jobs`` submissions run at once, each in its
 own process group and box (``mambalearn.classroom.submission``): one that hangs, crashes its kernel,
-writes elsewhere or is not valid JSON fails its own tasks and nothing else.
+writes elsewhere or is not valid JSON fails its own tasks and nothing else. Progress goes to
+stderr as "graded 3 of 17 … about 2 min left".
 
 The CSV has one row per student: ``student``, one column per task (points earned), ``total``,
 ``max``, then ``<task> reason`` per task (the full reason; empty when passed) and ``notes`` (code
-identical to the library's). Task columns are the bare task names (``zoh``), or ``NN_name:task``
-when two exercises share a task name.
+copied from the library, files ignored). Task columns are the bare task names (``zoh``), or
+``NN_name:task`` when two exercises share a task name. ``mambalearn.classroom.classpage`` writes
+each student's feedback file and the class page from the same rows.
 """
 
 import csv
@@ -28,15 +31,33 @@ from pathlib import Path
 
 import nbformat
 
+from mambalearn.classroom import classpage, sandbox, submission
 from mambalearn.classroom import pristine as P
-from mambalearn.classroom import sandbox, submission
+from mambalearn.classroom.classpage import LEGEND, MARK
 
 # Python 3.11's ast can raise "SystemError: AST constructor recursion depth mismatch" when two
 # threads parse at once (seen grading a class with 3 test workers): the verdicts take turns.
 AST_LOCK = threading.Lock()
 
 
-def find_submissions(class_dir, exercises):
+def assignment(spec, exercises):
+    """The exercise ids of ``spec`` ("all", or "01,03_operator,…"); ValueError names a bad one."""
+    if spec is None or not str(spec).strip():
+        raise ValueError("give the assignment: --exercises 01,02,… (chapter numbers or exercise "
+                         "names) or --exercises all")
+    if str(spec).strip() == "all":
+        return sorted(exercises)
+    chosen = []
+    for word in (w.strip() for w in str(spec).split(",") if w.strip()):
+        match = [e for e in exercises if e == word or e.split("_")[0] == word.zfill(2)]
+        if len(match) != 1:
+            raise ValueError(f"--exercises: {word!r} is none of the exercises "
+                             f"({', '.join(sorted(exercises))})")
+        chosen.append(match[0])
+    return sorted(set(chosen))
+
+
+def find_submissions(class_dir, exercises, chosen=None):
     """{student: {exercise id: notebook path}} and notes on files that match nothing."""
     found, notes = {}, []
     folders = [p for p in Path(class_dir).iterdir() if p.is_dir() and not p.name.startswith(".")]
@@ -52,6 +73,8 @@ def find_submissions(class_dir, exercises):
             name = P.identify(content, nb, exercises)
             if name is None:
                 notes.append(f"{folder.name}: {nb.name} matches no exercise, ignored")
+            elif chosen is not None and name not in chosen:
+                notes.append(f"{folder.name}: {nb.name} is {name}, not in the assignment, ignored")
             elif name in mine and nb.stem != name:  # an exact name wins over other matches
                 notes.append(f"{folder.name}: {nb.name} ignored, {mine[name].name} graded")
             else:
@@ -68,33 +91,53 @@ def _prepare(nb_path, exercise, exercises):
         return str(e)
 
 
-def grade_class(class_dir, exercises=None, jobs=2, timeout=120, wall=None, log=None,
+class Progress:
+    """"graded 3 of 17 (alice/01_discretization) after 40 s, about 3 min left" on ``log``."""
+
+    def __init__(self, total, log):
+        self.total, self.log, self.done, self.start = total, log, 0, time.monotonic()
+        self.lock = threading.Lock()
+
+    def step(self, what):
+        with self.lock:
+            self.done += 1
+            spent = time.monotonic() - self.start
+            left = spent / self.done * (self.total - self.done)
+            eta = "" if self.done == self.total else f", about {_duration(left)} left"
+            if self.log:
+                self.log(f"graded {self.done} of {self.total} ({what}) after "
+                         f"{_duration(spent)}{eta}")
+
+
+def _duration(seconds):
+    return f"{seconds:.0f} s" if seconds < 90 else f"{seconds / 60:.0f} min"
+
+
+def grade_class(class_dir, chosen, exercises=None, jobs=2, timeout=120, wall=None, log=None,
                 limits=None):
-    """Grade every student folder under ``class_dir``.
+    """Grade every student folder under ``class_dir`` on the exercises ``chosen`` (ids).
 
     Returns (rows, columns, spans): ``rows`` is one dict per student with ``student``, ``total``,
-    ``max``, ``notes`` and per task ``(column, points, passed, reason)`` under ``"tasks"``;
-    ``columns`` lists the task columns in exercise then notebook order; ``spans`` maps
-    (student, exercise) to the (start, end) seconds of its grading.
+    ``max``, ``notes`` and per task a dict (column, exercise, task, points, passed, status, reason,
+    hint) under ``"tasks"``; ``columns`` lists the task columns in exercise then notebook order;
+    ``spans`` maps (student, exercise) to the (start, end) seconds of its grading.
     """
     exercises = P.shipped(exercises) if exercises else P.shipped()
     limits = limits or sandbox.Limits()
-    found, notes = find_submissions(class_dir, exercises)
-    graded = sorted({name for mine in found.values() for name in mine})
-    shipped = {name: nbformat.read(exercises[name], as_version=4) for name in graded}
-    plan = {name: P.tasks(shipped[name]) for name in graded}
-    names = [P.task_name(gid) for name in graded for _, gid, _ in plan[name]]
+    found, notes = find_submissions(class_dir, exercises, set(chosen))
+    shipped = {name: nbformat.read(exercises[name], as_version=4) for name in chosen}
+    plan = {name: P.tasks(shipped[name]) for name in chosen}
+    names = [P.task_name(gid) for name in chosen for _, gid, _ in plan[name]]
     column = {(name, gid): P.task_name(gid) if names.count(P.task_name(gid)) == 1
-              else f"{name}:{P.task_name(gid)}" for name in graded for _, gid, _ in plan[name]}
+              else f"{name}:{P.task_name(gid)}" for name in chosen for _, gid, _ in plan[name]}
 
     ws = submission.Workspace()
     try:
         prepared = {(s, name): _prepare(nb, name, exercises)
                     for s, mine in found.items() for name, nb in mine.items()}
-        libraries = {name: ws.library(shipped[name], name) for name in graded}
+        libraries = {name: ws.library(shipped[name], name) for name in chosen}
         sandbox.warn_if_unboxed()
-        t0 = time.monotonic()
-        spans = {}
+        t0, spans, progress = time.monotonic(), {}, Progress(len(prepared), log)
 
         def one(key):
             start, job = time.monotonic() - t0, prepared[key]
@@ -104,15 +147,14 @@ def grade_class(class_dir, exercises=None, jobs=2, timeout=120, wall=None, log=N
                 _, nb, sub, pristine = job
                 try:
                     results, _, killed = submission.run(nb, libraries[key[1]], ws, timeout, wall,
-                                                        limits)
+                                                        limits, ws.plans[key[1]])
                     with AST_LOCK:  # the verdicts parse code (see AST_LOCK)
                         rows = submission.verdicts(nb, sub, pristine, results, killed,
-                                                   wall or timeout * 10, ws.rebuilds)
+                                                   wall or timeout * 10)
                 except Exception as e:  # noqa: BLE001 - one broken submission must not stop all
                     rows = submission.failed_all(shipped[key[1]], f"grader error: {e!r}"[:500])
             spans[key] = (start, time.monotonic() - t0)
-            if log:
-                log(f"graded {key[0]}/{key[1]}")
+            progress.step(f"{key[0]}/{key[1]}")
             return rows
 
         with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:  # each job: its own group
@@ -123,15 +165,20 @@ def grade_class(class_dir, exercises=None, jobs=2, timeout=120, wall=None, log=N
     rows = []
     for student in found:
         row = {"student": student, "tasks": [], "total": 0, "max": 0, "notes": []}
-        for name in graded:
+        for name in chosen:
             got = {f"check_{r['task']}": r for r in results.get((student, name), [])}
             for _, gid, points in plan[name]:
-                r = got.get(gid, {"passed": False, "reason": "not submitted", "flags": ""})
-                row["tasks"].append((column[(name, gid)], points, r["passed"], r["reason"]))
+                r = got.get(gid, {"passed": False, "status": "not submitted",
+                                  "reason": "not submitted", "flags": "", "hint": ""})
+                row["tasks"].append(dict(column=column[(name, gid)], exercise=name,
+                                         task=P.task_name(gid), points=points,
+                                         passed=r["passed"], status=r["status"],
+                                         reason=r["reason"], hint=r.get("hint", "")))
                 row["total"] += points if r["passed"] else 0
                 row["max"] += points
                 if r.get("flags"):
                     row["notes"].append(r["flags"])
+        row["notes"] += [n.split(": ", 1)[1] for n in notes if n.startswith(f"{student}: ")]
         rows.append(row)
     for note in notes:
         print(f"note: {note}", file=sys.stderr)
@@ -146,23 +193,22 @@ def write_csv(rows, columns, out):
         w.writerow(["student", *columns, "total", "max", *[f"{c} reason" for c in columns],
                     "notes"])
         for row in rows:
-            pts = [p if ok else 0 for _, p, ok, _ in row["tasks"]]
-            why = ["" if ok else reason for _, _, ok, reason in row["tasks"]]
+            pts = [t["points"] if t["passed"] else 0 for t in row["tasks"]]
+            why = ["" if t["passed"] else t["reason"] for t in row["tasks"]]
             w.writerow([row["student"], *pts, row["total"], row["max"], *why,
                         "; ".join(row["notes"])])
 
 
 def table(rows, columns):
-    """The verdict table as text: student, pass/FAIL per task, score."""
+    """The verdict table as text: student, a mark per task (``MARK``), score; the legend below."""
     width = max([7] + [len(r["student"]) for r in rows])
     cols = [max(4, len(c)) for c in columns]
     head = [c.ljust(n) for c, n in zip(columns, cols, strict=True)]
     lines = ["  ".join(["student".ljust(width), *head, "score"])]
     for r in rows:
-        marks = [("pass" if ok else "FAIL").ljust(n)
-                 for (_, _, ok, _), n in zip(r["tasks"], cols, strict=True)]
+        marks = [MARK[t["status"]].ljust(n) for t, n in zip(r["tasks"], cols, strict=True)]
         lines.append("  ".join([r["student"].ljust(width), *marks, f"{r['total']}/{r['max']}"]))
-    return "\n".join(lines)
+    return "\n".join(lines + [LEGEND])
 
 
 def main(args):
@@ -170,16 +216,30 @@ def main(args):
     if not Path(args.class_dir).is_dir():
         print(f"error: --class {args.class_dir} is not a folder", file=sys.stderr)
         return 2
+    exercises = P.shipped(args.pristine) if args.pristine else P.shipped()
+    if not exercises:
+        print(f"error: --pristine {args.pristine} holds no exercise notebooks", file=sys.stderr)
+        return 2
+    try:
+        chosen = assignment(args.exercises, exercises)
+    except ValueError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     start = time.perf_counter()
-    rows, columns, _ = grade_class(args.class_dir, args.exercises, args.jobs, args.timeout,
+    rows, columns, _ = grade_class(args.class_dir, chosen, args.pristine, args.jobs, args.timeout,
                                    log=lambda m: print(m, file=sys.stderr, flush=True),
                                    limits=getattr(args, "limits", None))
     if not rows:
         print(f"error: no student folders under {args.class_dir}", file=sys.stderr)
         return 2
     write_csv(rows, columns, args.out)
+    feedback = Path(args.feedback or Path(args.out).parent / "feedback")
+    page = Path(args.page or Path(args.out).with_suffix(".html"))
+    classpage.write_feedback(rows, feedback)
+    classpage.write_page(rows, columns, chosen, page, feedback)
     print(table(rows, columns))
-    print(f"wrote {args.out}: {len(rows)} students, {len(columns)} tasks "
-          f"in {time.perf_counter() - start:.0f} s with {args.jobs} jobs "
+    print(f"wrote {args.out}, {page} and {len(rows)} feedback files in {feedback}/: "
+          f"{len(rows)} students, {len(columns)} tasks in {time.perf_counter() - start:.0f} s "
+          f"with {args.jobs} jobs "
           f"({'each in a bubblewrap sandbox' if sandbox.mode() == 'bwrap' else 'NOT sandboxed'})")
     return 0

@@ -23,7 +23,7 @@ from mambalearn.classroom import sandbox
 
 MAX_MESSAGE = 256 * 2**20  # bytes; a kernel sending more is disconnected
 TAIL = 4000  # characters of a cell's output kept for the report
-GRACE = 5.0  # seconds an interrupted kernel has to stop before it is killed
+GRACE = 5.0  # seconds an interrupted kernel has to stop before it is killed (at most)
 
 
 class Died(BaseException):
@@ -41,8 +41,8 @@ class Interrupted(BaseException):
 class Kernel:
     """A kernel in its box: ``execute`` cells, ``request`` remote calls, ``close`` it."""
 
-    def __init__(self, scratch, library, limits=None, uid=None, log=None):
-        self.scratch = Path(scratch)
+    def __init__(self, scratch, library, limits=None, uid=None, log=None, grace=GRACE):
+        self.scratch, self.grace = Path(scratch), grace
         conn, _ = write_connection_file(str(self.scratch / "kernel.json"), transport="ipc",
                                         ip=str(self.scratch / "k"))
         os.chmod(conn, 0o644)
@@ -98,7 +98,7 @@ class Kernel:
             if interrupted is None and now > deadline:
                 self.interrupt()
                 interrupted = now
-            if interrupted is not None and now > interrupted + GRACE:
+            if interrupted is not None and now > interrupted + self.grace:
                 self.kill("it ignored the interrupt")
                 raise Stopped("the code ran past its time limit and ignored the interrupt")
             self._check_alive()

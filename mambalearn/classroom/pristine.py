@@ -149,10 +149,11 @@ def solutions_of(nb, index):
     return [g for g in before if g in args or g not in passed_anywhere]
 
 
-def _normal(source):
+def normal(source):
+    """``source`` with every run of whitespace one space: edits of layout alone do not count."""
     return re.sub(r"\s+", " ", source).strip()
 
 
 def unchanged(cell, pristine_cell):
     """True when a solution cell is still the shipped stub."""
-    return _normal(cell.source) == _normal(pristine_cell.source)
+    return normal(cell.source) == normal(pristine_cell.source)

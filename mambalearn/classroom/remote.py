@@ -23,9 +23,15 @@ from fractions import Fraction
 
 import torch
 
+KERNEL_START = r'''
+import mambalearn._grading as __mambalearn_grading__
+__mambalearn_grading__.switch_off_torch()
+del __mambalearn_grading__
+'''
+
 KERNEL_SHIM = r'''
 def __mambalearn_rpc__(payload, _cache={}):
-    import base64, io, traceback
+    import base64, io, sys, traceback
     from fractions import Fraction
     import torch
     from IPython import get_ipython
@@ -33,31 +39,40 @@ def __mambalearn_rpc__(payload, _cache={}):
 
     def plain(x, depth=0):
         if depth > 20:
-            return {"__opaque__": "nested too deep", "repr": ""}
+            return {"__opaque__": "a structure nested too deep", "repr": ""}
         if isinstance(x, torch.Tensor):
-            return x.detach()
-        if x is None or isinstance(x, (bool, int, float, complex, str, bytes, Fraction,
-                                       torch.dtype)):
+            x = x.detach()
+            return x if type(x) is torch.Tensor else x.as_subclass(torch.Tensor)
+        if x is None or type(x) in (bool, int, float, complex, str, bytes, Fraction, torch.dtype):
             return x
+        if type(x).__module__ == "numpy" and getattr(x, "shape", None) == ():
+            return x.item()  # a numpy scalar: the Python number
+        for kind in (bool, int, float, complex):  # other subclasses of the numbers
+            if isinstance(x, kind):
+                return kind(x)
         if isinstance(x, (tuple, list)):
             return type(x)(plain(v, depth + 1) for v in x) if type(x) in (tuple, list) \
                 else tuple(plain(v, depth + 1) for v in x)
         if isinstance(x, dict):
             return {str(k): plain(v, depth + 1) for k, v in x.items()}
         kind = type(x).__module__ + "." + type(x).__qualname__
-        return {"__opaque__": kind, "repr": repr(x)[:300]}
+        return {"__opaque__": kind.removeprefix("builtins."), "repr": repr(x)[:300]}
 
-    def snap(x):
-        return x.detach().clone() if isinstance(x, torch.Tensor) else None
+    def snaps(x, path=()):
+        # (path, tensor, its copy) for every tensor in args/kwargs, nested ones too
+        if isinstance(x, torch.Tensor):
+            return [(path, x, x.detach().clone())]
+        if isinstance(x, (tuple, list)):
+            return [s for i, v in enumerate(x) for s in snaps(v, path + (i,))]
+        if isinstance(x, dict):
+            return [s for k, v in x.items() for s in snaps(v, path + (k,))]
+        return []
 
     def changed(before, after):
-        if before is None or not isinstance(after, torch.Tensor):
-            return False
         if before.shape != after.shape or before.dtype != after.dtype:
             return True
         a, b = before.cpu(), after.detach().cpu()
-        same = (a == b) | (torch.isnan(a) & torch.isnan(b)) if a.is_floating_point() else a == b
-        return not bool(same.all())
+        return not (torch.equal(a, b) or bool(((a == b) | ((a != a) & (b != b))).all()))
 
     def send(reply):
         buf = io.BytesIO()
@@ -72,6 +87,7 @@ def __mambalearn_rpc__(payload, _cache={}):
 
     req = torch.load(io.BytesIO(base64.b64decode(payload)), weights_only=False)
     args, kwargs = list(req.get("args", ())), dict(req.get("kwargs", {}))
+    grading = sys.modules.get("mambalearn._grading")
     try:
         ns = get_ipython().user_ns
         if req["path"][0] not in ns:
@@ -81,35 +97,37 @@ def __mambalearn_rpc__(payload, _cache={}):
         for attr in req["path"][1:]:
             obj = getattr(obj, attr)
         if req["kind"] == "hasattr":
-            send({"ok": True, "result": hasattr(obj, req["attr"]), "mutated": {}})
+            send({"ok": True, "result": hasattr(obj, req["attr"]), "mutated": []})
             return
         if req["kind"] == "signature":
             import inspect
             params = inspect.signature(obj).parameters.values()
             result = [(p.name, int(p.kind), p.default is not p.empty) for p in params]
-            send({"ok": True, "mutated": {}, "result": result})
+            send({"ok": True, "mutated": [], "result": result})
             return
-        before = [snap(a) for a in args], {k: snap(v) for k, v in kwargs.items()}
-        if req["kind"] == "probe":
-            src, name = req["probe"]
-            if src not in _cache:
-                scope = {"__name__": "mambalearn_probes"}
-                exec(compile(src, "<mambalearn probes>", "exec"), scope)
-                _cache[src] = scope
-            result = _cache[src][name](obj, *args, **kwargs)
-        else:
-            result = obj(*args, **kwargs)
-        mutated = {}
-        for i, a in enumerate(args):
-            if changed(before[0][i], a):
-                mutated[f"a{i}"] = a.detach().clone()
-            elif not isinstance(a, torch.Tensor) and type(a).__module__.startswith("mambalearn"):
-                mutated[f"a{i}"] = plain(vars(a))
+        before = snaps((args, kwargs))
+        if grading is not None:
+            grading.DURING.update(req.get("off", ()))
+        try:
+            if req["kind"] == "probe":
+                src, name = req["probe"]
+                if src not in _cache:
+                    scope = {"__name__": "mambalearn_probes"}
+                    exec(compile(src, "<mambalearn probes>", "exec"), scope)
+                    _cache[src] = scope
+                result = _cache[src][name](obj, *args, **kwargs)
+            else:
+                result = obj(*args, **kwargs)
+        finally:
+            if grading is not None:
+                grading.DURING.clear()
+        mutated = [(path, t.detach().clone()) for path, t, copy in before if changed(copy, t)]
+        for i, a in enumerate(args):  # mambalearn objects the code may update (a ScanCounter)
+            if not isinstance(a, torch.Tensor) and type(a).__module__.startswith("mambalearn"):
+                mutated.append(((0, i, "__dict__"), plain(vars(a))))
         for k, v in kwargs.items():
-            if changed(before[1][k], v):
-                mutated[f"k{k}"] = v.detach().clone()
-            elif not isinstance(v, torch.Tensor) and type(v).__module__.startswith("mambalearn"):
-                mutated[f"k{k}"] = plain(vars(v))
+            if not isinstance(v, torch.Tensor) and type(v).__module__.startswith("mambalearn"):
+                mutated.append(((1, k, "__dict__"), plain(vars(v))))
         send({"ok": True, "result": plain(result), "mutated": mutated})
     except BaseException as e:
         tb = [f for f in traceback.extract_tb(e.__traceback__)
@@ -130,6 +148,10 @@ class Opaque:
 
     def __init__(self, kind, text):
         self.kind, self.text = kind, text
+
+    @property
+    def __mambalearn_kind__(self):  # what the checks call it (``check._core.kind``)
+        return self.kind
 
     def __repr__(self):
         return f"<{self.kind}: {self.text}>"
@@ -163,13 +185,13 @@ def _rebuild(x):
 class Bridge:
     """Sends requests for the kernel's objects; ``deadline`` is the current cell's (monotonic s)."""
 
-    def __init__(self, kernel, deadline):
-        self.kernel, self.deadline = kernel, deadline
+    def __init__(self, kernel, deadline, off=()):
+        self.kernel, self.deadline, self.off = kernel, deadline, list(off)
 
     def request(self, kind, path, args=(), kwargs=None, **extra):
         buf = io.BytesIO()
         torch.save(dict(kind=kind, path=list(path), args=list(args), kwargs=dict(kwargs or {}),
-                        **extra), buf)
+                        off=self.off, **extra), buf)
         code = f'__mambalearn_rpc__("{base64.b64encode(buf.getvalue()).decode()}")'
         res = self.kernel.execute(code, self.deadline, silent=True)
         if not res["data"]:
@@ -179,8 +201,12 @@ class Bridge:
         if not reply.get("ok"):
             raise _exception(str(reply.get("ename")), str(reply.get("evalue")),
                              str(reply.get("tb")))
-        _copy_back(args, kwargs or {}, reply.get("mutated") or {})
+        _copy_back(args, kwargs or {}, reply.get("mutated") or [])
         return _rebuild(reply.get("result"))
+
+
+UNREADABLE = ("your code returned something the grader cannot read back: return tensors, "
+              "numbers, strings, None, or tuples, lists and dicts of them")
 
 
 def _load(data):
@@ -188,24 +214,33 @@ def _load(data):
         raw = base64.b64decode(data, validate=True)
         with torch.serialization.safe_globals([Fraction]):
             reply = torch.load(io.BytesIO(raw), weights_only=True)
-    except Exception as e:  # noqa: BLE001 - whatever the kernel sent, it is the student's failure
-        raise RemoteError(f"your kernel sent a reply the grader cannot read ({e})"[:500]) from None
+    except Exception:  # noqa: BLE001 - whatever the kernel sent, it is the student's failure
+        raise RemoteError(UNREADABLE) from None
     if not isinstance(reply, dict):
-        raise RemoteError("your kernel sent a reply the grader cannot read")
+        raise RemoteError(UNREADABLE)
     return reply
 
 
 def _copy_back(args, kwargs, mutated):
-    """In-place changes the student's code made to tensors and mambalearn objects (counters)."""
-    for key, new in mutated.items():
-        target = args[int(key[1:])] if key[0] == "a" and int(key[1:]) < len(args) else \
-            kwargs.get(key[1:]) if key[0] == "k" else None
-        if isinstance(target, torch.Tensor) and isinstance(new, torch.Tensor):
-            if target.shape == new.shape:
-                with torch.no_grad():
-                    target.copy_(new.to(target.device))
-        elif isinstance(new, dict) and hasattr(target, "__dict__"):
-            target.__dict__.update(_rebuild(new))
+    """In-place changes the student's code made to tensors (``(path, tensor)``, path into
+    (args, kwargs)) and to mambalearn objects such as a ScanCounter (path ending "__dict__")."""
+    for path, new in mutated if isinstance(mutated, (list, tuple)) else ():
+        try:
+            target = (list(args), kwargs)
+            for key in path[:-1]:
+                target = target[key]
+            last = path[-1]
+            if last == "__dict__":
+                if isinstance(new, dict) and hasattr(target, "__dict__"):
+                    target.__dict__.update(_rebuild(new))
+                continue
+            target = target[last]
+        except (IndexError, KeyError, TypeError):
+            continue
+        if isinstance(target, torch.Tensor) and isinstance(new, torch.Tensor) \
+                and target.shape == new.shape:
+            with torch.no_grad():
+                target.copy_(new.to(device=target.device, dtype=target.dtype))
 
 
 class Remote:

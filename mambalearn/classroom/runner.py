@@ -1,104 +1,192 @@
-"""Grade one restored notebook: its cells run in a boxed kernel, its checks run here.
+"""nbval runs a graded notebook: one pytest item per code cell, the kernel boxed, the checks here.
 
-    python -m mambalearn.classroom.runner JOB.json
+Two ways in, one path:
 
-The grader (``mambalearn.classroom.submission``) writes the job — the restored cells, the box's
-folders and limits, the per-cell timeout — starts this in a process group of its own and kills the
-group past the wall-clock limit. This process runs with the grader's rights and the untouched
-library: it starts the kernel in its box, sends every non-check cell to it, and runs every check
-cell *itself*: ``check.zoh(zoh)`` becomes ``mambalearn.check.zoh(Remote("zoh"))``, so the checks and
-their oracles never run where the student's code could change them. After each cell it rewrites
-the results file (so a killed run still says how far it got):
+* the grader: ``python -m mambalearn.classroom.runner JOB.json`` (started by
+  ``mambalearn.classroom.submission`` in a process group of its own, killed past the wall limit)
+  runs ``pytest --nbval-lax`` on the restored notebook of the job with this plugin; each cell's
+  result is written to the job's results file as it finishes (a killed run still says how far it
+  got) and from there becomes the verdicts and the gradebook;
+* the student's self-check: ``pytest --nbval-lax exercises/NN_name.ipynb`` (``exercises/
+  conftest.py`` loads this plugin) restores the notebook, builds the same library and runs the
+  same box and checks as ``make grade``, one pytest item per cell, and prints the grader's report.
 
-    [{"index": code-cell index,
-      "status": "ok" | "error" | "timeout" | "stopped" | "died" | "not run",
-      "ename", "evalue", "traceback", "output", "seconds"}, ...]
+nbval collects the cells and reports them (``Cell N``, a failure's message and source); this
+plugin runs them through ``session.Session``, whose kernel, time limits and checks are the
+grader's. nbval's cell tags are honoured: ``nbval-skip`` skips a cell, ``raises-exception``
+expects it to raise.
 """
 
-import contextlib
-import io
-import json
 import os
 import sys
-import time
+from collections import defaultdict
 from pathlib import Path
 
-from mambalearn.classroom import kernel as K
-from mambalearn.classroom import pristine, remote, sandbox
+if __name__ == "__main__":  # the grader's runner: nbformat's schema checks (under nbval) would
+    sys.modules.setdefault("rfc3987_syntax", None)  # compile an IRI grammar never used: 1.6 s
+
+import nbformat  # noqa: E402
+import pytest  # noqa: E402
+from nbval.plugin import IPyNbCell, IPyNbFile, NbCellError, find_metadata_tags  # noqa: E402
+
+SELF_CHECK_TIMEOUT = 120  # seconds per cell, as `make grade` (nbval's --nbval-cell-timeout wins)
 
 
-def judge(source, bridge):
-    """Run the check cell ``source`` here, on Remotes of the kernel's objects."""
-    name, args = pristine.check_call(source)
-    from mambalearn import check
+class GradedNotebook(IPyNbFile):
+    """A notebook whose cells run in a grading session; ``make_job()`` gives (job, record)."""
 
-    fn = getattr(check, name)
-    out = io.StringIO()
-    res = {"status": "ok", "ename": None, "evalue": None, "traceback": [], "output": ""}
+    make_job = None  # set by :func:`_collector`
+    finish = None  # called with the results once every cell ran (the self-check's report)
+
+    def collect(self):
+        self.job, self.record = self.make_job()
+        self.results, self.grading = [], None
+        for index, cell in enumerate(self.job["cells"]):
+            node = nbformat.v4.new_code_cell(cell["source"], metadata=cell.get("metadata", {}))
+            options = defaultdict(bool, find_metadata_tags(node.metadata))
+            yield GradedCell.from_parent(self, name=f"Cell {index}", cell_num=index, cell=node,
+                                         options=options)
+
+    def setup(self):
+        from mambalearn.classroom.session import Session
+
+        self.grading = Session(self.job)
+
+    def teardown(self):
+        if self.grading is not None:
+            self.grading.close()
+        if self.finish is not None:
+            self.finish(self.results)
+
+
+class GradedCell(IPyNbCell):
+    """One code cell: run by the session; a failure is nbval's NbCellError with the reason."""
+
+    def setup(self):  # nbval's marks later cells xfail after a timeout: the session says instead
+        pass
+
+    def runtest(self):
+        notebook = self.parent
+        if self.options["skip"]:
+            res = {"index": self.cell_num, "status": "ok", "evalue": "skipped (nbval-skip)"}
+            self._keep(res)
+            pytest.skip("nbval-skip")
+        res = notebook.grading.run_cell(self.cell_num)
+        if self.options["check_exception"] and res["status"] == "error":
+            res = dict(res, status="ok")  # raises-exception: the error was expected
+        self._keep(res)
+        if res["status"] != "ok":
+            label = notebook.job["cells"][self.cell_num]["label"]  # "Cell 3 (your `zoh` cell)"
+            where = label.partition(" (")[2].rstrip(")")  # nbval prints "Cell 3:" itself
+            what = f"{res['ename']}: {res['evalue']}" if res.get("ename") else res.get("evalue")
+            raise NbCellError(self.cell_num, f"{where}: {what}" if where else what,
+                              self.cell.source, "\n".join(res.get("traceback") or []) or None)
+
+    def _keep(self, res):
+        self.parent.results.append(res)
+        self.parent.record(res)
+
+
+def _collector(parent, file_path, make_job, finish=None):
+    nb = GradedNotebook.from_parent(parent, path=Path(file_path))
+    nb.make_job, nb.finish = make_job, finish
+    return nb
+
+
+class GraderPlugin:
+    """The grader's use: run the job's restored notebook, each result to ``record``."""
+
+    def __init__(self, job, record):
+        self.job, self.record = job, record
+
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_collect_file(self, file_path, parent):
+        outcome = yield
+        if Path(file_path).resolve() == Path(self.job["notebook"]).resolve():
+            outcome.force_result([_collector(parent, file_path, lambda: (self.job, self.record))])
+
+
+def run_pytest(job, record):
+    """``pytest --nbval-lax`` on the job's notebook, in this process, with nothing else loaded."""
+    private = Path(job["private"])
+    ini = private / "pytest.ini"
+    ini.write_text("[pytest]\n")
+    os.environ["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"  # no other plugin of the venv runs here
+    args = [job["notebook"], "--nbval-lax", "-p", "nbval", "-p", "no:cacheprovider", "-q",
+            "-c", str(ini), "--rootdir", str(private)]
+    return pytest.main(args, plugins=[GraderPlugin(job, record)])
+
+
+# --- the self-check: `pytest --nbval-lax exercises/NN_name.ipynb` ---------------------------------
+@pytest.hookimpl(hookwrapper=True)
+def pytest_collect_file(file_path, parent):
+    """(a conftest hook) Exercise notebooks run through the grader's path under --nbval(-lax)."""
+    outcome = yield
+    opt = parent.config.option
+    if not (getattr(opt, "nbval", False) or getattr(opt, "nbval_lax", False)) \
+            or Path(file_path).suffix != ".ipynb":
+        return
+    from mambalearn.classroom import pristine
+
     try:
-        with contextlib.redirect_stdout(out):
-            fn(*[remote.Remote(bridge, (a,)) for a in args])
-    except (AssertionError, NotImplementedError) as e:
-        kind = "AssertionError" if isinstance(e, AssertionError) else "NotImplementedError"
-        res.update(status="error", ename=kind, evalue=str(e))
-    except Exception as e:  # noqa: BLE001 - e.g. the kernel returned what no check expects
-        res.update(status="error", ename=type(e).__name__,
-                   evalue=f"the check could not run your code: {type(e).__name__}: {e}")
-    res["output"] = out.getvalue()[-K.TAIL:]
-    return res
+        content = nbformat.read(file_path, as_version=4)
+    except Exception:  # noqa: BLE001 - the grader reports an unreadable notebook
+        content = nbformat.v4.new_notebook()
+    if pristine.identify(content, file_path, pristine.shipped()) is None:
+        return  # not an exercise: plain nbval
+    timeout = int(opt.nbval_cell_timeout)
+    timeout = SELF_CHECK_TIMEOUT if timeout == 2000 else timeout  # 2000: nbval's default
+    check = SelfCheck(file_path, timeout, parent.config)
+    outcome.force_result([_collector(parent, file_path, check.make_job, check.finish)])
 
 
-def run(job):
-    """Execute every code cell of the job; yields one result per cell as it finishes."""
-    cells, timeout = job["cells"], job["timeout"]
-    kern = K.Kernel(job["scratch"], job["library"], sandbox.Limits(**job["limits"]), job.get("uid"),
-                    log=job.get("log"))
-    gone = None  # why later cells cannot run
-    try:
-        from mambalearn import check  # noqa: F401 - import the checks while the kernel starts
+class SelfCheck:
+    """One exercise notebook graded as ``make grade`` grades it, cell by cell under nbval."""
 
-        try:
-            kern.wait_ready(timeout=max(60, timeout))
-            kern.execute(remote.KERNEL_SHIM, time.monotonic() + timeout, silent=True)
-        except (K.Died, K.Stopped) as e:
-            gone = f"the kernel could not start ({e})"
-        for index, cell in enumerate(cells):
-            start = time.monotonic()
-            if gone:
-                yield {"index": index, "status": "not run", "evalue": gone}
-                continue
-            try:
-                if cell["kind"] == "check":
-                    res = judge(cell["source"], remote.Bridge(kern, start + timeout))
-                else:
-                    res = kern.execute(cell["source"], start + timeout)
-                    res.pop("data", None)
-            except K.Interrupted:
-                res = {"status": "timeout", "evalue": f"ran past the {timeout} s limit per cell "
-                                                      "and was interrupted"}
-            except K.Stopped:
-                res = {"status": "stopped", "evalue": f"ran past the {timeout} s limit per cell, "
-                                                      "ignored the interrupt and was stopped"}
-                gone = f"the kernel was stopped in cell {index} (it ran past the time limit)"
-            except K.Died as e:
-                res = {"status": "died", "evalue": str(e)}
-                gone = f"the kernel died in cell {index}"
-            res.update(index=index, seconds=round(time.monotonic() - start, 2))
-            yield res
-    finally:
-        kern.close()
+    def __init__(self, path, timeout, config):
+        self.path, self.timeout, self.config = Path(path), timeout, config
+
+    def make_job(self):
+        from mambalearn.classroom import sandbox, submission
+
+        self.ws = submission.Workspace()
+        self.config.add_cleanup(self.ws.close)
+        exercise, self.nb, self.submission, self.shipped = submission.prepare(self.path)
+        sandbox.warn_if_unboxed()
+        library = self.ws.library(self.shipped, exercise)
+        spec = submission.job(self.nb, library, self.ws, self.timeout,
+                              plan=self.ws.plans[exercise])
+        return spec, lambda res: None
+
+    def finish(self, results):
+        from mambalearn.classroom import grade, submission
+
+        rows = submission.verdicts(self.nb, self.submission, self.shipped, results)
+        REPORTS.append(grade.report(rows, title=f"{self.path}, as `make grade` grades it:"))
+
+
+REPORTS = []  # the self-checks' reports, printed at the end of the pytest run
+
+
+def pytest_terminal_summary(terminalreporter):
+    """(a conftest hook) The grader's report of each exercise notebook self-checked."""
+    for text in REPORTS:
+        terminalreporter.write_sep("=", "grade")
+        for line in text.splitlines():
+            terminalreporter.write_line(line)
+    REPORTS.clear()
 
 
 def main(argv=None):
+    import json
+
+    from mambalearn.classroom.session import Results
+
     argv = sys.argv[1:] if argv is None else argv
     job = json.loads(Path(argv[0]).read_text())
-    results, out = [], Path(job["results"])
-    for res in run(job):
-        results.append(res)
-        tmp = out.with_suffix(".tmp")
-        tmp.write_text(json.dumps(results))
-        os.replace(tmp, out)
-    return 0
+    results = Results(job["results"])
+    code = run_pytest(job, results.add)
+    return 0 if results.rows else int(code)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,174 @@
+"""From the per-cell results of a graded notebook to one row per task: passed or not, and why.
+
+A task (one check cell) passes when its check ran and raised nothing, and no solution cell it
+depends on is a copy of the library's code. Otherwise its reason says what a student can act on:
+the check's message, or that the solution cell itself failed, died, ran too long, or was never
+written — naming the cell as nbval does (``Cell N``, counting code cells from 0) and as the student
+knows it (``your `zoh` cell``). A NameError for a helper the student defined in a cell of their
+own says that such cells are not graded.
+
+Rows: ``{task, points, passed, status ("pass" | "fail" | "not attempted"), reason, short, hint,
+flags}``; ``short`` is the table's one line, ``hint`` the first hint the check gave.
+"""
+
+import ast
+import re
+
+from mambalearn.classroom import copies
+from mambalearn.classroom import pristine as P
+
+
+def _cut(text, width):
+    if len(text) <= width:
+        return text
+    at = text.rfind(" ", 0, width - 2)
+    return text[: at if at > width // 2 else width - 2] + " …"
+
+
+def short(reason, width=100):
+    """The table's form of a reason: its first line cut at a word near ``width``, and the hint
+    (the line that names the likely mistake) when the check gave one."""
+    lines = [line.strip() for line in (reason or "").strip().splitlines() if line.strip()]
+    if not lines:
+        return ""
+    hint = next((line for line in lines[1:] if line.startswith("hint:")), None)
+    if hint is None:
+        return _cut(lines[0], width)
+    return _cut(lines[0], width // 2) + " — " + _cut(hint, width)
+
+
+def first_hint(reason):
+    """The first hint a reason carries ("hint: …" or "hint 1 of 3: …"), without its label."""
+    for line in (reason or "").splitlines():
+        m = re.match(r"\s*hint( \d+ of \d+)?: (.*)", line)
+        if m:
+            return m.group(2).strip()
+    return ""
+
+
+def _first(text):
+    return (text or "").strip().splitlines()[0] if (text or "").strip() else ""
+
+
+def label(nb, index):
+    """How a report names code cell ``index``: "Cell 3 (your `zoh` cell)", "Cell 4 (check.zoh)"."""
+    cell = P.code_cells(nb)[index]
+    if P.meta(cell).get("solution"):
+        return f"Cell {index} (your `{P.meta(cell)['grade_id']}` cell)"
+    if P.meta(cell).get("grade"):
+        return f"Cell {index} (check.{P.check_call(cell.source)[0]})"
+    return f"Cell {index}"
+
+
+def _cell_failure(r, where):
+    """Why the student's cell ``where`` did not run through, or None if it did."""
+    if r is None or r.get("status") == "ok":
+        return None
+    if r["status"] == "error":
+        return f"{where} failed: {r['ename']}: {_first(r['evalue'])}"
+    if r["status"] == "died":
+        status = re.search(r"exit status -?\d+", r.get("evalue") or "")
+        return f"the kernel died in {where}" + (f" ({status.group(0)})" if status else "")
+    if r["status"] in ("timeout", "stopped"):
+        return f"{where} {r['evalue']}"
+    return f"{where} was {r['status']}: {r.get('evalue')}"
+
+
+def _explain(nb, idx, r, deps, results, unchanged, killed, wall):
+    """(status, full reason) of check cell ``idx``, which did not pass."""
+    if deps and all(unchanged.get(d) for d in deps):
+        names = ", ".join(f"`{d}`" for d in deps)
+        still = "are still the shipped stubs" if len(deps) > 1 else "is still the shipped stub"
+        return "not attempted", f"not attempted: {names} {still}"
+    sols = {P.meta(c).get("grade_id"): i for i, c in enumerate(P.code_cells(nb))
+            if P.meta(c).get("solution")}
+    for d in deps:
+        why = _cell_failure(results.get(sols.get(d)), label(nb, sols[d]) if d in sols else d)
+        if why:
+            return "fail", why
+    if r is None:
+        if killed:
+            last = max(results) if results else -1
+            where = label(nb, last + 1) if last + 1 < len(P.code_cells(nb)) else "?"
+            return "fail", (f"not run: grading was stopped at the {wall} s limit for the whole "
+                            f"notebook (it was running {where})")
+        return "fail", "not run"
+    status = r.get("status")
+    if status == "died":
+        return "fail", (f"the kernel died in {label(nb, idx)} while the check ran your code "
+                        f"({r['evalue']})")
+    if status in ("timeout", "stopped"):
+        return "fail", f"{label(nb, idx)}: the check ran your code, which {r['evalue']}"
+    if status == "not run":
+        return "fail", f"not run: {r['evalue']}"
+    if r.get("ename") == "NotImplementedError":
+        return "fail", f"not finished: {r['evalue']}"
+    return "fail", r.get("evalue") or status
+
+
+def own_definitions(submission, shipped):
+    """{name: "Cell N"} defined at the top of code cells the student added (not solution cells,
+    not shipped cells): code there is not graded."""
+    graded = {P.meta(c)["grade_id"] for c in shipped.cells if P.meta(c).get("solution")}
+    solutions = {id(c) for g, c in P.solution_cells(submission).items() if g in graded}
+    shipped_sources = {P.normal(c.source) for c in P.code_cells(shipped)}
+    found = {}
+    for i, c in enumerate(P.code_cells(submission)):
+        if id(c) in solutions or P.normal(c.source) in shipped_sources:
+            continue
+        try:
+            tree = ast.parse(re.sub(r"^\s*[%!].*$", "", c.source, flags=re.M))
+        except SyntaxError:
+            continue
+        for node in tree.body:
+            names = [node.name] if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef,
+                                                     ast.ClassDef)) else \
+                [t.id for t in getattr(node, "targets", []) if isinstance(t, ast.Name)]
+            for name in names:
+                found.setdefault(name, f"Cell {i} of your notebook")
+    return found
+
+
+def _own_cell_note(reason, own, deps):
+    """The sentence a NameError needs when the name lives in a cell grading does not run."""
+    for name in re.findall(r"name '(\w+)' is not defined", reason or ""):
+        if name in own:
+            into = f"the `{deps[0]}` cell" if deps else "a solution cell"
+            return (f"\n`{name}` is defined in {own[name]}, a cell of your own: grading runs only "
+                    f"the solution cells (the ones that said `raise NotImplementedError()`) and "
+                    f"the shipped cells, so move `{name}` into {into}")
+    return ""
+
+
+def verdicts(nb, submission, shipped, results, killed=False, wall=None):
+    """One row per task of restored notebook ``nb`` (see the module docstring)."""
+    results = {r["index"]: r for r in results}
+    stubs = {P.meta(c)["grade_id"]: c for c in shipped.cells if P.meta(c).get("solution")}
+    mine = P.solution_cells(submission)
+    unchanged = {g: g not in mine or P.unchanged(mine[g], stub) for g, stub in stubs.items()}
+    own = own_definitions(submission, shipped)
+    rows = []
+    for idx, gid, points in P.tasks(nb):
+        task, r = P.task_name(gid), results.get(idx)
+        deps = P.solutions_of(nb, idx)
+        copied = [f"`{theirs}` is {lib}" for d in deps if d in mine
+                  for theirs, lib in copies.found(mine[d].source)]
+        if copied:
+            status, reason = "fail", (f"copied from the library: {'; '.join(copied)}, line for "
+                                      f"line (comments, layout and docstring aside); write it "
+                                      f"yourself")
+        elif r is not None and r.get("status") == "ok":
+            status, reason = "pass", ""
+        else:
+            status, reason = _explain(nb, idx, r, deps, results, unchanged, killed, wall)
+            reason += _own_cell_note(reason, own, deps)
+        rows.append(dict(task=task, points=points, passed=status == "pass", status=status,
+                         reason=reason, short=short(reason), hint=first_hint(reason),
+                         flags="; ".join(copied)))
+    return rows
+
+
+def failed_all(nb, reason):
+    """Every task of ``nb`` failed with ``reason`` (an unreadable submission)."""
+    return [dict(task=P.task_name(gid), points=p, passed=False, status="fail", reason=reason,
+                 short=short(reason), hint="", flags="") for _, gid, p in P.tasks(nb)]
