@@ -19,7 +19,7 @@ PROJECT_TALK = re.compile("|".join([
     rf"\bhelpers?\s+(?:[\"“][\w-]+[\"”]|(?:{HELPERS})\b)",
     r"\b(?:first|second|third|fourth|fifth|\d+(?:st|nd|rd|th))\s+session\b",
     r"\bcalls?\s+\d", r"'s\s+call\b",
-    r"\bissues?\s+#?\d+", r"#\d{1,3}\b(?![\w-])",
+    r"\bissues?\s+#?\d+", r"#\d{1,3}\b(?![\w;-])",  # (a CSS colour "#555;" is not an issue)
     r"\bDESIGN(?:\.md|\s*§)",
 ]), re.I)
 
