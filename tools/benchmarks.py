@@ -31,6 +31,7 @@ TITLES = {
     "ssd": "Mamba-2 SSD (chapters 10–11)",
     "ssd_fused": "The fused SSD forward's designs (chapter 11)",
     "ssd_precision": "The fused SSD forward's precision (chapter 11)",
+    "ssd_batch_one": "The fused SSD forward from batch 64 to batch one (chapters 10–11)",
     "step": "The decode step (chapter 12)",
     "decode_model": "Decoding a whole model (chapter 12)",
     "attention": "Attention against Mamba (chapters 05, 12)",
