@@ -1,0 +1,72 @@
+"""Mamba-3 context parallel (chapter 15) on real gloo process groups: all four algorithms, 2–4
+ranks, against one process (the float64 loop): outputs, every rank's four final states and every
+gradient, the initial states' included. Each world size runs all its cases in one ``spawn``."""
+
+import functools
+
+import pytest
+import torch
+
+from mambalearn.mamba3 import verify as V3
+from mambalearn.parallel import RankError, spawn
+
+WORLDS = (2, 3, 4)
+UNEQUAL = {2: (3, 6), 3: (2, 5, 4), 4: (5, 1, 3, 2)}  # a shard of one token at R = 4
+ALGORITHMS = ("ring", "allgather", "logscan", "alltoall")
+
+
+def _cases(R):
+    return [V3.case(lengths, alg, h=12, g=(1, 2, 3)[i % 3], init=i % 2 == 0, seed=10 * R + i)
+            for i, (alg, lengths) in enumerate((a, ls) for a in ALGORITHMS
+                                               for ls in ((3,) * R, UNEQUAL[R]))]
+
+
+@functools.lru_cache(maxsize=None)
+def _run(R):
+    return spawn(V3.run_cases, R, args=(_cases(R),), timeout=120)
+
+
+def _id(R, c):
+    return f"R{R}-{c['algorithm']}-{'eq' if len(set(c['lengths'])) == 1 else 'uneq'}"
+
+
+@pytest.mark.parametrize("R, i", [(R, i) for R in WORLDS for i in range(len(_cases(R)))],
+                         ids=[_id(R, c) for R in WORLDS for c in _cases(R)])
+def test_mamba3_cp_equals_one_process(R, i):
+    c = _cases(R)[i]
+    V3.compare(c, [r[i] for r in _run(R)], V3.reference(c))
+
+
+def test_cases_cover_what_they_claim():
+    for R in WORLDS:
+        cs = _cases(R)
+        assert {c["algorithm"] for c in cs} == set(ALGORITHMS)
+        assert {len(set(c["lengths"])) == 1 for c in cs} == {True, False}
+        assert {c["init"] for c in cs} == {True, False} and len({c["g"] for c in cs}) == 3
+
+
+def test_the_triton_kernel_as_the_backend():
+    """Chapter 15's kernels (the interpreter on a CPU) scan each shard from Input_States."""
+    c = V3.case((5, 7), "logscan", backend="triton", dtype=torch.float32, chunk_size=16, n=16,
+                na=4, seed=3)
+    V3.compare(c, spawn(V3.run_rank, 2, args=(c,), timeout=300), V3.reference(c))
+
+
+def _bad(rank, what):
+    from mambalearn.mamba3.parallel import mamba3_siso_combined_cp
+
+    c = V3.case((4, 4, 4), "alltoall" if what == "heads" else "allgather", h=4, g=1)
+    x, states = V3.make_inputs(c)
+    mine = {k: V3._shard(v, k, V3._slice(c, rank)) for k, v in x.items()}
+    if what == "states":  # Input_States handed to every rank, not rank 0 alone
+        return mamba3_siso_combined_cp(**mine, Input_States=states, algorithm="allgather")
+    return mamba3_siso_combined_cp(**mine, algorithm=c["algorithm"])
+
+
+@pytest.mark.parametrize("what, match", [("states", "on rank 0 only"),
+                                         ("heads", "3 must divide h")])
+def test_bad_input_is_the_same_clear_error_on_every_rank(what, match):
+    with pytest.raises(RankError) as info:
+        spawn(_bad, 3, args=(what,), timeout=30)
+    assert sorted(info.value.errors) == [0, 1, 2]
+    assert all(match in str(e) for e in info.value.errors.values())
