@@ -22,7 +22,9 @@ from mambalearn.triton.mamba3.mimo_backward import mimo_backward_kernel
 from mambalearn.triton.mamba3.mimo_forward import mimo_forward_kernel
 
 # Launch settings (a launcher's ``cfg``): warps per (q·r)-row tile of 64 rows, scaled with it.
-CONFIG = dict(forward_warps=4, backward_warps=4)
+# Not tuned on a GPU yet: the backward holds about twenty (64 × 64|128) float32 tiles, which spill
+# at any warp count below 16; 8 warps is a first guess for both.
+CONFIG = dict(forward_warps=8, backward_warps=8)
 
 
 def tiles(n, p, r, chunk_size):
