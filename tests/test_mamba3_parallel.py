@@ -70,3 +70,45 @@ def test_bad_input_is_the_same_clear_error_on_every_rank(what, match):
         spawn(_bad, 3, args=(what,), timeout=30)
     assert sorted(info.value.errors) == [0, 1, 2]
     assert all(match in str(e) for e in info.value.errors.values())
+
+
+def _lm_work(rank, algorithm, tokens):
+    import torch.distributed as dist
+
+    from mambalearn import model as M
+    from mambalearn.mamba3 import parallel  # noqa: F401  (registers the Mamba-3 mixer)
+    from mambalearn.mamba3.mixer import Mamba3Config
+    from mambalearn.parallel.block import ContextParallelLM, all_reduce_grads
+
+    torch.manual_seed(0)
+    model = M.MambaLM(Mamba3Config(vocab_size=6, d_model=12, n_layers=2, d_state=4, headdim=4,
+                                   chunk_size=4, backend="chunked")).double()
+    mine = torch.tensor_split(tokens, dist.get_world_size(), dim=1)[rank]
+    logits = ContextParallelLM(model, algorithm=algorithm)(mine)
+    weights = torch.randn(*tokens.shape, 6, generator=torch.Generator().manual_seed(9),
+                          dtype=torch.float64)
+    (logits * torch.tensor_split(weights, dist.get_world_size(), dim=1)[rank]).sum().backward()
+    all_reduce_grads(model)
+    return logits.detach(), {n: p.grad for n, p in model.named_parameters()}
+
+
+@pytest.mark.parametrize("R, algorithm", [(2, "logscan"), (3, "ring")])
+def test_the_mamba3_lm_context_parallel_equals_the_model(R, algorithm):
+    """Chapter 13's LM with Mamba-3 blocks on R shards: its logits and every parameter's
+    gradient equal the model's on the whole sequence."""
+    from mambalearn import model as M
+    from mambalearn.mamba3.mixer import Mamba3Config
+    from mambalearn.testing import assert_close
+
+    tokens = torch.randint(0, 6, (2, 11), generator=torch.Generator().manual_seed(1))
+    res = spawn(_lm_work, R, args=(algorithm, tokens), timeout=120)
+    torch.manual_seed(0)
+    model = M.MambaLM(Mamba3Config(vocab_size=6, d_model=12, n_layers=2, d_state=4, headdim=4,
+                                   chunk_size=4, backend="chunked")).double()
+    logits = model(tokens)
+    weights = torch.randn(*tokens.shape, 6, generator=torch.Generator().manual_seed(9),
+                          dtype=torch.float64)
+    (logits * weights).sum().backward()
+    assert_close(torch.cat([r[0] for r in res], 1), logits.detach())
+    for name, p in model.named_parameters():
+        assert_close(res[0][1][name], p.grad, grad=True, msg=name)

@@ -23,6 +23,7 @@ Given θ_r and the carry, the state is linear as before, and the five steps are:
 "alltoall" re-shards tokens → heads instead (R | h; Q and K all-gathered over time) and scans the
 whole sequence per head. Every collective runs in the same order on every rank, forward and
 backward (rank 0 ties its unused halo and states into its graph, as ``exchange.Tie`` explains).
+:func:`mamba3_mixer_cp` runs chapter 13's Mamba-3 block on a shard (``ContextParallelLM``).
 """
 
 import inspect
@@ -31,7 +32,7 @@ import math
 import torch
 
 from mambalearn import model as M
-from mambalearn.mamba3 import mixer  # noqa: F401  (registers the "mamba3" backends by name)
+from mambalearn.mamba3 import mixer as _mixer  # noqa: F401  (registers the backends by name)
 from mambalearn.mamba3.sequential import (
     angle_rates,
     check_inputs,
@@ -40,7 +41,7 @@ from mambalearn.mamba3.sequential import (
     rotate_pairs,
 )
 from mambalearn.parallel import wire
-from mambalearn.parallel.block import Halo
+from mambalearn.parallel.block import Halo, register_mixer
 from mambalearn.parallel.exchange import SummaryScan, Tie
 from mambalearn.parallel.reshard import GatherTime, Reshard, from_root, select_groups
 
@@ -188,3 +189,15 @@ def _alltoall(comm, metas, fn, x, states, chunk_size, return_final):
     angle, ssm, k, v = back[1][:, 0].split([m["na"], m["p"] * m["n"], m["n"], m["p"]], -1)
     ssm = ssm.unflatten(-1, (m["p"], m["n"]))  # (b, h, p, n)
     return (back[0], *(s.to(dt) for s, dt in zip((angle, ssm, k, v), dtypes, strict=True)))
+
+
+def mamba3_mixer_cp(block, hidden, group=None, algorithm="allgather", backend=None):
+    """``Mamba3Mixer.forward`` on a token shard (no cache, mask): everything per token but the
+    scan, which is :func:`mamba3_siso_combined_cp` — no conv, so no conv halo.  (b, l_r, ·)"""
+    y = mamba3_siso_combined_cp(**block._inputs(block.in_proj(hidden)),
+                                chunk_size=block.cfg.chunk_size, group=group,
+                                algorithm=algorithm, backend=backend or block.cfg.backend)
+    return block.out_proj(y.flatten(2))  # (b, l_r, d_model)
+
+
+register_mixer("mamba3", mamba3_mixer_cp)
