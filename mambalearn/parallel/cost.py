@@ -13,9 +13,9 @@ per rank (m = what one rank contributes), as NCCL runs them:
 
 NCCL's tree algorithms serve all-reduce (a reduce and a broadcast) and do not apply to
 all-gather, which runs as a ring; its logarithmic PAT schedule came in NCCL 2.23 for one GPU per
-node (NVIDIA/nccl issue #1473), and from 2.31 runs between nodes with NVLink SHARP (NVLS) inside
-them — NVLS stays off on the machines this course was measured on (``launch.NCCL_ENV``). So the
-all-gather's latency grows linearly in R here, like the ring's.
+node (github.com/NVIDIA/nccl/issues/1473), and from 2.31 runs between nodes with NVLink SHARP
+(NVLS) inside them — NVLS stays off on the machines this course was measured on
+(``launch.NCCL_ENV``). So the all-gather's latency grows linearly in R here, like the ring's.
 
 With T_f, T_b one forward and one backward of a shard (kernel times measured on one GPU), S the
 state and |P| the decay of one rank (in float32), per step:
