@@ -112,3 +112,22 @@ def test_the_mamba3_lm_context_parallel_equals_the_model(R, algorithm):
     assert_close(torch.cat([r[0] for r in res], 1), logits.detach())
     for name, p in model.named_parameters():
         assert_close(res[0][1][name], p.grad, grad=True, msg=name)
+
+
+GPUS = torch.cuda.device_count()
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(GPUS < 2, reason="needs ≥ 2 CUDA GPUs (NCCL)")
+@pytest.mark.parametrize("R", [r for r in (2, 4, 8) if r <= max(GPUS, 2)])
+def test_mamba3_cp_on_gpus_equals_one_gpu(R):
+    """Chapter 15's kernels on R GPUs (one process each, NCCL), every algorithm, vs the same
+    kernel on one GPU: bf16 at h32 p64 n128, 512 tokens per rank."""
+    from mambalearn.triton.mamba3 import mamba3_siso_combined
+
+    kw = dict(backend="triton", b=1, h=32, p=64, g=1, n=128, na=32, chunk_size=64,
+              dtype=torch.bfloat16, device="cuda")
+    cases = [V3.case((512,) * R, a, seed=i, **kw) for i, a in enumerate(ALGORITHMS)]
+    results = spawn(V3.run_cases, R, backend="nccl", args=(cases,), timeout=300)
+    for i, c in enumerate(cases):
+        V3.compare(c, [r[i] for r in results], V3.reference(c, mamba3_siso_combined), norm=True)
