@@ -1,4 +1,4 @@
-"""Context parallelism (chapter 14) on real gloo process groups: every algorithm, 2–4 ranks.
+"""Context parallelism (chapter 14) on real gloo process groups: all four algorithms, 2–4 ranks.
 
 Each (world size, model) runs all its cases in one ``spawn`` (a few forked processes, tiny
 shapes); each case is then compared, shard by shard, with the whole sequence computed in one
@@ -18,7 +18,7 @@ from mambalearn.scan.chunked import selective_scan_chunked
 
 WORLDS = (2, 3, 4)
 UNEQUAL = {2: (3, 6), 3: (2, 5, 4), 4: (5, 1, 3, 4)}  # a shard of one token at R = 4
-ALGORITHMS = ("ring", "allgather", "alltoall")
+ALGORITHMS = ("ring", "allgather", "logscan", "alltoall")
 
 
 def no_initial_state(u, delta, A, B, C, D=None, z=None, delta_bias=None, delta_softplus=False,

@@ -14,8 +14,15 @@ ROOT = Path(__file__).resolve().parent.parent
 def test_collectives_follow_their_formulas():
     net = cost.Network(alpha=1e-5, beta=1e9)
     assert cost.p2p(net, 1e6) == pytest.approx(1e-5 + 1e-3)
-    assert cost.all_gather(net, 8, 1e6) == pytest.approx(3e-5 + 7e-3)
+    # NCCL's all-gather is a ring: R − 1 latencies; PAT (one GPU per node): ⌈log₂R⌉
+    assert cost.all_gather(net, 8, 1e6) == pytest.approx(7e-5 + 7e-3)
+    pat = cost.Network(alpha=1e-5, beta=1e9, allgather="pat")
+    assert cost.all_gather(pat, 8, 1e6) == pytest.approx(3e-5 + 7e-3)
+    assert cost.all_gather(pat, 5, 1e6) == pytest.approx(3e-5 + 4e-3)  # ⌈log₂5⌉ = 3
     assert cost.all_to_all(net, 4, 4e6) == pytest.approx(3e-5 + 3e-3)
+    assert [cost.rounds(R) for R in (1, 2, 3, 4, 5, 1024, 1025)] == [0, 1, 2, 2, 3, 10, 11]
+    with pytest.raises(ValueError, match="allgather must be 'ring' or 'pat'"):
+        cost.all_gather(cost.Network(1e-5, 1e9, allgather="tree"), 4, 1.0)
 
 
 def test_step_times_add_compute_and_communication():
@@ -26,7 +33,12 @@ def test_step_times_add_compute_and_communication():
     assert ring["fwd"] == pytest.approx(2e-3 + 3 * (1e-5 + 4000 / 1e9))
     assert ring["fwd_bwd"] == pytest.approx(ring["fwd"] + 4e-3 + ring["comm_bwd"])
     ag = cost.step_time(w, 4, "allgather", net)
-    assert ag["comm_fwd"] == pytest.approx(2e-5 + 3 * 4040 / 1e9)
+    assert ag["comm_fwd"] == pytest.approx(3e-5 + 3 * 4040 / 1e9)
+    scan = cost.step_time(w, 5, "logscan", net)  # ⌈log₂5⌉ = 3 rounds of one summary and one ⊗
+    assert scan["comm_fwd"] == pytest.approx(3 * (1e-5 + 4040 / 1e9 + cost.combine_time(w)))
+    assert scan["fwd"] - scan["comm_fwd"] == pytest.approx(2 * w.t_fwd)
+    assert cost.combine_time(w, bandwidth=1e9) == pytest.approx(3 * 4040 / 1e9)
+    assert scan["memory"] == 3 * 4040 < cost.step_time(w, 5, "allgather", net)["memory"]
     a2a = cost.step_time(w, 4, "alltoall", net)
     assert a2a["fwd"] - a2a["comm_fwd"] == pytest.approx(w.t_fwd)  # one scan, not two
     assert cost.step_time(w, 4, "serial", net)["fwd"] > 4 * w.t_fwd
@@ -35,11 +47,15 @@ def test_step_times_add_compute_and_communication():
 
 
 def test_winners_at_the_chapter_shapes():
-    """All-to-all sends tokens and scans once: it wins inside a node; beyond, the summaries win."""
+    """All-to-all sends tokens and scans once: it wins inside a node; beyond, the log-depth scan
+    of the summaries wins (its latency and bytes grow with log R, the ring's and the all-gather's
+    with R)."""
     for w in (cost.mamba1(32768), cost.ssd(32768)):
         best = dict((R, name) for R, name, _ in cost.winners(w, [2, 8, 64, 1024]))
         assert best[2] == best[8] == "alltoall"
-        assert best[64] == best[1024] == "allgather"
+        assert best[64] == best[1024] == "logscan"
+        t = {a: cost.step_time(w, 1024, a)["fwd_bwd"] for a in ("ring", "allgather", "logscan")}
+        assert t["logscan"] < t["ring"] < t["allgather"]
 
 
 def test_the_gpu_script_runs_tiny_on_cpu():

@@ -72,9 +72,10 @@ def _gpu_cases(R):
     m1 = dict(b=2, d=2048, n=16, dtype=torch.bfloat16, device="cuda", backend="triton")
     ssd = dict(b=1, h=80, p=64, n=128, g=1, chunk_size=256, dtype=torch.bfloat16, device="cuda",
                backend="triton")
-    cases = [V.case("ssd", (2048,) * R, a, **ssd) for a in ("ring", "allgather", "alltoall")]
+    algorithms = ("ring", "allgather", "logscan", "alltoall")
+    cases = [V.case("ssd", (2048,) * R, a, **ssd) for a in algorithms]
     if _last_state_has_grad():
-        cases += [V.case("mamba1", (2048,) * R, a, **m1) for a in ("ring", "allgather", "alltoall")]
+        cases += [V.case("mamba1", (2048,) * R, a, **m1) for a in algorithms]
     return cases
 
 

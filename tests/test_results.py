@@ -146,7 +146,7 @@ def student_text():
 
 # Copies in chapters another branch is rewriting: listed until that branch lands, and checked to
 # be still there (an entry whose copy is gone fails, so the list only shrinks).
-PENDING = {"notebooks/15_mamba3.ipynb cell 31", "notebooks/14_context_parallel.ipynb cell 23"}
+PENDING = set()
 
 
 def test_no_figure_of_the_store_is_copied_into_the_course():

@@ -38,6 +38,7 @@ TITLES = {
     "model": "Scan backends inside the model (chapter 13)",
     "parallel": "One rank's work of the context-parallel scan (chapter 14)",
     "mamba3": "Mamba-3 (chapter 15)",
+    "mamba3_mimo": "Mamba-3 MIMO prefill against SISO (chapter 15)",
     "batch_one": "Batch one: time against batch at fixed tokens, Mamba-1 (chapter 09)",
     "batch_one_lab": "Batch one: the sequence cut into segments, the lab runs (chapters 09, 12)",
     "anchors": "The peers' anchor figures (the targets were set against them)",

@@ -3,10 +3,30 @@
     in_proj → [z, x, B, C, Δ, A, λ, angles]; RMSNorm(B), RMSNorm(C) + biases → Mamba-3 SISO
     (exponential-trapezoidal, rotating B and C) → y · silu(z) → out_proj. No convolution.
 
-It drops the convolution, normalises B and C and adds biases to them, learns a data-dependent A,
-a trapezoid weight λ and rotation angles per token, and runs this chapter's scan (sequential,
-chunked, or the Triton kernel). Importing this module registers it with chapter 13's model
-(``model.register_block``): ``MambaLM(Mamba3Config(...))`` then builds Mamba-3 blocks.
+What it changes around chapter 13's Mamba-2 block:
+
+    no conv        the trapezoid's β_t B_{t−1} x_{t−1} term reads the previous token, the job the
+                   short causal conv did; the cache keeps one token (θ, k_prev, v_prev) instead of
+                   the conv's k−1 inputs (chapter 12), and a context-parallel rank needs one
+                   token of halo instead of k−1 (chapter 14; ``mambalearn.mamba3.parallel``)
+    B, C           RMSNorm over the n state columns, then a learned bias per head (init 1)
+    A              data-dependent: A_t = −softplus(dd_A_t) ≤ −A_floor per token and head, from
+                   in_proj like Δ (Mamba-2: one learned A per head)
+    angles         na = ⌊n·rope_fraction⌋/2 rotation rates per token, projected once and shared by
+                   every head (θ differs per head through Δ); rope_fraction 0.5: half the pairs
+    MIMO           (``mambalearn.mamba3.mimo``) r inputs and outputs per head, contracted to one
+                   output by a learned per-rank weight
+
+Names and projections are ``mamba_ssm.modules.mamba3.Mamba3``'s (2.3.2.post1; SISO,
+``is_outproj_norm=False``): the same split of in_proj, ``_A = -F.softplus(dd_A.to(float32))``
+clamped to ``max=-A_floor``, ``DT = F.softplus(dd_dt + dt_bias)``, biases (h, n) of ones,
+``RMSNormGated(d_state)`` on B and C. It differs in: Δ is computed in float32 (mamba_ssm in the
+projection's dtype); rope_fraction may be any value in (0, 1] (mamba_ssm asserts 0.5 or 1.0);
+dt_bias has no 1e-4 floor (dt_min = 1e-3 is above it anyway).
+
+The scan (and the decode step) is chosen by name and imported when first used (``BACKENDS``,
+``STEP_BACKENDS``): this module does not import the kernels. Importing it registers the block with
+chapter 13's model (``model.register_block``): ``MambaLM(Mamba3Config(...))`` then builds it.
 """
 
 from dataclasses import dataclass
@@ -33,7 +53,7 @@ class Mamba3Config(M.MambaConfig):
     """Chapter 13's config with the Mamba-3 knobs; ``block`` defaults to "mamba3"."""
 
     block: str = "mamba3"
-    rope_fraction: float = 0.5  # share of the n state columns that rotate
+    rope_fraction: float = 0.5  # share of the n state columns that rotate (half the pairs)
     rotate: bool = True  # data-dependent rotations (a complex state); False = a real state
 
     def __post_init__(self):
@@ -53,8 +73,8 @@ class Mamba3Mixer(nn.Module):
     ``forward(hidden, cache=None, mask=None)``, ``step(hidden, cache)``, ``empty_cache(...)``.
 
     The cache's ``conv_state`` slot (Mamba-3 has no conv) holds the small per-head states
-    [θ, k_prev, v_prev] as one (b, h, na + n + p) float32 tensor; ``ssm_state`` is (b, h, p, n).
-    As ``mamba_ssm.modules.mamba3.Mamba3`` (SISO, is_outproj_norm=False).
+    [θ, k_prev, v_prev] as one (b, h, na + n + p) float32 tensor: one token, where the conv kept
+    k−1; ``ssm_state`` is (b, h, p, n).
     """
 
     A_FLOOR = 1e-4
@@ -66,7 +86,10 @@ class Mamba3Mixer(nn.Module):
         if d % cfg.headdim:
             raise ValueError(f"expand·d_model = {d} must be a multiple of headdim = {cfg.headdim}")
         self.h = d // cfg.headdim
-        self.na = max(1, int(n * cfg.rope_fraction) // 2)  # rotating column pairs
+        self.na = int(n * cfg.rope_fraction) // 2  # rotating column pairs (mamba_ssm's count)
+        if not 0 < cfg.rope_fraction <= 1 or self.na < 1:
+            raise ValueError(f"rope_fraction = {cfg.rope_fraction} must lie in (0, 1] and turn at "
+                             f"least one pair of the d_state = {n} columns")
         self.split = [d, d, g * n, g * n, self.h, self.h, self.h, self.na]
         self.in_proj = nn.Linear(cfg.d_model, sum(self.split), bias=False)
         self.dt_bias = nn.Parameter(M.dt_bias_init(self.h))

@@ -1,11 +1,13 @@
-"""Parity: the state-tracking task a real diagonal SSM cannot solve and a rotating one can.
+"""Parity: a state-tracking task Mamba's real diagonal state cannot solve and a rotating one can.
 
 The input is a string of bits x_1 … x_l; the target at every position is the running parity
-y_t = (x_1 + … + x_t) mod 2. A real diagonal state multiplies itself by α_t ∈ (0, 1) each step:
-it only ever decays, never flips, so no readout of it can alternate with every 1 (Grazzi et al.
-2024; Mamba-3 §3.2). A complex eigenvalue e^{iπ} = −1 is a half turn: with the angle θ_t = π per 1
-and 0 per 0 the state points one way after an even number of 1s and the other way after an odd
-number. In Mamba-3 that angle is data-dependent (Δ_t π tanh(Angles_t)), so one layer can learn it.
+y_t = (x_1 + … + x_t) mod 2. Mamba's real diagonal state multiplies itself by α_t = e^{Δ_t A_t}
+∈ (0, 1) each step: it only ever decays, never flips, so no readout of it can alternate with
+every 1 (Mamba-3 §3.2). A negative real eigenvalue could (α = −1 flips the state: Grazzi et al.,
+ICLR 2025); Mamba-3 takes the complex one instead. e^{iπ} = −1 is a half turn: with the angle
+θ_t = π per 1 and 0 per 0 the state points one way after an even number of 1s and the other way
+after an odd number. In Mamba-3 that angle is data-dependent (Δ_t π tanh(Angles_t)), so one layer
+can learn it.
 
     parity_batch     random bit strings and their running parity
     parity_model     a one-layer Mamba-3 LM over {0, 1}, rotating or real

@@ -7,12 +7,13 @@ start) — is one ⊗ element of chapter 03, and the states entering the ranks a
     launch      spawn(fn, world_size): real process groups for notebooks and tests
     summary     rank_scan, rank_scan_backward, fix_up: the ⊗ math across ranks, no communication
     wire        the collectives (with timeouts) and the checks that keep ranks in step
-    exchange    the summary scan over the wire: ring or all-gather, forward and backward
+    exchange    the summary scan over the wire: ring, all-gather or the log-depth scan
+                (Hillis–Steele over point-to-point sends), forward and backward
     reshard     tokens ↔ channels (all-to-all), for the all-to-all algorithm
-    selective   selective_scan_cp: Mamba-1 (chapter 09's signature), three algorithms
+    selective   selective_scan_cp: Mamba-1 (chapter 09's signature), four algorithms
     ssd         mamba_chunk_scan_combined_cp: Mamba-2 (chapter 10's signature)
     block       the causal-conv halo and the chapter 13 model run context parallel
-    cost        the α–β cost model of the three algorithms
+    cost        the α–β cost model of the four algorithms
 """
 
 import importlib

@@ -11,7 +11,8 @@ so training sums the gradients over ranks (one all-reduce) before every optimize
 loss is the global one: each rank's token losses divided by the global count of scored tokens.
 
     conv_halo          the last k−1 conv inputs of the previous rank (autograd Function inside)
-    ContextParallelLM  a ``model.MambaLM``'s own modules run on a token shard (no copy of weights)
+    ContextParallelLM  a ``model.MambaLM``'s own modules run on a token shard (no copy of weights);
+                       its blocks' mixers by name (``MIXERS``, ``register_mixer``)
     all_reduce_grads   sum the parameter gradients over the ranks (one flat all-reduce)
     train_cp           ``model.train`` with each rank holding a shard of every sequence
 """
@@ -98,6 +99,15 @@ def mamba2_mixer_cp(mixer, hidden, group=None, algorithm="allgather", backend=No
     return mixer.out_proj(mixer.norm(y.reshape(b, l, -1), z))  # (b, l, d_model)
 
 
+MIXERS = {"mamba1": mamba1_mixer_cp, "mamba2": mamba2_mixer_cp}  # block name -> mixer on a shard
+
+
+def register_mixer(name, fn):
+    """Make ``ContextParallelLM`` run blocks of ``name`` with ``fn(mixer, hidden, group,
+    algorithm, backend)``: how a later chapter's block (chapter 15's Mamba-3) joins in."""
+    MIXERS[name] = fn
+
+
 class ContextParallelLM(nn.Module):
     """``model.MambaLM`` run on this rank's shard of the tokens; the wrapped model's own modules
     (no copy: ``self.model`` *is* the model, its parameters are trained in place).
@@ -109,7 +119,11 @@ class ContextParallelLM(nn.Module):
     def __init__(self, model, group=None, algorithm="allgather", backend=None):
         super().__init__()
         self.model, self.group, self.algorithm, self.backend = model, group, algorithm, backend
-        self.mixer = mamba1_mixer_cp if model.cfg.block == "mamba1" else mamba2_mixer_cp
+        if model.cfg.block not in MIXERS:
+            raise ValueError(f"no context-parallel mixer for block {model.cfg.block!r}; "
+                             f"registered: {sorted(MIXERS)} (mambalearn.mamba3.parallel adds "
+                             f"'mamba3')")
+        self.mixer = MIXERS[model.cfg.block]
 
     def forward(self, tokens):
         m = self.model

@@ -1,50 +1,64 @@
-"""The α–β cost model of the three algorithms: time per step on R GPUs, per rank.
+"""The α–β cost model of the four algorithms: time per step on R GPUs, per rank.
 
 A message of m bytes between two GPUs costs α + m/β (latency α, bandwidth β). The collectives,
-per rank (m = what one rank contributes), as NCCL's algorithms scale:
+per rank (m = what one rank contributes), as NCCL runs them:
 
     point to point        α + m/β
-    all-gather            ⌈log₂R⌉·α + (R−1)·m/β      every rank must receive the other R−1 pieces
-    all-to-all            (R−1)·α + (R−1)/R·m/β      one exchange with each peer
-    reduce-scatter        (R−1)·α + (R−1)·m/β        (B/C gradients: m = one rank's piece)
+    all-gather            (R−1)·α + (R−1)·m/β     a ring: every rank must receive the other R−1
+                                                  pieces, one hop at a time
+    all-gather, PAT       ⌈log₂R⌉·α + (R−1)·m/β   NCCL's binomial-tree schedule (≥ 2.23), for one
+                                                  GPU per node (``Network(allgather="pat")``)
+    all-to-all            (R−1)·α + (R−1)/R·m/β   one exchange with each peer
+    reduce-scatter        (R−1)·α + (R−1)·m/β     (B/C gradients: m = one rank's piece)
+
+NCCL's tree algorithms serve all-reduce (a reduce and a broadcast) and do not apply to
+all-gather, which runs as a ring; its logarithmic PAT schedule came in NCCL 2.23 for one GPU per
+node (github.com/NVIDIA/nccl/issues/1473), and from 2.31 runs between nodes with NVLink SHARP
+(NVLS) inside them — NVLS stays off on the machines this course was measured on
+(``launch.NCCL_ENV``). So the all-gather's latency grows linearly in R here, like the ring's.
 
 With T_f, T_b one forward and one backward of a shard (kernel times measured on one GPU), S the
 state and |P| the decay of one rank (in float32), per step:
 
     ring       fwd 2T_f + (R−1)(α + 4S/β)                         bwd 2T_b + the same chain back
     allgather  fwd 2T_f + allgather(4(|P| + S)) + T_s(R)          bwd 2T_b + allgather(4S) + T_s(R)
+    logscan    fwd 2T_f + ⌈log₂R⌉(α + 4(|P| + S)/β + T_⊗)         bwd 2T_b + the same rounds back
     alltoall   fwd T_f + all-to-all(inputs) + all-gather(B, C) + all-to-all(output)
                bwd T_b + all-to-all(∂output) + all-to-all(∂inputs) + reduce-scatter(∂B, ∂C)
     serial     fwd R·T_f + (R−1)(α + 4S/β): each rank scans only once its predecessor's final
                state arrived (no summaries) — the chain a summary pass removes.
 
 T_s(R) is the local ⊗-scan of the R gathered summaries (chapter 04's Blelloch scan), measured on
-one H200 at R = 8, 64, 1024; the backward's reverse scan is *assumed* to cost the same.
+one H200 at R = 8, 64, 1024; the backward's reverse scan is *assumed* to cost the same. T_⊗, one
+⊗ of two summaries in a round of the log-depth scan, is *estimated* as one elementwise pass over
+them (read two, write one) at the measured copy bandwidth; launch latency is not counted.
 
-Ring and all-gather scan twice (the summary, then the fix-up) but send only states; all-to-all
-scans once but sends every token. Which wins depends on S versus the tokens, on α versus S/β
-(the ring sends only H, the all-gather (P, h)), on R, and on memory: all-gather holds R summaries.
-The network figures below are *assumptions* (vendor link rates), not measurements; the kernel
-times are each rank's work measured on one H200 at the shard's own shape (the results store,
-topic parallel).
-Fits to measurements on several GPUs are to replace the network figures.
+Ring, all-gather and log-depth scan run the kernel twice (the summary, then the fix-up) but send
+only states; all-to-all scans once but sends every token. Which wins depends on S versus the
+tokens, on α versus S/β (the ring sends only H, the others (P, h)), on R, and on memory: the
+all-gather holds R summaries, the log-depth scan three. The network figures below are
+*assumptions* (vendor link rates), not measurements; the kernel times are each rank's work
+measured on one H200 at the shard's own shape (the results store, topic parallel). Fits to
+measurements on several GPUs are to replace the network figures and T_⊗.
 """
 
 import math
 from dataclasses import dataclass, field
 
-from mambalearn import results
+from mambalearn import results, roofline
 
-ALGORITHMS = ("ring", "allgather", "alltoall", "serial")
+ALGORITHMS = ("ring", "allgather", "logscan", "alltoall", "serial")
 
 
 @dataclass(frozen=True)
 class Network:
-    """α (s per message) and β (bytes/s per GPU, one direction)."""
+    """α (s per message), β (bytes/s per GPU, one direction), and NCCL's all-gather schedule:
+    "ring" ((R−1) latencies) or "pat" (⌈log₂R⌉: one GPU per node)."""
 
     alpha: float
     beta: float
     name: str = ""
+    allgather: str = "ring"
 
 
 # Assumed: NVLink 4 moves 450 GB/s per direction per H200 (NVIDIA's HGX H200 figure), NCCL
@@ -148,12 +162,27 @@ def _scaled(table, k):
     return {R: ms * k for R, ms in table.items()}
 
 
+def rounds(R):
+    """⌈log₂R⌉: the rounds of a binomial tree (or a Hillis–Steele scan) over R ranks."""
+    return math.ceil(math.log2(R)) if R > 1 else 0
+
+
 def p2p(net, m):
     return net.alpha + m / net.beta
 
 
 def all_gather(net, R, m):
-    return math.ceil(math.log2(R)) * net.alpha + (R - 1) * m / net.beta
+    if net.allgather not in ("ring", "pat"):
+        raise ValueError(f"Network.allgather must be 'ring' or 'pat', got {net.allgather!r}")
+    hops = R - 1 if net.allgather == "ring" else rounds(R)
+    return hops * net.alpha + (R - 1) * m / net.beta
+
+
+def combine_time(w, bandwidth=None):
+    """T_⊗ in seconds, *estimated*: one ⊗ of two summaries (|P| + S float32 numbers each) as an
+    elementwise pass that reads two and writes one at ``bandwidth`` (the H200's measured copy
+    bandwidth by default); no launch latency."""
+    return 3 * 4 * (w.state + w.decay) / (bandwidth or roofline.H200.bandwidth)
 
 
 def all_to_all(net, R, m):
@@ -167,7 +196,8 @@ def reduce_scatter(net, R, m):
 def step_time(w, R, algorithm, net=None):
     """{"fwd", "fwd_bwd", "comm_fwd", "comm_bwd"} in seconds for ``algorithm`` on R GPUs, and
     "memory": the bytes a rank holds for the exchange (ring: one state; all-gather: every rank's
-    summary; all-to-all: the re-sharded inputs, output and the whole sequence's B, C)."""
+    summary; log-depth scan: three summaries; all-to-all: the re-sharded inputs, output and the
+    whole sequence's B, C)."""
     net = net or network_for(R)
     S, P = 4 * w.state, 4 * w.decay  # bytes, float32 states
     if algorithm == "ring":
@@ -177,6 +207,9 @@ def step_time(w, R, algorithm, net=None):
         comm_f, comm_b = all_gather(net, R, S + P), all_gather(net, R, S)
         fwd = 2 * w.t_fwd + comm_f + summary_time(w, R)
         bwd = 2 * w.t_bwd + comm_b + summary_time(w, R)
+    elif algorithm == "logscan":  # each round: one summary out, one in, one ⊗
+        comm_f = comm_b = rounds(R) * (p2p(net, S + P) + combine_time(w))
+        fwd, bwd = 2 * w.t_fwd + comm_f, 2 * w.t_bwd + comm_b
     elif algorithm == "alltoall":
         comm_f = (all_to_all(net, R, w.inputs_bytes) + all_gather(net, R, w.shared_bytes)
                   + all_to_all(net, R, w.output_bytes))
@@ -188,16 +221,16 @@ def step_time(w, R, algorithm, net=None):
         fwd, bwd = R * w.t_fwd + comm_f, R * w.t_bwd + comm_b
     else:
         raise ValueError(f"algorithm must be one of {ALGORITHMS}, got {algorithm!r}")
-    memory = {"ring": S, "serial": S, "allgather": R * (S + P),
+    memory = {"ring": S, "serial": S, "allgather": R * (S + P), "logscan": 3 * (S + P),
               "alltoall": w.inputs_bytes + w.output_bytes + R * w.shared_bytes}[algorithm]
     return dict(fwd=fwd, fwd_bwd=fwd + bwd, comm_fwd=comm_f, comm_bwd=comm_b, memory=memory)
 
 
-def winners(w, Rs, key="fwd_bwd", algorithms=("ring", "allgather", "alltoall")):
+def winners(w, Rs, key="fwd_bwd", algorithms=ALGORITHMS[:-1], net=None):
     """For each R, the fastest algorithm (by ``key``): a list of (R, name, seconds)."""
     out = []
     for R in Rs:
-        times = {a: step_time(w, R, a)[key] for a in algorithms}
+        times = {a: step_time(w, R, a, net)[key] for a in algorithms}
         best = min(times, key=times.get)
         out.append((R, best, times[best]))
     return out

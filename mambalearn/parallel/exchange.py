@@ -1,4 +1,4 @@
-"""The cross-rank summary scan, over the wire: ring or all-gather, forward and backward.
+"""The cross-rank summary scan, over the wire: ring, all-gather or log-depth scan, fwd and bwd.
 
 Each rank holds its summary s_r = (P_r, h_r) (``summary.py``) and needs H_r, the state entering
 its shard; in the backward it holds g_r = ∂ℒ/∂H_r and needs Ĝ_{r+1}, the total gradient of the
@@ -11,6 +11,13 @@ one decay (b·d·n, or b·h for SSD's scalar per head):
     allgather  forward: one all-gather of (P_r, h_r); every rank ⊗-scans the R summaries itself.
                each rank receives (R−1)(|P| + S) numbers; latency ~log₂R·α (tree) + (R−1)(|P|+S)/β.
                backward: one all-gather of g_r (the P_r are kept from the forward): (R−1)·S.
+    logscan    chapter 04's Hillis–Steele scan with ranks as the elements and point-to-point
+               sends as the tree's edges (what ``MPI_Exscan`` does): in round k every rank sends
+               the ⊗ of the 2^k summaries it has gathered to the rank 2^k after it and combines
+               what the rank 2^k before it sent. ⌈log₂R⌉ rounds of one summary (|P| + S numbers)
+               each; a rank holds three summaries (its gathered ⊗, its exclusive ⊗, the one
+               received), whatever R. backward: the same rounds from the last rank down, on the
+               elements (P_r, g_r).
 
 Both are wrapped as one ``torch.autograd.Function``, so autograd runs the backward collective;
 rank 0 has no predecessor (its H_0 is zero here: the sequence's own initial state enters rank 0's
@@ -35,6 +42,9 @@ class SummaryScan(torch.autograd.Function):
         if comm.algorithm == "ring":
             H = _ring_forward(comm, P, h)
             ctx.save_for_backward(P, H)
+        elif comm.algorithm == "logscan":
+            H = exscan(comm, P, h)  # (..., n): the h of s_0 ⊗ ⋯ ⊗ s_{r−1}
+            ctx.save_for_backward(P, H)
         else:  # all-gather the summaries, then ⊗-scan them locally (rank_scan)
             Ps, hs = _gather_pair(comm, P, h)  # (R, ...) each
             H = rank_scan(Ps, hs)[0][comm.rank]  # (..., n)
@@ -51,6 +61,9 @@ class SummaryScan(torch.autograd.Function):
             grad_H = torch.zeros_like(grad_H)  # rank 0 does not use its H_0 (always zero)
         if comm.algorithm == "ring":
             G_next = _ring_backward(comm, P, grad_H)
+            P_own = P
+        elif comm.algorithm == "logscan":  # Ĝ_{r+1}: the elements (P_j, g_j) of ranks j > r
+            G_next = exscan(comm, P, grad_H, reverse=True)
             P_own = P
         else:
             gs = wire.all_gather(comm, grad_H)  # (R, ..., n): every rank's g
@@ -94,6 +107,32 @@ def _ring_backward(comm, P, grad_H):
     if comm.rank > 0:
         wire.send(comm, ops.apply((P, grad_H), G_next), comm.rank - 1)  # Ĝ_r = g_r + P_r Ĝ_{r+1}
     return G_next
+
+
+def exscan(comm, P, x, reverse=False):
+    """The u of (P_0, x_0) ⊗ ⋯ ⊗ (P_{r−1}, x_{r−1}) on rank r (zeros on rank 0), by Hillis–Steele
+    over point-to-point sends in ⌈log₂R⌉ rounds; ``reverse``: the ranks after r, last one first.
+
+    Shapes: P broadcastable to x (..., n) (the same on every rank) → like x. Applied to a zero
+    state the exclusive ⊗ is its u part: the state entering rank r (forward), or Ĝ_{r+1}, the
+    gradient leaving it (backward, where the later ranks are the earlier steps).
+    """
+    R = comm.world
+    pos = R - 1 - comm.rank if reverse else comm.rank  # this rank's place in the scan's order
+    rank_at = lambda i: None if i is None else (R - 1 - i if reverse else i)
+    k_P = P.numel()
+    incl, excl, step = (P, x), None, 1  # incl: places pos−step+1 … pos; excl: … pos−1
+    while step < R:
+        to = pos + step if pos + step < R else None
+        frm = pos - step if pos - step >= 0 else None
+        flat = torch.cat([incl[0].expand_as(P).reshape(-1).to(x.dtype), incl[1].reshape(-1)])
+        got = wire.send_recv(comm, flat, rank_at(to), rank_at(frm))  # (|P| + S,) or None
+        if got is not None:  # the ⊗ of the `step` places before incl's: earlier, so on the left
+            left = (got[:k_P].view(P.shape), got[k_P:].view(x.shape))
+            excl = left if excl is None else ops.combine(left, excl)
+            incl = ops.combine(left, incl)
+        step *= 2
+    return torch.zeros_like(x) if excl is None else excl[1]
 
 
 def _gather_pair(comm, P, h):

@@ -4,10 +4,10 @@ Rank r holds tokens of its contiguous shard (u, delta, z, B, C: (…, l_r)); A, 
 the same on every rank. Together the ranks compute what one process computes on the whole
 sequence, out = (C h + D x)·silu(z), h_t = exp(Δ_t A) h_{t−1} + Δ_t B_t x_t:
 
-    ring, allgather   1. rank 0 scans its shard from h_{−1}; rank r ≥ 1 scans from zero for its
-                         summary (P_r, h_r) only;  2. the summaries are ⊗-scanned across ranks
-                         (``exchange.SummaryScan``) into H_r;  3. rank r ≥ 1 scans again from H_r
-                         (the fix-up).  Forward: two scans on ranks ≥ 1, one on rank 0.
+    ring, allgather,  1. rank 0 scans its shard from h_{−1}; rank r ≥ 1 scans from zero for its
+    logscan           summary (P_r, h_r) only;  2. the summaries are ⊗-scanned across ranks
+                      (``exchange.SummaryScan``) into H_r;  3. rank r ≥ 1 scans again from H_r
+                      (the fix-up).  Forward: two scans on ranks ≥ 1, one on rank 0.
     alltoall          re-shard tokens → channels (each rank all tokens of d/R channels), scan the
                       whole sequence from h_{−1}, re-shard the output back. Needs R | d.
 
@@ -115,8 +115,9 @@ def selective_scan_cp(u, delta, A, B, C, D=None, z=None, delta_bias=None, delta_
         rank's last token (on the last rank: the whole sequence's final state).
 
     group: the process group (None = the default one; ≥ 2 ranks, rank order = sequence order);
-    algorithm: "ring", "allgather" or "alltoall" (``comm.ALGORITHMS``); backend: a name of
-    ``model.BACKENDS["mamba1"]`` or a function (None: "triton" on a GPU, "chunked" on a CPU);
+    algorithm: "ring", "allgather", "logscan" or "alltoall" (``wire.ALGORITHMS``); backend: a
+    name of ``model.BACKENDS["mamba1"]`` or a function (None: "triton" on a GPU, "chunked" on a
+    CPU);
     offset: optional index of this shard's first token, checked against the other shards.
     Gradients flow to every tensor; A, D, delta_bias get this rank's part (all-reduce them).
     Bad input raises the same ValueError on every rank — a local error, or ranks that disagree
@@ -142,7 +143,7 @@ def selective_scan_cp(u, delta, A, B, C, D=None, z=None, delta_bias=None, delta_
 
 
 def _summaries(comm, fn, u, delta, A, B, C, D, z, delta_bias, softplus, initial_state):
-    """Ring or all-gather: summary scan, cross-rank ⊗-scan, fix-up."""
+    """Ring, all-gather or log-depth scan: summary scan, cross-rank ⊗-scan, fix-up."""
     linear = not takes_initial_state(fn)
     if comm.rank == 0:  # its entering state is known: one scan, whose last state is its summary
         out, h = scan_from(fn, u, delta, A, B, C, D, z, delta_bias, softplus, initial_state)

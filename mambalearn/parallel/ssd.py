@@ -4,10 +4,11 @@ Chapter 10's recurrence per (batch, head): h_t = exp(Δ_t A) h_t−1 + Δ_t x_t 
 A is one scalar per head, so a shard's summary is (P_r, h_r) with P_r = exp(A Σ_{t∈r} Δ_t) one
 number per (batch, head) and h_r a (p, n) state — the decay is tiny next to the state:
 
-    ring, allgather   rank 0 scans from the sequence's initial state, rank r ≥ 1 from zero for
-                      its final state; the summaries are ⊗-scanned across ranks (R−1 hops of
-                      b·h·p·n numbers, or one all-gather of b·h·(1 + p·n) per rank); rank r ≥ 1
-                      scans again from H_r (``initial_states``, which the SSD kernels take).
+    ring, allgather,  rank 0 scans from the sequence's initial state, rank r ≥ 1 from zero for
+    logscan           its final state; the summaries are ⊗-scanned across ranks (R−1 hops of
+                      b·h·p·n numbers, one all-gather of b·h·(1 + p·n) per rank, or ⌈log₂R⌉
+                      rounds of b·h·(1 + p·n)); rank r ≥ 1 scans again from H_r
+                      (``initial_states``, which the SSD kernels take).
     alltoall          re-shard tokens → heads (needs R | h), scan the whole sequence, re-shard
                       back; B and C (shared by the heads of a group) are all-gathered over time.
 
@@ -95,7 +96,8 @@ def mamba_chunk_scan_combined_cp(x, dt, A, B, C, chunk_size, D=None, z=None, dt_
         returns out (b, l_r, h, p), or (out, final) with final (b, h, p, n) the state after
         this rank's last token (on the last rank: the whole sequence's final state).
 
-    group, algorithm ("ring" | "allgather" | "alltoall"), offset: as ``selective_scan_cp``.
+    group, algorithm ("ring" | "allgather" | "logscan" | "alltoall"), offset: as
+    ``selective_scan_cp``.
     Gradients flow to every tensor; A, D, dt_bias get this rank's part (all-reduce them).
     Bad input raises the same ValueError on every rank (as ``selective_scan_cp``; A, D and
     dt_bias must be equal everywhere).
@@ -119,7 +121,7 @@ def mamba_chunk_scan_combined_cp(x, dt, A, B, C, chunk_size, D=None, z=None, dt_
 
 
 def _summaries(comm, fn, x, dt, A, B, C, chunk_size, D, z, dt_bias, softplus, limit, h0):
-    """Ring or all-gather: final-state scan, cross-rank ⊗-scan, fix-up scan from H."""
+    """Ring, all-gather or log-depth scan: final-state scan, cross-rank ⊗-scan, fix-up from H."""
     if comm.rank == 0:
         out, h = scan_from(fn, x, dt, A, B, C, chunk_size, D, z, dt_bias, softplus, limit, h0)
     else:  # from zero, for the final state only

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
-ALGORITHMS = ("ring", "allgather", "alltoall")
+ALGORITHMS = ("ring", "allgather", "logscan", "alltoall")
 
 
 @dataclass(frozen=True)
@@ -142,6 +142,21 @@ def recv(comm, like, r):
     t = torch.empty_like(like, memory_format=torch.contiguous_format)
     dist.recv(t, comm.peer(r), group=comm.group)
     return t
+
+
+def send_recv(comm, t, to, frm):
+    """Send ``t`` to group rank ``to`` and receive a tensor like ``t`` from ``frm``, both at once
+    (one ``batch_isend_irecv``); either may be None. Returns what was received (or None)."""
+    ops, got = [], None
+    if frm is not None:
+        got = torch.empty_like(t, memory_format=torch.contiguous_format)
+        ops.append(dist.P2POp(dist.irecv, got, comm.peer(frm), comm.group))
+    if to is not None:
+        ops.append(dist.P2POp(dist.isend, t.contiguous(), comm.peer(to), comm.group))
+    if ops:
+        for work in dist.batch_isend_irecv(ops):
+            work.wait()
+    return got
 
 
 def exchange_with_neighbours(comm, t, shape_from_prev):

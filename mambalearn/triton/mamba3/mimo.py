@@ -1,0 +1,132 @@
+"""``mamba3_mimo_combined``: the Mamba-3 MIMO prefill, forward and backward on Triton kernels.
+
+Arguments and layouts are those of ``mambalearn.mamba3.mimo`` (its oracle and chunked form;
+mamba_ssm's ``mamba3_mimo`` names), plus ``chunk_size`` (q, steps per chunk: q·r rows per tile).
+The per-step preparations run in PyTorch, under autograd: the cumulative angles θ
+(``angle_cumsum``), the trapezoid weights w, γ, and the pre-state from Input_States; the kernels
+(``mimo_forward``, ``mimo_backward``) take them and give their gradients back.
+
+The autograd function saves its inputs and the state entering every chunk, (b, h, c, p, n) in
+the inputs' dtype; the backward recomputes each chunk from it.
+"""
+
+import torch
+import triton
+
+from mambalearn import device  # noqa: F401  (TRITON_INTERPRET before any kernel module)
+from mambalearn.mamba3.chunked import trapezoid_weights
+from mambalearn.mamba3.mimo import check_inputs, initial_pre_state
+from mambalearn.mamba3.sequential import angle_cumsum
+from mambalearn.triton.mamba3.common import dot_dtype
+from mambalearn.triton.mamba3.mimo_backward import mimo_backward_kernel
+from mambalearn.triton.mamba3.mimo_forward import mimo_forward_kernel
+
+# Launch settings (a launcher's ``cfg``): warps per (q·r)-row tile of 64 rows, scaled with it.
+# Not tuned on a GPU yet: the backward holds about twenty (64 × 64|128) float32 tiles, which spill
+# at any warp count below 16; 8 warps is a first guess for both.
+CONFIG = dict(forward_warps=8, backward_warps=8)
+
+
+def tiles(n, p, r, chunk_size):
+    """(N, P): the state and channel tiles; checks q and r (powers of two, q·r ≥ 16)."""
+    q = int(chunk_size)
+    for name, v in (("chunk_size", q), ("the rank r", r)):
+        if v < 1 or v & (v - 1):
+            raise ValueError(f"{name} must be a power of two, got {v}")
+    if q * r < 16:
+        raise ValueError(f"chunk_size · r = {q} · {r} must be ≥ 16 (tl.dot's smallest tile)")
+    return max(16, triton.next_power_of_2(n)), max(16, triton.next_power_of_2(p))
+
+
+def _warps(cfg, key, rows):
+    return cfg[key] * max(1, rows // 64)
+
+
+class Mamba3MimoFn(torch.autograd.Function):
+    """The kernels on prepared inputs; gradients for every tensor input."""
+
+    @staticmethod
+    def forward(ctx, Q, K, V, Z, Q_bias, K_bias, Psi, Zeta, Phi, D, ADT, W, G, theta, H0,
+                chunk_size, return_final, cfg):
+        b, l, r, g, n = Q.shape
+        h, p, na = V.shape[2], V.shape[3], theta.shape[3]
+        N, P = tiles(n, p, r, chunk_size)
+        c = -(-l // chunk_size)
+        out = V.new_empty((b, l, h, p) if Phi is not None else (b, l, r, h, p))
+        grad = any(ctx.needs_input_grad)
+        Hs = V.new_empty(b, h, c, p, n) if grad else None
+        Hf = V.new_empty(b, h, p, n, dtype=torch.float32) if return_final else None
+        Kf = V.new_empty(b, r, h, n, dtype=torch.float32) if return_final else None
+        mimo_forward_kernel[(h, b)](
+            Q, K, V, Z, Q_bias, K_bias, Psi, Zeta, Phi, D, ADT, W, G, theta, H0, out, Hs, Hf,
+            Kf, l, c, h, g, p, n, na, Q=chunk_size, R=r, P=P, N=N, HAS_D=D is not None,
+            HAS_Z=Z is not None, HAS_OUT=Phi is not None, DOT=dot_dtype(V),
+            num_warps=_warps(cfg, "forward_warps", chunk_size * r))
+        if grad:
+            ctx.save_for_backward(Q, K, V, Z, Q_bias, K_bias, Psi, Zeta, Phi, D, ADT, W, G,
+                                  theta, Hs)
+        ctx.chunk_size, ctx.cfg, ctx.has_H0 = chunk_size, cfg, H0 is not None
+        return (out, Hf, Kf) if return_final else (out,)
+
+    @staticmethod
+    def backward(ctx, d_out, d_Hf=None, d_Kf=None):
+        Q, K, V, Z, Q_bias, K_bias, Psi, Zeta, Phi, D, ADT, W, G, theta, Hs = ctx.saved_tensors
+        b, l, r, g, n = Q.shape
+        h, p, na = V.shape[2], V.shape[3], theta.shape[3]
+        N, P = tiles(n, p, r, ctx.chunk_size)
+        f32 = dict(dtype=torch.float32, device=V.device)
+        dQ, dK = torch.zeros(Q.shape, **f32), torch.zeros(K.shape, **f32)
+        dV, dZ = torch.empty(V.shape, **f32), torch.zeros(V.shape, **f32)
+        dTh, dADT, dW, dG = (torch.empty(t.shape, **f32) for t in (theta, ADT, W, G))
+        dH0 = torch.empty(b, h, p, n, **f32)
+        dQb, dKb = torch.empty(b, h, r, n, **f32), torch.empty(b, h, r, n, **f32)
+        dPsi, dZeta, dPhi = (torch.zeros(b, h, r, p, **f32) for _ in range(3))
+        dD = torch.empty(b, h, **f32)
+        cont = lambda t: None if t is None else t.contiguous().float()
+        mimo_backward_kernel[(h, b)](
+            Q, K, V, Z, Q_bias, K_bias, Psi, Zeta, Phi, D, ADT, W, G, theta, Hs,
+            d_out.contiguous(), cont(d_Hf), cont(d_Kf), dQ, dK, dV, dZ, dTh, dADT, dW, dG, dH0,
+            dQb, dKb, dPsi, dZeta, dPhi, dD, l, Hs.shape[2], h, g, p, n, na,
+            Q=ctx.chunk_size, R=r, P=P, N=N, HAS_D=D is not None, HAS_Z=Z is not None,
+            HAS_OUT=Phi is not None, DOT=dot_dtype(V),
+            num_warps=_warps(ctx.cfg, "backward_warps", ctx.chunk_size * r))
+        like = lambda t, x: None if x is None else t.to(x.dtype)
+        return (like(dQ, Q), like(dK, K), like(dV, V), like(dZ, Z), dQb.sum(0), dKb.sum(0),
+                dPsi.sum(0), None if Zeta is None else dZeta.sum(0),
+                None if Phi is None else dPhi.sum(0), None if D is None else dD.sum(0),
+                dADT, dW, dG, dTh, dH0 if ctx.has_H0 else None, None, None, None)
+
+
+def mamba3_mimo_combined(Q, K, V, ADT, DT, Trap, Q_bias, K_bias, MIMO_V, MIMO_Z, MIMO_Out,
+                         Angles, D=None, Z=None, Input_States=None, chunk_size=16,
+                         return_final_states=False, cfg=CONFIG):
+    """Mamba-3 MIMO prefill (formula: ``mambalearn.mamba3.mimo``), forward and backward in Triton.
+
+    Shapes: Q, K (b, l, r, g, n); V, Z (b, l, h, p); ADT, DT, Trap (b, h, l); Q_bias, K_bias
+    (h, r, n); MIMO_V, MIMO_Z, MIMO_Out (h, r, p); Angles (b, l, h, na); D (h,); Input_States
+    (angle (b, h, na), ssm (b, h, p, n), k (b, r, h, n), v (b, h, p)) → out (b, l, h, p), or
+    (b, l, r, h, p) without MIMO_Out; with ``return_final_states`` (out, angle, ssm, k, v).
+    chunk_size q and the rank r powers of two with q·r ≥ 16; float32, bf16 or fp16 inputs.
+    """
+    check_inputs(Q, K, V, ADT, DT, Trap, Q_bias, K_bias, MIMO_V, MIMO_Z, MIMO_Out, Angles, D, Z,
+                 Input_States)
+    for name, t in (("Q", Q), ("K", K), ("V", V), ("Z", Z)):
+        if t is not None and t.dtype == torch.float64:
+            raise TypeError(f"{name} is float64; the Triton kernels take float32, bf16 or fp16 "
+                            f"(use mambalearn.mamba3.mimo.mamba3_mimo_sequential for float64)")
+    tiles(Q.shape[-1], V.shape[-1], Q.shape[2], chunk_size)
+    f = lambda t: None if t is None else t.float().contiguous()
+    states = None if Input_States is None else tuple(s.float() for s in Input_States)
+    theta = angle_cumsum(f(Angles), f(DT), None if states is None else states[0]).contiguous()
+    W, G = (t.contiguous() for t in trapezoid_weights(f(DT), f(Trap)))  # (b, h, l) each
+    H0 = None if states is None else initial_pre_state(states, f(DT), f(Trap), f(MIMO_V))
+    zeta = MIMO_Z if MIMO_Z is not None or Z is None else torch.ones_like(MIMO_V)
+    c = lambda t: None if t is None else t.contiguous()
+    out, *finals = Mamba3MimoFn.apply(
+        c(Q), c(K), c(V), c(Z), f(Q_bias), f(K_bias), f(MIMO_V), f(zeta), f(MIMO_Out), f(D),
+        f(ADT), W, G, theta, None if H0 is None else H0.contiguous(), int(chunk_size),
+        bool(return_final_states), cfg)
+    if not return_final_states:
+        return out
+    Hf, Kf = finals
+    return out, theta[:, -1], Hf, Kf.to(V.dtype), V[:, -1].clone()
