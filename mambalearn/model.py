@@ -563,6 +563,9 @@ class AttentionMixer(nn.Module):
     def _attend(self, q, k, v, valid):
         """q (b, H, l, p) for the last l of L positions; k, v (b, H, L, p); valid (b, L)."""
         l, L = q.shape[2], k.shape[2]
+        if l == L and bool(valid.all()):  # a whole unpadded sequence: the fused causal kernel
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=True)  # (b, H, l, p)
+            return self.out_proj(y.transpose(1, 2).flatten(2))
         pos_q = torch.arange(L - l, L, device=q.device)
         causal = pos_q[:, None] >= torch.arange(L, device=q.device)[None, :]  # (l, L)
         allowed = causal & valid[:, None, :]  # (b, l, L)

@@ -63,6 +63,7 @@ def _verify(model, cache, logits, draft, rollback, stats):
     for t in draft[:j]:
         out = one(t)
         stats["steps"] += 1
+        stats["replayed"] += 1
     return j, out
 
 
@@ -74,8 +75,9 @@ def speculative_generate(model, prompt, n_new, draft, k=4, rollback="checkpoint"
     ``position, …``; the target checks them, keeps the agreeing prefix, then emits its own next
     token. The output equals greedy decoding (``model.generate``) whatever the draft proposes.
 
-    Shapes: prompt (1, l) → (tokens (n_new,), stats dict(steps, accepted, rounds, peak_copies,
-    copy_bytes)): ``steps`` counts ``model.step`` calls, ``peak_copies`` the caches held at once.
+    Shapes: prompt (1, l) → (tokens (n_new,), stats dict(steps, replayed, accepted, rounds,
+    peak_copies, copy_bytes)): ``steps`` counts ``model.step`` calls (``replayed`` of them the
+    re-run of accepted tokens), ``peak_copies`` the caches held at once.
     """
     _check_rollback(rollback)
     if prompt.ndim != 2 or prompt.shape[0] != 1:
@@ -85,7 +87,7 @@ def speculative_generate(model, prompt, n_new, draft, k=4, rollback="checkpoint"
         raise ValueError(f"k and n_new must be ≥ 1, got k={k}, n_new={n_new}")
     cache = model.empty_cache(1)
     logits = model(prompt, cache)[0, -1]  # (vocab,): predicts the first new token
-    stats = dict(steps=0, accepted=0, rounds=0, peak_copies=0)
+    stats = dict(steps=0, replayed=0, accepted=0, rounds=0, peak_copies=0)
     out = []
     while len(out) < n_new:
         proposal = draft(len(out), min(k, n_new - len(out))).to(prompt.device).long()

@@ -43,6 +43,7 @@ def test_rerun_costs_steps_checkpoint_costs_copies():
     _, ck = serving.speculative_generate(m, prompt, 9, draft, k=3, rollback="checkpoint")
     _, rr = serving.speculative_generate(m, prompt, 9, draft, k=3, rollback="rerun")
     assert rr["steps"] == ck["steps"] + rr["accepted"] and rr["accepted"] == ck["accepted"] > 0
+    assert rr["replayed"] == rr["accepted"] and ck["replayed"] == 0  # every round rejects its last
     assert ck["copy_bytes"] > rr["copy_bytes"]
 
 
