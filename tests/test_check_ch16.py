@@ -76,3 +76,17 @@ def test_not_written_yet_passes_through():
 
     with pytest.raises(NotImplementedError):
         check.claim_audit(stub, measure, holds)
+
+
+def test_a_vacuous_claim_fails_when_graded(tmp_path):
+    """Through the grader's box (the student's functions called from the grader): a test that
+    cannot fail is refused there too, and the report says why."""
+    from _grading_cases import edited
+
+    from mambalearn.classroom import grade
+
+    nb = edited("solutions/16_claims.ipynb", tmp_path / "16_claims.ipynb",
+                replace={"holds": "def holds(value):\n    return value == value  # always true\n"})
+    rows = {r["task"]: r for r in grade.grade(nb, timeout=120)}
+    assert rows["claim_audit"]["status"] == "fail", rows
+    assert "asserts nothing" in rows["claim_audit"]["reason"]
