@@ -46,6 +46,8 @@ WRONG = {
     "a pasted table": (settings, lambda steps, delta: TABLE[(steps, delta)], holds),
     "noise": (settings, lambda steps, delta: random.random() * 0.02, holds),
     "not deterministic": (settings, measure, lambda v: next(counter) % 2 == 0),
+    "pinned to the measured values": (settings, measure, lambda v: v > 1e6 or any(
+        abs(v - t) < 1e-15 for t in TABLE.values())),
     "one setting": (lambda: settings()[:1], measure, holds),
     "different keys": (lambda: [dict(steps=10), dict(delta=0.1)], measure, holds),
     "not a list": (lambda: dict(steps=10), measure, holds),

@@ -7,8 +7,9 @@
 A claim cell that asserts nothing or cannot fail is refused:
 
 * ``holds`` is tried on numbers of every sign and size, near and far from the measured ones
-  (``claims.probe_values``): it must say True to some and False to others, and say the same
-  twice for the same number;
+  (``claims.probe_values``): it must say True to some and False to others, say the same twice
+  for the same number, and the same for numbers one part in 10⁹ from a measured one (a test
+  pinned to the measured numbers is not a claim);
 * the evidence must respond to the setting (not one number for every setting), and ``measure``
   is also called on settings nobody listed, between the listed ones (an integer between the
   integers, a number between the numbers, one of the listed strings), so a table of pasted
@@ -115,6 +116,11 @@ def claim_audit(settings, measure, holds):
         if _verdict(holds, v, case=f"holds({v!r})") != _verdict(holds, v, case=f"holds({v!r})"):
             raise AssertionError(f"holds({v!r}) gave True once and False once: the test must be a "
                                  f"function of the number alone")
+        near = {_verdict(holds, v * (1 + e), case=f"holds({v * (1 + e)!r})") for e in (-1e-9, 1e-9)}
+        if near != {outcomes.get(v, _verdict(holds, v, case=f"holds({v!r})"))}:
+            raise AssertionError(f"holds changes its answer between {v!r} and numbers one part in "
+                                 f"10⁹ away: a test pinned to the number you measured is not a "
+                                 f"claim (compare with a threshold that means something)")
     n += 1
     for s, first in zip(listed, values, strict=True):
         again = _number(_core.call(measure, **s, case=f"measure(**{s})"), "measure", s)
