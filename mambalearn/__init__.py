@@ -37,9 +37,9 @@ from mambalearn import device  # noqa: F401  (on a CPU: TRITON_INTERPRET=1 befor
 __version__ = "0.1.0"
 
 _SUBMODULES = {
-    "autograd", "check", "classroom", "device", "discretize", "doctor", "inference", "machine",
-    "mamba3", "model", "ops", "parallel", "roofline", "scan", "ssd", "testing", "timing", "triton",
-    "utils",
+    "autograd", "check", "claims", "classroom", "device", "discretize", "doctor", "inference",
+    "machine", "mamba3", "model", "ops", "parallel", "roofline", "scan", "serving", "ssd",
+    "testing", "timing", "triton", "utils",
 }
 
 

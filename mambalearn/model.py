@@ -21,7 +21,9 @@ name the same way (``STEP_BACKENDS``: the oracle, or the state-update kernel of 
 Later chapters plug their blocks in without this module knowing them: ``register_block(name,
 mixer, backends, step_backends)`` (chapter 15's Mamba-3 block registers itself from
 ``mambalearn.mamba3.mixer``). So the model imports no kernel module: it receives its kernels
-through these two registries, resolved when a layer first runs.
+through these two registries, resolved when a layer first runs. ``hybrid(cfg,
+attention_layers)`` puts causal attention layers (``AttentionMixer``, a growing ``KVCache``)
+among the Mamba layers, as Jamba and Granite-4.0 do (chapter 16 measures one).
 
 The selective-copying task (``selective_copying``) scatters m data tokens at random positions in
 a sequence of blanks; after a separator the model must emit them in order. Where the tokens are
@@ -608,3 +610,95 @@ def evaluate(model, batch=256, seed=1234, task=None):
                                         **(task or {}))
     loss, acc = loss_and_accuracy(model, inputs, targets)
     return loss.item(), acc.item()
+
+
+# ---------------------------------------------------------------------------------------------
+# 5. hybrids: a few attention layers among the Mamba layers (chapter 16)
+
+
+@dataclass
+class KVCache:
+    """What one attention layer remembers: every key and value so far (it grows with l).
+
+    Shapes: k, v (b, heads, l, head_dim); valid (b, l) bool, False at left padding.
+    """
+
+    k: torch.Tensor
+    v: torch.Tensor
+    valid: torch.Tensor
+
+
+class AttentionMixer(nn.Module):
+    """Causal multi-head softmax attention with the mixer interface of this module.
+
+        [q, k, v] = W_qkv x,   y_t = Σ_{s ≤ t} softmax_s(q_t·k_s / √p) v_s,   out = W_o y
+
+    No positional encoding: in a hybrid the Mamba layers give the order (Jamba has none either).
+    Left padding (``mask``) hides padded keys; a padded query sees itself only. Decoding appends
+    to a :class:`KVCache`, which grows: a CUDA graph cannot replay it as captured.
+    """
+
+    def __init__(self, cfg, n_heads=2):
+        super().__init__()
+        if cfg.d_model % n_heads:
+            raise ValueError(f"d_model = {cfg.d_model} must be a multiple of n_heads = {n_heads}")
+        self.cfg, self.heads, self.p = cfg, n_heads, cfg.d_model // n_heads
+        self.qkv = nn.Linear(cfg.d_model, 3 * cfg.d_model, bias=False)
+        self.out_proj = nn.Linear(cfg.d_model, cfg.d_model, bias=False)
+
+    def _heads(self, x):
+        b, l, _ = x.shape
+        q, k, v = self.qkv(x).view(b, l, 3, self.heads, self.p).permute(2, 0, 3, 1, 4)
+        return q, k, v  # (b, heads, l, p) each
+
+    def _attend(self, q, k, v, valid):
+        """q (b, H, l, p) for the last l of L positions; k, v (b, H, L, p); valid (b, L)."""
+        l, L = q.shape[2], k.shape[2]
+        if l == L and bool(valid.all()):  # a whole unpadded sequence: the fused causal kernel
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=True)  # (b, H, l, p)
+            return self.out_proj(y.transpose(1, 2).flatten(2))
+        pos_q = torch.arange(L - l, L, device=q.device)
+        causal = pos_q[:, None] >= torch.arange(L, device=q.device)[None, :]  # (l, L)
+        allowed = causal & valid[:, None, :]  # (b, l, L)
+        allowed = allowed | (pos_q[:, None] == torch.arange(L, device=q.device))  # self: no NaN
+        y = F.scaled_dot_product_attention(q, k, v, attn_mask=allowed[:, None])  # (b, H, l, p)
+        return self.out_proj(y.transpose(1, 2).flatten(2))  # (b, l, d_model)
+
+    def forward(self, hidden, cache=None, mask=None, seq_idx=None):
+        """hidden (b, l, d_model) → (b, l, d_model); with ``cache``: attend to it, append."""
+        if seq_idx is not None:
+            raise ValueError("seq_idx (packed sequences) is not supported by the attention layer; "
+                             "use mask (left padding)")
+        b, l, _ = hidden.shape
+        q, k, v = self._heads(hidden)
+        valid = torch.ones(b, l, dtype=torch.bool, device=hidden.device) if mask is None \
+            else mask.bool()
+        if cache is not None:
+            k, v = torch.cat([cache.k, k], 2), torch.cat([cache.v, v], 2)  # (b, H, L, p)
+            valid = torch.cat([cache.valid, valid], 1)  # (b, L)
+            cache.k, cache.v, cache.valid = k, v, valid
+        return self._attend(q, k, v, valid)
+
+    def step(self, hidden, cache):
+        """One token: hidden (b, d_model) → (b, d_model); appends its key and value."""
+        return self.forward(hidden[:, None], cache)[:, 0]
+
+    def empty_cache(self, batch, device, state_dtype=torch.float32):
+        shape = (batch, self.heads, 0, self.p)
+        dtype = self.qkv.weight.dtype
+        return KVCache(torch.zeros(shape, device=device, dtype=dtype),
+                       torch.zeros(shape, device=device, dtype=dtype),
+                       torch.zeros(batch, 0, dtype=torch.bool, device=device))
+
+
+def hybrid(cfg, attention_layers, n_heads=2):
+    """A :class:`MambaLM` whose layers ``attention_layers`` (indices) are :class:`AttentionMixer`
+    and the others ``cfg.block``: Jamba puts one attention layer in every 8, Granite-4.0 one
+    Transformer block per 9 Mamba-2 blocks."""
+    bad = [i for i in attention_layers if not 0 <= i < cfg.n_layers]
+    if bad:
+        raise ValueError(f"attention_layers {bad} are not layers of a {cfg.n_layers}-layer model")
+    model = MambaLM(cfg)
+    for i in attention_layers:
+        model.layers[i].mixer = AttentionMixer(cfg, n_heads)
+    return model

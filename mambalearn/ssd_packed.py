@@ -11,7 +11,9 @@ boundary can fall inside a chunk; there are two ways to handle it:
 * **pseudo-chunks** (the fused kernel of PyTorch's "Accelerating Mamba2 with kernel fusion"
   post; vLLM's ``compute_varlen_chunk_metadata`` calls them logical chunks): cut the chunks at
   every sequence boundary too, so each piece lies in one sequence and one chunk; run each piece
-  as a chunk of its own and reset the state where a sequence starts. No masks, but more pieces.
+  as a chunk of its own and reset the state where a sequence starts. No sequence masks, but more
+  pieces (and a kernel that gives each piece a q-row tile still masks the rows past a shorter
+  piece's end, as vLLM's do with ``offs < chunk_size_limit``).
 
     logical_chunks(cu_seqlens, chunk_size)   the pieces: (start, end, sequence)
     ssd_pseudo_chunked(x, dt, A, B, C, chunk_size, cu_seqlens)  y and each sequence's final state
