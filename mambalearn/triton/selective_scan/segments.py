@@ -262,6 +262,14 @@ def _launch_args(u, d, g, n, summary):
                       PREFETCH=summary.prefetch, num_warps=summary.num_warps)
 
 
+def _pieces(like, shape, S, k):
+    """M = (S − 1)·k and two empty (M, b, d, n) fp32 summaries on ``like``'s device."""
+    b, d, l, n, g = shape
+    M = (S - 1) * k
+    X = torch.empty((M, b, d, n), device=like.device, dtype=torch.float32)
+    return M, X, torch.empty_like(X)
+
+
 def _strides(X):
     return (X.stride(0), X.stride(1), X.stride(2)) if X.ndim == 4 else (0, 0, 0)
 
@@ -277,9 +285,7 @@ def forward_starts(u, delta, A, B, delta_bias, softplus, seq_idx, initial_state,
         starts[0] = initial_state
     if S == 1:
         return starts
-    M = (S - 1) * k
-    E = torch.empty((M, b, d, n), device=u.device, dtype=torch.float32)
-    P = torch.empty_like(E)
+    M, E, P = _pieces(u, shape, S, k)
     Bk = bt_layout(B)
     grid, tile = _launch_args(u, d, g, n, summary)
     f = flags(None, None, delta_bias, softplus, B, B, seq_idx)
@@ -307,9 +313,7 @@ def adjoint_summaries(dout, delta, A, C, z, delta_bias, softplus, seq_idx, dlast
     state's gradient folded into the last (G_{M−1} ← G_{M−1} + P_{M−1} dlast): what the
     backward kernel folds the adjoint entering each segment from."""
     b, d, l, n, g = shape
-    M = (S - 1) * k
-    G = torch.empty((M, b, d, n), device=dout.device, dtype=torch.float32)
-    P = torch.empty_like(G)
+    M, G, P = _pieces(dout, shape, S, k)
     Ck = bt_layout(C)
     grid, tile = _launch_args(dout, d, g, n, summary)
     f = flags(None, z, delta_bias, softplus, C, C, seq_idx)
