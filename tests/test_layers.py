@@ -1,6 +1,6 @@
 """A chapter uses only what earlier chapters built, in the library and in the notebooks.
 
-The chapter map is written once, in pyproject.toml's ``[tool.mambalearn.chapters]``. The
+The chapter map is written once, in ``mambalearn/chapters.py``. The
 library's own imports are checked by the import-linter contracts in pyproject.toml (`make test`
 runs `lint-imports`), whose layers must list the course modules in the map's order; the diagram
 of docs/ARCHITECTURE.md must show the map; notebooks are not Python modules, so this test reads
@@ -10,19 +10,21 @@ their code cells and maps every `mambalearn` module they import to the chapter t
 import ast
 import json
 import re
+import textwrap
 from pathlib import Path
 
 import pytest
 
+from mambalearn import chapters
+
 tomllib = pytest.importorskip("tomllib")
 ROOT = Path(__file__).resolve().parent.parent
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]
-MAP = PYPROJECT["mambalearn"]
 
 # The chapter that introduces each course module (longest prefix wins). Utilities (chapter 0)
 # and tooling may be used anywhere.
-CHAPTER = {m: c for m, c in MAP["chapters"].items() if c > 0}
-ANYWHERE = tuple(m for m, c in MAP["chapters"].items() if c == 0) + tuple(MAP["tooling"])
+CHAPTER = {m: c for m, c in chapters.CHAPTERS.items() if c > 0}
+ANYWHERE = tuple(m for m, c in chapters.CHAPTERS.items() if c == 0) + chapters.TOOLING
 FACES = ("mambalearn", "mambalearn.scan", "mambalearn.triton")  # packages that only hand names on
 
 
@@ -53,14 +55,14 @@ NOTEBOOKS = sorted(p for d in ("notebooks", "solutions") for p in (ROOT / d).glo
 
 
 def test_the_chapter_map_knows_every_course_module():
-    # A new course module must be placed in [tool.mambalearn.chapters] (and in the layers).
+    # A new course module must be placed in mambalearn/chapters.py (and in the layers).
     for path in (ROOT / "mambalearn").rglob("*.py"):
         parts = path.relative_to(ROOT).with_suffix("").parts
         module = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
         if module.startswith(("mambalearn.__main__", "mambalearn.doctor")):
             continue
         assert chapter_of(module) is not None, \
-            f"{module}: add it to pyproject.toml's [tool.mambalearn.chapters] or tooling"
+            f"{module}: add it to mambalearn/chapters.py (CHAPTERS or TOOLING)"
 
 
 LAYERS = next(c["layers"] for c in PYPROJECT["importlinter"]["contracts"] if c["type"] == "layers")
@@ -96,13 +98,13 @@ def test_the_layers_follow_the_chapter_map():
     rising downwards, then the utilities; every module of the map stands in a layer."""
     order = [(chapter_of(m.strip()), m.strip()) for layer in LAYERS for m in layer.split("|")]
     assert all(c is not None for c, _ in order), [m for c, m in order if c is None]
-    course = [(c, m) for c, m in order if c and not m.startswith(tuple(MAP["tooling"]))]
+    course = [(c, m) for c, m in order if c and not m.startswith(tuple(chapters.TOOLING))]
     assert [c for c, _ in course] == sorted((c for c, _ in course), reverse=True), course
-    kinds = ["tooling" if m.startswith(tuple(MAP["tooling"])) else "course" if c else "utility"
+    kinds = ["tooling" if m.startswith(tuple(chapters.TOOLING)) else "course" if c else "utility"
              for c, m in order]
     assert kinds == sorted(kinds, key=["tooling", "course", "utility"].index), kinds
     named = {m for _, m in order}
-    for module in MAP["chapters"]:
+    for module in chapters.CHAPTERS:
         assert any(n == module or n.startswith(module + ".") for n in named), \
             f"{module} is in the chapter map but in no import-linter layer"
 
@@ -114,8 +116,10 @@ def diagram_lines(width=88):
         by.setdefault(chapter, []).append(module.removeprefix("mambalearn."))
     rows = [f" │   {c:02d}  {', '.join(by[c])}" for c in sorted(by, reverse=True)]
     utilities = " · ".join(m.removeprefix("mambalearn.")
-                           for m, c in MAP["chapters"].items() if not c)
-    return [r.ljust(width) + "│" for r in rows + [f" │ utilities (any chapter): {utilities}"]]
+                           for m, c in chapters.CHAPTERS.items() if not c)
+    rows += textwrap.wrap(f"utilities (any chapter): {utilities}", width - 4,
+                          initial_indent=" │ ", subsequent_indent=" │   ")
+    return [r.ljust(width) + "│" for r in rows]
 
 
 def test_the_diagram_shows_the_chapter_map():

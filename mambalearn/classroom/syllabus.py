@@ -1,8 +1,8 @@
 """What a student of chapter N may use: the library exercise N is graded with.
 
-The course modules stand in chapter order (pyproject.toml's import-linter layers; ``CHAPTER`` below
-maps each to the chapter that introduces it, and a test holds the two to the same order). While
-exercise N is graded its kernel sees
+The course modules stand in chapter order (`mambalearn.chapters`, the one chapter map;
+pyproject.toml's import-linter layers are held to it by a test). While exercise N is graded its
+kernel sees
 
 * the utilities (``device``, ``testing``, ``timing``, ``utils``, ``scan.layout``) and the modules
   of chapters 1 … N − 1, as a student of chapter N has them;
@@ -20,40 +20,15 @@ import functools
 import re
 from pathlib import Path
 
+from mambalearn import chapters
+
 PACKAGE = Path(__file__).resolve().parents[1]
 
-# The chapter that introduces each course module (the longest prefix wins).
-CHAPTER = {
-    "mambalearn.discretize": 1,
-    "mambalearn.scan.sequential": 2,
-    "mambalearn.ops": 3,
-    "mambalearn.scan.hillis_steele": 4,
-    "mambalearn.scan.blelloch": 4,
-    "mambalearn.scan.selective": 4,
-    "mambalearn.roofline": 5,
-    "mambalearn.machine": 5,
-    "mambalearn.compiled": 5,
-    "mambalearn.ncu": 5,
-    "mambalearn.scan.chunked": 6,
-    "mambalearn.autograd": 7,
-    "mambalearn.triton.scan": 8,
-    "mambalearn.triton.selective_scan": 9,
-    "mambalearn.ssd": 10,
-    "mambalearn.ssd_grad": 10,
-    "mambalearn.ssd_packed": 10,
-    "mambalearn.triton.ssd": 10,
-    "mambalearn.inference": 12,
-    "mambalearn.triton.step": 12,
-    "mambalearn.model": 13,
-    "mambalearn.parallel": 14,
-    "mambalearn.mamba3": 15,
-    "mambalearn.triton.mamba3": 15,
-}
-UTILITIES = ("mambalearn.device", "mambalearn.testing", "mambalearn.timing", "mambalearn.utils",
-             "mambalearn.scan.layout")
+# The chapter that introduces each course module (the longest prefix wins), from the one map
+CHAPTER = {m: c for m, c in chapters.CHAPTERS.items() if c > 0}
+UTILITIES = tuple(m for m, c in chapters.CHAPTERS.items() if c == 0)
 FACES = ("mambalearn", "mambalearn.scan", "mambalearn.triton")  # packages that only hand on names
-TOOLING = ("mambalearn.check", "mambalearn.classroom", "mambalearn.bench", "mambalearn.doctor",
-           "mambalearn.__main__")
+TOOLING = chapters.TOOLING
 _CHAPTER_OF_EXERCISE = re.compile(r"^(\d\d)_")
 
 
@@ -66,7 +41,7 @@ def chapter_of(module):
     best = max((k for k in CHAPTER if module == k or module.startswith(k + ".")), key=len,
                default=None)
     if best is None:
-        raise ValueError(f"{module} is in no chapter: add it to syllabus.CHAPTER")
+        raise ValueError(f"{module} is in no chapter: add it to mambalearn/chapters.py")
     return CHAPTER[best]
 
 

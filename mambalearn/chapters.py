@@ -1,0 +1,47 @@
+"""The chapter map, written once: the chapter that introduces each module of the library.
+
+``CHAPTERS`` maps a module (or package: the longest prefix wins) to its chapter; 0 is a utility
+every chapter may use. ``TOOLING`` sits above the chapters, and no chapter imports it. Everything
+that needs the course's order reads it here: the grader (what a student of chapter N may use,
+`classroom.syllabus`), tests/test_layers.py (import-linter's layers in pyproject.toml, the
+notebooks' imports and docs/ARCHITECTURE.md's diagram are held to it).
+"""
+
+CHAPTERS = {
+    "mambalearn.device": 0,
+    "mambalearn.testing": 0,
+    "mambalearn.timing": 0,
+    "mambalearn.utils": 0,
+    "mambalearn.results": 0,
+    "mambalearn.scan.layout": 0,
+    "mambalearn.chapters": 0,
+    "mambalearn.triton.interpreter": 0,  # the interpreter's bf16 matmul made right, on import
+    "mambalearn.discretize": 1,
+    "mambalearn.scan.sequential": 2,
+    "mambalearn.ops": 3,
+    "mambalearn.scan.hillis_steele": 4,
+    "mambalearn.scan.blelloch": 4,
+    "mambalearn.scan.selective": 4,
+    "mambalearn.roofline": 5,
+    "mambalearn.machine": 5,
+    "mambalearn.compiled": 5,
+    "mambalearn.ncu": 5,
+    "mambalearn.scan.chunked": 6,
+    "mambalearn.autograd": 7,
+    "mambalearn.triton.scan": 8,
+    "mambalearn.triton.selective_scan": 9,
+    "mambalearn.ssd": 10,
+    "mambalearn.ssd_grad": 10,
+    "mambalearn.ssd_packed": 10,
+    "mambalearn.triton.ssd": 10,
+    "mambalearn.inference": 12,
+    "mambalearn.triton.step": 12,
+    "mambalearn.model": 13,
+    "mambalearn.parallel": 14,
+    "mambalearn.mamba3": 15,
+    "mambalearn.triton.mamba3": 15,
+    "mambalearn.claims": 16,
+    "mambalearn.serving": 16,
+}
+TOOLING = ("mambalearn.check", "mambalearn.bench", "mambalearn.classroom", "mambalearn.doctor",
+           "mambalearn.__main__")
