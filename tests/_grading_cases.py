@@ -47,6 +47,8 @@ def repo_copy(dest):
                     ignore=shutil.ignore_patterns("__pycache__", "build"))
     shutil.copytree(ROOT / "exercises", dest / "exercises")
     shutil.copytree(ROOT / "solutions", dest / "solutions")
+    # the results store the library's measured figures come from (mambalearn.results)
+    shutil.copytree(ROOT / "docs" / "results", dest / "docs" / "results")
     return dest
 
 

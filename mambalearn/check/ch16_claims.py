@@ -28,6 +28,17 @@ from mambalearn.check import _core
 __all__ = ["claim_audit"]
 REBUILDS = {"claim_audit": []}  # the harness is given; the claim is the student's own
 
+HINTS = {
+    "claim_audit": [
+        "settings() lists the conditions the claim speaks of, e.g. [{'l': 256}, {'l': 4096}]; "
+        "measure(**setting) returns one number for one of them: a ratio, an error, a time",
+        "holds(value) turns the number into the claim's verdict with a threshold that means "
+        "something (a 2× speed-up is value ≥ 2): it must be able to come out False",
+        "measure again and the verdict must not change: average over enough repeats, or measure "
+        "a quantity that does not depend on noise (a count, an error in float64)",
+    ],
+}
+
 MAX_SETTINGS = 8
 
 
