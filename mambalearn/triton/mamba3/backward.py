@@ -26,8 +26,8 @@ import triton.language as tl
 
 from mambalearn import device  # noqa: F401  (TRITON_INTERPRET before @triton.jit)
 from mambalearn.mamba3.sequential import per_head, rotate_pairs
-from mambalearn.triton.mamba3.backward_qk import _bwd_qk_kernel
-from mambalearn.triton.mamba3.backward_v import _bwd_v_kernel
+from mambalearn.triton.mamba3.backward_qk import bwd_qk_kernel
+from mambalearn.triton.mamba3.backward_v import bwd_v_kernel
 from mambalearn.triton.mamba3.chunk_state import state_grads
 from mambalearn.triton.mamba3.common import (
     GRID_Y,
@@ -152,7 +152,7 @@ def launch_backward(x, saved, d_out, finals, chunk_size, cfg=DEFAULT):
     # 3. the values and the weights, a program per chunk
     dV, dW, dG, dCv, dD = torch.empty_like(V), new(b, h, l), new(b, h, l), new(b, h, l), \
         new(b, h, c)
-    _bwd_v_kernel[(h * c, b)](
+    bwd_v_kernel[(h * c, b)](
         x["Q"], x["K"], V, x["Q_bias"], x["K_bias"], x["D"], st["C2"], st["W"], st["G"],
         st["Phi"], dY, D, HD, dV, dW, dG, dCv, dD,
         l, c, h, g, p, n, na,
@@ -169,7 +169,7 @@ def launch_backward(x, saved, d_out, finals, chunk_size, cfg=DEFAULT):
     if c > GRID_Y:  # (a chunk offset argument for slabs of launches costs this kernel spills)
         raise ValueError(f"the Mamba-3 backward runs at most {GRID_Y} chunks (grid axis 1): "
                          f"l = {l} at chunk_size {Qc} is {c}; use a larger chunk_size")
-    _bwd_qk_kernel[(NB * (h // hpp), c, b)](
+    bwd_qk_kernel[(NB * (h // hpp), c, b)](
         x["Q"], x["K"], V, x["Q_bias"], x["K_bias"], st["C2"], st["W"], st["G"], st["Phi"],
         dY, saved["H"], D, dQ, dK, dQb, dKb, dCq, dth, dth_tot,
         l, c, h, g, p, n, na,

@@ -34,7 +34,7 @@ from mambalearn.triton.mamba3.common import (
 
 
 @triton.jit(do_not_specialize=SIZES)
-def _bwd_qk_kernel(
+def bwd_qk_kernel(
     Q_ptr, K_ptr, V_ptr, Qb_ptr, Kb_ptr,
     C2_ptr, W_ptr, G_ptr, Phi_ptr,  # per step (``chunk_state``): c log₂e, w, γ, and φ
     dY_ptr,  # (b, l, h, p): the gradient of y (after the gate's backward)

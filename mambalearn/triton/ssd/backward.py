@@ -69,7 +69,7 @@ from mambalearn.triton.ssd.backward_cumsum import (  # noqa: F401
     chunk_cumsum_backward,
     gate_backward,
 )
-from mambalearn.triton.ssd.backward_dx import _dx_kernel, dx_backward  # noqa: F401
+from mambalearn.triton.ssd.backward_dx import dx_backward
 from mambalearn.triton.ssd.backward_groups import (  # noqa: F401
     _dB_kernel,
     _dC_kernel,

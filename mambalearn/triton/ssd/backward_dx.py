@@ -7,7 +7,7 @@ import triton
 import triton.language as tl
 
 from mambalearn.triton.ssd.backward_config import backward_config, blocks, launch_args
-from mambalearn.triton.ssd.common import _bch, _row, _tile, _tile_T, p2
+from mambalearn.triton.ssd.common import bch_of, load_row, load_tile, load_tile_t, p2
 
 
 # ---------------------------------------------------------------------------------------------
@@ -27,14 +27,14 @@ def _dx_kernel(
     HAS_D: tl.constexpr, HAS_SEQ: tl.constexpr, HAS_V: tl.constexpr,
 ):
     pid_bch, pid_s = tl.program_id(0), tl.program_id(1)  # (b, c, h) on the unlimited axis
-    pid_b, pid_c, pid_h = _bch(pid_bch, h, nchunks)
+    pid_b, pid_c, pid_h = bch_of(pid_bch, h, nchunks)
     pid_g = pid_h // heads_per_group
     offs_s = pid_s * BLOCK_Q + tl.arange(0, BLOCK_Q)  # the steps s this program differentiates
     offs_p = tl.arange(0, BLOCK_P)  # the whole head dim: x_s · G_s needs all of it
     t_s = pid_c * Q + offs_s
     ok_s = (offs_s < Q) & (t_s < l)
     cs = ((pid_b.to(tl.int64) * h + pid_h) * nchunks + pid_c) * Q
-    a_s, dt_s = _row(dA_cs_ptr + cs, offs_s, Q), _row(dt_ptr + cs, offs_s, Q)
+    a_s, dt_s = load_row(dA_cs_ptr + cs, offs_s, Q), load_row(dt_ptr + cs, offs_s, Q)
     a_last = tl.load(dA_cs_ptr + cs + Q - 1)
     bt0 = pid_b.to(tl.int64) * l + pid_c * Q  # the chunk's first step (64-bit: past 2³¹)
     xdy_base = bt0 * h * p + pid_h * p  # step k of the chunk, this head: + k·h·p
@@ -47,8 +47,8 @@ def _dx_kernel(
     G = tl.zeros((BLOCK_Q, BLOCK_P), dtype=tl.float32)
     for n0 in range(0, N, BLOCK_N):
         offs_n = n0 + tl.arange(0, BLOCK_N)
-        B_s = _tile(B_ptr + BC_base, offs_s, ok_s, g * N, offs_n, N)  # (S, N)
-        dST = _tile_T(dS_base, offs_p, offs_p < p, N, offs_n, N)  # (N, P) f32
+        B_s = load_tile(B_ptr + BC_base, offs_s, ok_s, g * N, offs_n, N)  # (S, N)
+        dST = load_tile_t(dS_base, offs_p, offs_p < p, N, offs_n, N)  # (N, P) f32
         G += tl.dot(B_s, dST.to(B_s.dtype))
     decay_out = tl.exp(tl.minimum(a_last - a_s, 0.0))
     if HAS_SEQ:
@@ -57,7 +57,7 @@ def _dx_kernel(
     G *= decay_out[:, None]
     if HAS_V:  # the chunk state's share of ∂a, from these very float32 numbers: −v_s at a_s,
         # +Σ_s v_s at a_last (step 8)
-        x_v = _tile(x_ptr + xdy_base, offs_s, ok_s, h * p, offs_p, p).to(tl.float32)  # (S, P)
+        x_v = load_tile(x_ptr + xdy_base, offs_s, ok_s, h * p, offs_p, p).to(tl.float32)  # (S, P)
         tl.store(v_ptr + cs + offs_s, dt_s * tl.sum(x_v * G, axis=1), mask=offs_s < Q)
     # 2. diagonal block: Σ_{t ≥ s} P_ts dy_t with P_ts = CB_ts exp(a_t − a_s), read as Pᵀ (S, T)
     CB_base = CB_ptr + ((pid_b.to(tl.int64) * nchunks + pid_c) * g + pid_g) * Q * Q
@@ -66,22 +66,22 @@ def _dx_kernel(
         offs_t = k0 + tl.arange(0, BLOCK_Q)
         t_t = pid_c * Q + offs_t
         ok_t = (offs_t < Q) & (t_t < l)
-        cbT = _tile_T(CB_base, offs_t, offs_t < Q, Q, offs_s, Q)  # (S, T)
+        cbT = load_tile_t(CB_base, offs_t, offs_t < Q, Q, offs_s, Q)  # (S, T)
         keep = offs_t[None, :] >= offs_s[:, None]
         if HAS_SEQ:
             seq_t = tl.load(seq_ptr + pid_b * l + t_t, mask=ok_t, other=-1)
             keep = keep & (seq_t[None, :] == seq_s[:, None])
-        a_t = _row(dA_cs_ptr + cs, offs_t, Q)
+        a_t = load_row(dA_cs_ptr + cs, offs_t, Q)
         expo = tl.where(keep, tl.minimum(a_t[None, :] - a_s[:, None], 0.0), -float("inf"))
         PT = cbT * tl.exp(expo)  # (S, T): Pᵀ, 0 where not kept
-        dy_t = _tile(dy_ptr + xdy_base, offs_t, ok_t, h * p, offs_p, p)  # (T, P)
+        dy_t = load_tile(dy_ptr + xdy_base, offs_t, ok_t, h * p, offs_p, p)  # (T, P)
         G += tl.dot(PT.to(dy_t.dtype), dy_t)  # (S, P)
         k0 += BLOCK_Q
     # 3. dx, x · G (for Δ, step 8) and dD;  G_s = ∂loss/∂(Δ_s x_s)
-    x_s = _tile(x_ptr + xdy_base, offs_s, ok_s, h * p, offs_p, p).to(tl.float32)  # (S, P)
+    x_s = load_tile(x_ptr + xdy_base, offs_s, ok_s, h * p, offs_p, p).to(tl.float32)  # (S, P)
     dx = G * dt_s[:, None]
     if HAS_D:  # out = y + D x
-        dy_s = _tile(dy_ptr + xdy_base, offs_s, ok_s, h * p, offs_p, p).to(tl.float32)
+        dy_s = load_tile(dy_ptr + xdy_base, offs_s, ok_s, h * p, offs_p, p).to(tl.float32)
         Dv = tl.load(D_ptr + pid_h * stride_Dh + offs_p * stride_Dp, mask=offs_p < p, other=0.0)
         dx += Dv.to(tl.float32)[None, :] * dy_s
         dD_row = (pid_bch * tl.cdiv(Q, BLOCK_Q) + pid_s).to(tl.int64) * p

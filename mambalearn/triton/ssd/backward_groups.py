@@ -8,7 +8,7 @@ import triton
 import triton.language as tl
 
 from mambalearn.triton.ssd.backward_config import backward_config, blocks, launch_args
-from mambalearn.triton.ssd.common import _bcgs, _row, _tile, _tile_T, p2
+from mambalearn.triton.ssd.common import bcgs_of, load_row, load_tile, load_tile_t, p2
 
 
 # ---------------------------------------------------------------------------------------------
@@ -27,7 +27,7 @@ def _dcb_kernel(
     pid_t, pid_s = pid_ts // tl.cdiv(Q, BLOCK_Q), pid_ts % tl.cdiv(Q, BLOCK_Q)
     if pid_s > pid_t:
         return  # strictly above the diagonal: L is zero there
-    pid_b, pid_c, pid_g, split = _bcgs(pid, g, nchunks, nsplit)
+    pid_b, pid_c, pid_g, split = bcgs_of(pid, g, nchunks, nsplit)
     offs_t = pid_t * BLOCK_Q + tl.arange(0, BLOCK_Q)  # rows t (outputs)
     offs_s = pid_s * BLOCK_Q + tl.arange(0, BLOCK_Q)  # columns s (inputs)
     offs_p = tl.arange(0, BLOCK_P)  # the whole head dim: dy_t · x_s needs all of it
@@ -39,20 +39,20 @@ def _dcb_kernel(
         seq_t = tl.load(seq_ptr + pid_b * l + t_t, mask=ok_t, other=-1)
         seq_s = tl.load(seq_ptr + pid_b * l + t_s, mask=ok_s, other=-2)
         keep = keep & (seq_t[:, None] == seq_s[None, :])
-    cb = _tile(CB_ptr + ((pid_b * nchunks + pid_c) * g + pid_g) * Q * Q, offs_t, offs_t < Q, Q,
+    cb = load_tile(CB_ptr + ((pid_b * nchunks + pid_c) * g + pid_g) * Q * Q, offs_t, offs_t < Q, Q,
                offs_s, Q)  # (T, S) f32
     xdy_base = (pid_b * l + pid_c * Q) * h * p  # the chunk's first step (64-bit: past 2³¹)
     acc = tl.zeros((BLOCK_Q, BLOCK_Q), dtype=tl.float32)
     for i in range(HEADS):  # the heads of this group (and split): they all share CB
         head = pid_g * heads_per_group + split * HEADS + i
-        dy_t = _tile(dy_ptr + xdy_base + head * p, offs_t, ok_t, h * p, offs_p, p)  # (T, P)
-        xT_s = _tile_T(x_ptr + xdy_base + head * p, offs_s, ok_s, h * p, offs_p, p)  # (P, S)
+        dy_t = load_tile(dy_ptr + xdy_base + head * p, offs_t, ok_t, h * p, offs_p, p)  # (T, P)
+        xT_s = load_tile_t(x_ptr + xdy_base + head * p, offs_s, ok_s, h * p, offs_p, p)  # (P, S)
         dyx = tl.dot(dy_t, xT_s)  # (T, S): dy_t · x_s
         cs = ((pid_b * h + head) * nchunks + pid_c) * Q
-        a_t, a_s = _row(dA_cs_ptr + cs, offs_t, Q), _row(dA_cs_ptr + cs, offs_s, Q)
+        a_t, a_s = load_row(dA_cs_ptr + cs, offs_t, Q), load_row(dA_cs_ptr + cs, offs_s, Q)
         # exp(a_t − a_s) where kept (clamped to ≤ 0 as in the forward), exp(−∞) = 0 elsewhere
         decay = tl.exp(tl.where(keep, tl.minimum(a_t[:, None] - a_s[None, :], 0.0), -float("inf")))
-        W = dyx * (decay * _row(dt_ptr + cs, offs_s, Q)[None, :])  # (T, S): this head's dCB
+        W = dyx * (decay * load_row(dt_ptr + cs, offs_s, Q)[None, :])  # (T, S): this head's dCB
         acc += W
         # step 8: E_ts = W_ts CB_ts = dP_ts P_ts (s < t) goes to a_t with + and to a_s with −.
         # Row and column sums of this one float32 tile, so that they cancel exactly where they
@@ -104,7 +104,7 @@ def _dC_kernel(
 ):
     pid, pid_tn = tl.program_id(0), tl.program_id(1)  # (b, c, g, split) on the unlimited axis
     pid_t, pid_n = pid_tn // tl.cdiv(N, BLOCK_N), pid_tn % tl.cdiv(N, BLOCK_N)
-    pid_b, pid_c, pid_g, split = _bcgs(pid, g, nchunks, nsplit)
+    pid_b, pid_c, pid_g, split = bcgs_of(pid, g, nchunks, nsplit)
     offs_t = pid_t * BLOCK_Q + tl.arange(0, BLOCK_Q)
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     offs_p = tl.arange(0, BLOCK_P)
@@ -112,7 +112,7 @@ def _dC_kernel(
     ok_t = (offs_t < Q) & (t_t < l)
     bt0 = pid_b * l + pid_c * Q  # the chunk's first step (64-bit: past 2³¹)
     BC_base = bt0 * g * N + pid_g * N  # step k of the chunk, this group: + k·g·n
-    C_t = _tile(C_ptr + BC_base, offs_t, ok_t, g * N, offs_n, N).to(tl.float32)  # (T, N)
+    C_t = load_tile(C_ptr + BC_base, offs_t, ok_t, g * N, offs_n, N).to(tl.float32)  # (T, N)
     if HAS_SEQ:  # steps that continue the sequence of the entering state
         seq_prev = tl.load(seq_ptr + pid_b * l + pid_c * Q - 1, mask=pid_c > 0, other=0)
         same_prev = tl.load(seq_ptr + pid_b * l + t_t, mask=ok_t, other=-1) == seq_prev
@@ -121,11 +121,11 @@ def _dC_kernel(
     # off-diagonal part, head by head: exp(a_t) dy_t H_c
     for i in range(HEADS):
         head = pid_g * heads_per_group + split * HEADS + i
-        dy_t = _tile(dy_base + head * p, offs_t, ok_t, h * p, offs_p, p)  # (T, P)
+        dy_t = load_tile(dy_base + head * p, offs_t, ok_t, h * p, offs_p, p)  # (T, P)
         H_base = H_ptr + ((pid_b * nchunks + pid_c) * h + head).to(tl.int64) * p * N
-        H_c = _tile(H_base, offs_p, offs_p < p, N, offs_n, N)  # (P, N)
+        H_c = load_tile(H_base, offs_p, offs_p < p, N, offs_n, N)  # (P, N)
         cs = ((pid_b * h + head) * nchunks + pid_c) * Q
-        scale = tl.exp(_row(dA_cs_ptr + cs, offs_t, Q))
+        scale = tl.exp(load_row(dA_cs_ptr + cs, offs_t, Q))
         if HAS_SEQ:
             scale = tl.where(same_prev, scale, 0.0)
         Z = tl.dot(dy_t, H_c.to(dy_t.dtype)) * scale[:, None]  # (T, N): this head's dC_t
@@ -140,8 +140,8 @@ def _dC_kernel(
         offs_s = k0 + tl.arange(0, BLOCK_Q)
         t_s = pid_c * Q + offs_s
         ok_s = (offs_s < Q) & (t_s < l)
-        dcb = _tile(dCB_base, offs_t, offs_t < Q, Q, offs_s, Q)  # (T, S)
-        B_s = _tile(B_ptr + BC_base, offs_s, ok_s, g * N, offs_n, N).to(tl.float32)  # (S, N)
+        dcb = load_tile(dCB_base, offs_t, offs_t < Q, Q, offs_s, Q)  # (T, S)
+        B_s = load_tile(B_ptr + BC_base, offs_s, ok_s, g * N, offs_n, N).to(tl.float32)  # (S, N)
         acc += tl.dot(dcb, B_s)  # float32 operands (tf32 on a GPU): dCB sums many heads
         k0 += BLOCK_Q
     out = dC_ptr + split.to(tl.int64) * nb * l * g * N + BC_base + offs_t[:, None] * g * N
@@ -179,7 +179,7 @@ def _dB_kernel(
 ):
     pid, pid_sn = tl.program_id(0), tl.program_id(1)  # (b, c, g, split) on the unlimited axis
     pid_s, pid_n = pid_sn // tl.cdiv(N, BLOCK_N), pid_sn % tl.cdiv(N, BLOCK_N)
-    pid_b, pid_c, pid_g, split = _bcgs(pid, g, nchunks, nsplit)
+    pid_b, pid_c, pid_g, split = bcgs_of(pid, g, nchunks, nsplit)
     offs_s = pid_s * BLOCK_Q + tl.arange(0, BLOCK_Q)
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     offs_p = tl.arange(0, BLOCK_P)
@@ -194,13 +194,13 @@ def _dB_kernel(
     # chunk-state part, head by head: w_s x_s dS_c
     for i in range(HEADS):
         head = pid_g * heads_per_group + split * HEADS + i
-        x_s = _tile(x_base + head * p, offs_s, ok_s, h * p, offs_p, p)  # (S, P)
+        x_s = load_tile(x_base + head * p, offs_s, ok_s, h * p, offs_p, p)  # (S, P)
         dS_base = dS_ptr + ((pid_b * nchunks + pid_c) * h + head).to(tl.int64) * p * N
-        dS = _tile(dS_base, offs_p, offs_p < p, N, offs_n, N)  # (P, N) f32
+        dS = load_tile(dS_base, offs_p, offs_p < p, N, offs_n, N)  # (P, N) f32
         cs = ((pid_b * h + head) * nchunks + pid_c) * Q
         a_last = tl.load(dA_cs_ptr + cs + Q - 1)
-        w = tl.exp(tl.minimum(a_last - _row(dA_cs_ptr + cs, offs_s, Q), 0.0))
-        w *= _row(dt_ptr + cs, offs_s, Q)
+        w = tl.exp(tl.minimum(a_last - load_row(dA_cs_ptr + cs, offs_s, Q), 0.0))
+        w *= load_row(dt_ptr + cs, offs_s, Q)
         if HAS_SEQ:
             w = tl.where(same_last, w, 0.0)
         acc += tl.dot(x_s, dS.to(x_s.dtype)) * w[:, None]  # (S, N)
@@ -212,8 +212,8 @@ def _dB_kernel(
         offs_t = k0 + tl.arange(0, BLOCK_Q)
         t_t = pid_c * Q + offs_t
         ok_t = (offs_t < Q) & (t_t < l)
-        dcbT = _tile_T(dCB_base, offs_t, offs_t < Q, Q, offs_s, Q)  # (S, T)
-        C_t = _tile(C_ptr + BC_base, offs_t, ok_t, g * N, offs_n, N).to(tl.float32)  # (T, N)
+        dcbT = load_tile_t(dCB_base, offs_t, offs_t < Q, Q, offs_s, Q)  # (S, T)
+        C_t = load_tile(C_ptr + BC_base, offs_t, ok_t, g * N, offs_n, N).to(tl.float32)  # (T, N)
         acc += tl.dot(dcbT, C_t)
         k0 += BLOCK_Q
     out = dB_ptr + split.to(tl.int64) * nb * l * g * N + BC_base + offs_s[:, None] * g * N

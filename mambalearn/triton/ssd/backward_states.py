@@ -8,7 +8,7 @@ import triton
 import triton.language as tl
 
 from mambalearn.triton.ssd.backward_config import backward_config, blocks, launch_args
-from mambalearn.triton.ssd.common import _bch, _row, _tile, _tile_T, tile
+from mambalearn.triton.ssd.common import bch_of, load_row, load_tile, load_tile_t, tile
 
 
 # ---------------------------------------------------------------------------------------------
@@ -23,7 +23,7 @@ def _dstates_kernel(
 ):
     pid_bch, pid_pn = tl.program_id(0), tl.program_id(1)  # (b, c, h) on the unlimited axis
     pid_p, pid_n = pid_pn // tl.cdiv(n, BLOCK_N), pid_pn % tl.cdiv(n, BLOCK_N)
-    pid_b, pid_c, pid_h = _bch(pid_bch, h, nchunks)
+    pid_b, pid_c, pid_h = bch_of(pid_bch, h, nchunks)
     offs_p = pid_p * BLOCK_P + tl.arange(0, BLOCK_P)
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     bt0 = pid_b.to(tl.int64) * l + pid_c * Q  # the chunk's first step (64-bit: past 2³¹)
@@ -37,12 +37,12 @@ def _dstates_kernel(
         offs_k = k0 + tl.arange(0, BLOCK_K)
         t = pid_c * Q + offs_k
         ok = (offs_k < Q) & (t < l)
-        scale = tl.exp(_row(cs, offs_k, Q))  # exp(a_t)
+        scale = tl.exp(load_row(cs, offs_k, Q))  # exp(a_t)
         if HAS_SEQ:
             seq_t = tl.load(seq_ptr + pid_b * l + t, mask=ok, other=-1)
             scale = tl.where(seq_t == seq_prev, scale, 0.0)
-        dyT = _tile_T(dy_base, offs_k, ok, h * p, offs_p, p)  # (P, K)
-        C_k = _tile(C_base, offs_k, ok, g * n, offs_n, n)  # (K, N)
+        dyT = load_tile_t(dy_base, offs_k, ok, h * p, offs_p, p)  # (P, K)
+        C_k = load_tile(C_base, offs_k, ok, g * n, offs_n, n)  # (K, N)
         acc += tl.dot((dyT.to(tl.float32) * scale[None, :]).to(C_k.dtype), C_k)  # (P, N)
     out = dH_ptr + (pid_bch.to(tl.int64) * p + offs_p[:, None]) * n + offs_n[None, :]
     tl.store(out, acc, mask=(offs_p[:, None] < p) & (offs_n[None, :] < n))

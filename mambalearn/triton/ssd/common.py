@@ -39,7 +39,7 @@ def launch_options(maxnreg):
 
 
 @triton.jit
-def _exp2(x):
+def exp2_ftz(x):
     """2^x, one MUFU.EX2 instruction, results below 2^-126 flushed to 0. (``tl.exp``/``tl.exp2``
     add three instructions per element to handle such denormal results: in the q×q tiles of SSD
     that is a third of the arithmetic, and values below 1e-38 change no output.)"""
@@ -51,7 +51,7 @@ def _exp2(x):
 
 
 @triton.jit
-def _delta(dt, bias, dt_min, dt_max,
+def delta_of(dt, bias, dt_min, dt_max,
            HAS_BIAS: tl.constexpr, SOFTPLUS: tl.constexpr, HAS_LIMIT: tl.constexpr):
     """Δ = clamp(softplus(dt + dt_bias), dt_min, dt_max), in float32; each step optional."""
     dt = dt.to(tl.float32)
@@ -66,34 +66,34 @@ def _delta(dt, bias, dt_min, dt_max,
 
 
 @triton.jit
-def _tile(ptr, rows, rows_ok, row_stride, cols, ncols):
+def load_tile(ptr, rows, rows_ok, row_stride, cols, ncols):
     """ptr[rows · row_stride + cols] as a (rows, cols) tile, 0 where masked."""
     return tl.load(ptr + rows[:, None] * row_stride + cols[None, :],
                    mask=rows_ok[:, None] & (cols[None, :] < ncols), other=0.0)
 
 
 @triton.jit
-def _tile_T(ptr, rows, rows_ok, row_stride, cols, ncols):
+def load_tile_t(ptr, rows, rows_ok, row_stride, cols, ncols):
     """The same tile transposed: (cols, rows)."""
     return tl.load(ptr + rows[None, :] * row_stride + cols[:, None],
                    mask=rows_ok[None, :] & (cols[:, None] < ncols), other=0.0)
 
 
 @triton.jit
-def _row(ptr, offs, Q: tl.constexpr):
+def load_row(ptr, offs, Q: tl.constexpr):
     """Steps ``offs`` of one chunk's (q,) row of Δ or dA_cs (float32); 0 past the chunk."""
     return tl.load(ptr + offs, mask=offs < Q, other=0.0)
 
 
 @triton.jit
-def _bch(pid, h, nchunks):
+def bch_of(pid, h, nchunks):
     """(b, c, head) of a program over b·c·h, head fastest: the layout of S, H and dS. b is
     64-bit, so offsets built from it reach past 2³¹ elements."""
     return (pid // (h * nchunks)).to(tl.int64), (pid // h) % nchunks, pid % h
 
 
 @triton.jit
-def _bcgs(pid, g, nchunks, nsplit):
+def bcgs_of(pid, g, nchunks, nsplit):
     """(b, c, group, split) of a program over b·c·g·nsplit, split fastest."""
     bcg = pid // nsplit
     return (bcg // (g * nchunks)).to(tl.int64), (bcg // g) % nchunks, bcg % g, pid % nsplit

@@ -21,7 +21,7 @@ import torch
 import triton
 import triton.language as tl
 
-from mambalearn.triton.ssd.common import INTERP, _delta, p2, stages, tile
+from mambalearn.triton.ssd.common import INTERP, delta_of, p2, stages, tile
 from mambalearn.triton.ssd.config import defaults
 
 
@@ -48,7 +48,7 @@ def _chunk_cumsum_kernel(
     bias = 0.0
     if HAS_BIAS:
         bias = tl.load(bias_ptr + offs_h, mask=offs_h < h, other=0.0).to(tl.float32)[:, None]
-    dt = _delta(dt, bias, dt_min, dt_max, HAS_BIAS, SOFTPLUS, HAS_LIMIT)  # Δ, float32
+    dt = delta_of(dt, bias, dt_min, dt_max, HAS_BIAS, SOFTPLUS, HAS_LIMIT)  # Δ, float32
     dt = tl.where(mask, dt, 0.0)  # padded steps: Δ = 0, i.e. decay 1 and no input
     A = tl.load(A_ptr + offs_h, mask=offs_h < h, other=0.0).to(tl.float32)
     dA_cs = tl.cumsum(dt * A[:, None], axis=1)  # (BLOCK_H, BLOCK_Q): Σ_{s≤t} Δ_s A

@@ -27,7 +27,7 @@ import torch
 import triton
 import triton.language as tl
 
-from mambalearn.triton.ssd.common import LOG2E, _delta, _exp2, launch_options, p2, stages
+from mambalearn.triton.ssd.common import LOG2E, delta_of, exp2_ftz, launch_options, p2, stages
 from mambalearn.triton.ssd.config import defaults
 
 LIMIT = 2**31  # elements of x, z, out it addresses with 32-bit offsets
@@ -56,9 +56,9 @@ def _diag_tile(acc, C_m, a_m, seq_m, offs_m, k0, B_base, x_base, dtc_row, dacs_r
     a_k = tl.load(dacs_row + offs_k)
     dt_k = tl.load(dtc_row + offs_k)
     if EXP2:  # a_m arrives scaled by log2 e: 2^(a_t log2 e − a_s log2 e), one multiply less
-        pm = s * _exp2(a_m[:, None] - (a_k * LOG2E)[None, :]) * dt_k[None, :]
+        pm = s * exp2_ftz(a_m[:, None] - (a_k * LOG2E)[None, :]) * dt_k[None, :]
     else:  # chapter 10's exp(a_t − a_s) · Δ_s, the same roundings
-        pm = s * _exp2((a_m[:, None] - a_k[None, :]) * LOG2E) * dt_k[None, :]
+        pm = s * exp2_ftz((a_m[:, None] - a_k[None, :]) * LOG2E) * dt_k[None, :]
     if CAUSAL:  # the diagonal block: s ≤ t only (the where also drops any inf above it)
         keep = offs_m[:, None] >= offs_k[None, :]
         if HAS_SEQ:
@@ -203,7 +203,7 @@ def _ssd_one_launch_kernel(
     if HAS_BIAS:
         bias = tl.load(bias_ptr + pid_h).to(tl.float32)
     dt_base = dt_ptr + pid_b.to(tl.int64) * stride_dtb + pid_h * stride_dth
-    d_q = _delta(tl.load(dt_base + t_q * stride_dtl, mask=t_q < l, other=0.0), bias, dt_min,
+    d_q = delta_of(tl.load(dt_base + t_q * stride_dtl, mask=t_q < l, other=0.0), bias, dt_min,
                  dt_max, HAS_BIAS, SOFTPLUS, HAS_LIMIT)
     d_q = tl.where(t_q < l, d_q, 0.0)
     a_q = tl.cumsum(d_q * A, axis=0)  # (Q,)

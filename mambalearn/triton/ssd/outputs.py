@@ -18,9 +18,10 @@ a tile into shared memory and zero-fills what lies past the tensor's edge, so th
 per-element addresses or masks to compute. That is most of what a program spends outside its
 arithmetic (bench/NOTES_ssd.md counts it in the SASS); it needs 16-byte aligned rows
 (``tma_ok``). Blocks strictly left of the diagonal need no causal mask; only the diagonal blocks
-mask s > t. The decay is one MUFU.EX2 per element (``common._exp2``); ``EXP2``: from log2-scaled a,
-one multiply less (rounds a little differently from chapter 10's exp(a_t − a_s)). When BLOCK_K =
-BLOCK_M the diagonal block is one tile, and its x tile is x_m: the D x term reuses it.
+mask s > t. The decay is one MUFU.EX2 per element (``common.exp2_ftz``); ``EXP2``: from
+log2-scaled a, one multiply less (rounds a little differently from chapter 10's exp(a_t − a_s)).
+When BLOCK_K = BLOCK_M the diagonal block is one tile, and its x tile is x_m: the D x term reuses
+it.
 
 ``config.Outputs.rows``: row blocks per program — 1 (each its own program, the default), or None
 (the whole chunk in one program, its setup and Hᵀ load shared): measured 25 % slower, its 211
@@ -32,7 +33,7 @@ import triton
 import triton.language as tl
 from triton.tools.tensor_descriptor import TensorDescriptor
 
-from mambalearn.triton.ssd.common import LOG2E, _exp2, launch_options, p2, stages
+from mambalearn.triton.ssd.common import LOG2E, exp2_ftz, launch_options, p2, stages
 from mambalearn.triton.ssd.config import GRID_YZ, defaults
 
 GRID_Z = GRID_YZ  # (b, c) pairs a launch covers on grid axis 2
@@ -51,9 +52,9 @@ def _block(acc, C_m, a_m, seq_m, offs_m, k0, t0, pid_b, pid_g, pid_h, B_desc, x_
     a_k = tl.load(dacs_row + offs_k)
     dt_k = tl.load(dtc_row + offs_k)
     if EXP2:  # a_m arrives scaled by log2 e
-        pm = s * _exp2(a_m[:, None] - (a_k * LOG2E)[None, :]) * dt_k[None, :]
+        pm = s * exp2_ftz(a_m[:, None] - (a_k * LOG2E)[None, :]) * dt_k[None, :]
     else:  # chapter 10's exp(a_t − a_s) · Δ_s
-        pm = s * _exp2((a_m[:, None] - a_k[None, :]) * LOG2E) * dt_k[None, :]
+        pm = s * exp2_ftz((a_m[:, None] - a_k[None, :]) * LOG2E) * dt_k[None, :]
     if CAUSAL or HAS_SEQ:
         keep = offs_m[:, None] >= offs_k[None, :]
         if HAS_SEQ:  # and inside one packed sequence

@@ -48,7 +48,7 @@ import triton
 import triton.language as tl
 from triton.tools.tensor_descriptor import TensorDescriptor
 
-from mambalearn.triton.ssd.common import LOG2E, _exp2, launch_options, stages, tile
+from mambalearn.triton.ssd.common import LOG2E, exp2_ftz, launch_options, stages, tile
 from mambalearn.triton.ssd.config import defaults
 from mambalearn.triton.ssd.outputs import tma_ok
 
@@ -193,9 +193,9 @@ def _chunk_states_tma_kernel(
                          H.T.to(H_desc.dtype).reshape(1, BLOCK_P, BLOCK_N))
         a_next = tl.load(dacs_ptr + row + (tl.minimum(c + 1, nchunks - 1) * Q + Q - 1))
         cs = row + c * Q
-        w = _exp2(tl.minimum(a_last - tl.load(dacs_ptr + cs + offs_q), 0.0) * LOG2E)
+        w = exp2_ftz(tl.minimum(a_last - tl.load(dacs_ptr + cs + offs_q), 0.0) * LOG2E)
         w *= tl.load(dtc_ptr + cs + offs_q)  # (Q,) decay to the chunk's end times Δ
-        alpha = _exp2(a_last * LOG2E)
+        alpha = exp2_ftz(a_last * LOG2E)
         if HAS_SEQ:  # only steps of the sequence running at the chunk's end count
             t = c * Q + offs_q
             seq_k = tl.load(seq_base + t * stride_seql, mask=t < l, other=-1)
