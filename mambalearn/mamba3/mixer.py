@@ -98,7 +98,7 @@ class Mamba3Mixer(nn.Module):
         self.D = nn.Parameter(torch.ones(self.h))
         self.out_proj = nn.Linear(d, cfg.d_model, bias=False)
 
-    def _inputs(self, proj, mask=None):
+    def scan_inputs(self, proj, mask=None):
         """The scan's arguments from in_proj's output (…, total) with a time axis at dim 1."""
         cfg, h, n = self.cfg, self.h, self.cfg.d_state
         z, x, B, C, dd_dt, dd_A, trap, ang = proj.split(self.split, dim=-1)
@@ -127,7 +127,7 @@ class Mamba3Mixer(nn.Module):
         if seq_idx is not None:
             raise ValueError("seq_idx (packed sequences) is not supported by the Mamba-3 block")
         M.check_mask(mask, *hidden.shape[:2])
-        kw = self._inputs(self.in_proj(hidden), mask)
+        kw = self.scan_inputs(self.in_proj(hidden), mask)
         fn = M.resolve(self.cfg.backend, "mamba3")
         if self.cfg.backend != "sequential":
             kw["chunk_size"] = self.cfg.chunk_size
@@ -144,7 +144,7 @@ class Mamba3Mixer(nn.Module):
     def step(self, hidden, cache):
         """One token: the decode step of ``mambalearn.mamba3.step`` (or its Triton kernel), as
         ``cfg.step_backend`` names it (``STEP_BACKENDS``)."""
-        kw = self._inputs(self.in_proj(hidden)[:, None])
+        kw = self.scan_inputs(self.in_proj(hidden)[:, None])
         one = {k: (v[:, 0] if k in ("Q", "K", "V", "Angles", "Z") else
                    v[..., 0] if k in ("ADT", "DT", "Trap") else v) for k, v in kw.items()}
         step = M.step_fn(self.cfg, hidden.device)

@@ -194,7 +194,7 @@ def _alltoall(comm, metas, fn, x, states, chunk_size, return_final):
 def mamba3_mixer_cp(block, hidden, group=None, algorithm="allgather", backend=None):
     """``Mamba3Mixer.forward`` on a token shard (no cache, mask): everything per token but the
     scan, which is :func:`mamba3_siso_combined_cp` — no conv, so no conv halo.  (b, l_r, ·)"""
-    y = mamba3_siso_combined_cp(**block._inputs(block.in_proj(hidden)),
+    y = mamba3_siso_combined_cp(**block.scan_inputs(block.in_proj(hidden)),
                                 chunk_size=block.cfg.chunk_size, group=group,
                                 algorithm=algorithm, backend=backend or block.cfg.backend)
     return block.out_proj(y.flatten(2))  # (b, l_r, d_model)
