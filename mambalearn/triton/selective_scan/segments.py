@@ -187,7 +187,7 @@ def _adjoint_summary_kernel(
                      SOFTPLUS)
     st_nx = tl.zeros((BLOCK_D,), dtype=tl.float32)
     if HAS_SEQ:
-        st_nx = seq_start(seq_ptr + bi * l + 0 * d_idx, t_hi, l, HAS_SEQ).to(tl.float32)
+        st_nx = seq_start(seq_ptr + bi * l, t_hi + 0 * d_idx, l, HAS_SEQ).to(tl.float32)
     last_t = t_hi - 1
     C_nx = Ct
     if PREFETCH and VAR_C:
