@@ -53,7 +53,7 @@ def time_step(b, d, n, dev, g, smoke):
         compiled = torch.compile(serving.step_functional)
         assert_close(compiled(state, *args)[0], want)
         fns["step_functional compiled"] = lambda: compiled(state, *args)
-    c = compare(fns, warm_s=0.2 if smoke else 2.0, rounds=3 if smoke else 7)
+    c = compare(fns, warm_s=0.2 if smoke else 1.0, rounds=3 if smoke else 5)
     rows = []
     for name in fns:
         ratio, spread = c.ratio(name, "decode_step eager")
