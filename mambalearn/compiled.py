@@ -72,8 +72,10 @@ attrs = {(i,): [["tt.divisibility", 16]] for i, n in enumerate(names)
          if signature[n].startswith("*") or n in job["divisible"]}
 out = []
 for cfg in job["configs"]:
+    constexprs = {k: tl.dtype(v["tl.dtype"]) if isinstance(v, dict) else v
+                  for k, v in cfg["constexprs"].items()}  # a dtype travels as its name
     src = triton.compiler.ASTSource(fn=kernel, signature=signature,
-                                    constexprs=cfg["constexprs"], attrs=attrs)
+                                    constexprs=constexprs, attrs=attrs)
     k = triton.compile(src, target=GPUTarget("cuda", job["arch"], 32),
                        options={"num_warps": cfg["num_warps"], "num_stages": cfg["num_stages"]})
     with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
@@ -103,18 +105,26 @@ def _job(kernel, signature):
             "signature": signature}
 
 
+def _plain(value):
+    """A constexpr as JSON: a ``tl`` dtype (``tl.bfloat16``) as {"tl.dtype": "bf16"}."""
+    name = getattr(value, "primitive_bitwidth", None) and str(value)
+    return {"tl.dtype": name} if name else value
+
+
 def compile_all(kernel, signature, configs, arch=90, divisible=()):
     """Compile ``kernel`` once per configuration for compute capability ``arch`` (90: H100/H200).
 
     ``signature`` maps each argument to its Triton type (``"*fp32"``, ``"i32"``, ...; every
-    ``tl.constexpr`` to ``"constexpr"``). ``configs``: dicts with ``constexprs`` (their values),
-    ``num_warps``, ``num_stages``. Pointers are assumed 16-byte aligned, as Triton specializes
-    them for tensors PyTorch allocates, and so are the integer arguments named in ``divisible``.
+    ``tl.constexpr`` to ``"constexpr"``). ``configs``: dicts with ``constexprs`` (their values:
+    numbers, bools, None, ``tl`` dtypes), ``num_warps``, ``num_stages``. Pointers are assumed
+    16-byte aligned, as Triton specializes them for tensors PyTorch allocates, and so are the
+    integer arguments named in ``divisible``.
     Returns one :class:`Compiled` per configuration. No GPU is needed: ptxas runs on the CPU.
     """
     job = _job(kernel, signature)
     job.update(arch=arch, divisible=list(divisible), configs=[
-        {"constexprs": dict(c.get("constexprs", {})), "num_warps": c.get("num_warps", 4),
+        {"constexprs": {k: _plain(v) for k, v in c.get("constexprs", {}).items()},
+         "num_warps": c.get("num_warps", 4),
          "num_stages": c.get("num_stages", 3)} for c in configs])
     env = {**os.environ, "TRITON_INTERPRET": "0"}
     r = subprocess.run([sys.executable, "-c", _CHILD], input=json.dumps(job), text=True,

@@ -19,19 +19,25 @@ from dataclasses import dataclass
 import torch
 
 
-def time_ms(fn, warmup=25, rep=100):
-    """Median milliseconds of ``fn()``; GPU: CUDA events via ``triton.testing.do_bench``."""
+def time_ms(fn, warmup=25, rep=100, cpu_calls=3):
+    """Median milliseconds of ``fn()``; GPU: CUDA events via ``triton.testing.do_bench``; CPU: the
+    median of ``cpu_calls`` calls after a warm one. ``cpu_calls=1``: one call, nothing warmed (a
+    smoke run on a CPU, where the Triton kernels run in the interpreter and their time says
+    nothing about them)."""
     if torch.cuda.is_available():
         import triton.testing
 
         return triton.testing.do_bench(fn, warmup=warmup, rep=rep, return_mode="median")
-    fn()  # compile / warm caches
+    if cpu_calls < 1:
+        raise ValueError(f"cpu_calls must be ≥ 1, got {cpu_calls}")
+    if cpu_calls > 1:
+        fn()  # compile / warm caches
     times = []
-    for _ in range(3):
+    for _ in range(cpu_calls):
         t = time.perf_counter()
         fn()
         times.append((time.perf_counter() - t) * 1e3)
-    return sorted(times)[1]
+    return sorted(times)[len(times) // 2]
 
 
 def peak_gb(fn):

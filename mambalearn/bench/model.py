@@ -1,9 +1,10 @@
 """Bench topic ``model`` (chapter 13): every scan backend inside the same small Mamba LM.
 
 A 2-layer model (GPU: d_model 256, b8 l512; CPU: d_model 16, b1 l8), forward + backward of a
-logsumexp loss over the logits, for each Mamba-1 and Mamba-2 backend that imports. Rows: time,
-peak memory beyond what was allocated before (GPU), and the logits' relative error against the
-``sequential`` backend on the same weights and tokens (the backends must agree, not only run).
+logsumexp loss over the logits, for each Mamba-1 and Mamba-2 backend that imports. Rows: time
+(GPU: the median of repeats; CPU: one call), peak memory beyond what was allocated before (GPU),
+and the logits' relative error against the ``sequential`` backend on the same weights and tokens
+(the backends must agree, not only run).
 
     python -m mambalearn bench model
 """
@@ -42,7 +43,7 @@ def run(gpu, blocks=tuple(BLOCKS)):
             with torch.no_grad():
                 got = lm(tok).float()
             err = rel_error(got, want)
-            ms = bench.time_ms(step, warmup=2, rep=5) if gpu else bench.time_ms(step)
+            ms = bench.time_ms(step, warmup=2, rep=5, cpu_calls=1)
             rows.append(dict(topic="model", backend=name, shape=shape, ms=ms,
                              peak_gb=bench.peak_gb(step), logits_rel_err=err))
             lm.zero_grad(set_to_none=True)

@@ -151,7 +151,8 @@ def _measure(fn, want=None, warmup=25, rep=100, keep=None):
         each = ({k: rel_err(a, b) for k, a, b in zip(GRAD_NAMES, got, want, strict=True)}
                 if isinstance(want, (tuple, list)) else None)  # per gradient
         del got
-        row = dict(ms=time_ms(fn, warmup=warmup, rep=rep), peak_gb=peak_gb(fn), rel_err=err)
+        row = dict(ms=time_ms(fn, warmup=warmup, rep=rep, cpu_calls=1), peak_gb=peak_gb(fn),
+                   rel_err=err)
         return row if each is None else dict(row, grad_rel_err=each)
     except Exception as e:  # noqa: BLE001 - one failing backend must not end the whole bench
         if torch.cuda.is_available():

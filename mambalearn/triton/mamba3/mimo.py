@@ -21,10 +21,14 @@ from mambalearn.triton.mamba3.common import dot_dtype
 from mambalearn.triton.mamba3.mimo_backward import mimo_backward_kernel
 from mambalearn.triton.mamba3.mimo_forward import mimo_forward_kernel
 
-# Launch settings (a launcher's ``cfg``): warps per (q·r)-row tile of 64 rows, scaled with it.
-# Not tuned on a GPU yet: the backward holds about twenty (64 × 64|128) float32 tiles, which spill
-# at any warp count below 16; 8 warps is a first guess for both.
-CONFIG = dict(forward_warps=8, backward_warps=8)
+# Launch settings (a launcher's ``cfg``): warps per (q·r)-row tile of 64 rows, scaled with it,
+# and pipeline stages. Not tuned on a GPU yet: the backward holds about twenty (64 × 64|128)
+# float32 tiles, which spill at any warp count below 16; 8 warps is a first guess for both. The
+# stages are the most whose buffers fit one program's shared memory on an H200 (227 KB), read
+# from the kernels built for sm_90 without a GPU (tests/test_mamba3_mimo_fits.py): at 64 rows,
+# p 64, n 128 the forward needs 48 / 185 / 322 KB at 1 / 2 / 3 stages (Triton's default is 3),
+# the backward 104 / 241 / 394 KB.
+CONFIG = dict(forward_warps=8, backward_warps=8, forward_stages=2, backward_stages=1)
 
 
 def tiles(n, p, r, chunk_size):
@@ -38,7 +42,8 @@ def tiles(n, p, r, chunk_size):
     return max(16, triton.next_power_of_2(n)), max(16, triton.next_power_of_2(p))
 
 
-def _warps(cfg, key, rows):
+def launch_warps(cfg, key, rows):
+    """Warps of a launch: ``cfg[key]`` per 64 rows of the (q·r)-row tile."""
     return cfg[key] * max(1, rows // 64)
 
 
@@ -61,7 +66,8 @@ class Mamba3MimoFn(torch.autograd.Function):
             Q, K, V, Z, Q_bias, K_bias, Psi, Zeta, Phi, D, ADT, W, G, theta, H0, out, Hs, Hf,
             Kf, l, c, h, g, p, n, na, Q=chunk_size, R=r, P=P, N=N, HAS_D=D is not None,
             HAS_Z=Z is not None, HAS_OUT=Phi is not None, DOT=dot_dtype(V),
-            num_warps=_warps(cfg, "forward_warps", chunk_size * r))
+            num_warps=launch_warps(cfg, "forward_warps", chunk_size * r),
+            num_stages=cfg["forward_stages"])
         if grad:
             ctx.save_for_backward(Q, K, V, Z, Q_bias, K_bias, Psi, Zeta, Phi, D, ADT, W, G,
                                   theta, Hs)
@@ -89,7 +95,8 @@ class Mamba3MimoFn(torch.autograd.Function):
             dQb, dKb, dPsi, dZeta, dPhi, dD, l, Hs.shape[2], h, g, p, n, na,
             Q=ctx.chunk_size, R=r, P=P, N=N, HAS_D=D is not None, HAS_Z=Z is not None,
             HAS_OUT=Phi is not None, DOT=dot_dtype(V),
-            num_warps=_warps(ctx.cfg, "backward_warps", ctx.chunk_size * r))
+            num_warps=launch_warps(ctx.cfg, "backward_warps", ctx.chunk_size * r),
+            num_stages=ctx.cfg["backward_stages"])
         like = lambda t, x: None if x is None else t.to(x.dtype)
         return (like(dQ, Q), like(dK, K), like(dV, V), like(dZ, Z), dQb.sum(0), dKb.sum(0),
                 dPsi.sum(0), None if Zeta is None else dZeta.sum(0),

@@ -1,0 +1,46 @@
+"""The MIMO kernels, built for sm_90 without a GPU, fit one program's shared memory on an H200.
+
+The interpreter never checks shared memory: a tile or pipeline too large for the SM shows only at
+the first launch on a GPU. ``mambalearn.compiled`` runs Triton's compiler and ptxas on the CPU, so
+the launch settings of ``mamba3_mimo_combined`` (``CONFIG``) are checked here at the shapes the
+chapter and the benchmark use: bf16, p 64, n 128, rank 4 at chunk 16 (64 rows a tile).
+"""
+
+import inspect
+
+import pytest
+import triton.language as tl
+
+from mambalearn import compiled, machine
+from mambalearn.triton.mamba3 import mimo
+from mambalearn.triton.mamba3.mimo_backward import mimo_backward_kernel
+from mambalearn.triton.mamba3.mimo_forward import mimo_forward_kernel
+
+BF16 = {"Q_ptr", "K_ptr", "V_ptr", "Z_ptr", "Out_ptr", "Hs_ptr"}  # the inputs' dtype; else fp32
+# pointers the launch passes as None (no initial or final states): compiled in as constants
+NONE = {"forward": ("H0_ptr", "Hf_ptr", "Kf_ptr"), "backward": ("dHf_ptr", "dKf_ptr")}
+
+
+def build(kernel, which, r, q):
+    names = inspect.signature(kernel.fn).parameters
+    N, P = mimo.tiles(128, 64, r, q)
+    const = dict(h=32, g=1, p=64, n=128, na=32, Q=q, R=r, P=P, N=N, HAS_D=True, HAS_Z=True,
+                 HAS_OUT=True, DOT=tl.bfloat16)
+    const |= {name: None for name in NONE[which]}
+    signature = {name: "constexpr" if name in const else
+                 ("*bf16" if name in BF16 else "*fp32") if name.endswith("_ptr") else "i32"
+                 for name in names}
+    cfg = mimo.CONFIG
+    return compiled.compile_for(kernel, signature, const,
+                                num_warps=mimo.launch_warps(cfg, f"{which}_warps", q * r),
+                                num_stages=cfg[f"{which}_stages"])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("which, kernel", [("forward", mimo_forward_kernel),
+                                           ("backward", mimo_backward_kernel)])
+def test_the_launch_fits_an_h200(which, kernel):
+    k = build(kernel, which, r=4, q=16)
+    assert 0 < k.shared_bytes <= machine.H200.shared_per_block, (
+        f"the MIMO {which} kernel asks for {k.shared_bytes} bytes of shared memory; one program "
+        f"may have {machine.H200.shared_per_block} on an H200")
