@@ -9,9 +9,8 @@ chapter and the benchmark use: bf16, p 64, n 128, rank 4 at chunk 16 (64 rows a 
 import inspect
 
 import pytest
-import triton.language as tl
 
-from mambalearn import compiled, machine
+from mambalearn import compiled, machine  # first: on a CPU it puts Triton in interpreter mode
 from mambalearn.triton.mamba3 import mimo
 from mambalearn.triton.mamba3.mimo_backward import mimo_backward_kernel
 from mambalearn.triton.mamba3.mimo_forward import mimo_forward_kernel
@@ -22,6 +21,8 @@ NONE = {"forward": ("H0_ptr", "Hf_ptr", "Kf_ptr"), "backward": ("dHf_ptr", "dKf_
 
 
 def build(kernel, which, r, q):
+    import triton.language as tl  # after mambalearn (interpreter mode on a CPU)
+
     names = inspect.signature(kernel.fn).parameters
     N, P = mimo.tiles(128, 64, r, q)
     const = dict(h=32, g=1, p=64, n=128, na=32, Q=q, R=r, P=P, N=N, HAS_D=True, HAS_Z=True,
@@ -33,7 +34,7 @@ def build(kernel, which, r, q):
     cfg = mimo.CONFIG
     return compiled.compile_for(kernel, signature, const,
                                 num_warps=mimo.launch_warps(cfg, f"{which}_warps", q * r),
-                                num_stages=cfg[f"{which}_stages"])
+                                num_stages=mimo.launch_stages(cfg, f"{which}_stages", q * r))
 
 
 @pytest.mark.slow
@@ -44,3 +45,11 @@ def test_the_launch_fits_an_h200(which, kernel):
     assert 0 < k.shared_bytes <= machine.H200.shared_per_block, (
         f"the MIMO {which} kernel asks for {k.shared_bytes} bytes of shared memory; one program "
         f"may have {machine.H200.shared_per_block} on an H200")
+
+
+def test_tiles_too_tall_for_shared_memory_are_refused():
+    mimo.tiles(128, 64, 4, 32)  # 128 rows: the largest that fits
+    with pytest.raises(ValueError, match="chunk_size · r = 64 · 4 must be"):
+        mimo.tiles(128, 64, 4, 64)
+    with pytest.raises(ValueError, match="≥ 16"):
+        mimo.tiles(128, 64, 2, 4)

@@ -22,29 +22,37 @@ from mambalearn.triton.mamba3.mimo_backward import mimo_backward_kernel
 from mambalearn.triton.mamba3.mimo_forward import mimo_forward_kernel
 
 # Launch settings (a launcher's ``cfg``): warps per (q·r)-row tile of 64 rows, scaled with it,
-# and pipeline stages. Not tuned on a GPU yet: the backward holds about twenty (64 × 64|128)
-# float32 tiles, which spill at any warp count below 16; 8 warps is a first guess for both. The
-# stages are the most whose buffers fit one program's shared memory on an H200 (227 KB), read
-# from the kernels built for sm_90 without a GPU (tests/test_mamba3_mimo_fits.py): at 64 rows,
-# p 64, n 128 the forward needs 48 / 185 / 322 KB at 1 / 2 / 3 stages (Triton's default is 3),
-# the backward 104 / 241 / 394 KB.
+# and pipeline stages up to 64 rows (one beyond). Not tuned on a GPU yet: the backward holds about
+# twenty (64 × 64|128) float32 tiles, which spill at any warp count below 16; 8 warps is a first
+# guess for both. The stages are the most whose buffers fit one program's shared memory on an
+# H200 (227 KB), read from the kernels built for sm_90 without a GPU (p 64, n 128, bf16;
+# tests/test_mamba3_mimo_fits.py): at 64 rows the forward needs 48 / 185 / 322 KB at 1 / 2 / 3
+# stages (Triton's default is 3), the backward 104 / 241 / 394 KB; at 128 rows the forward
+# 81 / 355 KB at 1 / 2, the backward 192 KB at 1; at 256 rows the backward 368 KB at 1.
 CONFIG = dict(forward_warps=8, backward_warps=8, forward_stages=2, backward_stages=1)
+MAX_ROWS = 128  # q·r: past it no backward fits an H200's shared memory
 
 
 def tiles(n, p, r, chunk_size):
-    """(N, P): the state and channel tiles; checks q and r (powers of two, q·r ≥ 16)."""
+    """(N, P): the state and channel tiles; checks q and r (powers of two, 16 ≤ q·r ≤ 128)."""
     q = int(chunk_size)
     for name, v in (("chunk_size", q), ("the rank r", r)):
         if v < 1 or v & (v - 1):
             raise ValueError(f"{name} must be a power of two, got {v}")
-    if q * r < 16:
-        raise ValueError(f"chunk_size · r = {q} · {r} must be ≥ 16 (tl.dot's smallest tile)")
+    if not 16 <= q * r <= MAX_ROWS:
+        raise ValueError(f"chunk_size · r = {q} · {r} must be ≥ 16 (tl.dot's smallest tile) and "
+                         f"≤ {MAX_ROWS} (a tile of more rows does not fit a GPU's shared memory)")
     return max(16, triton.next_power_of_2(n)), max(16, triton.next_power_of_2(p))
 
 
 def launch_warps(cfg, key, rows):
     """Warps of a launch: ``cfg[key]`` per 64 rows of the (q·r)-row tile."""
     return cfg[key] * max(1, rows // 64)
+
+
+def launch_stages(cfg, key, rows):
+    """Pipeline stages of a launch: ``cfg[key]`` up to 64 rows, one beyond (shared memory)."""
+    return cfg[key] if rows <= 64 else 1
 
 
 class Mamba3MimoFn(torch.autograd.Function):
@@ -67,7 +75,7 @@ class Mamba3MimoFn(torch.autograd.Function):
             Kf, l, c, h, g, p, n, na, Q=chunk_size, R=r, P=P, N=N, HAS_D=D is not None,
             HAS_Z=Z is not None, HAS_OUT=Phi is not None, DOT=dot_dtype(V),
             num_warps=launch_warps(cfg, "forward_warps", chunk_size * r),
-            num_stages=cfg["forward_stages"])
+            num_stages=launch_stages(cfg, "forward_stages", chunk_size * r))
         if grad:
             ctx.save_for_backward(Q, K, V, Z, Q_bias, K_bias, Psi, Zeta, Phi, D, ADT, W, G,
                                   theta, Hs)
@@ -96,7 +104,7 @@ class Mamba3MimoFn(torch.autograd.Function):
             Q=ctx.chunk_size, R=r, P=P, N=N, HAS_D=D is not None, HAS_Z=Z is not None,
             HAS_OUT=Phi is not None, DOT=dot_dtype(V),
             num_warps=launch_warps(ctx.cfg, "backward_warps", ctx.chunk_size * r),
-            num_stages=ctx.cfg["backward_stages"])
+            num_stages=launch_stages(ctx.cfg, "backward_stages", ctx.chunk_size * r))
         like = lambda t, x: None if x is None else t.to(x.dtype)
         return (like(dQ, Q), like(dK, K), like(dV, V), like(dZ, Z), dQb.sum(0), dKb.sum(0),
                 dPsi.sum(0), None if Zeta is None else dZeta.sum(0),
@@ -113,7 +121,7 @@ def mamba3_mimo_combined(Q, K, V, ADT, DT, Trap, Q_bias, K_bias, MIMO_V, MIMO_Z,
     (h, r, n); MIMO_V, MIMO_Z, MIMO_Out (h, r, p); Angles (b, l, h, na); D (h,); Input_States
     (angle (b, h, na), ssm (b, h, p, n), k (b, r, h, n), v (b, h, p)) → out (b, l, h, p), or
     (b, l, r, h, p) without MIMO_Out; with ``return_final_states`` (out, angle, ssm, k, v).
-    chunk_size q and the rank r powers of two with q·r ≥ 16; float32, bf16 or fp16 inputs.
+    chunk_size q and the rank r powers of two with 16 ≤ q·r ≤ 128; float32, bf16 or fp16 inputs.
     """
     check_inputs(Q, K, V, ADT, DT, Trap, Q_bias, K_bias, MIMO_V, MIMO_Z, MIMO_Out, Angles, D, Z,
                  Input_States)

@@ -92,7 +92,7 @@ def mimo_forward_kernel(
     Hf_ptr, Kf_ptr,  # out (b, h, p, n) float32 final state, (b, r, h, n) last rotated k; or None
     l, n_chunks,  # run-time sizes, then the model's (compiled in)
     h: tl.constexpr, g: tl.constexpr, p: tl.constexpr, n: tl.constexpr, na: tl.constexpr,
-    Q: tl.constexpr, R: tl.constexpr,  # steps per chunk, rank (powers of two, q·r ≥ 16)
+    Q: tl.constexpr, R: tl.constexpr,  # steps per chunk, rank (powers of two, 16 ≤ q·r ≤ 128)
     P: tl.constexpr, N: tl.constexpr,  # channel and state tiles (≥ p, n)
     HAS_D: tl.constexpr, HAS_Z: tl.constexpr, HAS_OUT: tl.constexpr, DOT: tl.constexpr,
 ):
