@@ -198,7 +198,7 @@ def test_exercises_never_replace_a_students_work(tmp_path, capsys):
 def test_exercises_leave_a_notebook_under_its_old_name(tmp_path, monkeypatch, capsys):
     """An exercise still named like its chapter (exercises/01_discretization.ipynb, the name before
     exNN_) is never replaced nor deleted, --force or not: the new file is written beside it, and
-    what to do is said (move the work, or delete a copy with none); exit status 1."""
+    what to do is said (copy the work across, or delete a copy with none); exit status 1."""
     import shutil
 
     from mambalearn.classroom import exercises
@@ -215,7 +215,8 @@ def test_exercises_leave_a_notebook_under_its_old_name(tmp_path, monkeypatch, ca
     assert [(t.name, a) for t, a, _ in done] == [
         ("ex01_discretization.ipynb", "written"), ("01_discretization.ipynb", "left"),
         ("ex03_operator.ipynb", "unchanged"), ("03_operator.ipynb", "left")]
-    assert f"cell {k} differs" in done[1][2] and "move them into ex01_discretization" in done[1][2]
+    assert f"cell {k} differs" in done[1][2]
+    assert "copy your work into ex01_discretization.ipynb" in done[1][2]
     assert "nothing written in it: delete it" in done[3][2]
     assert {p: p.read_bytes() for p in (worked, unused)} == before, "an old-name file changed"
     assert "my work" not in (out / "ex01_discretization.ipynb").read_text()

@@ -79,7 +79,7 @@ def old_name(new, old, last, target):
     if work is None:
         return "left", f"the old name of {target.name}, nothing written in it: delete it"
     return "left", (f"the old name of {target.name}, with changes: {work} from the copy last "
-                    f"generated; move them into {target.name} (or grade this file as it is), "
+                    f"generated; copy your work into {target.name} (or grade this file as it is), "
                     f"then delete this one")
 
 
@@ -139,7 +139,7 @@ def main(argv=None):
     left = [t for t, action, _ in done if action == "left"]
     if left:
         print(f"{len(left)} exercise(s) under their old names (NN_name.ipynb, now exNN_name.ipynb) "
-              "left as they are: nothing was replaced or deleted. Move your work into the new "
+              "left as they are: nothing was replaced or deleted. Copy your work into the new "
               "file (or grade the old one: make grade NB=…), then delete the old one.",
               file=sys.stderr)
     return 1 if kept or left else 0

@@ -89,9 +89,10 @@ def prepare(notebook, exercises=None, pristine=None):
             raise FileNotFoundError(
                 f"cannot tell which exercise {notebook} is: it has no exercise id in its metadata "
                 f"(it was not made from a notebook in exercises/), its name does not start with a "
-                f"chapter number, and its cells define none of the exercises' functions. Start "
-                f"from a copy of exercises/exNN_name.ipynb, or name the file after its exercise "
-                f"(e.g. {P.exercise_file(next(iter(exercises), '01_discretization'))})")
+                f"chapter number (ex01…, 01…), and its cells define none of the exercises' "
+                f"functions. Start from a copy of exercises/exNN_name.ipynb, or name the file "
+                f"after its exercise (e.g. "
+                f"{P.exercise_file(next(iter(exercises), '01_discretization'))})")
         path = exercises[exercise]
     shipped = nbformat.read(path, as_version=4)
     return exercise, P.restore(submission, shipped), submission, shipped
