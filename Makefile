@@ -77,7 +77,7 @@ test: $(STAMP) $(NEWEST_STAMP) browser  ## everything: lint, layers, unit, prope
 exercises: $(STAMP)  ## (authors) exercises/ from solutions/, never over a student's changes [DRY=1] [FORCE=1]
 	$(PY) -m mambalearn exercises $(if $(DRY),--dry-run,) $(if $(FORCE),--force,)
 
-grade: $(STAMP)  ## make grade NB=exercises/01_discretization.ipynb | make grade CLASS=submissions/ EXERCISES=01,02|all [OUT=grades.csv] (docs/GRADING.md)
+grade: $(STAMP)  ## make grade NB=exercises/ex01_discretization.ipynb | make grade CLASS=submissions/ EXERCISES=01,02|all [OUT=grades.csv] (docs/GRADING.md)
 	@test -n "$$NB$$CLASS" || { echo "usage: make grade NB=notebook.ipynb | make grade CLASS=dir EXERCISES=01,02|all [OUT=grades.csv]"; exit 2; }
 	@bash tools/browser-deps.sh bwrap  # each submission runs in a bubblewrap box (docs/GRADING.md)
 	@# names reach the shell as variables ("$$NB"): spaces, quotes and parentheses are safe; exit
@@ -86,7 +86,7 @@ grade: $(STAMP)  ## make grade NB=exercises/01_discretization.ipynb | make grade
 	  --out "$${OUT:-grades.csv}" --jobs "$(JOBS)"; else set -- "$$NB"; fi; \
 	$(PY) -m mambalearn grade "$$@" || [ $$? -eq 1 ]
 
-submit: $(STAMP)  ## make submit NB=exercises/01_discretization.ipynb [STUDENT=name]: check a notebook and package it in submission/
+submit: $(STAMP)  ## make submit NB=exercises/ex01_discretization.ipynb [STUDENT=name]: check a notebook and package it in submission/
 	@test -n "$$NB" || { echo "usage: make submit NB=notebook.ipynb [STUDENT=name]"; exit 2; }
 	@$(PY) -m mambalearn.classroom.submit "$$NB" $${STUDENT:+--student "$$STUDENT"}
 

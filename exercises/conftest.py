@@ -1,4 +1,4 @@
-"""`pytest --nbval-lax exercises/NN_name.ipynb`: the self-check grades the notebook as `make grade`
+"""`pytest --nbval-lax exercises/exNN_name.ipynb`: the self-check grades the notebook as `make grade`
 does (restored checks, the chapter's library, the box, the checks outside the kernel), one pytest
 item per cell, and prints the grader's report (docs/GRADING.md)."""
 

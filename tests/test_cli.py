@@ -137,41 +137,95 @@ def test_make_help_lists_every_documented_target():
     assert {"lab", "test", "slides", "site", "grade", "help"} <= set(listed)
 
 
+def _exercise_folders(tmp_path, solutions):
+    """exercises/ and the pristine copies, as shipped, for ``solutions``, under ``tmp_path``."""
+    import shutil
+
+    from mambalearn.classroom import pristine
+
+    out, last = tmp_path / "exercises", tmp_path / "pristine"
+    out.mkdir(), last.mkdir()
+    for s in solutions:
+        shutil.copy(ROOT / "exercises" / pristine.exercise_file(s.stem),
+                    out / pristine.exercise_file(s.stem))
+        shutil.copy(pristine.PRISTINE / s.name, last / s.name)
+    return out, last
+
+
+def _write_in_stub(path, source):
+    """``path`` with its first stub cell replaced by ``source``; returns that cell's number."""
+    import nbformat
+
+    nb = nbformat.read(path, as_version=4)
+    k = next(i for i, c in enumerate(nb.cells) if "NotImplementedError" in c.source
+             and c.cell_type == "code")
+    nb.cells[k].source = source
+    nbformat.write(nb, path)
+    return k + 1
+
+
 def test_exercises_never_replace_a_students_work(tmp_path, capsys):
     """`make exercises`: an exercise as generated (or only run) is replaced, an edited one is kept
     and named, unless --force; --dry-run writes nothing."""
-    import shutil
-
     import nbformat
 
     from mambalearn.classroom import exercises
 
     solutions = [ROOT / "solutions" / n for n in ("01_discretization.ipynb", "03_operator.ipynb")]
-    out, last = tmp_path / "exercises", tmp_path / "pristine"
-    for d in (out, last):
-        d.mkdir()
-        for s in solutions:
-            shutil.copy(ROOT / "exercises" / s.name, d / s.name)
-    edited = nbformat.read(out / solutions[0].name, as_version=4)
-    k = next(i for i, c in enumerate(edited.cells) if "NotImplementedError" in c.source
-             and c.cell_type == "code")
-    edited.cells[k].source = "def zoh(A, B, delta):\n    return 'my work'\n"
-    nbformat.write(edited, out / solutions[0].name)
-    ran = nbformat.read(out / solutions[1].name, as_version=4)
+    out, last = _exercise_folders(tmp_path, solutions)
+    mine, other = out / "ex01_discretization.ipynb", out / "ex03_operator.ipynb"
+    k = _write_in_stub(mine, "def zoh(A, B, delta):\n    return 'my work'\n")
+    ran = nbformat.read(other, as_version=4)
     ran.cells[0].metadata["collapsed"] = True  # opened and run, nothing written
-    nbformat.write(ran, out / solutions[1].name)
+    nbformat.write(ran, other)
 
     dry = exercises.regenerate(solutions, out, last, dry_run=True)
-    assert [a for _, a, _ in dry] == ["kept", "written"]
-    assert f"cell {k + 1} differs" in dry[0][2]
-    assert nbformat.read(out / solutions[1].name, as_version=4) == ran, "--dry-run wrote"
+    assert [(t.name, a) for t, a, _ in dry] == [(mine.name, "kept"), (other.name, "written")]
+    assert f"cell {k} differs" in dry[0][2]
+    assert nbformat.read(other, as_version=4) == ran, "--dry-run wrote"
     done = exercises.regenerate(solutions, out, last)
     assert [a for _, a, _ in done] == ["kept", "written"]
-    assert "my work" in (out / solutions[0].name).read_text()
-    assert nbformat.read(out / solutions[1].name, as_version=4) == nbformat.read(
-        ROOT / "exercises" / solutions[1].name, as_version=4)
+    assert "my work" in mine.read_text()
+    assert nbformat.read(other, as_version=4) == nbformat.read(
+        ROOT / "exercises" / other.name, as_version=4)
     again = exercises.regenerate(solutions, out, last)
     assert [a for _, a, _ in again] == ["kept", "unchanged"]
     forced = exercises.regenerate(solutions, out, last, force=True)
     assert [a for _, a, _ in forced] == ["replaced", "unchanged"]
-    assert "my work" not in (out / solutions[0].name).read_text()
+    assert "my work" not in mine.read_text()
+
+
+def test_exercises_leave_a_notebook_under_its_old_name(tmp_path, monkeypatch, capsys):
+    """An exercise still named like its chapter (exercises/01_discretization.ipynb, the name before
+    exNN_) is never replaced nor deleted, --force or not: the new file is written beside it, and
+    what to do is said (copy the work across, or delete a copy with none); exit status 1."""
+    import shutil
+
+    from mambalearn.classroom import exercises
+
+    solutions = [ROOT / "solutions" / n for n in ("01_discretization.ipynb", "03_operator.ipynb")]
+    out, last = _exercise_folders(tmp_path, solutions)
+    worked, unused = out / "01_discretization.ipynb", out / "03_operator.ipynb"
+    (out / "ex01_discretization.ipynb").rename(worked)  # an old copy, with work in it
+    k = _write_in_stub(worked, "def zoh(A, B, delta):\n    return 'my work'\n")
+    shutil.copy(out / "ex03_operator.ipynb", unused)  # an old copy as it was generated
+    before = {p: p.read_bytes() for p in (worked, unused)}
+
+    done = exercises.regenerate(solutions, out, last, force=True)
+    assert [(t.name, a) for t, a, _ in done] == [
+        ("ex01_discretization.ipynb", "written"), ("01_discretization.ipynb", "left"),
+        ("ex03_operator.ipynb", "unchanged"), ("03_operator.ipynb", "left")]
+    assert f"cell {k} differs" in done[1][2]
+    assert "copy your work into ex01_discretization.ipynb" in done[1][2]
+    assert "nothing written in it: delete it" in done[3][2]
+    assert {p: p.read_bytes() for p in (worked, unused)} == before, "an old-name file changed"
+    assert "my work" not in (out / "ex01_discretization.ipynb").read_text()
+
+    monkeypatch.setattr(exercises, "REPO", tmp_path)  # the command, on these folders
+    monkeypatch.setattr(exercises.pristine, "PRISTINE", last)
+    assert exercises.main(["--out", str(out), *map(str, solutions)]) == 1
+    said = capsys.readouterr()
+    assert "exercises/01_discretization.ipynb: left (the old name of ex01_discretization" \
+        in said.out
+    assert "nothing was replaced or deleted" in said.err
+    assert {p: p.read_bytes() for p in (worked, unused)} == before

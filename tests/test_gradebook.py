@@ -19,10 +19,11 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from mambalearn.classroom import grade
+from mambalearn.classroom import grade, pristine
 
 ROOT = Path(__file__).resolve().parent.parent
-CH01 = "01_discretization.ipynb"
+CH01 = "01_discretization.ipynb"  # the solution; and the name exercises had before
+EX01 = pristine.exercise_file("01_discretization")  # ex01_discretization.ipynb
 TASKS = ("zoh", "bilinear", "ssm_kernel")
 TIMEOUT = 15  # seconds per cell: ch01's cells take < 3 s even on a loaded 2-core machine
 
@@ -120,9 +121,10 @@ def _submission(recipe, folder):
         return
     if words[0] == "truncated":
         text = (ROOT / "solutions" / CH01).read_text()
-        (folder / CH01).write_text(text[: len(text) // 2])
+        (folder / CH01).write_text(text[: len(text) // 2])  # unreadable: its old name says 01
         return
-    nb = nbformat.read(ROOT / f"{words[0]}s" / CH01, as_version=4)  # solutions/ or exercises/
+    nb = nbformat.read(ROOT / "solutions" / CH01 if words[0] == "solution"
+                       else ROOT / "exercises" / EX01, as_version=4)
     edits = dict(w.split("=", 1) for w in words[1:] if "=" in w)
     cells = []
     for cell in nb.cells:
@@ -148,14 +150,14 @@ def _submission(recipe, folder):
     nb.cells = cells
     if "rename" in words:  # a re-downloaded copy, one folder down
         (folder / "ch01").mkdir()
-        nbformat.write(nb, folder / "ch01" / "01_discretization (1).ipynb")
+        nbformat.write(nb, folder / "ch01" / "ex01 (1).ipynb")
     elif "duplicate" in words:  # JupyterLab's File → Duplicate
-        nbformat.write(nb, folder / "01_discretization-Copy1.ipynb")
+        nbformat.write(nb, folder / "ex01_discretization-Copy1.ipynb")
     elif "anyname" in words:  # the exercise id in the metadata is what counts, not the name
         nb.metadata["mambalearn"] = {"exercise": "01_discretization"}
         nbformat.write(nb, folder / "homework.ipynb")
     else:
-        nbformat.write(nb, folder / CH01)
+        nbformat.write(nb, folder / EX01)
 
 
 def make_class(root):
@@ -255,7 +257,7 @@ def test_the_table_feedback_files_and_class_page(graded):
 def test_wall_limit_stops_a_notebook_the_cell_limit_would_not(tmp_path):
     """A notebook outliving the wall limit is killed (runner, kernel, box) and every task not
     checked by then fails; what was checked before keeps its verdict."""
-    make = tmp_path / "s" / CH01
+    make = tmp_path / "s" / EX01
     _submission("solution bilinear=HANG", make.parent)
     start = time.perf_counter()
     rows = {r["task"]: r for r in grade.grade(make, timeout=300, wall=12)}

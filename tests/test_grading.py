@@ -19,7 +19,7 @@ names = lambda paths: [p.name for p in paths]
 
 def test_every_solution_has_an_exercise_and_a_pristine_copy():
     assert SOLUTIONS, "no solution notebooks found"
-    assert names(SOLUTIONS) == names(EXERCISES)
+    assert [pristine.exercise_file(s.stem) for s in SOLUTIONS] == names(EXERCISES)
     assert names(SOLUTIONS) == [f"{e}.ipynb" for e in pristine.shipped()], \
         "mambalearn/classroom/pristine/ is stale: run `make exercises`"
 
@@ -29,7 +29,8 @@ def test_exercise_is_what_make_exercises_generates(solution, tmp_path):
     fresh = tmp_path / solution.name
     grade.make_exercise(solution, fresh)
     made = nbformat.read(fresh, as_version=4)
-    for copy in (ROOT / "exercises" / solution.name, pristine.PRISTINE / solution.name):
+    for copy in (ROOT / "exercises" / pristine.exercise_file(solution.stem),
+                 pristine.PRISTINE / solution.name):
         assert made == nbformat.read(copy, as_version=4), \
             f"{copy.relative_to(ROOT)} is stale: run `make exercises`"
     assert made.metadata["mambalearn"]["exercise"] == solution.stem
@@ -105,7 +106,7 @@ def test_a_stub_shows_one_short_message_in_the_notebook():
     student runs it (in the kernel, no grader): the check cell's error is one line."""
     from nbclient import NotebookClient
 
-    nb = nbformat.read(ROOT / "exercises" / "01_discretization.ipynb", as_version=4)
+    nb = nbformat.read(ROOT / "exercises" / "ex01_discretization.ipynb", as_version=4)
     NotebookClient(nb, timeout=120, allow_errors=True, kernel_name="python3",
                    resources={"metadata": {"path": str(ROOT)}}).execute()
     check_cell = next(c for c in nb.cells if c.source.strip() == "check.zoh(zoh)")

@@ -41,10 +41,10 @@ EULER = '''def zoh(A, B, delta):
 
 
 def test_exercise_edited_in_place_with_checks_disabled_fails(tmp_path):
-    """§1.1: `grade exercises/12_inference.ipynb` after a wrong decode_step and `pass` in its
+    """§1.1: `grade exercises/ex12_inference.ipynb` after a wrong decode_step and `pass` in its
     check cell. The old grader restored the "pristine" checks from that same edited file."""
     repo = repo_copy(tmp_path / "repo")
-    nb = repo / "exercises" / "12_inference.ipynb"
+    nb = repo / "exercises" / "ex12_inference.ipynb"
     edited(nb, nb, replace={"decode_step": WRONG_DECODE}, check_source="pass  # checks disabled")
     run = subprocess.run([sys.executable, "-m", "mambalearn", "grade", str(nb)], cwd=repo,
                          capture_output=True, text=True, env=dict(os.environ, PYTHONPATH=str(repo)))
@@ -54,10 +54,10 @@ def test_exercise_edited_in_place_with_checks_disabled_fails(tmp_path):
 
 
 def test_jupyterlab_duplicate_grades_by_its_metadata(tmp_path):
-    """§1.6: File → Duplicate makes `01_discretization-Copy1.ipynb`; the old grader had no
+    """§1.6: File → Duplicate makes `ex01_discretization-Copy1.ipynb`; the old grader had no
     shipped exercise of that name (exit 2). The id in the metadata says which exercise it is."""
-    nb = tmp_path / "somewhere" / "01_discretization-Copy1.ipynb"
-    edited("exercises/01_discretization.ipynb", nb, replace={
+    nb = tmp_path / "somewhere" / "ex01_discretization-Copy1.ipynb"
+    edited("exercises/ex01_discretization.ipynb", nb, replace={
         "zoh": EULER, "bilinear": _solution_source("01_discretization", "bilinear")})
     run = subprocess.run([sys.executable, "-m", "mambalearn", "grade", str(nb)],
                          capture_output=True, text=True)

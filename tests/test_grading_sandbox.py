@@ -46,7 +46,7 @@ def attacks(root, repo, port, secret):
             import mambalearn, os
             for path in ({str(repo / "mambalearn/check/ch01_discretization.py")!r},
                          {str(repo / "mambalearn/classroom/pristine/01_discretization.ipynb")!r},
-                         {str(repo / "exercises/01_discretization.ipynb")!r},
+                         {str(repo / "exercises/ex01_discretization.ipynb")!r},
                          os.path.join(os.path.dirname(mambalearn.__file__), "discretize.py")):
                 try:
                     open(path, "a").write("# tampered")
@@ -126,7 +126,7 @@ def boxed(tmp_path_factory):
     watched = [root / "class" / "bob" / "01_discretization.ipynb",
                repo / "mambalearn/check/ch01_discretization.py",
                repo / "mambalearn/classroom/pristine/01_discretization.ipynb",
-               repo / "exercises/01_discretization.ipynb", repo / "mambalearn/discretize.py"]
+               repo / "exercises/ex01_discretization.ipynb", repo / "mambalearn/discretize.py"]
     before = {p: p.read_bytes() for p in watched}
     rows, spans, log = grade_class_in(repo, root / "class", ["01_discretization"], jobs=2,
                                       timeout=60, nproc=128,

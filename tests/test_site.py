@@ -62,7 +62,7 @@ def test_pages_figures_offline_and_failures(built):
         assert "prefers-color-scheme: dark" in html, name
     for path in ("vendor/mathjax/MathJax.js", "site.css", "site.js", "search-index.js",
                  "01_discretization.slides.html", "notebooks/01_discretization.ipynb",
-                 "exercises/01_discretization.ipynb"):
+                 "exercises/ex01_discretization.ipynb"):
         assert (out / path).exists(), path
 
 
@@ -82,8 +82,8 @@ def test_every_page_has_the_chapter_list_outline_and_links(built):
     tiny = (out / "02_tiny.html").read_text()
     assert 'href="01_discretization.html"' in tiny.split('class="ml-bar ml-top"')[1][:400]
     links = page.split('<div class="ml-links">')[1].split("</div>")[0]
-    assert 'href="exercises/01_discretization.ipynb"' in links
-    assert "make grade NB=exercises/01_discretization.ipynb" in links
+    assert 'href="exercises/ex01_discretization.ipynb"' in links
+    assert "make grade NB=exercises/ex01_discretization.ipynb" in links
     assert 'href="01_discretization.slides.html"' in links
     assert 'href="notebooks/01_discretization.ipynb"' in links
     assert "colab" not in links.lower()  # no repository given, no link to a guess

@@ -13,7 +13,7 @@ import nbformat
 import pytest
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, new_output
 
-from mambalearn.classroom import execute, slides_layout
+from mambalearn.classroom import execute, pristine, slides_layout
 
 ROOT = Path(__file__).resolve().parent.parent
 CHAPTERS = sorted((ROOT / "notebooks").glob("*.ipynb"))
@@ -250,6 +250,8 @@ def test_every_deck_has_speaker_notes_and_ends_with_its_exercise():
         notes = [c for c in nb.cells if c.metadata["slideshow"]["slide_type"] == "notes"]
         assert notes and all(len(c.source.split()) >= 20 for c in notes), path.name
         last = nb.cells[-1]
-        if (ROOT / "exercises" / path.name).exists():
+        exercise = pristine.exercise_file(path.stem)
+        if (ROOT / "exercises" / exercise).exists():
             assert "exercise-link" in last.metadata.get("tags", []), path.name
-            assert f"make grade NB=exercises/{path.name}" in last.source, path.name
+            assert f"](../exercises/{exercise})" in last.source, path.name  # the link opens it
+            assert f"make grade NB=exercises/{exercise}" in last.source, path.name

@@ -13,7 +13,7 @@ def test_a_good_notebook_is_packaged_with_outputs_cleared(tmp_path, capsys):
     nb.metadata["mambalearn"] = {"exercise": "01_discretization"}
     nbformat.write(nb, src)
     assert submit.main([str(src), "--student", "ada", "--out", str(tmp_path / "out")]) == 0
-    target = tmp_path / "out" / "ada" / "01_discretization.ipynb"
+    target = tmp_path / "out" / "ada" / "ex01_discretization.ipynb"
     assert f"wrote {target}" in capsys.readouterr().out
     made = nbformat.read(target, as_version=4)
     assert all(not c.get("outputs") for c in made.cells if c.cell_type == "code")
@@ -22,8 +22,8 @@ def test_a_good_notebook_is_packaged_with_outputs_cleared(tmp_path, capsys):
 
 
 def test_stubs_are_listed_and_broken_notebooks_refused(tmp_path, capsys):
-    shipped = tmp_path / "01_discretization.ipynb"
-    shipped.write_bytes((ROOT / "exercises" / "01_discretization.ipynb").read_bytes())
+    shipped = tmp_path / "ex01_discretization.ipynb"
+    shipped.write_bytes((ROOT / "exercises" / "ex01_discretization.ipynb").read_bytes())
     assert submit.main([str(shipped), "--out", str(tmp_path / "out")]) == 0
     assert "`zoh` is still the shipped stub" in capsys.readouterr().out
     broken = edited("solutions/01_discretization.ipynb", tmp_path / "b" / "01_discretization.ipynb",

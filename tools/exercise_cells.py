@@ -5,8 +5,9 @@
 
 The cell is a markdown slide tagged ``exercise-link``; its text comes from ``CELL`` and from the
 exercise itself: the functions its solution cells define (their nbgrader ``grade_id``) and its
-file name. A chapter without an exercise gets no cell. Notebooks are written as nbformat writes
-them (indent 1, keys sorted, UTF-8, a trailing newline), only where the cell changes.
+file name (``exercises/exNN_name.ipynb``: ``pristine.exercise_file``). A chapter without an
+exercise gets no cell. Notebooks are written as nbformat writes them (indent 1, keys sorted,
+UTF-8, a trailing newline), only where the cell changes.
 """
 
 import hashlib
@@ -15,6 +16,10 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from mambalearn.classroom.pristine import exercise_file  # noqa: E402
+
 TAG = "exercise-link"
 CELL = """## ✎ Your exercise: `exercises/{name}`
 
@@ -42,10 +47,11 @@ def words(names):
 
 def cell_for(chapter):
     """The markdown cell for ``chapter`` (a notebooks/ path), or None without an exercise."""
-    exercise, solution = ROOT / "exercises" / chapter.name, ROOT / "solutions" / chapter.name
+    name = exercise_file(chapter.stem)
+    exercise, solution = ROOT / "exercises" / name, ROOT / "solutions" / chapter.name
     if not exercise.exists() or not solution.exists():
         return None
-    text = CELL.format(name=chapter.name, tasks=words(tasks(solution)))
+    text = CELL.format(name=name, tasks=words(tasks(solution)))
     return {"cell_type": "markdown", "id": hashlib.sha256(f"{TAG}{chapter.stem}".encode())
             .hexdigest()[:8], "metadata": {"slideshow": {"slide_type": "slide"}, "tags": [TAG]},
             "source": text.splitlines(keepends=True)}

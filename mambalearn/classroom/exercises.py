@@ -2,20 +2,23 @@
 
     python -m mambalearn exercises [--dry-run] [--force] [SOLUTION ...]     # make exercises
 
-For each solution notebook (default: every ``solutions/*.ipynb``) the student version is made
-(``pristine.make_exercise``: nbgrader's ``ClearSolutions``) and compared with
-``exercises/<name>.ipynb``:
+For each solution notebook ``solutions/NN_name.ipynb`` (default: every ``solutions/*.ipynb``) the
+student version is made (``pristine.make_exercise``: nbgrader's ``ClearSolutions``) and compared
+with ``exercises/exNN_name.ipynb`` (``ex``: so that its JupyterLab tab is not named like the
+chapter's, ``notebooks/NN_name.ipynb``):
 
 * the same notebook: nothing to do (**unchanged**);
 * absent, or with no cell edited since it was last generated (its cells are those of the
   grader's pristine copy in the package, or of the new version): **written**;
 * anything else holds someone's work: **kept**, not replaced, and the cells that differ are
-  named; ``--force`` replaces it all the same.
+  named; ``--force`` replaces it all the same;
+* an exercise under its old name, ``exercises/NN_name.ipynb`` (the chapter's), is **left** as it
+  is, even with ``--force``: it is said whether it holds changes, and what to do with it.
 
 Cells are compared by type and source: outputs and run counts are not work (they are cleared).
 The grader's pristine copies (``mambalearn/classroom/pristine/``) are always brought up to date:
 no student edits those. ``--dry-run`` says what would happen and writes nothing. Exit status 1
-when a notebook was kept.
+when a notebook was kept or left.
 """
 
 import shutil
@@ -44,6 +47,16 @@ def differing(a, b):
     return [i + 1 for i, (x, y) in enumerate(zip(pad(ca), pad(cb), strict=True)) if x != y]
 
 
+def changes(target, new, last):
+    """"cells 3, 5 differ" (from ``last``, the copy generated before, else from ``new``), or None
+    where ``target`` holds no one's work: its cells are those of ``new`` or of ``last``."""
+    if cells(target) in (cells(new), cells(last) if last.exists() else None):
+        return None
+    diff = differing(target, last if last.exists() else new)
+    shown = ", ".join(map(str, diff[:8])) + (", …" if len(diff) > 8 else "")
+    return f"cells {shown} differ" if len(diff) > 1 else f"cell {shown} differs"
+
+
 def plan(new, target, last):
     """``("unchanged" | "written" | "kept", why)`` for generated notebook ``new`` going to
     ``target``, where ``last`` is the copy generated before (the pristine one)."""
@@ -53,34 +66,48 @@ def plan(new, target, last):
         return "written", "new"
     if nbformat.read(target, as_version=4) == nbformat.read(new, as_version=4):
         return "unchanged", ""
-    if cells(target) in (cells(new), cells(last) if last.exists() else None):
+    work = changes(target, new, last)
+    if work is None:
         return "written", "updated from its solution"
-    diff = differing(target, last if last.exists() else new)
-    shown = ", ".join(map(str, diff[:8])) + (", …" if len(diff) > 8 else "")
-    cells_differ = f"cells {shown} differ" if len(diff) > 1 else f"cell {shown} differs"
-    return "kept", f"it has changes not made here: {cells_differ} from the copy last generated"
+    return "kept", f"it has changes not made here: {work} from the copy last generated"
+
+
+def old_name(new, old, last, target):
+    """``("left", why)`` for ``old``, an exercise under the name it had before ``target``'s (its
+    chapter's): never replaced nor deleted here; ``why`` says what it holds and what to do."""
+    work = changes(old, new, last)
+    if work is None:
+        return "left", f"the old name of {target.name}, nothing written in it: delete it"
+    return "left", (f"the old name of {target.name}, with changes: {work} from the copy last "
+                    f"generated; copy your work into {target.name} (or grade this file as it is), "
+                    f"then delete this one")
 
 
 def regenerate(solutions, out_dir, pristine_dir, force=False, dry_run=False):
     """Regenerate each exercise; returns [(target, action, why)] (action as in ``plan``, or
-    ``"replaced"`` where ``force`` overwrote someone's work)."""
+    ``"replaced"`` where ``force`` overwrote someone's work, or ``"left"`` for an exercise under
+    its old name, ``old_name``)."""
     done = []
     with tempfile.TemporaryDirectory() as tmp:
         for src in solutions:
             src = Path(src)
             new = Path(tmp) / src.name
             pristine.make_exercise(src, new)
-            target, last = Path(out_dir) / src.name, Path(pristine_dir) / src.name
+            target = Path(out_dir) / pristine.exercise_file(src.stem)
+            last = Path(pristine_dir) / src.name
             action, why = plan(new, target, last)
             if action == "kept" and force:
                 action = "replaced"
+            done.append((target, action, why))
+            old = Path(out_dir) / src.name  # the name exercises had before: their chapter's
+            if old.exists():
+                done.append((old, *old_name(new, old, last, target)))
             if not dry_run:
                 if action in ("written", "replaced"):
                     target.parent.mkdir(parents=True, exist_ok=True)
                     shutil.copyfile(new, target)
                 Path(pristine_dir).mkdir(parents=True, exist_ok=True)
                 shutil.copyfile(new, last)
-            done.append((target, action, why))
     return done
 
 
@@ -109,7 +136,13 @@ def main(argv=None):
         print(f"{len(kept)} exercise(s) kept as they are. Save your work elsewhere first (or "
               "grade it: make grade NB=…), then `make exercises FORCE=1` replaces them.",
               file=sys.stderr)
-    return 1 if kept else 0
+    left = [t for t, action, _ in done if action == "left"]
+    if left:
+        print(f"{len(left)} exercise(s) under their old names (NN_name.ipynb, now exNN_name.ipynb) "
+              "left as they are: nothing was replaced or deleted. Copy your work into the new "
+              "file (or grade the old one: make grade NB=…), then delete the old one.",
+              file=sys.stderr)
+    return 1 if kept or left else 0
 
 
 if __name__ == "__main__":

@@ -1,9 +1,9 @@
 """Exercise notebooks: generate them from solutions, and grade a student's copy.
 
-    python -m mambalearn.classroom.grade make-exercise solutions/01_x.ipynb exercises/01_x.ipynb
+    python -m mambalearn.classroom.grade make-exercise solutions/01_x.ipynb exercises/ex01_x.ipynb
     python -m mambalearn grade my_01_x.ipynb [--timeout 120]
     python -m mambalearn grade --class submissions/ --exercises 01,03 --out grades.csv [--jobs 2]
-    pytest --nbval-lax exercises/01_x.ipynb          (the same grading, cell by cell: a self-check)
+    pytest --nbval-lax exercises/ex01_x.ipynb        (the same grading, cell by cell: a self-check)
 
 Generation (``pristine.make_exercise``) runs nbgrader's ``ClearSolutions``: the code between
 ``### BEGIN SOLUTION`` and ``### END SOLUTION`` becomes ``raise NotImplementedError()``; the result

@@ -4,10 +4,10 @@
 
 Layout: ``submissions/<student>/**/*.ipynb`` (nbgrader's ``submitted/<student>/<assignment>/``
 works too). Each notebook is matched to its exercise by the id in its metadata, else by its name
-(``01_discretization-Copy1.ipynb``, ``01_discretization (1).ipynb``), else by its solution cells.
-The assignment is given explicitly (``--exercises 01,03``, ids or chapter numbers, or ``all``):
-each of its exercises is graded for every student, one a student did not hand in scores 0, "not
-submitted"; a notebook of another exercise is ignored (noted on stderr).
+(``ex01_discretization-Copy1.ipynb``, ``ex01 (1).ipynb``, the older ``01_discretization.ipynb``),
+else by its solution cells. The assignment is given explicitly (``--exercises 01,03``, ids or
+chapter numbers, or ``all``): each of its exercises is graded for every student, one a student did
+not hand in scores 0, "not submitted"; a notebook of another exercise is ignored (noted on stderr).
 
 Before any submission runs, every pristine exercise is read and every submission restored in
 memory, and the graded library copies are built. Then ``jobs`` submissions run at once, each in its
@@ -49,7 +49,8 @@ def assignment(spec, exercises):
         return sorted(exercises)
     chosen = []
     for word in (w.strip() for w in str(spec).split(",") if w.strip()):
-        match = [e for e in exercises if e == word or e.split("_")[0] == word.zfill(2)]
+        wanted = P.exercise_id(word)  # ex03_operator, ex03: as 03_operator, 03 (the file names)
+        match = [e for e in exercises if e == wanted or e.split("_")[0] == wanted.zfill(2)]
         if len(match) != 1:
             raise ValueError(f"--exercises: {word!r} is none of the exercises "
                              f"({', '.join(sorted(exercises))})")
@@ -75,7 +76,7 @@ def find_submissions(class_dir, exercises, chosen=None):
                 notes.append(f"{folder.name}: {nb.name} matches no exercise, ignored")
             elif chosen is not None and name not in chosen:
                 notes.append(f"{folder.name}: {nb.name} is {name}, not in the assignment, ignored")
-            elif name in mine and nb.stem != name:  # an exact name wins over other matches
+            elif name in mine and P.exercise_id(nb) != name:  # an exact name wins over others
                 notes.append(f"{folder.name}: {nb.name} ignored, {mine[name].name} graded")
             else:
                 if name in mine:

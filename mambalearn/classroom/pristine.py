@@ -1,13 +1,15 @@
 """The shipped exercises, kept inside the package, where a student's edits cannot reach them.
 
 ``make-exercise`` (what ``make exercises`` runs) writes the student version of each solution
-notebook twice: to ``exercises/NN_name.ipynb``, the copy students open and edit, and to
+notebook twice: to ``exercises/exNN_name.ipynb``, the copy students open and edit (``ex``: its
+JupyterLab tab is not named like its chapter's, ``notebooks/NN_name.ipynb``), and to
 ``mambalearn/classroom/pristine/NN_name.ipynb``, the copy the grader restores check cells from. The
 exercise's id (``NN_name``) goes into the notebook's metadata (``metadata.mambalearn.exercise``),
 which JupyterLab keeps on Duplicate, Rename and Download, so a submission is matched to its exercise
-by that id, whatever its file is called or wherever it lies — ``exercises/NN_name.ipynb`` graded
-in place included. Without the metadata the file name decides (``NN_name-Copy1.ipynb``,
-``NN_name (1).ipynb``: the chapter number), then the names of its solution cells.
+by that id, whatever its file is called or wherever it lies — ``exercises/exNN_name.ipynb`` graded
+in place included. Without the metadata the file name decides (``exNN_name-Copy1.ipynb``,
+``exNN (1).ipynb``, the older ``NN_name.ipynb``: the chapter number), then the names of its
+solution cells.
 """
 
 import copy
@@ -15,7 +17,20 @@ import re
 from pathlib import Path
 
 PRISTINE = Path(__file__).resolve().parent / "pristine"
-_CHAPTER = re.compile(r"^(\d\d)_")
+_EX = re.compile(r"^ex(?=\d\d(?![0-9a-z]))", re.I)  # "ex" before a chapter number: ex03_…, ex03 (1)
+_CHAPTER = re.compile(r"^(\d\d)(?![0-9a-z])", re.I)  # 03_operator, 03 (1), 03: not 031 or 03b
+
+
+def exercise_file(exercise):
+    """The file name of exercise ``exercise`` in exercises/: ``"01_discretization"`` →
+    ``"ex01_discretization.ipynb"``."""
+    return f"ex{exercise}.ipynb"
+
+
+def exercise_id(path):
+    """The exercise a file's name says: ``exercises/ex01_discretization.ipynb`` (or the older name
+    ``01_discretization.ipynb``) → ``"01_discretization"``; ``ex03 (1).ipynb`` → ``"03 (1)"``."""
+    return _EX.sub("", Path(path).stem)
 
 
 def meta(cell):
@@ -43,8 +58,8 @@ def make_exercise(src, dst, pristine_dir=None):
 
 
 def shipped(pristine_dir=PRISTINE):
-    """{exercise id: path} of the pristine exercises."""
-    return {p.stem: p for p in sorted(Path(pristine_dir).glob("*.ipynb"))}
+    """{exercise id: path} of the pristine exercises (or of a folder like exercises/)."""
+    return {exercise_id(p): p for p in sorted(Path(pristine_dir).glob("*.ipynb"))}
 
 
 def _solution_names(nb):
@@ -64,10 +79,10 @@ def identify(submission, path, exercises):
     declared = submission.metadata.get("mambalearn", {}).get("exercise")
     if declared in exercises:
         return declared
-    stem = Path(path).stem
-    if stem in exercises:
-        return stem
-    m = _CHAPTER.match(stem)
+    named = exercise_id(path)
+    if named in exercises:
+        return named
+    m = _CHAPTER.match(named)
     same_chapter = [e for e in exercises if m and e.startswith(m.group(1) + "_")]
     if len(same_chapter) == 1:
         return same_chapter[0]

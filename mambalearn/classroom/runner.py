@@ -7,7 +7,7 @@ Two ways in, one path:
   runs ``pytest --nbval-lax`` on the restored notebook of the job with this plugin; each cell's
   result is written to the job's results file as it finishes (a killed run still says how far it
   got) and from there becomes the verdicts and the gradebook;
-* the student's self-check: ``pytest --nbval-lax exercises/NN_name.ipynb`` (``exercises/
+* the student's self-check: ``pytest --nbval-lax exercises/exNN_name.ipynb`` (``exercises/
   conftest.py`` loads this plugin) restores the notebook, builds the same library and runs the
   same box and checks as ``make grade``, one pytest item per cell, and prints the grader's report.
 
@@ -117,7 +117,7 @@ def run_pytest(job, record):
     return pytest.main(args, plugins=[GraderPlugin(job, record)])
 
 
-# --- the self-check: `pytest --nbval-lax exercises/NN_name.ipynb` ---------------------------------
+# --- the self-check: `pytest --nbval-lax exercises/exNN_name.ipynb` -------------------------------
 @pytest.hookimpl(hookwrapper=True)
 def pytest_collect_file(file_path, parent):
     """(a conftest hook) Exercise notebooks run through the grader's path under --nbval(-lax)."""

@@ -30,7 +30,7 @@ from pathlib import Path
 
 from nbformat.v4 import new_output
 
-from mambalearn.classroom import cli, pages, slides, slides_offline
+from mambalearn.classroom import cli, pages, pristine, slides, slides_offline
 from mambalearn.classroom.execute import executed
 
 HERE = Path(__file__).resolve().parent
@@ -255,7 +255,7 @@ def write_index(chapters, out_dir, colab=None):
 <h1>mambalearn</h1>
 <p>How Mamba's parallel scan is made fast. Each chapter below was executed top to bottom on a
 CPU; open it in JupyterLab (<code>make lab</code>) to run and change it. Each has an exercise in
-<code>exercises/</code>, graded with <code>make grade NB=exercises/NN_name.ipynb</code>.</p>
+<code>exercises/</code>, graded with <code>make grade NB=exercises/exNN_name.ipynb</code>.</p>
 {course}{colab}
 <ul class="ml-chapters">
 {items}
@@ -295,7 +295,7 @@ def build(notebooks, out_dir, online=False, jobs=2, timeout=300, fresh=False, pd
     chapters_ = [Chapter(p, title(nb, p.stem)) for p, nb in done]
     for c, (p, nb) in zip(chapters_, done, strict=True):
         c.deck = slides.export(p, out_dir, offline=not online, nb=nb).name
-        ex = Path(exercises) / p.name
+        ex = Path(exercises) / pristine.exercise_file(p.stem)
         if ex.exists():
             c.exercise = ex
             _copy(ex, out_dir / "exercises")

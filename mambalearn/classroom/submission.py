@@ -3,7 +3,8 @@
 The steps, each done by its own module:
 
 1. find the exercise from the notebook's metadata or name (``pristine``) and read its pristine copy
-   from the package — never from the file being graded, which may be ``exercises/NN.ipynb`` itself;
+   from the package — never from the file being graded, which may be
+   ``exercises/exNN_name.ipynb`` itself;
 2. restore: the pristine notebook with only the student's solution cells put in (``pristine``);
    cells after the last check are left out (they cannot change a verdict);
 3. build, once per exercise, the library a student of its chapter has, with the exercise's answers
@@ -81,16 +82,17 @@ def prepare(notebook, exercises=None, pristine=None):
         raise Unreadable(f"unreadable notebook: {str(e).splitlines()[0][:200]}",
                          pristine or exercises.get(guess)) from None
     if pristine:
-        exercise, path = Path(pristine).stem, Path(pristine)
+        exercise, path = P.exercise_id(pristine), Path(pristine)
     else:
         exercise = P.identify(submission, notebook, exercises)
         if exercise is None:
             raise FileNotFoundError(
                 f"cannot tell which exercise {notebook} is: it has no exercise id in its metadata "
                 f"(it was not made from a notebook in exercises/), its name does not start with a "
-                f"chapter number, and its cells define none of the exercises' functions. Start "
-                f"from a copy of exercises/NN_name.ipynb, or name the file after its exercise "
-                f"(e.g. {next(iter(exercises), '01_discretization')}.ipynb)")
+                f"chapter number (ex01…, 01…), and its cells define none of the exercises' "
+                f"functions. Start from a copy of exercises/exNN_name.ipynb, or name the file "
+                f"after its exercise (e.g. "
+                f"{P.exercise_file(next(iter(exercises), '01_discretization'))})")
         path = exercises[exercise]
     shipped = nbformat.read(path, as_version=4)
     return exercise, P.restore(submission, shipped), submission, shipped

@@ -1,14 +1,15 @@
 """Hand in an exercise: check the notebook, then write the copy to hand in.
 
-    make submit NB=exercises/01_discretization.ipynb [STUDENT=ada]
+    make submit NB=exercises/ex01_discretization.ipynb [STUDENT=ada]
     python -m mambalearn.classroom.submit NOTEBOOK [--student NAME] [--out submission]
 
 The checks run nothing: the file must be a notebook; it must be one of the course's exercises (its
 metadata, its name or its cells say which); every solution cell of the exercise must be there and
 be valid Python. Tasks whose cells are still the shipped stubs are listed (handing them in is
-allowed, they score 0). Then the notebook is written to ``submission/[NAME/]NN_name.ipynb`` with its
-outputs cleared (the grader runs the code anew) and the exercise id, the time and a SHA-256 of its
-solution cells in its metadata, the layout ``make grade CLASS=…`` reads (one folder per student).
+allowed, they score 0). Then the notebook is written to ``submission/[NAME/]exNN_name.ipynb``
+with its outputs cleared (the grader runs the code anew) and the exercise id, the time and a
+SHA-256 of its solution cells in its metadata, the layout ``make grade CLASS=…`` reads (one folder
+per student).
 To see the score first: ``make grade NB=…``. Exit status: 0 written, 2 refused.
 """
 
@@ -40,14 +41,15 @@ def validate(path, exercises=None):
     exercise = P.identify(nb, path, exercises)
     if exercise is None:
         raise Refused(f"cannot tell which exercise {path} is: start from a copy of "
-                      f"exercises/NN_name.ipynb, or name the file after its exercise")
+                      f"exercises/exNN_name.ipynb, or name the file after its exercise")
     shipped = nbformat.read(exercises[exercise], as_version=4)
     stubs = {P.meta(c)["grade_id"]: c for c in shipped.cells if P.meta(c).get("solution")}
     mine = P.solution_cells(nb)
     missing = [g for g in stubs if g not in mine]
     if missing:
         raise Refused(f"{path} ({exercise}) has no cell for {', '.join(missing)}: copy the cell "
-                      f"from exercises/{exercise}.ipynb back in and write your code there")
+                      f"from exercises/{P.exercise_file(exercise)} back in and write your code "
+                      f"there")
     warnings = []
     for gid, cell in mine.items():
         if gid not in stubs:
@@ -75,7 +77,7 @@ def package(nb, exercise, out_dir="submission", student=None):
                                      solutions_sha256=digest)
     folder = Path(out_dir) / student if student else Path(out_dir)
     folder.mkdir(parents=True, exist_ok=True)
-    target = folder / f"{exercise}.ipynb"
+    target = folder / P.exercise_file(exercise)
     nbformat.write(nb, target)
     return target
 
