@@ -9,6 +9,7 @@ In a percent file a word after the cell marker names the slide type (`# %% [mark
 (`tags=["check"]`). Cells tagged `solution` or `check` get nbgrader metadata.
 """
 
+import json
 import re
 import sys
 
@@ -87,8 +88,11 @@ def to_py(nb_path, out):
 
 
 def check(path):
+    with open(path, encoding="utf-8") as f:  # as stored: nbformat.read would fill in missing ids
+        stored = json.load(f)
+    problems = [f"{path} cell {i}: no cell id (nbformat 4.5 gives every cell one)"
+                for i, cell in enumerate(stored["cells"]) if "id" not in cell]
     nb = nbformat.read(path, as_version=4)
-    problems = []
     for i, cell in enumerate(nb.cells):
         kind = cell.metadata.get("slideshow", {}).get("slide_type")
         if kind not in SLIDE_TYPES:
