@@ -12,6 +12,19 @@ import nbformat
 
 ROOT = Path(__file__).resolve().parent.parent
 
+# A probe's prologue, run in a child Python on a grader's library copy: blocked(thunk) is True
+# when thunk raises the ImportError that names a task ("write it yourself") or its chapter.
+BLOCKED = '''
+import importlib, inspect, torch
+def blocked(thunk, words="write it yourself"):
+    try:
+        thunk()
+    except ImportError as e:
+        assert words in str(e), e
+        return True
+    return False
+'''
+
 
 def edited(src, dst, replace=None, check_source=None, drop_checks=False, strip_metadata=False):
     """Copy notebook ``src`` (a path or ``solutions/NN_x``-style name) to ``dst`` with edits:

@@ -23,7 +23,7 @@ import textwrap
 import time
 
 import pytest
-from _grading_cases import ROOT, edited, repo_copy, table
+from _grading_cases import BLOCKED, ROOT, edited, repo_copy, table
 
 from mambalearn.classroom import grade, gradebook, redact, sandbox
 
@@ -292,15 +292,7 @@ def test_redacted_library_blocks_the_answers_and_keeps_the_rest(tmp_path):
                 redact.locate(target)  # raises unless defined where named
     nb = nbformat.read(pristine.shipped()["03_operator"], as_version=4)
     lib, _ = redact.build(tmp_path / "lib", "03_operator", nb)
-    probe = textwrap.dedent("""
-        import importlib, inspect, torch
-        def blocked(thunk, words="write it yourself"):
-            try:
-                thunk()
-            except ImportError as e:
-                assert words in str(e), e
-                return True
-            return False
+    probe = BLOCKED + textwrap.dedent("""
         import mambalearn.ops as ops
         assert blocked(lambda: __import__("mambalearn.ops", fromlist=["combine"]).combine)
         assert blocked(lambda: exec("from mambalearn.ops import fold"))

@@ -11,7 +11,7 @@ import textwrap
 
 import nbformat
 import pytest
-from _grading_cases import ROOT
+from _grading_cases import BLOCKED, ROOT
 
 from mambalearn.classroom import pristine, redact, syllabus
 
@@ -64,16 +64,6 @@ def _probe(lib, code):
     return run.stdout
 
 
-BLOCKED = '''
-import importlib, inspect, torch
-def blocked(thunk, words="write it yourself"):
-    try:
-        thunk()
-    except ImportError as e:
-        assert words in str(e), e
-        return True
-    return False
-'''
 
 
 def test_the_ssd_exercise_library(tmp_path):
