@@ -9,6 +9,7 @@ import torch
 
 from mambalearn.mamba3 import verify as V3
 from mambalearn.parallel import RankError, spawn
+from mambalearn.parallel.verify import rank_slice
 
 WORLDS = (2, 3, 4)
 UNEQUAL = {2: (3, 6), 3: (2, 5, 4), 4: (5, 1, 3, 2)}  # a shard of one token at R = 4
@@ -57,7 +58,7 @@ def _bad(rank, what):
 
     c = V3.case((4, 4, 4), "alltoall" if what == "heads" else "allgather", h=4, g=1)
     x, states = V3.make_inputs(c)
-    mine = {k: V3._shard(v, k, V3._slice(c, rank)) for k, v in x.items()}
+    mine = {k: V3._shard(v, k, rank_slice(c, rank)) for k, v in x.items()}
     if what == "states":  # Input_States handed to every rank, not rank 0 alone
         return mamba3_siso_combined_cp(**mine, Input_States=states, algorithm="allgather")
     return mamba3_siso_combined_cp(**mine, algorithm=c["algorithm"])

@@ -12,6 +12,7 @@ import torch
 import torch.distributed as dist
 
 from mambalearn.mamba3.parallel import TIME
+from mambalearn.parallel.verify import rank_slice
 from mambalearn.testing import assert_close
 
 STATES = ("angle", "ssm", "k", "v")
@@ -49,11 +50,6 @@ def _shard(X, name, s):
     return X.narrow(TIME[name], s.start, s.stop - s.start) if name in TIME else X
 
 
-def _slice(c, rank):
-    lo = sum(c["lengths"][:rank])
-    return slice(lo, lo + c["lengths"][rank])
-
-
 def cotangents(c, out_shape, finals):
     """g for the whole output and, per rank, one for each of the four final states."""
     gen = torch.Generator().manual_seed(c["seed"] + 1)
@@ -73,7 +69,7 @@ def run_rank(rank, c):
     from mambalearn.mamba3.parallel import mamba3_siso_combined_cp
 
     x, states = make_inputs(c)
-    s = _slice(c, rank)
+    s = rank_slice(c, rank)
     mine = {k: _shard(v, k, s).detach().clone().requires_grad_() for k, v in x.items()}
     st = None if states is None or rank else [v.clone().requires_grad_() for v in states]
     out, *finals = mamba3_siso_combined_cp(**mine, Input_States=st, chunk_size=c["chunk_size"],
@@ -109,7 +105,7 @@ def reference(c, fn=None):
     st = None if states is None else [v.clone().requires_grad_() for v in states]
     call = lambda inputs: fn(**inputs, Input_States=st, return_final_states=True)
     out = call(x)[0]
-    finals = [call({k: _shard(v, k, slice(0, _slice(c, r).stop)) for k, v in x.items()})[1:]
+    finals = [call({k: _shard(v, k, slice(0, rank_slice(c, r).stop)) for k, v in x.items()})[1:]
               for r in range(len(c["lengths"]))]
     g_out, g_fin = cotangents(c, out.shape, finals[0])
     (_dot([out], [g_out]) + sum(_dot(f, g) for f, g in zip(finals, g_fin, strict=True))

@@ -61,7 +61,8 @@ def make_inputs(c):
             for k, v in x.items()}
 
 
-def _slice(c, rank):
+def rank_slice(c, rank):
+    """The steps of the sequence that rank ``rank`` holds (case ``c``'s ``lengths``)."""
     lo = sum(c["lengths"][:rank])
     return slice(lo, lo + c["lengths"][rank])
 
@@ -91,7 +92,7 @@ def run_rank(rank, c):
     all-reduced. Returns {"out", "last", "grads"} (detached, on the CPU)."""
     from mambalearn.parallel import mamba_chunk_scan_combined_cp, selective_scan_cp
 
-    x, s, td = make_inputs(c), _slice(c, rank), _tdim(c)
+    x, s, td = make_inputs(c), rank_slice(c, rank), _tdim(c)
     tokens = TOKENS[c["model"]]
     mine = {}
     for k, v in x.items():
@@ -140,7 +141,7 @@ def reference(c, fn=None):
     out, _ = _call(c, fn, x)
     lasts, td = [], _tdim(c)
     for r in range(len(c["lengths"])):  # the state after shard r: the prefix's last state
-        end = _slice(c, r).stop
+        end = rank_slice(c, r).stop
         pre = {k: (v[..., :end] if td == -1 else v[:, :end]) if k in TOKENS[c["model"]] and
                v is not None and v.ndim > 2 else v for k, v in x.items()}
         lasts.append(_call(c, fn, pre)[1])
