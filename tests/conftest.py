@@ -7,7 +7,17 @@ os.environ.setdefault("MAMBALEARN_PROGRESS", "0")
 os.environ.setdefault("MPLBACKEND", "Agg")
 
 
+# The files that take minutes on two cores, longest first: collected before the rest, so that
+# pytest-xdist's --dist loadfile hands them out first and the short files fill in behind them
+# (in alphabetical order they came last and one worker finished minutes after the other).
+LONGEST = ("test_grading_holes.py", "test_gradebook.py", "test_grading.py", "test_slides_fit.py",
+           "test_slides.py", "test_chapters_run.py", "test_grading_sandbox.py",
+           "test_grading_exercises.py", "test_site.py", "test_grading_selfcheck.py")
+
+
 def pytest_collection_modifyitems(config, items):
+    rank = {name: i for i, name in enumerate(LONGEST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(LONGEST)))  # stable: files stay whole
     if torch.cuda.is_available():
         return
     skip = pytest.mark.skip(reason="needs a CUDA GPU (run on the GPU machine)")
