@@ -15,6 +15,7 @@ CHAPTERS = {
     "mambalearn.results": 0,
     "mambalearn.scan.layout": 0,
     "mambalearn.chapters": 0,
+    "mambalearn.launches": 0,  # the record of interpreted launches (the sm_90 build check)
     "mambalearn.triton.interpreter": 0,  # the interpreter's bf16 matmul made right, on import
     "mambalearn.discretize": 1,
     "mambalearn.scan.sequential": 2,

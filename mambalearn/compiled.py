@@ -18,6 +18,7 @@ there by name; one defined in a notebook is rebuilt from its source (it may use 
 
     compile_for(kernel, signature, constexprs, num_warps, num_stages, arch)  -> Compiled
     compile_all(kernel, signature, configs, arch)     several configurations in one process
+    compile_many(module, name, source, configs)       each with its own signature; errors collected
     opcode_counts(sass)    how often each instruction (first word of the opcode) occurs
 """
 
@@ -29,7 +30,10 @@ import subprocess
 import sys
 import textwrap
 from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+
+from mambalearn import launches
 
 
 @dataclass
@@ -65,29 +69,36 @@ else:  # Triton reads a kernel's source from its file: write one, import it
     kernel = getattr(importlib.import_module("notebook_kernel"), job["name"])
 exe = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
 names = kernel.arg_names
-if sorted(names) != sorted(job["signature"]):
-    sys.exit(f"signature names {sorted(job['signature'])} != the kernel's arguments {names}")
-signature = {n: job["signature"][n] for n in names}  # in argument order
-attrs = {(i,): [["tt.divisibility", 16]] for i, n in enumerate(names)
-         if signature[n].startswith("*") or n in job["divisible"]}
 out = []
 for cfg in job["configs"]:
+    sig = cfg["signature"]
+    if sorted(names) != sorted(sig):
+        sys.exit(f"signature names {sorted(sig)} != the kernel's arguments {names}")
+    signature = {n: sig[n] for n in names}  # in argument order
+    attrs = {(i,): [["tt.divisibility", 16]] for i, n in enumerate(names)
+             if n in cfg["divisible"]}
     constexprs = {k: tl.dtype(v["tl.dtype"]) if isinstance(v, dict) else v
                   for k, v in cfg["constexprs"].items()}  # a dtype travels as its name
-    src = triton.compiler.ASTSource(fn=kernel, signature=signature,
-                                    constexprs=constexprs, attrs=attrs)
-    k = triton.compile(src, target=GPUTarget("cuda", job["arch"], 32),
-                       options={"num_warps": cfg["num_warps"], "num_stages": cfg["num_stages"]})
+    try:
+        src = triton.compiler.ASTSource(fn=kernel, signature=signature,
+                                        constexprs=constexprs, attrs=attrs)
+        k = triton.compile(src, target=GPUTarget("cuda", job["arch"], 32),
+                           options=cfg["options"])
+    except Exception as e:  # a program this GPU's compiler refuses
+        if not job["collect"]:
+            raise
+        out.append(f"{type(e).__name__}: {str(e)[-1500:]}")
+        continue
     with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
         f.write(k.asm["cubin"]); f.flush()
         usage = subprocess.run([exe, "-res-usage", f.name], capture_output=True, text=True,
                                check=True).stdout
         sass = subprocess.run([exe, "-sass", f.name], capture_output=True, text=True,
-                              check=True).stdout
+                              check=True).stdout if job["sass"] else ""
     res = dict(re.findall(r"\b(REG|STACK|LOCAL):(\d+)", usage))
     out.append(dict(registers=int(res["REG"]), spill_bytes=int(res["STACK"]) + int(res["LOCAL"]),
-                    shared_bytes=int(k.metadata.shared), num_warps=cfg["num_warps"], sass=sass,
-                    ptx=k.asm["ptx"]))
+                    shared_bytes=int(k.metadata.shared), num_warps=k.metadata.num_warps, sass=sass,
+                    ptx=k.asm["ptx"] if job["sass"] else ""))
 json.dump(out, sys.stdout)
 """
 
@@ -122,16 +133,32 @@ def compile_all(kernel, signature, configs, arch=90, divisible=()):
     Returns one :class:`Compiled` per configuration. No GPU is needed: ptxas runs on the CPU.
     """
     job = _job(kernel, signature)
-    job.update(arch=arch, divisible=list(divisible), configs=[
-        {"constexprs": {k: _plain(v) for k, v in c.get("constexprs", {}).items()},
-         "num_warps": c.get("num_warps", 4),
-         "num_stages": c.get("num_stages", 3)} for c in configs])
+    div = [n for n, ty in signature.items() if ty.startswith("*")] + list(divisible)
+    configs = [{"constexprs": c.get("constexprs", {}), "signature": signature, "divisible": div,
+                "num_warps": c.get("num_warps", 4), "num_stages": c.get("num_stages", 3)}
+               for c in configs]
+    return compile_many(job["module"], job["name"], job["source"], configs, arch, collect=False)
+
+
+def compile_many(module, name, source, configs, arch=90, collect=True, sass=True):
+    """The builds of one kernel (``module.name``, or rebuilt from ``source``), each config with its
+    own ``signature``, ``divisible`` arguments, ``constexprs`` and compile options (``num_warps``,
+    ``num_stages``, ``maxnreg``, ...). One :class:`Compiled` per config, or with ``collect`` the
+    compiler's error message (a string) where a config does not build."""
+    job = {"module": module, "name": name, "source": source, "arch": arch, "collect": collect,
+           "sass": sass, "configs": [
+               {"constexprs": {k: _plain(v) for k, v in c.get("constexprs", {}).items()},
+                "signature": c["signature"], "divisible": list(c.get("divisible", ())),
+                "options": {k: v for k, v in c.items()
+                            if k not in ("constexprs", "signature", "divisible")}}
+               for c in configs]}
     env = {**os.environ, "TRITON_INTERPRET": "0"}
+    env.pop("MAMBALEARN_RECORD_LAUNCHES", None)
     r = subprocess.run([sys.executable, "-c", _CHILD], input=json.dumps(job), text=True,
                        capture_output=True, env=env)
     if r.returncode:
-        raise RuntimeError(f"compiling {job['name']} for sm_{arch} failed:\n{r.stderr[-3000:]}")
-    return [Compiled(**c) for c in json.loads(r.stdout)]
+        raise RuntimeError(f"compiling {name} for sm_{arch} failed:\n{r.stderr[-3000:]}")
+    return [c if isinstance(c, str) else Compiled(**c) for c in json.loads(r.stdout)]
 
 
 def compile_for(kernel, signature, constexprs=None, num_warps=4, num_stages=3, arch=90,
@@ -167,3 +194,120 @@ def opcode_counts(sass):
     as ``MUFU``), after an optional predicate (``@P0``).
     """
     return dict(Counter(_SASS_LINE.findall(sass)))
+
+
+def _build_group(group):
+    """One kernel's configurations built for sm_90 in one child process: for each, its resources
+    {"shared", "spills", "registers"} or {"error": the compiler's message}."""
+    first = group[0]
+    configs = [{"constexprs": la["constexprs"], "signature": la["signature"],
+                "divisible": la["divisible"], **la["options"]} for la in group]
+    try:
+        built = compile_many(first["module"], first["name"], first["source"], configs,
+                             sass=False)
+    except RuntimeError as e:
+        return [{"error": f"the compiler could not run: {e}"}] * len(group)
+    return [{"error": res} if isinstance(res, str) else
+            {"shared": res.shared_bytes, "spills": res.spill_bytes, "registers": res.registers}
+            for res in built]
+
+
+def _problem(launch, build):
+    """What is wrong with one build (None: nothing)."""
+    what = f"{launch['module']}.{launch['name']} {_short(launch)}"
+    if "error" in build:
+        return f"{what}: does not compile for sm_90: {build['error']}"
+    if build["shared"] > launches.SHARED_LIMIT:
+        return (f"{what}: {build['shared']} B of shared memory, more than the "
+                f"{launches.SHARED_LIMIT} B a program may have on sm_90")
+    if launch.get("no_spills") and build["spills"]:  # its docstring says "no spills"
+        return f"{what}: spills {build['spills']} B although its docstring says no spills"
+    return None
+
+
+def _short(launch):
+    cx = {k: v for k, v in launch["constexprs"].items() if v is not None}
+    return f"(constexprs {cx}, options {launch['options']})"
+
+
+def build_key(launch, arch=90):
+    """What decides a build: the launch's `launches.key` (kernel source and the Triton functions
+    it calls, signature, constexprs, options), the Triton version (its ptxas) and the target."""
+    import hashlib
+
+    import triton
+
+    text = f"{launches.key(launch)}|triton {triton.__version__}|sm_{arch}"
+    return hashlib.sha256(text.encode()).hexdigest()[:20]
+
+
+def check_launches(directory, jobs=2, cache=None, per_process=16):
+    """Every distinct recorded configuration built for sm_90: (problems, builds, compiled now).
+
+    ``problems``: a message per configuration that does not compile, needs more shared memory
+    than a program may have, spills where its docstring says "no spills", or exceeds a grid
+    limit; a directory with no recorded launch is itself a problem. ``cache``: {build_key:
+    build} of earlier builds (the same key is the same build); only the rest are compiled, in
+    ``jobs`` child processes of at most ``per_process`` builds each. ``builds`` holds them all.
+    """
+    found = launches.load(directory)
+    if not found:
+        return [f"no launch was recorded in {directory}: was ${launches.ENV} set while the "
+                "kernels ran?"], {}, 0
+    problems, todo, builds = [], {}, {}
+    for la in found.values():
+        if "unreadable" in la:
+            problems.append(f"{la['module']}.{la['name']}: launch not readable: {la['unreadable']}")
+            continue
+        grid = la["grid"] + [1] * (3 - len(la["grid"]))
+        for axis, (g, limit) in enumerate(zip(grid, launches.GRID_LIMITS, strict=True)):
+            if g > limit:
+                problems.append(f"{la['module']}.{la['name']}: grid axis {axis} has {g} programs, "
+                                f"past the limit {limit}")
+        k = build_key(la)
+        if cache and k in cache:
+            builds[k] = cache[k]
+        else:
+            todo.setdefault((la["module"], la["name"], la["fingerprint"]), []).append((k, la))
+    pieces = [group[i:i + per_process] for group in todo.values()
+              for i in range(0, len(group), per_process)]
+    with ThreadPoolExecutor(max(1, jobs)) as pool:  # each piece compiles in its own process
+        for piece, built in zip(pieces, pool.map(lambda p: _build_group([la for _, la in p]),
+                                                 pieces), strict=True):
+            builds.update({k: b for (k, _), b in zip(piece, built, strict=True)})
+    for la in found.values():
+        if "unreadable" not in la:
+            bad = _problem(la, builds[build_key(la)])
+            if bad:
+                problems.append(bad)
+    return problems, builds, sum(len(p) for p in pieces)
+
+
+def main(argv=None):
+    import argparse
+
+    ap = argparse.ArgumentParser(prog="python -m mambalearn.compiled",
+                                 description="build every recorded launch for sm_90")
+    ap.add_argument("directory", help=f"where ${launches.ENV} wrote the launches")
+    ap.add_argument("--jobs", type=int, default=2, help="compiler processes at once")
+    ap.add_argument("--cache", help="a JSON file of earlier builds (read, then written back)")
+    a = ap.parse_args(argv)
+    cache = {}
+    if a.cache and os.path.exists(a.cache):
+        with open(a.cache) as f:
+            cache = json.load(f)
+    problems, builds, fresh = check_launches(a.directory, a.jobs, cache)
+    if a.cache:
+        with open(a.cache, "w") as f:  # this run's builds only: what no launch uses goes
+            json.dump(dict(sorted(builds.items())), f, indent=0, sort_keys=True)
+            f.write("\n")
+    for p in problems:
+        print("FAIL", p)
+    print(f"{len(builds)} distinct launch configurations built for sm_90 ({fresh} compiled now, "
+          f"{len(builds) - fresh} from earlier builds of the same source): {len(problems)} "
+          f"problems")
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -270,5 +270,6 @@ def stages(value, interpreted):
 
 
 def compile_options(maxnreg, interpreted):
-    """Compile options of a launch (``maxnreg``: the interpreter takes none)."""
-    return {} if interpreted or maxnreg is None else dict(maxnreg=maxnreg)
+    """Compile options of a launch: ``maxnreg`` if set. The interpreter ignores it, and the sm_90
+    build check of what it launched reads it (``interpreted`` is kept for the launchers' calls)."""
+    return {} if maxnreg is None else dict(maxnreg=maxnreg)

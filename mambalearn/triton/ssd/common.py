@@ -28,14 +28,15 @@ def tile(block, size, lo=16):
 
 
 def stages(n):
-    """Pipeline stages of a launch: the config's, one in the interpreter."""
-    return 1 if INTERP else int(n)
+    """Pipeline stages of a launch: the config's (the interpreter ignores them, and the sm_90
+    build check of what it launched reads them: ``mambalearn.compiled.check_launches``)."""
+    return int(n)
 
 
 def launch_options(maxnreg):
     """Compile options of a launch beyond warps and stages: a register cap ``maxnreg`` if the
-    config sets one (not for the interpreter, which has no registers)."""
-    return {} if INTERP or not maxnreg else dict(maxnreg=int(maxnreg))
+    config sets one (the interpreter, which has no registers, ignores it)."""
+    return {} if not maxnreg else dict(maxnreg=int(maxnreg))
 
 
 @triton.jit

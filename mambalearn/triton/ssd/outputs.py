@@ -194,7 +194,8 @@ def chunk_outputs(x, C, B, dt_c, dA_cs, H, D=None, z=None, seq_idx=None, config=
     cfg = config or defaults(x.device).outputs
     BM = min(cfg.block_m, q)
     BK = min(cfg.block_k, BM)
-    BP, BN = p2(p, 8), p2(n, 8)
+    # n is the K of C Hᵀ and C Bᵀ: the tensor cores take K ≥ 16 (a tile past n reads TMA's zeros)
+    BP, BN = p2(p, 8), p2(n, 16)
     rows = min(cfg.rows or q // BM, q // BM)  # row blocks per program
     if (q // BM) % rows:
         raise ValueError(f"config.outputs.rows = {rows} must divide the {q // BM} row blocks "
