@@ -1,4 +1,4 @@
-"""What the interpreter ran, built for the GPU: every kernel launch recorded, then compiled for sm_90.
+"""What the interpreter ran, built for the GPU: every kernel launch recorded for an sm_90 build.
 
 Triton's CPU interpreter runs a kernel's Python body with NumPy: it never builds the program, so
 it accepts programs an H200's compiler refuses — a ``tl.dot`` whose K is below 16, tiles and
