@@ -11,6 +11,7 @@ TRITON_VERSION := 3.6.0
 TRITON_NEWEST  := 3.9.0
 NUMPY_NEWEST   := 2.4.6
 NEWEST := .venv-newest
+LAUNCHES := .launches
 TORCH_CPU_INDEX ?= https://download.pytorch.org/whl/cpu
 JOBS   ?= 2
 NB     ?=
@@ -69,7 +70,12 @@ test: $(STAMP) $(NEWEST_STAMP) browser  ## everything: lint, layers, unit, prope
 	@# each notebook runs once: tests/test_chapters_run.py executes every chapter (the copy the
 	@# deck, widget and site tests share) and fails on any error, as nbval-lax would; and
 	@# tests/test_grading.py runs every cell of every solution in the grader's box
-	$(TEST_ENV) $(PY) -m pytest -n $(JOBS) --dist loadfile -p no:cacheprovider tests
+	@# every kernel launch the tests, the chapters and the grader make in the interpreter is
+	@# recorded, then built for sm_90 with Triton's compiler: what an H200 would refuse fails here
+	rm -rf $(LAUNCHES)
+	$(TEST_ENV) MAMBALEARN_RECORD_LAUNCHES=$(CURDIR)/$(LAUNCHES) $(PY) -m pytest -n $(JOBS) \
+	  --dist loadfile -p no:cacheprovider tests
+	$(PY) -m mambalearn.compiled $(LAUNCHES) --jobs $(JOBS) --cache tests/sm90_builds.json
 	@echo "== the Triton-kernel tests again under Triton $(TRITON_NEWEST) (numpy $(NUMPY_NEWEST))"
 	$(TEST_ENV) PYTHONPATH=$(CURDIR) $(NEWEST)/bin/python -m pytest -n $(JOBS) --dist loadfile \
 	  -p no:cacheprovider $(KERNEL_TESTS)

@@ -1,16 +1,18 @@
 #!/usr/bin/env bash
 # The GPU truth in one command: every chapter and solution under nbval, the whole test suite on
-# the GPU (the memory-hungry tests afterwards, one at a time), each part's log in $OUT/verify/,
-# and the pass counts in $OUT/<device>_verify_<date>.json (copy it to docs/results/).
+# the GPU (the memory-hungry tests afterwards, one at a time), each part's log and JUnit XML in
+# $OUT/verify_logs.tgz, and the pass counts in $OUT/<device>_verify_<date>.json (copy it to
+# docs/results/). At most 8 files come back from a device call: hence the one archive.
 #
 #   bash bench/gpu/verify.sh            # on the H200, from the repository root, `.whl` carried
+#   NB_PATHS=… TEST_PATHS=… HUNGRY=… bash bench/gpu/verify.sh   # a part of it (defaults: all)
 #
 # Not run here, because what they test is CPU tooling and they need what the device image lacks
 # (Chromium, bubblewrap, nbgrader): the browser, slide, site and grading-box tests (TOOLING
 # below); `make test` runs them. Every kernel those tools launch is a chapter's or a solution's,
 # and those run here under nbval.
 set -u
-OUT=${OUT:-/tmp/out}; LOG=$OUT/verify; mkdir -p "$LOG"
+OUT=${OUT:-/tmp/out}; LOG=/tmp/verify_logs; rm -rf "$LOG"; mkdir -p "$LOG" "$OUT"
 START=$(date +%s)
 if ls .whl/*.whl >/dev/null 2>&1; then  # the Jupyter stack for nbval (no package index there)
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
@@ -18,7 +20,7 @@ if ls .whl/*.whl >/dev/null 2>&1; then  # the Jupyter stack for nbval (no packag
 fi
 export PYTHONPATH=/tmp/site:$PWD MAMBALEARN_PROGRESS=0 MPLBACKEND=Agg PYTHONUNBUFFERED=1
 export JUPYTER_PLATFORM_DIRS=1 MAMBALEARN_COMMIT=${MAMBALEARN_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null)}
-HUNGRY="tests/test_past_2_31.py tests/test_huge.py"  # tens of GB each: one file at a time
+HUNGRY=${HUNGRY-"tests/test_past_2_31.py tests/test_huge.py"}  # tens of GB each: one at a time
 TOOLING="test_browser test_slides test_slides_fit test_slides_offline test_site test_grading \
 test_grading_holes test_grading_sandbox test_grading_exercises test_grading_selfcheck \
 test_gradebook test_submit test_chapters_run"
@@ -33,9 +35,11 @@ part() {  # part NAME SECONDS PYTEST-ARGS...: junit XML and log in $LOG, one lin
   echo "== $name rc=$? $(( $(date +%s) - t0 ))s: $(tail -n 1 "$LOG/$name.log")"
 }
 part notebooks "${NB_LIMIT:-400}" --nbval-lax --nbval-current-env -n "${NB_JOBS:-6}" \
-  --dist loadfile notebooks solutions &
-part tests "${TEST_LIMIT:-400}" -n "${TEST_JOBS:-6}" --dist loadfile $IGNORE tests &
+  --dist loadfile ${NB_PATHS:-notebooks solutions} &
+part tests "${TEST_LIMIT:-400}" -n "${TEST_JOBS:-6}" --dist loadfile $IGNORE ${TEST_PATHS:-tests} &
 wait
 for h in $HUNGRY; do part "hungry_$(basename "$h" .py)" "${HUNGRY_LIMIT:-90}" "$h"; done
 python3 -m bench.gpu.verify_summary "$LOG" "$OUT" \
-  --command "bash bench/gpu/verify.sh" --seconds $(( $(date +%s) - START ))
+  --command "bash bench/gpu/verify.sh" --seconds $(( $(date +%s) - START )); RC=$?
+tar czf "$OUT/verify_logs.tgz" -C "$(dirname "$LOG")" "$(basename "$LOG")"
+exit $RC
