@@ -39,6 +39,9 @@ SHARED_LIMIT = 227 * 1024  # bytes of shared memory one program may use on sm_90
 GRID_LIMITS = (2**31 - 1, 65535, 65535)  # programs per grid axis
 OPTIONS = ("num_warps", "num_stages", "maxnreg", "num_ctas")
 _seen = {}  # key → the largest grid written so far
+# whose kernels are recorded: the package's, and a notebook's or a script's (``__main__``); a
+# test's stand-ins for a student's mistakes are not the course's kernels
+COURSE = ("mambalearn.", "__main__")
 
 
 def interpreter_only(kernel, why):
@@ -87,13 +90,14 @@ def _fingerprint(fn, seen=None):
 
 
 def describe(kernel, args, kwargs, grid):
-    """One launch as a JSON-able dict, or None for a kernel marked :func:`interpreter_only`."""
+    """One launch as a JSON-able dict, or None for a kernel marked :func:`interpreter_only` or
+    defined outside the course (not in ``COURSE``)."""
     from triton._C.libtriton import native_specialize_impl
     from triton.backends.compiler import BaseBackend
 
-    if getattr(kernel, "_interpreter_only", None):
-        return None
     fn = kernel.fn
+    if getattr(kernel, "_interpreter_only", None) or not fn.__module__.startswith(COURSE):
+        return None
     params = list(inspect.signature(fn).parameters.values())
     bound = inspect.signature(fn).bind_partial(
         *args, **{k: v for k, v in kwargs.items() if k not in OPTIONS})

@@ -76,7 +76,7 @@ def test_tiles_split_the_state_and_the_chunk(q, cfg):
 
 
 OLD = (16, dict(states=dict(tma=False), outputs=dict(rows=None)))  # pointer loads, whole chunks
-SPLIT = (4, dict(states=dict(split=3)))  # segments start mid-sequence and on a chunk edge
+SPLIT = (16, dict(states=dict(split=3)))  # segments start mid-sequence and on a chunk edge
 LOOP = (16, dict(outputs=dict(block_m=8, block_k=8, loop=True)))  # sequences in a masked loop
 
 

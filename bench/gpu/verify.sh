@@ -30,9 +30,10 @@ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | 
 part() {  # part NAME SECONDS PYTEST-ARGS...: junit XML and log in $LOG, one line when done
   local name=$1 limit=$2; shift 2
   local t0=$(date +%s)
-  timeout -k 10 "$limit" python3 -m pytest -p no:cacheprovider -q -rfE --durations=10 \
+  timeout -k 10 "$limit" python3 -m pytest -p no:cacheprovider -v -rfE --durations=10 \
     --junitxml="$LOG/$name.xml" "$@" > "$LOG/$name.log" 2>&1
   echo "== $name rc=$? $(( $(date +%s) - t0 ))s: $(tail -n 1 "$LOG/$name.log")"
+  grep -E "(FAILED|ERROR) " "$LOG/$name.log" | grep -v "^FAILED\|^ERROR" | sed -E "s/.*(FAILED|ERROR) /\1 /" | head -40
 }
 part notebooks "${NB_LIMIT:-400}" --nbval-lax --nbval-current-env -n "${NB_JOBS:-6}" \
   --dist loadfile ${NB_PATHS:-notebooks solutions} &

@@ -84,6 +84,7 @@ from mambalearn.triton.ssd.backward_states import (  # noqa: F401
     dstates,
     state_passing_backward,
 )
+from mambalearn.triton.ssd.common import FUSED_MIN_CHUNK
 from mambalearn.triton.ssd.config import resolve
 from mambalearn.triton.ssd.states import chunk_states
 
@@ -112,7 +113,7 @@ def ssd_backward(dout, dfinal, x, dt, A, B, C, chunk_size, D=None, z=None, dt_bi
     # 0. recompute what the forward did not keep: Δ, dA_cs, the passed states H, CB
     dt_c, dA_cs = fwd.chunk_cumsum(dt, A, q, dt_bias, dt_softplus, dt_limit,
                                    heads=st.cumsum_heads)  # (b, h, c, q)
-    if cfg.recompute == "states":
+    if cfg.recompute == "states" and q >= FUSED_MIN_CHUNK:
         H, final = chunk_states(x, B, dt_c, dA_cs, initial_states, seq_idx,
                                 config=cfg.states)  # (b, c, h, p, n)
     else:

@@ -12,6 +12,18 @@ from mambalearn import device
 INTERP = device.interpreted()  # Triton's CPU interpreter: small tiles, one pipeline stage
 
 LOG2E = tl.constexpr(1.4426950408889634)  # exp(x) = exp2(x · log2 e)
+# The fused kernels (chapter 11) multiply over a chunk's steps on the tensor cores: the steps are
+# the K of a tl.dot, which an sm_90 build takes only from 16 up. Shorter chunks run chapter 10's
+# kernels, which tile the steps in blocks of 16 and mask the rest.
+FUSED_MIN_CHUNK = 16
+
+
+def check_fused_chunk(q, what):
+    """Refuse a chunk of fewer than ``FUSED_MIN_CHUNK`` steps for a fused kernel, by name."""
+    if q < FUSED_MIN_CHUNK:
+        raise ValueError(f"{what} tiles a chunk's steps as the K of tl.dot: chunk_size must be "
+                         f"≥ {FUSED_MIN_CHUNK} on a GPU's tensor cores, got {q}; chapter 10's "
+                         f"kernels (mambalearn.triton.ssd.forward) take any chunk")
 _INTERPRETED = tl.constexpr(INTERP)  # the same flag, readable inside @triton.jit functions
 
 

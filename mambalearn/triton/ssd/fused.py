@@ -7,7 +7,9 @@ cut into segments whose carries are folded between two launches), then
 ``outputs.chunk_outputs`` computes every chunk's outputs in parallel with C Bᵀ formed on chip (bmm
 and chunk scan in one kernel).
 Between them only the state entering each chunk crosses memory, in x's dtype (as chapter 10 stores
-it), plus Δ and dA_cs.
+it), plus Δ and dA_cs. A chunk of fewer than 16 steps (``common.FUSED_MIN_CHUNK``) is too short
+for a tensor-core tile along the steps, which both kernels multiply over: chapter 10's kernels
+run it, and give the same result.
 
 ``launches=1``: ``one_launch.ssd_one_launch``, all of it in one kernel whose programs order the
 state passing among themselves with atomics (the lesson of that module's doc).
@@ -24,6 +26,7 @@ import torch
 
 from mambalearn.triton.ssd import args as ssd_args
 from mambalearn.triton.ssd import outputs, states
+from mambalearn.triton.ssd.common import FUSED_MIN_CHUNK
 from mambalearn.triton.ssd.config import resolve
 from mambalearn.triton.ssd.forward import chunk_cumsum, ssd_forward
 from mambalearn.triton.ssd.one_launch import ssd_one_launch
@@ -70,10 +73,13 @@ def ssd_fused_forward(x, dt, A, B, C, chunk_size, D=None, z=None, dt_bias=None,
         raise TypeError(f"state_dtype must be float32, float16 or bfloat16, got {state_dtype}")
     if ssd_args.is_empty(a["shape"]):
         return ssd_args.empty(x, initial_states, a["shape"])
+    if launches == 1 and seq_idx is not None:
+        raise ValueError("the one-launch SSD kernel does not support seq_idx; use launches=2")
     cfg = resolve(config, (b, l, h, p, g, n, q), x.device)
+    if q < FUSED_MIN_CHUNK:  # too few steps for a tensor-core tile: chapter 10's kernels
+        return ssd_forward(x, dt, A, B, C, q, D, z, dt_bias, initial_states, seq_idx,
+                           dt_softplus, dt_limit, cfg.stages)
     if launches == 1:
-        if seq_idx is not None:
-            raise ValueError("the one-launch SSD kernel does not support seq_idx; use launches=2")
         return ssd_one_launch(x, dt, A, B, C, q, D, z, dt_bias, initial_states, dt_softplus,
                               dt_limit, state_dtype, cfg.one)
     x, B, C = x.contiguous(), B.contiguous(), C.contiguous()

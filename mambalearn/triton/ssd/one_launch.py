@@ -27,7 +27,15 @@ import torch
 import triton
 import triton.language as tl
 
-from mambalearn.triton.ssd.common import LOG2E, delta_of, exp2_ftz, launch_options, p2, stages
+from mambalearn.triton.ssd.common import (
+    LOG2E,
+    check_fused_chunk,
+    delta_of,
+    exp2_ftz,
+    launch_options,
+    p2,
+    stages,
+)
 from mambalearn.triton.ssd.config import defaults
 
 LIMIT = 2**31  # elements of x, z, out it addresses with 32-bit offsets
@@ -269,6 +277,7 @@ def ssd_one_launch(x, dt, A, B, C, q, D=None, z=None, dt_bias=None, initial_stat
     cfg = config or defaults(x.device).one
     b, l, h, p = x.shape
     g, n = B.shape[2], B.shape[3]
+    check_fused_chunk(q, "the one-launch SSD kernel")
     c = triton.cdiv(l, q)
     if max(x.numel(), b * (c + 1) * h * p * n) >= LIMIT:
         raise ValueError(f"the one-launch SSD kernel addresses x and its states with 32-bit "

@@ -33,7 +33,14 @@ import triton
 import triton.language as tl
 from triton.tools.tensor_descriptor import TensorDescriptor
 
-from mambalearn.triton.ssd.common import LOG2E, exp2_ftz, launch_options, p2, stages
+from mambalearn.triton.ssd.common import (
+    LOG2E,
+    check_fused_chunk,
+    exp2_ftz,
+    launch_options,
+    p2,
+    stages,
+)
 from mambalearn.triton.ssd.config import GRID_YZ, defaults
 
 GRID_Z = GRID_YZ  # (b, c) pairs a launch covers on grid axis 2
@@ -188,6 +195,7 @@ def chunk_outputs(x, C, B, dt_c, dA_cs, H, D=None, z=None, seq_idx=None, config=
     b, l, h, p = x.shape
     g, n = C.shape[2], C.shape[3]
     c, q = dA_cs.shape[2], dA_cs.shape[3]
+    check_fused_chunk(q, "chunk_outputs")
     if not tma_ok(x, z, B, C, H):
         raise ValueError("chunk_outputs needs x, z, B, C, H with 16-byte aligned rows "
                          "(contiguous last dim): use forward.chunk_scan")

@@ -48,7 +48,14 @@ import triton
 import triton.language as tl
 from triton.tools.tensor_descriptor import TensorDescriptor
 
-from mambalearn.triton.ssd.common import LOG2E, exp2_ftz, launch_options, stages, tile
+from mambalearn.triton.ssd.common import (
+    LOG2E,
+    check_fused_chunk,
+    exp2_ftz,
+    launch_options,
+    stages,
+    tile,
+)
 from mambalearn.triton.ssd.config import defaults
 from mambalearn.triton.ssd.outputs import tma_ok
 
@@ -228,6 +235,7 @@ def chunk_states(x, B, dt_c, dA_cs, initial_states=None, seq_idx=None, H_dtype=N
     b, l, h, p = x.shape
     g, n = B.shape[2], B.shape[3]
     c, q = dA_cs.shape[2], dA_cs.shape[3]
+    check_fused_chunk(q, "chunk_states")
     cfg = config or defaults(x.device).states
     BP, BN = tile(cfg.block_p, p), tile(cfg.block_n, n)
     H = torch.empty(b, c, h, p, n, device=x.device, dtype=H_dtype or x.dtype)
