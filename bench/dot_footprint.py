@@ -78,7 +78,8 @@ def main():
         block = triton.next_power_of_2(d)
         r = one(whole_block, SIG | {"BLOCK": "constexpr"}, dict(D=d, BLOCK=block, N=N))
         rows.append({"op": "tl.dot(A, h), one program",
-                     "backend": "whole d × d block (article 000)", "d": d, "shape": f"A {block}x{block}, h {block}x{N}, fp32", **r})
+                     "backend": "whole d × d block (article 000)", "d": d,
+                     "shape": f"A {block}x{block}, h {block}x{N}, fp32", **r})
         print(rows[-1], flush=True)
         r = one(tiled, SIG | {"BM": "constexpr", "BK": "constexpr"}, dict(D=d, N=N, BM=64, BK=64))
         rows.append({"op": "tl.dot(A, h), one program", "backend": "tiles 64 x 64 over d",

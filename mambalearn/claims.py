@@ -246,8 +246,8 @@ def audit(claim, evidence, needs=""):
     if any(here) and not any(counts):
         kinds = sorted({e.kind for e, h in zip(evidence, here, strict=True) if h})
         raise ValueError(f"{claim.name!r}: the evidence at its setting is only "
-                         f"{' and '.join(kinds)}: a verdict may not rest on a model or a simulation alone (measure or "
-                         f"compute the number)")
+                         f"{' and '.join(kinds)}: a verdict may not rest on a model or a "
+                         f"simulation alone (measure or compute the number)")
     decided = verdict([o for o, c in zip(outcomes, counts, strict=True) if c])
     if decided == UNCHECKABLE and not (isinstance(needs, str) and needs.strip()):
         raise ValueError(f"{claim.name!r}: no measured or computed number at its setting "
