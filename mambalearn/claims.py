@@ -186,11 +186,16 @@ def verdict(outcomes):
     return VERIFIED if all(outcomes) else REFUTED if not any(outcomes) else DEPENDS
 
 
-def probe_values(values):
+def probe_values(values, dense=False):
     """Numbers a test is tried on: each measured value scaled and shifted, and fixed numbers of
-    every sign and magnitude (so a threshold anywhere is crossed by some of them)."""
+    every sign and magnitude (so a threshold anywhere is crossed by some of them); ``dense``
+    adds ±m·10^k for m in 1 … 9 (and 1.2, 1.5, 2.5), k = −12 … 12 (a test's window is found
+    without measured values)."""
     base = [0.0, 1.0, -1.0, 1e-9, -1e-9, 1e-3, 0.5, 2.0, 10.0, 100.0, 1e6, 1e9, -1e9, 1e300,
             -1e300]
+    if dense:
+        base += [s * m * 10.0**k for s in (1, -1) for m in (1, 1.2, 1.5, 2, 2.5, 3, 4, 5, 6, 7, 8, 9)
+                 for k in range(-12, 13)]
     scales = (-10.0, -1.0, 0.0, 0.1, 0.5, 0.9, 0.99, 1.01, 1.1, 2.0, 10.0, 1e3)
     near = [v * s for v in values for s in scales] + [v + d for v in values for d in (-1.0, 1.0)]
     return sorted({float(x) for x in base + near if math.isfinite(x)})
@@ -204,10 +209,10 @@ def _bool(x, what):
     return x
 
 
-def falsifiable(holds, values):
+def falsifiable(holds, values, dense=True):
     """(some probe fails, some probe passes) for the test ``holds`` over
     :func:`probe_values` of ``values``; a test must be able to do both."""
-    seen = {_bool(holds(v), "holds(value)") for v in probe_values(values)}
+    seen = {_bool(holds(v), "holds(value)") for v in probe_values(values, dense)}
     return False in seen, True in seen
 
 
@@ -235,7 +240,7 @@ def audit(claim, evidence, needs=""):
     can_fail, can_pass = falsifiable(claim.holds, values)
     if not can_fail:
         raise ValueError(f"{claim.name!r}: its test ({claim.test}) holds for every number tried "
-                         f"(0, ±1e±9, ±1e300, the measured values scaled): a claim that cannot "
+                         f"(0, ±m·10^k, ±1e300, the measured values scaled): a claim that cannot "
                          f"fail asserts nothing")
     if not can_pass:
         raise ValueError(f"{claim.name!r}: its test ({claim.test}) fails for every number tried: "
