@@ -194,8 +194,8 @@ def probe_values(values, dense=False):
     base = [0.0, 1.0, -1.0, 1e-9, -1e-9, 1e-3, 0.5, 2.0, 10.0, 100.0, 1e6, 1e9, -1e9, 1e300,
             -1e300]
     if dense:
-        base += [s * m * 10.0**k for s in (1, -1) for m in (1, 1.2, 1.5, 2, 2.5, 3, 4, 5, 6, 7, 8, 9)
-                 for k in range(-12, 13)]
+        mantissas = (1, 1.2, 1.5, 2, 2.5, 3, 4, 5, 6, 7, 8, 9)
+        base += [s * m * 10.0**k for s in (1, -1) for m in mantissas for k in range(-12, 13)]
     scales = (-10.0, -1.0, 0.0, 0.1, 0.5, 0.9, 0.99, 1.01, 1.1, 2.0, 10.0, 1e3)
     near = [v * s for v in values for s in scales] + [v + d for v in values for d in (-1.0, 1.0)]
     return sorted({float(x) for x in base + near if math.isfinite(x)})

@@ -32,8 +32,8 @@ make grade NB=exercises/{name}
 ```"""
 TESTS = "its check cells test them on fresh random inputs"
 # where a check does something else with the student's functions, what it does
-TESTS_OF = {"16_claims": "its check cell runs them on your settings, on settings it draws at random "
-                         "between yours and on each setting changed one key at a time"}
+TESTS_OF = {"16_claims": "its check cell runs them on your settings, on settings it draws at "
+                         "random between yours and on each setting changed one key at a time"}
 
 
 def tasks(solution):
