@@ -10,8 +10,8 @@ A claim cell that asserts nothing or cannot fail is refused:
   (``claims.probe_values``): it must say True to some and False to others, say the same twice
   for the same number, and the same for numbers one part in 10⁹ from a measured one (a test
   pinned to the measured numbers is not a claim);
-* the evidence must be computed: ``measure`` runs under a watch
-  (``_probes.call_watching_triton``) and must run a PyTorch operation that computes or a Triton
+* the evidence must be computed: ``measure`` runs under a count of its work
+  (``_probes.call_counting_work``) and must run a PyTorch operation that computes or a Triton
   kernel, so a number typed in or a closed-form guess fails;
 * the evidence must respond to the setting: not one number for every setting, and for every key
   the listed settings vary, changing that key alone (to another listed value) must change the
@@ -112,7 +112,7 @@ def _unlisted(listed, g):
 def _measured(measure, s, case):
     """measure(**s) watched: (the number, whether it ran any computation: a PyTorch operation
     that computes, not one that only allocates or moves, or a Triton launch)."""
-    got, seen = _core.probe(_probes.call_watching_triton, measure, **s, case=case)
+    got, seen = _core.probe(_probes.call_counting_work, measure, **s, case=case)
     return _number(got, "measure", s), bool(seen["computed"] or seen["launched"])
 
 
