@@ -1,6 +1,7 @@
 """Chapter 16 checks: a claim audit passes when it can fail, and every kind of empty claim fails."""
 
 import itertools
+import math
 import random
 
 import pytest
@@ -14,8 +15,9 @@ def settings():
     return [dict(steps=10, delta=0.1), dict(steps=400, delta=0.1), dict(steps=400, delta=0.001)]
 
 
-def measure(steps, delta):
+def measure(**setting):
     """Relative error of a state rounded to bf16 after every step (the solution's claim)."""
+    steps, delta = setting["steps"], setting["delta"]
     g = torch.Generator().manual_seed(0)
     A_bar = torch.exp(delta * -torch.linspace(0.05, 1.0, 8, dtype=torch.float64).repeat(4, 1))
     h = h16 = torch.zeros(4, 8, dtype=torch.float64)
@@ -45,6 +47,10 @@ WRONG = {
     "ignores the setting": (settings, lambda steps, delta: 0.5, holds),
     "a pasted table": (settings, lambda steps, delta: TABLE[(steps, delta)], holds),
     "noise": (settings, lambda steps, delta: random.random() * 0.02, holds),
+    "ignores delta": (settings, lambda steps, delta: measure(steps=steps, delta=0.1), holds),
+    "noise that keeps its verdict": (settings, lambda steps, delta: torch.rand(()).item() * 0.005,
+                                     holds),
+    "a closed-form guess": (settings, lambda steps, delta: 2**-9 * math.sqrt(steps * delta), holds),
     "not deterministic": (settings, measure, lambda v: next(counter) % 2 == 0),
     "pinned to the measured values": (settings, measure, lambda v: v > 1e6 or any(
         abs(v - t) < 1e-15 for t in TABLE.values())),
@@ -61,6 +67,21 @@ def test_rejects_an_empty_claim(name):
     random.seed(1)  # "noise" flips one of its verdicts with this seed (and almost any other)
     with pytest.raises(AssertionError):
         check.claim_audit(*WRONG[name])
+
+
+@pytest.mark.parametrize("name, match", [
+    ("ignores delta", "whatever 'delta' is"), ("noise that keeps its verdict", "may be noise"),
+    ("a closed-form guess", "without running any computation")])
+def test_each_planted_wrong_measure_is_caught_by_its_rule(name, match):
+    for _ in range(3):  # fresh noise each time
+        with pytest.raises(AssertionError, match=match):
+            check.claim_audit(*WRONG[name])
+
+
+def test_a_measure_with_noise_below_its_spread_passes():
+    """Timing-like noise, small next to the differences between settings, is evidence."""
+    noisy = lambda **s: measure(**s) * (1 + 0.001 * torch.rand(()).item())
+    check.claim_audit(settings, noisy, holds)
 
 
 def test_the_unlisted_settings_lie_between_the_listed_ones():

@@ -24,12 +24,16 @@ TAG = "exercise-link"
 CELL = """## ✎ Your exercise: `exercises/{name}`
 
 [Open `exercises/{name}`](../exercises/{name}) beside this chapter and write {tasks} in the cells
-that raise `NotImplementedError`; its check cells test them on fresh random inputs. Then grade the
+that raise `NotImplementedError`; {tests}. Then grade the
 whole notebook (any copy of it, under any name):
 
 ```bash
 make grade NB=exercises/{name}
 ```"""
+TESTS = "its check cells test them on fresh random inputs"
+# where a check does something else with the student's functions, what it does
+TESTS_OF = {"16_claims": "its check cell runs them on your settings, on settings it draws at "
+                         "random between yours and on each setting changed one key at a time"}
 
 
 def tasks(solution):
@@ -51,7 +55,8 @@ def cell_for(chapter):
     exercise, solution = ROOT / "exercises" / name, ROOT / "solutions" / chapter.name
     if not exercise.exists() or not solution.exists():
         return None
-    text = CELL.format(name=name, tasks=words(tasks(solution)))
+    text = CELL.format(name=name, tasks=words(tasks(solution)),
+                       tests=TESTS_OF.get(chapter.stem, TESTS))
     return {"cell_type": "markdown", "id": hashlib.sha256(f"{TAG}{chapter.stem}".encode())
             .hexdigest()[:8], "metadata": {"slideshow": {"slide_type": "slide"}, "tags": [TAG]},
             "source": text.splitlines(keepends=True)}

@@ -201,6 +201,38 @@ def call_watching_triton(fn, *args, **kwargs):
     return result, seen
 
 
+def call_counting_work(fn, *args, **kwargs):
+    """``fn(*args, **kwargs)`` and what it ran: (result, {"computed": how many PyTorch ops that
+    compute values (not in ``MOVES``), "launched": how many Triton launches}). Lighter than
+    :func:`call_watching_triton`: it counts, it does not follow where values go."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    seen = {"computed": 0, "launched": 0}
+
+    class Count(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, a=(), k=None):
+            if func.overloadpacket.__name__ not in MOVES:
+                seen["computed"] += 1
+            return func(*a, **(k or {}))
+
+    def counting(original):
+        def run(self, *a, **k):
+            seen["launched"] += 1
+            return original(self, *a, **k)
+        return run
+
+    originals = {cls: cls.__dict__["run"] for cls in _launch_classes()}
+    for cls, original in originals.items():
+        cls.run = counting(original)
+    try:
+        with Count():
+            result = fn(*args, **kwargs)
+    finally:
+        for cls, original in originals.items():
+            cls.run = original
+    return result, seen
+
+
 def _tensors(x):
     """Every tensor in ``x`` (tuples, lists and dict values followed)."""
     import torch

@@ -10,20 +10,26 @@ A claim cell that asserts nothing or cannot fail is refused:
   (``claims.probe_values``): it must say True to some and False to others, say the same twice
   for the same number, and the same for numbers one part in 10⁹ from a measured one (a test
   pinned to the measured numbers is not a claim);
-* the evidence must respond to the setting (not one number for every setting), and ``measure``
-  is also called on settings nobody listed, between the listed ones (an integer between the
-  integers, a number between the numbers, one of the listed strings), so a table of pasted
-  results fails;
-* the verdict must be reproducible: each listed setting is measured twice and must give the same
-  outcome both times.
+* the evidence must be computed: ``measure`` runs under a count of its work
+  (``_probes.call_counting_work``) and must run a PyTorch operation that computes or a Triton
+  kernel, so a number typed in or a closed-form guess fails;
+* the evidence must respond to the setting: not one number for every setting, and for every key
+  the listed settings vary, changing that key alone (to another listed value) must change the
+  number, so a ``measure`` that ignores a setting fails; ``measure`` is also called on settings
+  nobody listed, drawn at random between the listed ones (an integer between the integers, a
+  number between the numbers, one of the listed strings), so a table of pasted results fails;
+* the evidence must be reproducible: each listed setting is measured twice, must give the same
+  verdict both times, and the two numbers may differ by at most ``NOISE`` (10 %) of the spread
+  between the settings' numbers, so noise passed off as a difference between settings fails.
 """
 
+import json
 import math
 
 import torch
 
 from mambalearn import claims
-from mambalearn.check import _core
+from mambalearn.check import _core, _probes
 
 __all__ = ["claim_audit"]
 REBUILDS = {"claim_audit": []}  # the harness is given; the claim is the student's own
@@ -31,15 +37,19 @@ REBUILDS = {"claim_audit": []}  # the harness is given; the claim is the student
 HINTS = {
     "claim_audit": [
         "settings() lists the conditions the claim speaks of, e.g. [{'l': 256}, {'l': 4096}]; "
-        "measure(**setting) returns one number for one of them: a ratio, an error, a time",
+        "measure(**setting) reads them (setting['l']) and returns one number computed for that "
+        "setting by running PyTorch or Triton code: a ratio, an error, a count",
         "holds(value) turns the number into the claim's verdict with a threshold that means "
         "something (a 2× speed-up is value ≥ 2): it must be able to come out False",
-        "measure again and the verdict must not change: average over enough repeats, or measure "
-        "a quantity that does not depend on noise (a count, an error in float64)",
+        "every key you list must change the number when it alone changes, and measuring twice "
+        "must give (nearly) the same number: fix the seed of the inputs, or measure a quantity "
+        "that does not depend on chance (a count, an error in float64)",
     ],
 }
 
 MAX_SETTINGS = 8
+RESERVED = {"case", "mutable", "fn", "target"}  # keywords of _core.call and _core.probe
+NOISE = 0.1  # two measurements of one setting may differ by this share of the settings' spread
 
 
 def _number(x, what, case):
@@ -75,9 +85,10 @@ def _settings(settings):
             isinstance(k, str) for k in keys[0]):
         raise AssertionError(f"every setting must have the same non-empty string keys (the "
                              f"arguments of measure), got {keys}")
-    if "case" in keys[0]:
-        raise AssertionError("a setting may not use the key 'case' (the check's own word): "
-                             "rename that argument of measure")
+    taken = sorted(set(keys[0]) & RESERVED)
+    if taken:
+        raise AssertionError(f"a setting may not use the key {taken[0]!r} (a word of the "
+                             f"check's own): rename it")
     return [dict(s) for s in listed]
 
 
@@ -98,14 +109,32 @@ def _unlisted(listed, g):
     return out
 
 
+def _measured(measure, s, case):
+    """measure(**s) watched: (the number, whether it ran any computation: a PyTorch operation
+    that computes, not one that only allocates or moves, or a Triton launch)."""
+    got, seen = _core.probe(_probes.call_counting_work, measure, **s, case=case)
+    return _number(got, "measure", s), bool(seen["computed"] or seen["launched"])
+
+
 def claim_audit(settings, measure, holds):
     """Check a claim audit: ``settings()``, ``measure(**setting)`` and ``holds(value)``."""
     g = _core.generator()
     seed = f" [seed {g.initial_seed()}]"
     listed = _settings(settings)
-    values = [_number(_core.call(measure, **s, case=f"measure(**{s})"), "measure", s)
-              for s in listed]
+    values, ran = [], []
+    for s in listed:
+        v, r = _measured(measure, s, case=f"measure(**{s})")
+        values.append(v)
+        ran.append(r)
     n = 1
+    idle = [s for s, r in zip(listed, ran, strict=True) if not r]
+    if idle:
+        raise AssertionError(f"measure(**{idle[0]}) returned {values[listed.index(idle[0])]!r} "
+                             f"without running any computation (no PyTorch operation that "
+                             f"computes, no Triton kernel): a number typed in or given by a "
+                             f"formula is a model of the claim, not evidence for it (run the "
+                             f"code the claim is about, in that setting)")
+    n += 1
     if len(set(values)) == 1:
         raise AssertionError(f"measure returns {values[0]!r} for every setting {listed}: "
                              f"evidence that does not respond to the conditions measures nothing "
@@ -133,6 +162,8 @@ def claim_audit(settings, measure, holds):
                                  f"10⁹ away: a test pinned to the number you measured is not a "
                                  f"claim (compare with a threshold that means something)")
     n += 1
+    spread = max(values) - min(values)
+    tol = 0.0
     for s, first in zip(listed, values, strict=True):
         again = _number(_core.call(measure, **s, case=f"measure(**{s})"), "measure", s)
         if _verdict(holds, again, case=f"holds({again!r})") != \
@@ -140,6 +171,37 @@ def claim_audit(settings, measure, holds):
             raise AssertionError(f"the verdict for {s} changed between two measurements ({first!r} "
                                  f"then {again!r}): evidence that flips from run to run is noise "
                                  f"(measure something that does not, or with margin){seed}")
+        if abs(again - first) > NOISE * spread:
+            raise AssertionError(f"measure(**{s}) gave {first!r}, then {again!r}: more than "
+                                 f"{NOISE:.0%} of the spread between your settings "
+                                 f"({min(values)!r} … {max(values)!r}), so the differences "
+                                 f"between settings may be noise (fix the seed of the inputs, or "
+                                 f"measure a quantity that does not depend on chance){seed}")
+        tol = max(tol, abs(again - first))
+        n += 1
+    for key in listed[0]:
+        others = sorted({json.dumps(s[key]) for s in listed})
+        if len(others) < 2:
+            continue  # a condition held fixed: nothing to compare
+        tried = []
+        for s, v in zip(listed, values, strict=True):
+            for other in others:
+                moved = {**s, key: json.loads(other)}
+                if moved[key] == s[key] or moved in tried:
+                    continue
+                tried.append(moved)
+                w = (values[listed.index(moved)] if moved in listed else _number(_core.call(
+                    measure, **moved, case=f"measure(**{moved})"), "measure", moved))
+                if abs(w - v) > tol:
+                    break
+            else:
+                continue
+            break
+        else:
+            raise AssertionError(f"measure gives the same number whatever {key!r} is (tried "
+                                 f"{tried[:3]} against your settings): a setting measure ignores "
+                                 f"is not a condition of the claim (use it in the computation, or "
+                                 f"drop it)")
         n += 1
     for _ in range(2):
         fresh = _unlisted(listed, g)
