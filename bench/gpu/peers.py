@@ -52,9 +52,8 @@ import traceback
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 sys.path.insert(0, ROOT)
-# every process of this run tunes mamba_ssm for itself: no autotune result read from disk (the
-# b1 l32768 process would otherwise reuse what the b8 l2048 process chose: the same key)
-os.environ["TRITON_CACHE_AUTOTUNING"] = "0"
+if __name__ == "__main__" and "--cpu-smoke" in sys.argv:  # the interpreter, even beside a GPU
+    os.environ["TRITON_INTERPRET"] = "1"
 
 import torch  # noqa: E402
 
@@ -225,16 +224,19 @@ def step_case(run, shape, with_z, peer, calls=STEP_CALLS):
     if not run.gpu:
         return
     alone = {}
-    for name in sides:
+    for name in sides:  # the kernel alone: its device time in the profile
         ms, kernels = kernel_ms(fns[f"{name} graph1"])
         how = "profiler, graph replays"
         if ms is None:
             (ms, kernels), how = kernel_ms(eager[name, 1]), "profiler, eager calls"
-        alone[name] = ms
-        if ms is not None:
-            run.keep(op="step kernel", **label, backend=name, ms=ms, kernel=kernels, timed=how,
-                     ratio=ms / alone["mamba_ssm"] if name == "ours" and alone.get("mamba_ssm")
-                     else None)
+        alone[name] = dict(ms=ms, kernel=kernels, timed=how)
+    for name, r in alone.items():
+        if r["ms"] is None:
+            run.keep(op="step kernel", **label, backend=name, error="no kernel in the profile")
+            continue
+        theirs = alone.get("mamba_ssm", {}).get("ms")
+        run.keep(op="step kernel", **label, backend=name, **r,
+                 ratio=r["ms"] / theirs if name == "ours" and theirs else None)
 
 
 def step_part(run):
@@ -330,7 +332,7 @@ def m3_case(run, point, path, peer, smoke):
             for cfg in at.cache.values():
                 run.keep(op=f"{op} tuning", **label, backend="mamba_ssm",
                          kernel=at.base_fn.__name__, config=str(cfg),
-                         tune_s=float(getattr(at, "bench_time", 0.0)))
+                         bench_s=float(getattr(at, "bench_time", 0.0)))
         g = torch.Generator(device=kw["V"].device).manual_seed(1)
         out_shape = kw["V"].shape
         dout = torch.randn(out_shape, generator=g, device=kw["V"].device).to(kw["V"].dtype)
@@ -435,12 +437,13 @@ def _prewarm_job(name, arg):
 
 
 def prewarm(run, cases, workers, seconds):
-    """Our kernels in one worker, the peer's configs sliced over the others, all at ``cases``;
+    """Our kernels in a worker a path, the peer's configs sliced over the others, at ``cases``;
     at most ``seconds`` (then the workers are ended and the timing processes compile the rest).
     """
-    jobs = [("ours", (cases, run.smoke))]
+    paths = list(dict.fromkeys(path for _, path in cases))
+    jobs = [("ours", ([c for c in cases if c[1] == path], run.smoke)) for path in paths]
     if run.gpu:
-        n = max(1, workers - 1)
+        n = max(1, workers - len(paths))
         jobs += [("peer", (i, n, cases)) for i in range(n)]
     t, done = time.time(), 0
     pool = cf.ProcessPoolExecutor(max_workers=min(workers, len(jobs)),
@@ -521,6 +524,10 @@ def main(argv=None):
     args = ap.parse_args(argv)
     if set(args.paths) - set(M3_PATHS):
         ap.error(f"--paths: each of {', '.join(M3_PATHS)}, got {','.join(args.paths)}")
+    # every process of this run tunes mamba_ssm for itself, no autotune result read from disk
+    # (the b1 l32768 process would reuse what the b8 l2048 one chose: the key holds neither);
+    # the timing processes and the prewarm workers inherit it
+    os.environ["TRITON_CACHE_AUTOTUNING"] = "0"
     if args.m3_child:
         return m3_child(args)
     if not torch.cuda.is_available() and not args.cpu_smoke:
