@@ -37,6 +37,13 @@ they come; ``$OUT/<device>_peers_<date>.json`` is written through ``bench.gpu.re
 short table printed last. ``--cpu-smoke``: the same control flow at toy sizes in Triton's
 interpreter (a peer that cannot run there is skipped, with a row saying so): a test of this
 script, not a measurement.
+
+Expected on a fresh H200 (an estimate, from sm_90 builds of mamba_ssm's kernels on a CPU: 0.5–5 s
+of CPU each, ≈ 300–400 s for its 261 configs): step ≈ 40 s; prewarm ≈ 50–70 s on 15 workers
+(cut at ``--prewarm`` s); each forward process ≈ 15 s and each fwd+bwd process ≈ 50 s (its
+autotuner benchmarks 234 configs, ≈ 0.13 s each) — ≈ 4 min in all. What does not fit is skipped
+with a row (the last, b1 l32768 fwd+bwd, first); ``--parts mamba3 --points 1x32768 --paths
+fwd+bwd`` runs it alone.
 """
 
 import argparse
