@@ -53,8 +53,10 @@ def describe(**inputs):
     parts = []
     for k, v in inputs.items():
         if isinstance(v, torch.Tensor):
-            if v.numel() == 1:
+            if v.ndim == 0:
                 parts.append(f"{k}: {v.item():.4g} ({v.dtype})")
+            elif v.numel() == 1:  # a one-element tensor keeps its shape: (1,) is not a scalar
+                parts.append(f"{k}: {tuple(v.shape)} {v.dtype} = [{v.reshape(()).item():.4g}]")
             else:
                 parts.append(f"{k}: {tuple(v.shape)} {v.dtype}")
         else:
@@ -269,8 +271,17 @@ def compare(got, want, *, what, case, g=None, dtype=None, grad=False):
     if tuple(got.shape) != tuple(want.shape):
         raise AssertionError(
             f"{what} on {case}: expected shape {tuple(want.shape)}, got {tuple(got.shape)}")
-    testing.assert_close(got, want, dtype=dtype or got.dtype, grad=grad,
-                         msg=f"{what} is wrong on {case}")
+    dtype = dtype or got.dtype
+    try:
+        testing.assert_close(got, want, dtype=dtype, grad=grad, msg=f"{what} is wrong on {case}")
+    except AssertionError as e:
+        if dtype == torch.float64 and matches(got, want, dtype=torch.float32):
+            raise AssertionError(
+                f"{e}\nprecision: your {what} agrees with the answer only to float32 precision "
+                f"(about 7 digits), and these inputs are float64: some step ran in float32 (a "
+                f".float(), a float32 tensor made with torch.tensor(...) or torch.zeros(...) "
+                f"without dtype=…); keep every step in the inputs' dtype") from None
+        raise
 
 
 def matches(got, want, dtype=None):
