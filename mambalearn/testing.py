@@ -84,8 +84,8 @@ def assert_close(actual, expected, *, dtype=None, grad=False, msg=None, rtol=Non
                 want, got = e[i].item(), a[i].item()
                 k = next((k for k in range(6, 18) if f"{want:.{k}g}" != f"{got:.{k}g}"), 17)
                 lines.append(f"first wrong index {i}: expected {want:.{k}g}, got {got:.{k}g} "
-                             f"(difference {abs(got - want):.3g}, allowed {atol + rtol * abs(want):.3g} "
-                             f"in {dtype})")
+                             f"(difference {abs(got - want):.3g}, allowed "
+                             f"{atol + rtol * abs(want):.3g} in {dtype})")
         return "\n".join(lines + [m])
 
     torch.testing.assert_close(a, e, rtol=rtol, atol=atol, msg=report)

@@ -1,6 +1,7 @@
 """What every check shares, run as a student runs it (no grader): a failure names a seed that
-replays the same case, hints come one more per failure of the same kind, the check's own tensors are private (an
-input changed in place fails, and cannot change the expected answer), a non-tensor result is named.
+replays the same case, hints come one more per failure of the same kind, the check's own tensors
+are private (an input changed in place fails, and cannot change the expected answer), a non-tensor
+result is named.
 And the kinds of faked evidence: a loop reporting Blelloch's counts, a PyTorch loop behind a dummy
 Triton launch, numpy behind a launch, autograd standing in for a hand-derived backward."""
 
@@ -52,12 +53,14 @@ def test_hints_escalate_per_kind_of_failure_not_per_run():
     for wrong in (crash, shape):
         text = failure(check.zoh, wrong)
         assert "hint 1 of 3:" in text and "hint 2 of 3" not in text, text
-    assert "hint 2 of 3:" in failure(check.zoh, crash) and "hint 3 of 3" not in failure(check.zoh, shape)
+    assert "hint 2 of 3:" in failure(check.zoh, crash)
+    assert "hint 2 of 3" not in failure(check.zoh, shape)
     check.zoh(discretize.zoh)
     assert "hint 2 of 3" not in failure(check.zoh, crash)
     kinds = [_core.failure_kind(m) for m in (
         "the state h is wrong on b2 l7: …", "the state h is wrong on b3 l11: …",
-        "f raised ZeroDivisionError on case 1: division by zero", "y on x: expected shape (2,), got (3,)")]
+        "f raised ZeroDivisionError on case 1: division by zero",
+        "y on x: expected shape (2,), got (3,)")]
     assert kinds[0] == kinds[1] != kinds[2] != kinds[3]
 
 

@@ -90,7 +90,8 @@ def test_students_are_sent_to_no_team_journal():
     notes = {p: w for p, w in pages.items() if p.startswith("bench/NOTES_")}
     assert not notes, f"chapters link a run log; link docs/ instead: {notes}"
     talk = [f"{p}:{n}: {line.strip()[:120]}" for p in pages if (ROOT / p).exists()
-            for n, line in enumerate((ROOT / p).read_text().splitlines(), 1) if JOURNAL.search(line)]
+            for n, line in enumerate((ROOT / p).read_text().splitlines(), 1)
+            if JOURNAL.search(line)]
     assert not talk, "a page students are sent to narrates the project:\n" + "\n".join(talk)
     missing = [p for p in pages if not (ROOT / p).exists()]
     assert not missing, f"links to pages that do not exist: {missing}"
@@ -102,7 +103,8 @@ def test_the_journal_check_sees_a_journal(line):
     assert JOURNAL.search(line)
 
 
-@pytest.mark.parametrize("line", ["a helper function", "`all.sh session4`", "one call of the kernel"])
+@pytest.mark.parametrize("line", ["a helper function", "`all.sh session4`",
+                                  "one call of the kernel"])
 def test_the_journal_check_leaves_a_lab_record_alone(line):
     assert not JOURNAL.search(line)
 
@@ -172,7 +174,7 @@ def test_the_measurement_check_leaves_sizes_alone(text):
     assert not MEASURED.search(text)
 
 
-# --- no chapter speaks of the project's own acceptance targets -------------------------------------
+# --- no chapter speaks of the project's own acceptance targets ------------------------------------
 TARGET = re.compile(r"course's target|\bthe target(?:s)?\s+(?:holds?|on an|is met|met|of)\b|"
                     r"\(target\s*[≤<]|#\s*the target", re.I)
 

@@ -196,7 +196,8 @@ class NotWrittenYet(NotImplementedError):
 
 _KINDS = (("a crash", r" raised \w+ on "), ("an input changed in place", r"changed its argument"),
           ("a refused input accepted", r"must raise"), ("a wrong shape", r"expected shape"),
-          ("a wrong type", r"expected a torch\.Tensor|got (?:a |an )?(?:numpy|list|tuple|float|int)"),
+          ("a wrong type",
+           r"expected a torch\.Tensor|got (?:a |an )?(?:numpy|list|tuple|float|int)"),
           ("not Triton", r"launched no Triton kernel|outside its Triton kernel"))
 
 

@@ -117,6 +117,6 @@ def decode_step(fn):
     state = torch.zeros(b, d, n, dtype=torch.float64)
     ys = [_core.call(fn, state, u[..., t], delta[..., t], A, B[..., t], C[..., t], D,
                      case=f"step {t} of a {l}-step decode", mutable=(0,)) for t in range(l)]
-    _core.compare(torch.stack(ys, -1), want, what=f"the output of {l} decode steps from h = 0 (vs the full scan)",
-                  case="a decode loop", g=g)
+    _core.compare(torch.stack(ys, -1), want, case="a decode loop", g=g,
+                  what=f"the output of {l} decode steps from h = 0 (vs the full scan)")
     _core.passed("decode_step", len(cases) + 1)

@@ -121,7 +121,8 @@ def rank_scan(fn):
         if not (isinstance(got, tuple) and len(got) == 2):
             raise AssertionError(f"rank_scan must return (H, H_final); got "
                                  f"{_core.kind(got)} on {case}")
-        _core.compare(got[0], want, what="rank_scan: the entering state H of each rank", case=case, g=g)
+        _core.compare(got[0], want, what="rank_scan: the entering state H of each rank",
+                      case=case, g=g)
         _core.compare(got[1], want_final, what="rank_scan: the final state", case=case, g=g)
         n_checks += 2
     n_checks += tree_order(_induced_op(fn), name="the ⊗ of rank_scan", matrix=True, g=g)
@@ -144,9 +145,9 @@ def fix_up(fn):
     """Check ``fn(y, last, delta, A, C, H) -> (y, last)``: a zero-start shard continued from H.
 
     y (b, d, l) and last (b, d, n) come from the scan started at zero; delta (b, d, l) is Δ as
-    the scan uses it (bias added, softplus applied: positive); A (d, n); C (b, n, l) or (b, g, n, l);
-    H (b, d, n). The result must equal the
-    scan started at H: y_t + C_t (exp(A Σ_{s≤t} Δ_s) ⊙ H) and exp(A ΣΔ) ⊙ H + last.
+    the scan uses it (bias added, softplus applied: positive); A (d, n); C (b, n, l) or
+    (b, g, n, l); H (b, d, n). The result must equal the scan started at H:
+    y_t + C_t (exp(A Σ_{s≤t} Δ_s) ⊙ H) and exp(A ΣΔ) ⊙ H + last.
     """
     g = _core.generator()
     n_checks = 0

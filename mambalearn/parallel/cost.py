@@ -103,14 +103,15 @@ NEWER = {"mamba1": ("batch_one", dict(backend="ours", n=16), "b2 d2048 n16 l{l}"
 
 
 def _rank_rows(model):
-    """[(tokens, fwd, fix-up, fwd+bwd)] in ms and the Found rows they come from, newest run first."""
-    old = [f for f in results.current("parallel") if f.row.get("model") == model and "tokens" in f.row]
+    """[((tokens, fwd, fix-up, fwd+bwd) in ms, the Found rows they come from)]."""
+    old = [f for f in results.current("parallel")
+           if f.row.get("model") == model and "tokens" in f.row]
     topic, match, shape = NEWER[model]
     new = []
     for f in old:
         try:
-            fwd, fb = (results.find(topic, "ms", op=op, shape=shape.format(l=f.row["tokens"]), **match)
-                       for op in ("fwd", "fwd+bwd"))
+            fwd, fb = (results.find(topic, "ms", op=op, shape=shape.format(l=f.row["tokens"]),
+                                    **match) for op in ("fwd", "fwd+bwd"))
         except LookupError:
             continue
         if min(fwd.meta["date"], fb.meta["date"]) > f.meta["date"]:
@@ -135,10 +136,9 @@ def _summary_table(model):
 
 MAMBA1_RANK, SSD_RANK = _rank_table("mamba1"), _rank_table("ssd")  # b2 d2048 n16; b1 h80 p64 n128
 MAMBA1_SUMMARY, SSD_SUMMARY = _summary_table("mamba1"), _summary_table("ssd")
-SOURCE = "per-rank times: " + "; ".join(sorted({f.source for m in NEWER for _, found in _rank_rows(m)
-                                                 for f in found}
-                                                | {f.source for f in results.current("parallel")
-                                                   if "what" in f.row}))
+SOURCE = "per-rank times: " + "; ".join(sorted(
+    {f.source for m in NEWER for _, found in _rank_rows(m) for f in found}
+    | {f.source for f in results.current("parallel") if "what" in f.row}))
 
 
 def measured(table, tokens):
