@@ -54,7 +54,7 @@ def test_hints_escalate_per_kind_of_failure_not_per_run():
         text = failure(check.zoh, wrong)
         assert "hint 1 of 3:" in text and "hint 2 of 3" not in text, text
     assert "hint 2 of 3:" in failure(check.zoh, crash)
-    assert "hint 2 of 3" not in failure(check.zoh, shape)
+    assert "hint 3 of 3" not in failure(check.zoh, shape)
     check.zoh(discretize.zoh)
     assert "hint 2 of 3" not in failure(check.zoh, crash)
     kinds = [_core.failure_kind(m) for m in (
@@ -213,3 +213,10 @@ def _ok_combine():
 
 
 check_ok_combine = _ok_combine()
+
+
+def test_a_one_element_tensor_keeps_its_shape_in_messages():
+    """θ of shape (1,) is a tensor of one angle, not a scalar: a message says which."""
+    text = _core.describe(theta=torch.tensor([0.5]), delta=torch.tensor(0.25), x=torch.ones(2, 3))
+    assert text == ("theta: (1,) torch.float32 = [0.5], delta: 0.25 (torch.float32), "
+                    "x: (2, 3) torch.float32")
