@@ -81,8 +81,11 @@ def assert_close(actual, expected, *, dtype=None, grad=False, msg=None, rtol=Non
             bad = (~torch.isclose(a, e, rtol=rtol, atol=atol, equal_nan=True)).nonzero()
             if len(bad):
                 i = tuple(bad[0].tolist())
-                lines.append(f"first wrong index {i}: expected {e[i].item():.6g}, "
-                             f"got {a[i].item():.6g}")
+                want, got = e[i].item(), a[i].item()
+                k = next((k for k in range(6, 18) if f"{want:.{k}g}" != f"{got:.{k}g}"), 17)
+                lines.append(f"first wrong index {i}: expected {want:.{k}g}, got {got:.{k}g} "
+                             f"(difference {abs(got - want):.3g}, allowed "
+                             f"{atol + rtol * abs(want):.3g} in {dtype})")
         return "\n".join(lines + [m])
 
     torch.testing.assert_close(a, e, rtol=rtol, atol=atol, msg=report)

@@ -77,3 +77,22 @@ def test_names_the_part_of_y_that_differs(wrong, says):
     """Issue 19 §1.8: one message per bug, not "the output y is wrong" for both."""
     with pytest.raises(AssertionError, match=says):
         check.decode_step(wrong)
+
+
+def decays_in_float32(state, x, delta, A, B, C, D):
+    # Ā rounded to float32 on float64 inputs: right to 7 digits, wrong at float64's tolerance
+    A_bar = torch.exp((delta[..., None] * A).float()).to(state.dtype)
+    state.copy_(A_bar * state + delta[..., None] * B[:, None] * x[..., None])
+    return (state * C[:, None, :]).sum(-1) + D * x
+
+
+def test_a_float32_step_is_told_it_is_a_precision_fault():
+    """"expected -0.12941, got -0.12941" cannot happen: the values are printed to the digit that
+    differs, with the tolerance, and a result right only to float32 precision is named as such."""
+    with pytest.raises(AssertionError) as e:
+        check.decode_step(decays_in_float32)
+    text = str(e.value)
+    assert "precision" in text and "float32" in text and "allowed" in text, text
+    line = next(s for s in text.splitlines() if s.startswith("first wrong index"))
+    want, got = (s.split(",")[0] for s in line.split("expected ")[1].split("got "))
+    assert want.strip() != got.strip(), line

@@ -1,6 +1,7 @@
 """What every check shares, run as a student runs it (no grader): a failure names a seed that
-replays the same case, hints come one more per failure, the check's own tensors are private (an
-input changed in place fails, and cannot change the expected answer), a non-tensor result is named.
+replays the same case, hints come one more per failure of the same kind, the check's own tensors
+are private (an input changed in place fails, and cannot change the expected answer), a non-tensor
+result is named.
 And the kinds of faked evidence: a loop reporting Blelloch's counts, a PyTorch loop behind a dummy
 Triton launch, numpy behind a launch, autograd standing in for a hand-derived backward."""
 
@@ -39,6 +40,28 @@ def test_a_failure_replays_with_its_seed_and_hints_come_one_by_one():
     assert "hint 1 of 3:" in again and "hint 2 of 3:" in again
     other = failure(check.zoh, euler_zoh, seed=seed + 1)
     assert other.split("\nreplay")[0] != first.split("\nreplay")[0], "another seed, other inputs"
+
+
+def test_hints_escalate_per_kind_of_failure_not_per_run():
+    """Trying things out does not run through the hints: a crash, then a wrong value, then a
+    wrong shape each get the first hint; only the same failure again gets the next; a pass
+    starts the count again."""
+    _core.FAILURES.clear()
+    crash = lambda A, B, delta: 1 / 0
+    shape = lambda A, B, delta: (A.sum(), B)  # a scalar for A_bar
+    assert "hint 1 of 3:" in failure(check.zoh, euler_zoh)
+    for wrong in (crash, shape):
+        text = failure(check.zoh, wrong)
+        assert "hint 1 of 3:" in text and "hint 2 of 3" not in text, text
+    assert "hint 2 of 3:" in failure(check.zoh, crash)
+    assert "hint 3 of 3" not in failure(check.zoh, shape)
+    check.zoh(discretize.zoh)
+    assert "hint 2 of 3" not in failure(check.zoh, crash)
+    kinds = [_core.failure_kind(m) for m in (
+        "the state h is wrong on b2 l7: …", "the state h is wrong on b3 l11: …",
+        "f raised ZeroDivisionError on case 1: division by zero",
+        "y on x: expected shape (2,), got (3,)")]
+    assert kinds[0] == kinds[1] != kinds[2] != kinds[3]
 
 
 def test_every_task_has_hints():
@@ -190,3 +213,10 @@ def _ok_combine():
 
 
 check_ok_combine = _ok_combine()
+
+
+def test_a_one_element_tensor_keeps_its_shape_in_messages():
+    """θ of shape (1,) is a tensor of one angle, not a scalar: a message says which."""
+    text = _core.describe(theta=torch.tensor([0.5]), delta=torch.tensor(0.25), x=torch.ones(2, 3))
+    assert text == ("theta: (1,) torch.float32 = [0.5], delta: 0.25 (torch.float32), "
+                    "x: (2, 3) torch.float32")

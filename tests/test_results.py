@@ -200,3 +200,26 @@ def test_benchmarks_md_is_the_generated_tables():
     for topic in results.topics():  # every topic has its table, every file its line
         assert f"topic `{topic}`" in text
     assert all(f"`{p.name}`: " in text for p in FILES)
+
+
+def test_the_cost_model_reads_the_newest_kernel_times():
+    """Chapter 14's α–β model takes each rank's kernel times from the newest run that timed the
+    shard's shape: a run of the kernels newer than the context-parallel one replaces its times."""
+    from mambalearn.parallel import cost
+
+    for model, (topic, match, shape) in cost.NEWER.items():
+        newest = {}
+        for f in results.current("parallel"):
+            if f.row.get("model") != model or "tokens" not in f.row:
+                continue
+            try:
+                fwd, fb = (results.find(topic, "ms", op=op, shape=shape.format(l=f.row["tokens"]),
+                                        **match) for op in ("fwd", "fwd+bwd"))
+            except LookupError:
+                continue
+            if min(fwd.meta["date"], fb.meta["date"]) > f.meta["date"]:
+                newest[f.row["tokens"]] = fwd.row["ms"]
+        table = cost.MAMBA1_RANK if model == "mamba1" else cost.SSD_RANK
+        if newest:
+            assert {t: v[0] for t, v in table.items()} == newest, model
+            assert any(topic in s for s in cost.SOURCE.split("; ")), cost.SOURCE

@@ -3,9 +3,10 @@
 A check draws *new* random inputs every run, from a seed the OS picks, so an answer pasted in from
 a previous run fails. A failing check raises ``AssertionError`` whose message names the case, the
 input shapes, the first wrong index and the expected and actual values, then the line that replays
-the case (``check.zoh(zoh, seed=…)``: the same inputs again) and the first of the task's hints (one
-more on each failure in the same session); a passing check prints one line that is the same on
-every run.
+the case (``check.zoh(zoh, seed=…)``: the same inputs again) and the first of the task's hints —
+one more each time the check fails *the same way* again (a crash, a wrong shape, a wrong value
+of one named output …: :func:`failure_kind`), so trying things out does not run through the
+hints; a passing check prints one line that is the same on every run.
 
 The student's code never sees the check's own tensors: :func:`call` hands it private copies and
 compares them with the originals afterwards, so the expected answer is computed from inputs the
@@ -21,6 +22,7 @@ import contextvars
 import functools
 import inspect
 import os
+import re
 import traceback
 
 import torch
@@ -29,7 +31,7 @@ from mambalearn import testing
 
 _CHECKS = os.path.dirname(os.path.abspath(__file__))
 _SEED = contextvars.ContextVar("mambalearn_check_seed", default=None)  # the running check's seed
-FAILURES = collections.Counter()  # failed runs of each check in this session: hints shown
+FAILURES = collections.Counter()  # {(check, kind of failure): failed runs}: the hints shown
 
 
 def fresh_seed():
@@ -51,8 +53,10 @@ def describe(**inputs):
     parts = []
     for k, v in inputs.items():
         if isinstance(v, torch.Tensor):
-            if v.numel() == 1:
+            if v.ndim == 0:
                 parts.append(f"{k}: {v.item():.4g} ({v.dtype})")
+            elif v.numel() == 1:  # a one-element tensor keeps its shape: (1,) is not a scalar
+                parts.append(f"{k}: {tuple(v.shape)} {v.dtype} = [{v.reshape(()).item():.4g}]")
             else:
                 parts.append(f"{k}: {tuple(v.shape)} {v.dtype}")
         else:
@@ -190,11 +194,31 @@ class NotWrittenYet(NotImplementedError):
         return [f"NotImplementedError: {self}"]
 
 
+_KINDS = (("a crash", r" raised \w+ on "), ("an input changed in place", r"changed its argument"),
+          ("a refused input accepted", r"must raise"), ("a wrong shape", r"expected shape"),
+          ("a wrong type",
+           r"expected a torch\.Tensor|got (?:a |an )?(?:numpy|list|tuple|float|int)"),
+          ("not Triton", r"launched no Triton kernel|outside its Triton kernel"))
+
+
+def failure_kind(message):
+    """What kind of failure a check's message reports, for the hints: one of ``_KINDS``, else the
+    wrong part the message names ("the state h is wrong on …" → "wrong: the state h"); digits are
+    left out, so the same mistake on other random sizes is the same kind."""
+    first = (message.splitlines() or [""])[0]
+    for name, pattern in _KINDS:
+        if re.search(pattern, first):
+            return name
+    m = re.match(r"(.+?) (?:is|are) wrong\b", first)
+    return "wrong: " + re.sub(r"\d+", "#", m[1] if m else first.split(":")[0])[:80]
+
+
 def student_facing(check, hints=()):
     """Wrap a public check: ``check.zoh(zoh, seed=None)``; one short message on failure.
 
     ``seed`` replays the inputs of an earlier run (its failure message gives it). A failure adds
-    the replay line and ``hints[:k]`` after the k-th failure of this check in the session.
+    the replay line and ``hints[:k]`` after the k-th failure *of the same kind* (``failure_kind``)
+    of this check; passing forgets the count.
     """
 
     @functools.wraps(check)
@@ -202,17 +226,21 @@ def student_facing(check, hints=()):
         seed = fresh_seed() if seed is None else int(seed)
         token = _SEED.set(seed)
         try:
-            return check(*args, **kwargs)
+            result = check(*args, **kwargs)
+            for key in [k for k in FAILURES if k[0] == check.__name__]:
+                del FAILURES[key]
+            return result
         except NotImplementedError as e:
             what = _name(args[0]) if args else check.__name__
             raise NotWrittenYet(f"{what} is not written yet: replace `raise NotImplementedError()` "
                                 f"in its cell with your code, run that cell, then this one"
                                 + (f" ({e})" if str(e) else "")) from None
         except AssertionError as e:
-            FAILURES[check.__name__] += 1
+            key = (check.__name__, failure_kind(str(e)))
+            FAILURES[key] += 1
             call_text = ", ".join([_name(a) for a in args] + [f"seed={seed}"])
             lines = [str(e).rstrip(), f"replay this case: check.{check.__name__}({call_text})"]
-            shown = hints[: FAILURES[check.__name__]]
+            shown = hints[: FAILURES[key]]
             lines += [f"hint {i} of {len(hints)}: {h}" for i, h in enumerate(shown, 1)]
             raise CheckFailed("\n".join(lines)).with_traceback(None) from e.__cause__
         finally:
@@ -244,8 +272,17 @@ def compare(got, want, *, what, case, g=None, dtype=None, grad=False):
     if tuple(got.shape) != tuple(want.shape):
         raise AssertionError(
             f"{what} on {case}: expected shape {tuple(want.shape)}, got {tuple(got.shape)}")
-    testing.assert_close(got, want, dtype=dtype or got.dtype, grad=grad,
-                         msg=f"{what} is wrong on {case}")
+    dtype = dtype or got.dtype
+    try:
+        testing.assert_close(got, want, dtype=dtype, grad=grad, msg=f"{what} is wrong on {case}")
+    except AssertionError as e:
+        if dtype == torch.float64 and matches(got, want, dtype=torch.float32):
+            raise AssertionError(
+                f"{e}\nprecision: your {what} agrees with the answer only to float32 precision "
+                f"(about 7 digits), and these inputs are float64: some step ran in float32 (a "
+                f".float(), a float32 tensor made with torch.tensor(...) or torch.zeros(...) "
+                f"without dtype=…); keep every step in the inputs' dtype") from None
+        raise
 
 
 def matches(got, want, dtype=None):

@@ -68,12 +68,12 @@ def chunked_scan(fn):
         case = f"{desc}: " + _core.describe(a=a, chunk_size=q, initial_state=h0)
         want, want_last = scan_reference(a, b, h0, return_final_state=True)
         got = _core.call(fn, a, b, q, initial_state=h0, case=case)
-        _core.compare(got, want, what="chunked_scan: the states h", case=case, g=g)
+        _core.compare(got, want, what="chunked_scan: the state sequence h", case=case, g=g)
         got = _core.call(fn, a, b, q, initial_state=h0, return_final_state=True, case=case)
         if not (isinstance(got, tuple) and len(got) == 2):
             raise AssertionError(f"chunked_scan(..., return_final_state=True) must return (h, "
                                  f"h_last); got {_core.kind(got)} on {case}")
-        _core.compare(got[0], want, what="chunked_scan: the states h", case=case, g=g)
+        _core.compare(got[0], want, what="chunked_scan: the state sequence h", case=case, g=g)
         _core.compare(got[1], want_last, what="chunked_scan: the final state", case=case, g=g)
         n_checks += 2
     # non-contiguous layouts: time as the last stored dimension, transposed into (b, d, l, n);
@@ -83,5 +83,5 @@ def chunked_scan(fn):
                                                          a.contiguous(), b)):
         case = f"{desc}: " + _core.describe(a=a_, chunk_size=4)
         _core.compare(_core.call(fn, a_, b_, 4, case=case), scan_reference(a_, b_),
-                      what="chunked_scan: the states h", case=case, g=g)
+                      what="chunked_scan: the state sequence h", case=case, g=g)
     _core.passed("chunked_scan", n_checks + 2)

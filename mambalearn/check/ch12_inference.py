@@ -35,9 +35,13 @@ REBUILDS = {
 
 HINTS = {
     "decode_step": [
-        "h = exp(Δ A) ⊙ h + Δ B x with Δ, x (b, d) → (b, d, 1) and B (b, n) → (b, 1, n); "
-        "write it into state with state.copy_(…)",
-        "y = (state · C[:, None, :]).sum(−1) + D · x, read from the new state",
+        "the decode step is one step of chapter 02's scan: first the new state from the old one "
+        "(decay it, then add the input), then the output from the new state",
+        "Δ and x are (b, d), A is (d, n), B and C are (b, n): give Δ and x a last axis of size 1 "
+        "and B, C a middle one, so every product is (b, d, n); write the new state into the "
+        "cache with state.copy_(…) — rebinding the name leaves the cache as it was",
+        "the output sums C·h over the n states, read after the update, and adds the skip D·x; "
+        "keep the inputs' dtype throughout (float64 stays float64)",
     ],
 }
 
@@ -113,6 +117,6 @@ def decode_step(fn):
     state = torch.zeros(b, d, n, dtype=torch.float64)
     ys = [_core.call(fn, state, u[..., t], delta[..., t], A, B[..., t], C[..., t], D,
                      case=f"step {t} of a {l}-step decode", mutable=(0,)) for t in range(l)]
-    _core.compare(torch.stack(ys, -1), want, what=f"{l} decode steps from h = 0 (vs the full scan)",
-                  case="a decode loop", g=g)
+    _core.compare(torch.stack(ys, -1), want, case="a decode loop", g=g,
+                  what=f"the output of {l} decode steps from h = 0 (vs the full scan)")
     _core.passed("decode_step", len(cases) + 1)

@@ -121,7 +121,8 @@ def rank_scan(fn):
         if not (isinstance(got, tuple) and len(got) == 2):
             raise AssertionError(f"rank_scan must return (H, H_final); got "
                                  f"{_core.kind(got)} on {case}")
-        _core.compare(got[0], want, what="rank_scan: the entering states H", case=case, g=g)
+        _core.compare(got[0], want, what="rank_scan: the entering state H of each rank",
+                      case=case, g=g)
         _core.compare(got[1], want_final, what="rank_scan: the final state", case=case, g=g)
         n_checks += 2
     n_checks += tree_order(_induced_op(fn), name="the ⊗ of rank_scan", matrix=True, g=g)
@@ -143,9 +144,10 @@ def _fix_up_cases(g):
 def fix_up(fn):
     """Check ``fn(y, last, delta, A, C, H) -> (y, last)``: a zero-start shard continued from H.
 
-    y (b, d, l) and last (b, d, n) come from the scan started at zero; delta (b, d, l) is the
-    effective Δ; A (d, n); C (b, n, l) or (b, g, n, l); H (b, d, n). The result must equal the
-    scan started at H: y_t + C_t (exp(A Σ_{s≤t} Δ_s) ⊙ H) and exp(A ΣΔ) ⊙ H + last.
+    y (b, d, l) and last (b, d, n) come from the scan started at zero; delta (b, d, l) is Δ as
+    the scan uses it (bias added, softplus applied: positive); A (d, n); C (b, n, l) or
+    (b, g, n, l); H (b, d, n). The result must equal the scan started at H:
+    y_t + C_t (exp(A Σ_{s≤t} Δ_s) ⊙ H) and exp(A ΣΔ) ⊙ H + last.
     """
     g = _core.generator()
     n_checks = 0
@@ -164,7 +166,7 @@ def fix_up(fn):
         if not (isinstance(got, tuple) and len(got) == 2):
             raise AssertionError(f"fix_up must return (y, last); got {_core.kind(got)} on "
                                  f"{case}")
-        _core.compare(got[0], want, what="fix_up: the outputs y", case=case, g=g)
+        _core.compare(got[0], want, what="fix_up: the output y", case=case, g=g)
         _core.compare(got[1], want_last, what="fix_up: the last state", case=case, g=g)
         n_checks += 2
     _core.passed("fix_up", n_checks)
