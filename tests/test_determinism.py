@@ -15,14 +15,16 @@ import torch
 
 from mambalearn import compiled, machine, testing  # first: the interpreter on a CPU
 
-import triton  # noqa: E402, I001
-import triton.language as tl  # noqa: E402
+# isort: split
+import triton
+import triton.language as tl
+
 from mambalearn.mamba3.mimo import mamba3_mimo_chunked
 from mambalearn.scan.sequential import selective_scan_sequential
 from mambalearn.triton.mamba3 import mamba3_mimo_combined
 from mambalearn.triton.mamba3.mimo import CONFIG as MIMO_CONFIG
-from mambalearn.triton.selective_scan import default_config, selective_scan_fn
 from mambalearn.triton.selective_scan import backward_state_outer as state_outer
+from mambalearn.triton.selective_scan import default_config, selective_scan_fn
 from mambalearn.triton.selective_scan.deterministic import TreeSum, levels, slot_of, tree_sum
 
 GPU = torch.cuda.is_available()
@@ -103,8 +105,9 @@ def m1_inputs(b, d, l, n, gC, seed):
     state."""
     gen = torch.Generator().manual_seed(seed)
     r = lambda *s: torch.randn(*s, generator=gen)
+    bc = (b, n, l) if gC == 1 else (b, gC, n, l)
     x = dict(u=r(b, d, l), delta=0.5 * r(b, d, l), A=-(0.5 + torch.rand(d, n, generator=gen)),
-             B=r(b, n, l) if gC == 1 else r(b, gC, n, l), C=r(b, n, l) if gC == 1 else r(b, gC, n, l), D=r(d), z=r(b, d, l), delta_bias=0.3 * r(d),
+             B=r(*bc), C=r(*bc), D=r(d), z=r(b, d, l), delta_bias=0.3 * r(d),
              initial_state=r(b, d, n))
     return {k: v.to(DEV) for k, v in x.items()}
 
@@ -226,10 +229,10 @@ def test_mimo_a_sequence_has_the_same_bits_anywhere_in_its_batch():
     ds, do = torch.randn(1, 11, 3, 8, generator=gen), torch.randn(3, 11, 3, 8, generator=gen)
     batched = {k for k in s if s[k].shape[0] == 1 and other[k].shape[0] == 3}
     runs = []
+    cat = lambda at, X, Y: torch.cat([Y[:at], X, Y[at + 1:]])
     for at in (0, 2):
-        cat = lambda X, Y: torch.cat([Y[:at], X, Y[at + 1:]])
-        x = {k: cat(s[k], other[k]) if k in batched else s[k] for k in s}
-        r = mimo_run(x, cat(ds, do).to(DEV), True)
+        x = {k: cat(at, s[k], other[k]) if k in batched else s[k] for k in s}
+        r = mimo_run(x, cat(at, ds, do).to(DEV), True)
         runs.append({k: v[at] for k, v in r.items() if k == "out" or k[1:] in PER_SEQUENCE_MIMO})
     for k in runs[0]:
         assert torch.equal(runs[0][k], runs[1][k]), f"{k} of the sequence at index 0 vs 2"
