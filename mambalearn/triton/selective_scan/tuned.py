@@ -15,7 +15,8 @@ chunk), ``forward_recurrent`` (one channel a thread, every state in registers, s
 sub-block backward); ``segments`` cuts a sequence into pieces that run side by side where the
 batch is too small to fill the GPU (a summary per piece, the ⊗-fold of the summaries before each
 segment, then the kernels above on every segment at once); ``config`` holds the settings and the
-plan (`segment_plan`), ``tile`` the jit helpers they share.
+plan (`segment_plan`), ``tile`` the jit helpers they share, ``deterministic`` the fixed-order sum
+that replaces the backward's dB/dC atomics in the deterministic mode (``Config.deterministic``).
 """
 
 import triton
