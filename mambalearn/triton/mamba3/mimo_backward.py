@@ -19,13 +19,15 @@ Deterministic mode (DET): atomic adds arrive in any order, and float addition is
 associative, so dQ, dK can change in the last bits from run to run. With DET each head stores its
 chunk's dq, dk rows ((q·r, n) each) in its own slot, and the last head of the group to finish the
 chunk adds the slots in head order (``selective_scan.deterministic.tree_sum``, a tree of fan-in
-``tree_fan``). Cost: slots of (h/g)·b·g·c·2·q·r·n fp32 — the same floats the atomics added in L2,
-≈ 2.1 GB at b8 l2048 h32 g1 r4 n128 — written once and read once, mostly from L2 by a neighbour
-head running at the same time; the kernel's own traffic (the stored states alone are
-b·h·c·p·n bf16 ≈ 0.54 GB there) and its dots dominate, so the write-back of the slots is the
-extra, about 2.1 GB of HBM writes under a compute-bound kernel. Every other output is per program
-(no atomics) in both modes; a (batch row, group, chunk)'s sum reads only its own heads' slots,
-so a sequence's gradients do not depend on its position in the batch.
+``tree_fan``). Cost: slots of (h/g + …)·b·g·c·2·q·r·n fp32 — at b8 l2048 h32 g1 r4 q16 n128
+(fan 8: 32 + 4 + 1 rows) 2.5 GB, the 2.1 GB of floats the atomics added in L2 plus the tree's
+upper levels — each written once and read once, mostly from L2 by a neighbour head running at
+the same time (the heads of a batch row are adjacent in the grid). The kernel's own traffic (the
+stored states alone are b·h·c·p·n bf16 ≈ 0.54 GB there) and its dots dominate; the extra is the
+slots' write-back, ≈ 2.5 GB of HBM writes (≈ 0.5 ms at 4.8 TB/s) under a compute-bound kernel,
+and per head and chunk one counter atomic and the loads of the sums it does. Every other
+output is per program (no atomics) in both modes; a (batch row, group, chunk)'s sum reads only
+its own heads' slots, so a sequence's gradients do not depend on its position in the batch.
 """
 
 import triton

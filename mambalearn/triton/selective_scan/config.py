@@ -85,7 +85,8 @@ class Config:
     (`segment_plan`, `summary_split`) counts the programs of the whole batch, so one sequence in
     batches of different *sizes* may be cut differently (last bits); a config with ``segments``
     and ``summary.split`` fixed removes that. The parameter gradients (dA, dD, d bias, fixed
-    dB/dC) are sums over the batch: fixed-order, but over the neighbours too."""
+    dB/dC) are sums over the batch: fixed-order, but over the neighbours too. Its memory and
+    traffic: ``gradients``; ``backward.tree_fan``: tiles one node of the fixed-order sum adds."""
 
     chunk: int
     forward: Forward
