@@ -169,8 +169,7 @@ def _bwd_so_kernel(
     while c >= c_lo:  # chunks from last to first
         dBv_c, dCv_c, sdBn, sdCn = dBv_ptr, dCv_ptr, stride_dBn, stride_dCn
         if DET:  # this program's slot for (its batch row and group, chunk c): rows n, columns t
-            grp = pid_bg * nchunks + c
-            slot = slot_of(slots_ptr, pid_d, grp, groups, SLOT) - c * BLOCK_L
+            slot = slot_of(slots_ptr, pid_d, pid_bg * nchunks + c, groups, SLOT) - c * BLOCK_L
             dBv_c, dCv_c, sdBn, sdCn = slot, slot + VAR_B * N * BLOCK_L, BLOCK_L, BLOCK_L
         # 1. the chunk's tiles, shared by every state
         t = c * BLOCK_L + cols  # (BLOCK_L,)
@@ -230,9 +229,6 @@ def _bwd_so_kernel(
             else:
                 dCf_acc += tl.where(cols[None, :] == n, tl.sum(dy * h, axis=1)[:, None], 0.0)
             A_n, h_n, g_n, B_n, C_n, C_r = A_nx, h_nx, g_nx, B_nx, C_nx, C_rnx
-        if DET:  # the chunk's dB/dC rows of every channel tile, added in tile order
-            tree_sum(slots_ptr, counts_ptr, pid_d, tl.num_programs(1), grp, groups, SLOT, FAN,
-                     TREE_BLOCK)
         # 3. the per-step parts (x, dout, z, δ read again: L1/L2 hits, fewer live registers)
         x = ld(u_ptr + offs, mask, EVEN).to(tl.float32)
         dx = gB * dt  # Σ_n g Δ B_n
@@ -247,6 +243,10 @@ def _bwd_so_kernel(
         dD_acc, dbias_acc = bwd_outputs(y, dx, ddt, x, dy, dout, zz, dt_raw, Dv, dD_acc,
                                         dbias_acc, offs, mask, du_ptr, ddelta_ptr, dz_ptr,
                                         HAS_D, HAS_Z, SOFTPLUS, EVEN)
+        if DET:  # the chunk's dB/dC rows of every channel tile, added in tile order (here, after
+            # the per-step parts: fewer values live than after the state loop)
+            tree_sum(slots_ptr, counts_ptr, pid_d, tl.num_programs(1), pid_bg * nchunks + c,
+                     groups, SLOT, FAN, TREE_BLOCK)
         tl.debug_barrier()  # the adjoints stored above are read by other threads next chunk
         c -= 1
     # 4. this program's sums over its segment of its batch row (the launcher adds the rows: no

@@ -12,7 +12,8 @@ adds in a fixed order and still lets every program run at once:
    a barrier: its stores are visible before the count is); the program that brings a parent's
    count to its number of children is the last to arrive, so all of them are there: it adds the
    children's slots *in child order* (0, 1, …, never arrival order) into the parent's slot and
-   climbs a level; the others stop;
+   climbs a level; the others stop. (The FAN loads of a node are unrolled, so they wait on
+   memory together, not one after another.)
 3. the root's slot (`TreeSum.root`) holds the sum, the same bits whoever did which add.
 
 Cost: the slots take ``rows · groups · size · 4`` bytes, rows = T + ⌈T/FAN⌉ + … + 1 ≈ T·FAN/(FAN−1)
@@ -100,16 +101,18 @@ def tree_sum(slots_ptr, counts_ptr, idx, tiles, grp, groups, size,
             tl.debug_barrier()  # its acquire happens before any thread's loads below
             src = slots_ptr + ((row0 + first).to(tl.int64) * groups + grp) * size
             dst = slots_ptr + ((row0 + count + parent).to(tl.int64) * groups + grp) * size
+            row = (zero + groups).to(tl.int64) * size  # one slot row: groups × size floats
             off = zero
             while off < size:
                 o = off + tl.arange(0, BLOCK)
                 m = o < size
                 acc = tl.load(src + o, mask=m, other=0.0, volatile=True)  # child 0
-                k = zero + 1
-                while k < kids:  # then 1, 2, …: the order never depends on arrival
-                    acc += tl.load(src + k.to(tl.int64) * groups * size + o, mask=m, other=0.0,
+                for k in tl.static_range(1, FAN):  # then 1, 2, …: never the arrival order
+                    # (unrolled: the FAN − 1 loads are in flight together; a missing child
+                    # reads 0, and x + 0 = x)
+                    has = (o * 0 + k) < kids  # (a vector mask: the interpreter wants one)
+                    acc += tl.load(src + k * row + o, mask=m & has, other=0.0,
                                    volatile=True)
-                    k += 1
                 tl.store(dst + o, acc, mask=m)
                 off += BLOCK
             tl.debug_barrier()  # the parent's slot is stored before the next level's release
