@@ -157,7 +157,7 @@ def cases(gpu):
     out = [("mamba1", f"b{s['b']} d{s['d']} n{s['n']} l{s['l']}",
             lambda dt, dev, s=s: mamba1_case(**s, dtype=dt, device=dev)) for s in m1]
     out.append(("mimo", " ".join(f"{k}{v}" for k, v in dims.items()),
-                lambda dt, dev: mimo_case({k: v for k, v in dims.items() if k not in "rq"},
+                lambda dt, dev: mimo_case({k: v for k, v in dims.items() if k not in ("r", "q")},
                                           dims["r"], dims["q"], dt, dev)))
     return out
 
