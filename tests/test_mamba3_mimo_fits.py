@@ -20,7 +20,7 @@ BF16 = {"Q_ptr", "K_ptr", "V_ptr", "Z_ptr", "Out_ptr", "Hs_ptr"}  # the inputs' 
 NONE = {"forward": ("H0_ptr", "Hf_ptr", "Kf_ptr"), "backward": ("dHf_ptr", "dKf_ptr")}
 
 
-def build(kernel, which, r, q):
+def build(kernel, which, r, q, deterministic=False):
     import triton.language as tl  # after mambalearn (interpreter mode on a CPU)
 
     names = inspect.signature(kernel.fn).parameters
@@ -28,9 +28,11 @@ def build(kernel, which, r, q):
     const = dict(h=32, g=1, p=64, n=128, na=32, Q=q, R=r, P=P, N=N, HAS_D=True, HAS_Z=True,
                  HAS_OUT=True, DOT=tl.bfloat16)
     const |= {name: None for name in NONE[which]}
+    if which == "backward":  # dQ, dK: atomics, or the deterministic mode's fixed-order sum
+        const |= dict(DET=deterministic, FAN=mimo.CONFIG["tree_fan"], TREE_BLOCK=1024)
     signature = {name: "constexpr" if name in const else
-                 ("*bf16" if name in BF16 else "*fp32") if name.endswith("_ptr") else "i32"
-                 for name in names}
+                 ("*bf16" if name in BF16 else "*i32" if name == "counts_ptr" else "*fp32")
+                 if name.endswith("_ptr") else "i32" for name in names}
     cfg = mimo.CONFIG
     return compiled.compile_for(kernel, signature, const,
                                 num_warps=mimo.launch_warps(cfg, f"{which}_warps", q * r),
@@ -38,10 +40,11 @@ def build(kernel, which, r, q):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("which, kernel", [("forward", mimo_forward_kernel),
-                                           ("backward", mimo_backward_kernel)])
-def test_the_launch_fits_an_h200(which, kernel):
-    k = build(kernel, which, r=4, q=16)
+@pytest.mark.parametrize("which, kernel, det", [("forward", mimo_forward_kernel, False),
+                                                ("backward", mimo_backward_kernel, False),
+                                                ("backward", mimo_backward_kernel, True)])
+def test_the_launch_fits_an_h200(which, kernel, det):
+    k = build(kernel, which, r=4, q=16, deterministic=det)
     assert 0 < k.shared_bytes <= machine.H200.shared_per_block, (
         f"the MIMO {which} kernel asks for {k.shared_bytes} bytes of shared memory; one program "
         f"may have {machine.H200.shared_per_block} on an H200")

@@ -7,7 +7,9 @@ The per-step preparations run in PyTorch, under autograd: the cumulative angles 
 (``mimo_forward``, ``mimo_backward``) take them and give their gradients back.
 
 The autograd function saves its inputs and the state entering every chunk, (b, h, c, p, n) in
-the inputs' dtype; the backward recomputes each chunk from it.
+the inputs' dtype; the backward recomputes each chunk from it. ``deterministic=True`` sums dQ, dK
+over a group's heads in a fixed order instead of with atomics (its cost: ``mimo_backward``): the
+same bits on every run and at every position in the batch.
 """
 
 import torch
@@ -20,6 +22,7 @@ from mambalearn.mamba3.sequential import angle_cumsum
 from mambalearn.triton.mamba3.common import dot_dtype
 from mambalearn.triton.mamba3.mimo_backward import mimo_backward_kernel
 from mambalearn.triton.mamba3.mimo_forward import mimo_forward_kernel
+from mambalearn.triton.selective_scan.deterministic import TreeSum
 
 # Launch settings (a launcher's ``cfg``): warps per (q·r)-row tile of 64 rows, scaled with it,
 # and pipeline stages up to 64 rows (one beyond). Not tuned on a GPU yet: the backward holds about
@@ -29,7 +32,8 @@ from mambalearn.triton.mamba3.mimo_forward import mimo_forward_kernel
 # tests/test_mamba3_mimo_fits.py): at 64 rows the forward needs 48 / 185 / 322 KB at 1 / 2 / 3
 # stages (Triton's default is 3), the backward 104 / 241 / 394 KB; at 128 rows the forward
 # 81 / 355 KB at 1 / 2, the backward 192 KB at 1; at 256 rows the backward 368 KB at 1.
-CONFIG = dict(forward_warps=8, backward_warps=8, forward_stages=2, backward_stages=1)
+CONFIG = dict(forward_warps=8, backward_warps=8, forward_stages=2, backward_stages=1,
+              tree_fan=8)  # deterministic mode: heads one node of the dQ/dK sum adds
 MAX_ROWS = 128  # q·r: past it no backward fits an H200's shared memory
 
 
@@ -60,7 +64,7 @@ class Mamba3MimoFn(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, Q, K, V, Z, Q_bias, K_bias, Psi, Zeta, Phi, D, ADT, W, G, theta, H0,
-                chunk_size, return_final, cfg):
+                chunk_size, return_final, cfg, deterministic):
         b, l, r, g, n = Q.shape
         h, p, na = V.shape[2], V.shape[3], theta.shape[3]
         N, P = tiles(n, p, r, chunk_size)
@@ -80,6 +84,7 @@ class Mamba3MimoFn(torch.autograd.Function):
             ctx.save_for_backward(Q, K, V, Z, Q_bias, K_bias, Psi, Zeta, Phi, D, ADT, W, G,
                                   theta, Hs)
         ctx.chunk_size, ctx.cfg, ctx.has_H0 = chunk_size, cfg, H0 is not None
+        ctx.deterministic = deterministic
         return (out, Hf, Kf) if return_final else (out,)
 
     @staticmethod
@@ -96,25 +101,37 @@ class Mamba3MimoFn(torch.autograd.Function):
         dQb, dKb = torch.empty(b, h, r, n, **f32), torch.empty(b, h, r, n, **f32)
         dPsi, dZeta, dPhi = (torch.zeros(b, h, r, p, **f32) for _ in range(3))
         dD = torch.empty(b, h, **f32)
+        c, rows = Hs.shape[2], ctx.chunk_size * r
+        tree = None  # deterministic: dQ, dK over a group's heads in head order, not atomics
+        if ctx.deterministic:
+            tree = TreeSum.allocate(h // g, b * g * c, 2 * rows * n,
+                                    ctx.cfg.get("tree_fan", CONFIG["tree_fan"]), V.device)
         cont = lambda t: None if t is None else t.contiguous().float()
         mimo_backward_kernel[(h, b)](
             Q, K, V, Z, Q_bias, K_bias, Psi, Zeta, Phi, D, ADT, W, G, theta, Hs,
-            d_out.contiguous(), cont(d_Hf), cont(d_Kf), dQ, dK, dV, dZ, dTh, dADT, dW, dG, dH0,
-            dQb, dKb, dPsi, dZeta, dPhi, dD, l, Hs.shape[2], h, g, p, n, na,
+            d_out.contiguous(), cont(d_Hf), cont(d_Kf), dQ, dK,
+            *(tree.slots, tree.counts) if tree is not None else (dQ, dQ),
+            dV, dZ, dTh, dADT, dW, dG, dH0,
+            dQb, dKb, dPsi, dZeta, dPhi, dD, l, c, b * g * c, h, g, p, n, na,
             Q=ctx.chunk_size, R=r, P=P, N=N, HAS_D=D is not None, HAS_Z=Z is not None,
-            HAS_OUT=Phi is not None, DOT=dot_dtype(V),
+            HAS_OUT=Phi is not None, DOT=dot_dtype(V), DET=tree is not None,
+            FAN=tree.fan if tree is not None else 2,
+            TREE_BLOCK=min(1024, triton.next_power_of_2(2 * rows * n)),
             num_warps=launch_warps(ctx.cfg, "backward_warps", ctx.chunk_size * r),
             num_stages=launch_stages(ctx.cfg, "backward_stages", ctx.chunk_size * r))
+        if tree is not None:  # root (b·g·c, [dQ, dK], q, r, n) → (b, c·q, r, g, n)[:, :l]
+            root = tree.root().view(b, g, c, 2, ctx.chunk_size, r, n).permute(3, 0, 2, 4, 5, 1, 6)
+            dQ, dK = root.reshape(2, b, c * ctx.chunk_size, r, g, n)[:, :, :l]
         like = lambda t, x: None if x is None else t.to(x.dtype)
         return (like(dQ, Q), like(dK, K), like(dV, V), like(dZ, Z), dQb.sum(0), dKb.sum(0),
                 dPsi.sum(0), None if Zeta is None else dZeta.sum(0),
                 None if Phi is None else dPhi.sum(0), None if D is None else dD.sum(0),
-                dADT, dW, dG, dTh, dH0 if ctx.has_H0 else None, None, None, None)
+                dADT, dW, dG, dTh, dH0 if ctx.has_H0 else None, None, None, None, None)
 
 
 def mamba3_mimo_combined(Q, K, V, ADT, DT, Trap, Q_bias, K_bias, MIMO_V, MIMO_Z, MIMO_Out,
                          Angles, D=None, Z=None, Input_States=None, chunk_size=16,
-                         return_final_states=False, cfg=CONFIG):
+                         return_final_states=False, cfg=CONFIG, deterministic=False):
     """Mamba-3 MIMO prefill (formula: ``mambalearn.mamba3.mimo``), forward and backward in Triton.
 
     Shapes: Q, K (b, l, r, g, n); V, Z (b, l, h, p); ADT, DT, Trap (b, h, l); Q_bias, K_bias
@@ -122,7 +139,11 @@ def mamba3_mimo_combined(Q, K, V, ADT, DT, Trap, Q_bias, K_bias, MIMO_V, MIMO_Z,
     (angle (b, h, na), ssm (b, h, p, n), k (b, r, h, n), v (b, h, p)) → out (b, l, h, p), or
     (b, l, r, h, p) without MIMO_Out; with ``return_final_states`` (out, angle, ssm, k, v).
     chunk_size q and the rank r powers of two with 16 ≤ q·r ≤ 128; float32, bf16 or fp16 inputs.
+    ``deterministic``: dQ, dK summed over a group's heads in a fixed order (not atomics): the same
+    bits on every run and at every position in the batch.
     """
+    if not isinstance(deterministic, bool):
+        raise TypeError(f"deterministic must be True or False, got {deterministic!r}")
     check_inputs(Q, K, V, ADT, DT, Trap, Q_bias, K_bias, MIMO_V, MIMO_Z, MIMO_Out, Angles, D, Z,
                  Input_States)
     for name, t in (("Q", Q), ("K", K), ("V", V), ("Z", Z)):
@@ -140,7 +161,7 @@ def mamba3_mimo_combined(Q, K, V, ADT, DT, Trap, Q_bias, K_bias, MIMO_V, MIMO_Z,
     out, *finals = Mamba3MimoFn.apply(
         c(Q), c(K), c(V), c(Z), f(Q_bias), f(K_bias), f(MIMO_V), f(zeta), f(MIMO_Out), f(D),
         f(ADT), W, G, theta, None if H0 is None else H0.contiguous(), int(chunk_size),
-        bool(return_final_states), cfg)
+        bool(return_final_states), cfg, deterministic)
     if not return_final_states:
         return out
     Hf, Kf = finals

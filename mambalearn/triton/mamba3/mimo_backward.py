@@ -14,6 +14,20 @@ it), and dc_t (every e^{c_t − c_s}, e^{c_t}, u_s), summed into dADT within the
 gradient of a step is Σ_ρ of the pairs' dq × q + dk × k (``common.pair_cross``). dQ and dK are
 summed over the heads of a group with atomic adds; the per-head weights' gradients (biases, Ψ,
 ζ, Φ, D) are summed per program, then over the batch by the caller.
+
+Deterministic mode (DET): atomic adds arrive in any order, and float addition is not
+associative, so dQ, dK can change in the last bits from run to run. With DET each head stores its
+chunk's dq, dk rows ((q·r, n) each) in its own slot, and the last head of the group to finish the
+chunk adds the slots in head order (``selective_scan.deterministic.tree_sum``, a tree of fan-in
+``tree_fan``). Cost: slots of (h/g + …)·b·g·c·2·q·r·n fp32 — at b8 l2048 h32 g1 r4 q16 n128
+(fan 8: 32 + 4 + 1 rows) 2.5 GB, the 2.1 GB of floats the atomics added in L2 plus the tree's
+upper levels — each written once and read once, mostly from L2 by a neighbour head running at
+the same time (the heads of a batch row are adjacent in the grid). The kernel's own traffic (the
+stored states alone are b·h·c·p·n bf16 ≈ 0.54 GB there) and its dots dominate; the extra is the
+slots' write-back, ≈ 2.5 GB of HBM writes (≈ 0.5 ms at 4.8 TB/s) under a compute-bound kernel,
+and per head and chunk one counter atomic and the loads of the sums it does. Every other
+output is per program (no atomics) in both modes; a (batch row, group, chunk)'s sum reads only
+its own heads' slots, so a sequence's gradients do not depend on its position in the batch.
 """
 
 import triton
@@ -29,6 +43,7 @@ from mambalearn.triton.mamba3.mimo_forward import (
     rows,
     step_mask,
 )
+from mambalearn.triton.selective_scan.deterministic import slot_of, tree_sum
 
 
 @triton.jit
@@ -51,19 +66,22 @@ def mimo_backward_kernel(
     dOut_ptr,  # (b, l, h, p), or (b, l, r, h, p) without Phi
     dHf_ptr, dKf_ptr,  # (b, h, p, n), (b, r, h, n) float32 or None: the final states' grads
     dQ_ptr, dK_ptr,  # out (b, l, r, g, n) float32, zeroed: atomic sums over a group's heads
+    slots_ptr, counts_ptr,  # DET: the tree sum's slots (h/g, b·g·c, 2·q·r·n) and counters
     dV_ptr, dZ_ptr,  # out (b, l, h, p) float32
     dTh_ptr,  # out (b, l, h, na) float32: dθ
     dADT_ptr, dW_ptr, dG_ptr,  # out (b, h, l) float32
     dH0_ptr,  # out (b, h, p, n) float32: the gradient of the pre-state entering step 0
     dQb_ptr, dKb_ptr, dPsi_ptr, dZeta_ptr, dPhi_ptr,  # out (b, h, r, n|p) float32, this program's
     dD_ptr,  # out (b, h) float32
-    l, n_chunks,
+    l, n_chunks, groups,  # length, chunks, DET: b·g·c (the tree sums' groups)
     h: tl.constexpr, g: tl.constexpr, p: tl.constexpr, n: tl.constexpr, na: tl.constexpr,
     Q: tl.constexpr, R: tl.constexpr, P: tl.constexpr, N: tl.constexpr,
     HAS_D: tl.constexpr, HAS_Z: tl.constexpr, HAS_OUT: tl.constexpr, DOT: tl.constexpr,
+    DET: tl.constexpr, FAN: tl.constexpr, TREE_BLOCK: tl.constexpr,  # the deterministic sum
 ):
     hi, bi = tl.program_id(0), tl.program_id(1).to(tl.int64)
     QR: tl.constexpr = Q * R
+    SLOT: tl.constexpr = 2 * QR * n  # DET: a head's dq, dk rows of a chunk
     head = bi * h + hi
     offs_p, offs_n, offs_r = tl.arange(0, P), tl.arange(0, N), tl.arange(0, R)
     mask_pn = (offs_p[:, None] < p) & (offs_n[None, :] < n)
@@ -168,8 +186,17 @@ def mimo_backward_kernel(
                  mask=mask_t[:, None] & (offs_j[None, :] < na))
         dq, dk = turn(dq, cos, -sin, QR, N), turn(dk, cos, -sin, QR, N)
         mask_rn = valid[:, None] & (offs_n[None, :] < n)
-        tl.atomic_add(dQ_ptr + qk_row[:, None] + offs_n[None, :], dq, mask=mask_rn)
-        tl.atomic_add(dK_ptr + qk_row[:, None] + offs_n[None, :], dk, mask=mask_rn)
+        if DET:  # this head's slot, then the group's heads added in head order
+            grp = (bi * g + hi // (h // g)) * n_chunks + c
+            slot = slot_of(slots_ptr, hi % (h // g), grp, groups, SLOT)
+            rn = tl.arange(0, QR)[:, None] * n + offs_n[None, :]  # (q·r, N) in a (q·r, n) block
+            tl.store(slot + rn, dq, mask=offs_n[None, :] < n)
+            tl.store(slot + QR * n + rn, dk, mask=offs_n[None, :] < n)
+            tree_sum(slots_ptr, counts_ptr, hi % (h // g), h // g, grp, groups, SLOT, FAN,
+                     TREE_BLOCK)
+        else:
+            tl.atomic_add(dQ_ptr + qk_row[:, None] + offs_n[None, :], dq, mask=mask_rn)
+            tl.atomic_add(dK_ptr + qk_row[:, None] + offs_n[None, :], dk, mask=mask_rn)
         acc_qb += per_rank(dq, Q, R, N)
         acc_kb += per_rank(dk, Q, R, N)
         acc_psi += per_rank(dv * x, Q, R, P)

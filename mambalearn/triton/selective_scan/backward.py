@@ -9,7 +9,9 @@ state (pass 1, keeping the state entering each sub-block of BLOCK_L steps in the
 then per sub-block (backwards) and state it recomputes h (forward scan), runs the reverse scan of
 the adjoint g (the gate shifted by one: Ā_{t+1} is recomputed from Δ_{t+1}), and forms every
 gradient from g and h, using Ā_t h_{t−1} = h_t − B̄_t x_t so no shifted h is needed. dB/dC are
-summed over the channel tile before the atomic add (one add per program, not per channel).
+summed over the channel tile before the atomic add (one add per program, not per channel);
+with DET (the deterministic mode) they are stored in this program's slot of a chunk instead and
+added in tile order once the chunk is done (``deterministic``, `gradients.GradBuffers`).
 
 It runs in the interpreter (the CPU default), for n > the chunk (where the state-outer kernel
 cannot hold its row sums) and for the "sub-block" variants.
@@ -22,6 +24,7 @@ import triton.language as tl
 from mambalearn import device
 from mambalearn.triton.scan import combine_fn  # the ⊗ of chapter 03, jitted in chapter 08
 from mambalearn.triton.selective_scan import config as cfgs
+from mambalearn.triton.selective_scan.deterministic import slot_of, tree_sum
 from mambalearn.triton.selective_scan.forward import fwd_state as _fwd_state_fast
 from mambalearn.triton.selective_scan.gradients import bwd_outputs
 from mambalearn.triton.selective_scan.interface import bc_strides, flags
@@ -63,7 +66,8 @@ def _bwd_state(n, h_in, g_in, x, dt, dtx, dt_nx, dy, start, start_nx, t, t_ok, l
                cols, A_ptr, B_ptr, Bv_ptr, C_ptr, Cv_ptr, dBv_ptr, dCv_ptr,
                stride_Bn, stride_Cn, stride_dBn, stride_dCn,
                N: tl.constexpr, BLOCK_L: tl.constexpr, VAR_B: tl.constexpr, VAR_C: tl.constexpr,
-               HAS_SEQ: tl.constexpr, EVEN_L: tl.constexpr, EVEN_D: tl.constexpr):
+               HAS_SEQ: tl.constexpr, EVEN_L: tl.constexpr, EVEN_D: tl.constexpr,
+               DET: tl.constexpr):
     """One state n over one sub-block, backwards. Returns the tile terms C·h, ∂x, ∂Δ, the adjoint
     at the first step (carried to the earlier block), and the (BLOCK_D,) sums for dA, dB, dC."""
     A_n = ld(A_ptr + d_idx * N + n, d_mask, EVEN_D)[:, None]  # (BLOCK_D, 1)
@@ -89,13 +93,17 @@ def _bwd_state(n, h_in, g_in, x, dt, dtx, dt_nx, dy, start, start_nx, t, t_ok, l
     gdt = gg * dt
     dB_c = tl.sum(gdt * x, axis=1)  # (BLOCK_D,): fixed B's gradient
     dC_c = tl.sum(dy * h, axis=1)
-    if VAR_B:  # summed over the channel tile, then one atomic add per step
+    if VAR_B and DET:  # into this program's slot (in bounds: the chunk's columns)
+        tl.store(dBv_ptr + n * stride_dBn + t, tl.sum(gdt * x, axis=0))
+    elif VAR_B:  # summed over the channel tile, then one atomic add per step
         if EVEN_L:
             tl.atomic_add(dBv_ptr + n * stride_dBn + t, tl.sum(gdt * x, axis=0), sem="relaxed")
         else:
             tl.atomic_add(dBv_ptr + n * stride_dBn + t, tl.sum(gdt * x, axis=0), mask=t_ok,
                           sem="relaxed")
-    if VAR_C:
+    if VAR_C and DET:
+        tl.store(dCv_ptr + n * stride_dCn + t, tl.sum(dy * h, axis=0))
+    elif VAR_C:
         if EVEN_L:
             tl.atomic_add(dCv_ptr + n * stride_dCn + t, tl.sum(dy * h, axis=0), sem="relaxed")
         else:
@@ -134,7 +142,7 @@ def _bwd_grad_state(n, j, x, dt, dtx, dt_nx, dy, start, start_nx, t, t_ok, l, bd
                     stride_Bn, stride_Cn, stride_dBn, stride_dCn,
                     N: tl.constexpr, BLOCK_L: tl.constexpr, VAR_B: tl.constexpr,
                     VAR_C: tl.constexpr, HAS_SEQ: tl.constexpr, EVEN_L: tl.constexpr,
-                    EVEN_D: tl.constexpr):
+                    EVEN_D: tl.constexpr, DET: tl.constexpr):
     """Pass 2, run-time state loop, state n of sub-block j: carries (g, row sums of dA and of
     fixed dB/dC) in memory. Returns the tile terms C·h, ∂x, ∂Δ."""
     h_in = ld(scratch_ptr + sc_row + j * N + n, d_mask, EVEN_D)
@@ -143,7 +151,7 @@ def _bwd_grad_state(n, j, x, dt, dtx, dt_nx, dy, start, start_nx, t, t_ok, l, bd
         n, h_in, g_in, x, dt, dtx, dt_nx, dy, start, start_nx,
         t, t_ok, l, d_idx, d_mask, cols, A_ptr, B_ptr, Bv_ptr, C_ptr, Cv_ptr,
         dBv_ptr, dCv_ptr, stride_Bn, stride_Cn, stride_dBn, stride_dCn, N,
-        BLOCK_L, VAR_B, VAR_C, HAS_SEQ, EVEN_L, EVEN_D)
+        BLOCK_L, VAR_B, VAR_C, HAS_SEQ, EVEN_L, EVEN_D, DET)
     st(gbuf_ptr + bd_row * N + n, g_out, d_mask, EVEN_D)
     p = bd_row * N + n  # (BLOCK_D,) this row's partial sums
     st(dA_ptr + p, ld(dA_ptr + p, d_mask, EVEN_D) + dA_c, d_mask, EVEN_D)
@@ -160,9 +168,11 @@ def _bwd_kernel(
     scratch_ptr,  # (b, d, SCR, n) fp32: the state entering each sub-block of the current chunk
     gbuf_ptr,  # (b, d, n) fp32: the adjoint carry (starts as the last state's gradient)
     du_ptr, ddelta_ptr, dz_ptr,  # (b, d, l) gradients
-    dB_ptr, dC_ptr,  # (b, g, n, l) fp32 zeroed, if B / C vary with time
+    dB_ptr, dC_ptr,  # (b, g, n, l) fp32 zeroed, if B / C vary with time (atomic adds)
+    slots_ptr, counts_ptr,  # DET: the `TreeSum` of time-varying dB/dC, in place of the atomics
     dA_ptr, dBf_ptr, dCf_ptr, dD_ptr, dbias_ptr,  # fp32 sums per batch row: (b,d,n) ×3, (b,d) ×2
     l, d, dpg, g,  # length, channels, channels per group, groups
+    groups,  # DET: b·g·chunks, the tree sums' groups
     stride_Bb, stride_Bg, stride_Bn,  # B: (b, g, n, l) or fixed (d, n); 0 if absent
     stride_Cb, stride_Cg, stride_Cn,  # C: likewise
     stride_dBb, stride_dBg, stride_dBn,  # the time-varying dB buffer
@@ -175,7 +185,10 @@ def _bwd_kernel(
     UNROLL: tl.constexpr,  # states unrolled (carries in registers) or a run-time loop
     EVEN_L: tl.constexpr, EVEN_D: tl.constexpr,  # the tile divides l / dpg: no masks there
     STAGES: tl.constexpr,  # > 0: the run-time state loop is a `tl.range` Triton pipelines
-):                         # (the next state's loads issued during this one); 0: `range`
+                           # (the next state's loads issued during this one); 0: `range`
+    DET: tl.constexpr,  # time-varying dB/dC through the fixed-order tree sum, not atomics
+    SLOT: tl.constexpr, FAN: tl.constexpr, TREE_BLOCK: tl.constexpr,  # its slot, fan-in, tile
+):
     EVEN: tl.constexpr = EVEN_L and EVEN_D
     pid_bg, pid_d = tl.program_id(0), tl.program_id(1)
     bi, gi = pid_bg // g, pid_bg % g
@@ -248,6 +261,11 @@ def _bwd_kernel(
                 tl.debug_barrier()
             j += 1
         tl.debug_barrier()  # scratch written above is read below, possibly by other threads
+        dBv_c, dCv_c, sdBn, sdCn = dBv_ptr, dCv_ptr, stride_dBn, stride_dCn
+        if DET:  # this program's slot for (its batch row and group, chunk c): rows n, columns t
+            grp = pid_bg * nchunks + c
+            slot = slot_of(slots_ptr, pid_d, grp, groups, SLOT) - c * CHUNK
+            dBv_c, dCv_c, sdBn, sdCn = slot, slot + VAR_B * N * CHUNK, CHUNK, CHUNK
         # 2. sub-blocks backwards: recompute h, reverse-scan g, form the gradients
         j = nsub - 1
         while j >= 0:
@@ -279,9 +297,9 @@ def _bwd_kernel(
                     yc, dxc, ddtc, g_out, dA_c, dB_c, dC_c = _bwd_state(
                         n, h_in, column(G, ncols, n), x, dt, dtx, dt_nx, dy, start, start_nx,
                         t, t_ok, l, d_idx, d_mask, cols, A_ptr, B_ptr, Bv_ptr, C_ptr, Cv_ptr,
-                        dBv_ptr, dCv_ptr, stride_Bn, stride_Cn,
-                        stride_dBn, stride_dCn, N, BLOCK_L, VAR_B, VAR_C, HAS_SEQ, EVEN_L,
-                        EVEN_D)
+                        dBv_c, dCv_c, stride_Bn, stride_Cn,
+                        sdBn, sdCn, N, BLOCK_L, VAR_B, VAR_C, HAS_SEQ, EVEN_L,
+                        EVEN_D, DET)
                     G = put_column(G, ncols, n, g_out)
                     dA_acc = put_column(dA_acc, ncols, n, column(dA_acc, ncols, n) + dA_c)
                     if not VAR_B:
@@ -296,9 +314,9 @@ def _bwd_kernel(
                     yc, dxc, ddtc = _bwd_grad_state(
                         n, j, x, dt, dtx, dt_nx, dy, start, start_nx, t, t_ok, l, bd_row, sc_row,
                         d_idx, d_mask, cols, scratch_ptr, gbuf_ptr, dA_ptr, dBf_ptr, dCf_ptr,
-                        A_ptr, B_ptr, Bv_ptr, C_ptr, Cv_ptr, dBv_ptr, dCv_ptr, stride_Bn,
-                        stride_Cn, stride_dBn, stride_dCn, N, BLOCK_L,
-                        VAR_B, VAR_C, HAS_SEQ, EVEN_L, EVEN_D)
+                        A_ptr, B_ptr, Bv_ptr, C_ptr, Cv_ptr, dBv_c, dCv_c, stride_Bn,
+                        stride_Cn, sdBn, sdCn, N, BLOCK_L,
+                        VAR_B, VAR_C, HAS_SEQ, EVEN_L, EVEN_D, DET)
                     y += yc
                     dx += dxc
                     ddt += ddtc
@@ -308,9 +326,9 @@ def _bwd_kernel(
                     yc, dxc, ddtc = _bwd_grad_state(
                         n, j, x, dt, dtx, dt_nx, dy, start, start_nx, t, t_ok, l, bd_row, sc_row,
                         d_idx, d_mask, cols, scratch_ptr, gbuf_ptr, dA_ptr, dBf_ptr, dCf_ptr,
-                        A_ptr, B_ptr, Bv_ptr, C_ptr, Cv_ptr, dBv_ptr, dCv_ptr, stride_Bn,
-                        stride_Cn, stride_dBn, stride_dCn, N, BLOCK_L,
-                        VAR_B, VAR_C, HAS_SEQ, EVEN_L, EVEN_D)
+                        A_ptr, B_ptr, Bv_ptr, C_ptr, Cv_ptr, dBv_c, dCv_c, stride_Bn,
+                        stride_Cn, sdBn, sdCn, N, BLOCK_L,
+                        VAR_B, VAR_C, HAS_SEQ, EVEN_L, EVEN_D, DET)
                     y += yc
                     dx += dxc
                     ddt += ddtc
@@ -320,6 +338,9 @@ def _bwd_kernel(
                                              dbias_acc, offs, mask, du_ptr, ddelta_ptr, dz_ptr,
                                              HAS_D, HAS_Z, SOFTPLUS, EVEN)
             j -= 1
+        if DET:  # the chunk's dB/dC rows of every channel tile, added in tile order
+            tree_sum(slots_ptr, counts_ptr, pid_d, tl.num_programs(1), grp, groups, SLOT, FAN,
+                     TREE_BLOCK)
         tl.debug_barrier()  # the next chunk's step 1 overwrites the scratch
         c -= 1
     # 4. this program's sums over its batch row (the launcher adds the rows: no atomics)
@@ -343,6 +364,7 @@ def launch(dout, u, delta, A, Bk, Ck, D, z, delta_bias, softplus, seq_idx, state
         raise ValueError("the sub-block backward runs one segment (its sequence is not cut)")
     b, d, l, n, g = shape
     bc, interp = config.backward, device.interpreted()
+    tree = bufs.tree
     scr = config.chunk // bc.block_l  # sub-blocks in a chunk
     scratch = torch.empty((b, d, scr, n), device=u.device, dtype=torch.float32)
     even_l, even_d = cfgs.even_flags(bc.even, l, d // g, bc.block_l, bc.block_d)
@@ -357,8 +379,10 @@ def launch(dout, u, delta, A, Bk, Ck, D, z, delta_bias, softplus, seq_idx, state
         dout, states, scratch, bufs.gbuf,  # upstream gradient, stored states, scratch, carry
         bufs.du, bufs.ddelta, bufs.dz if z is not None else A,  # (b, d, l) gradients
         bufs.dB, bufs.dC,  # time-varying dB / dC (atomic adds)
+        *(tree.slots, tree.counts) if tree is not None else (A, A),  # deterministic: the tree
         bufs.dA_rows, bufs.dBf_rows, bufs.dCf_rows, bufs.dD_rows, bufs.dbias_rows,  # row sums
         l, d, d // g, g,  # length, channels, channels per group, groups
+        tree.slots.shape[1] if tree is not None else 1,  # the tree's groups (b·g·chunks)
         sB.b, sB.g, sB.n,  # strides of B (zeros if fixed (d, n): contiguous)
         sC.b, sC.g, sC.n,  # strides of C
         sdB.b, sdB.g, sdB.n,  # strides of the dB buffer
@@ -367,4 +391,5 @@ def launch(dout, u, delta, A, Bk, Ck, D, z, delta_bias, softplus, seq_idx, state
         CHUNK=config.chunk, SCR=scr,
         **flags(D, z, delta_bias, softplus, B, C, seq_idx),  # HAS_D … HAS_SEQ
         UNROLL=bc.unroll, EVEN_L=even_l, EVEN_D=even_d, STAGES=cfgs.stages(bc.stages, interp),
+        **bufs.tree_constexprs(bc.num_warps),  # DET, SLOT, FAN, TREE_BLOCK
         num_warps=bc.num_warps, **cfgs.compile_options(bc.maxnreg, interp))

@@ -18,6 +18,7 @@ import triton.language as tl
 from mambalearn import device
 from mambalearn.triton.scan import combine_fn  # the ⊗ of chapter 03, jitted in chapter 08
 from mambalearn.triton.selective_scan import config as cfgs
+from mambalearn.triton.selective_scan.deterministic import slot_of, tree_sum
 from mambalearn.triton.selective_scan.gradients import bwd_outputs
 from mambalearn.triton.selective_scan.interface import bc_strides, flags
 from mambalearn.triton.selective_scan.tile import (
@@ -88,9 +89,12 @@ def _so_load_state(n, st_c, g_c, A_ptr, B_ptr, Bv_ptr, C_ptr, Cv_ptr, t, t_r, l,
 
 
 @triton.jit
-def _so_atomic(ptr, v, t_ok, EVEN_L: tl.constexpr):
-    """Relaxed atomic add of a (BLOCK_L,) row (acq_rel would add a fence per add)."""
-    if EVEN_L:
+def _so_atomic(ptr, v, t_ok, EVEN_L: tl.constexpr, DET: tl.constexpr):
+    """Relaxed atomic add of a (BLOCK_L,) row (acq_rel would add a fence per add); DET: a plain
+    store into this program's slot (``deterministic``: a whole chunk's row, in bounds)."""
+    if DET:
+        tl.store(ptr, v)
+    elif EVEN_L:
         tl.atomic_add(ptr, v, sem="relaxed")
     else:
         tl.atomic_add(ptr, v, mask=t_ok, sem="relaxed")
@@ -104,12 +108,14 @@ def _bwd_so_kernel(
                # (in: the last state's gradient in slot S − 1, the others folded here)
     G_ptr, P_ptr,  # (M, b, d, n) fp32: the adjoint summaries of the pieces after segment 0
     du_ptr, ddelta_ptr, dz_ptr,  # (b, d, l) gradients
-    dB_ptr, dC_ptr,  # (b, g, n, l) fp32 zeroed, if B / C vary with time
+    dB_ptr, dC_ptr,  # (b, g, n, l) fp32 zeroed, if B / C vary with time (atomic adds)
+    slots_ptr, counts_ptr,  # DET: the `TreeSum` of time-varying dB/dC, in place of the atomics
     dA_ptr, dBf_ptr, dCf_ptr, dD_ptr, dbias_ptr,  # fp32 sums per segment and batch row:
                                                   # (S·b, d, n) ×3, (S·b, d) ×2
     l, d, dpg, g,  # length, channels, channels per group, groups
     seg_len, bd, pieces, M,  # steps a segment (l if one), b·d (its rows), pieces a segment,
                         # all pieces
+    groups,  # DET: b·g·chunks, the tree sums' groups
     stride_Bb, stride_Bg, stride_Bn,  # B: (b, g, n, l) or fixed (d, n); 0 if absent
     stride_Cb, stride_Cg, stride_Cn,  # C: likewise
     stride_dBb, stride_dBg, stride_dBn,  # the time-varying dB buffer
@@ -121,6 +127,8 @@ def _bwd_so_kernel(
     EVEN_L: tl.constexpr, EVEN_D: tl.constexpr,  # the tile divides l / dpg: no masks there
     REV_LOADS: tl.constexpr,  # adjoint inputs loaded time-reversed: 1 flip, not 3
     FOLD: tl.constexpr,  # S > 1: the segments before the last fold their adjoint carry
+    DET: tl.constexpr,  # time-varying dB/dC through the fixed-order tree sum, not atomics
+    SLOT: tl.constexpr, FAN: tl.constexpr, TREE_BLOCK: tl.constexpr,  # its slot, fan-in, tile
 ):
     EVEN: tl.constexpr = EVEN_L and EVEN_D
     pid_bg, pid_d, pid_s = tl.program_id(0), tl.program_id(1), tl.program_id(2)
@@ -159,6 +167,10 @@ def _bwd_so_kernel(
     dCv_ptr = dC_ptr + bi * stride_dCb + gi * stride_dCg
     c = c_hi
     while c >= c_lo:  # chunks from last to first
+        dBv_c, dCv_c, sdBn, sdCn = dBv_ptr, dCv_ptr, stride_dBn, stride_dCn
+        if DET:  # this program's slot for (its batch row and group, chunk c): rows n, columns t
+            slot = slot_of(slots_ptr, pid_d, pid_bg * nchunks + c, groups, SLOT) - c * BLOCK_L
+            dBv_c, dCv_c, sdBn, sdCn = slot, slot + VAR_B * N * BLOCK_L, BLOCK_L, BLOCK_L
         # 1. the chunk's tiles, shared by every state
         t = c * BLOCK_L + cols  # (BLOCK_L,)
         t_r = c * BLOCK_L + (BLOCK_L - 1 - cols)  # (BLOCK_L,) the same steps, reversed
@@ -209,11 +221,11 @@ def _bwd_so_kernel(
             gB += gg * B_n
             gahA += p * A_n[:, None]
             if VAR_B:  # summed over the channel tile, one atomic add per step
-                _so_atomic(dBv_ptr + n * stride_dBn + t, tl.sum(gg * dtx, axis=0), t_ok, EVEN_L)
+                _so_atomic(dBv_c + n * sdBn + t, tl.sum(gg * dtx, axis=0), t_ok, EVEN_L, DET)
             else:
                 dBf_acc += tl.where(cols[None, :] == n, tl.sum(gg * dtx, axis=1)[:, None], 0.0)
             if VAR_C:
-                _so_atomic(dCv_ptr + n * stride_dCn + t, tl.sum(dy * h, axis=0), t_ok, EVEN_L)
+                _so_atomic(dCv_c + n * sdCn + t, tl.sum(dy * h, axis=0), t_ok, EVEN_L, DET)
             else:
                 dCf_acc += tl.where(cols[None, :] == n, tl.sum(dy * h, axis=1)[:, None], 0.0)
             A_n, h_n, g_n, B_n, C_n, C_r = A_nx, h_nx, g_nx, B_nx, C_nx, C_rnx
@@ -231,6 +243,10 @@ def _bwd_so_kernel(
         dD_acc, dbias_acc = bwd_outputs(y, dx, ddt, x, dy, dout, zz, dt_raw, Dv, dD_acc,
                                         dbias_acc, offs, mask, du_ptr, ddelta_ptr, dz_ptr,
                                         HAS_D, HAS_Z, SOFTPLUS, EVEN)
+        if DET:  # the chunk's dB/dC rows of every channel tile, added in tile order (here, after
+            # the per-step parts: fewer values live than after the state loop)
+            tree_sum(slots_ptr, counts_ptr, pid_d, tl.num_programs(1), pid_bg * nchunks + c,
+                     groups, SLOT, FAN, TREE_BLOCK)
         tl.debug_barrier()  # the adjoints stored above are read by other threads next chunk
         c -= 1
     # 4. this program's sums over its segment of its batch row (the launcher adds the rows: no
@@ -250,10 +266,11 @@ def launch(dout, u, delta, A, Bk, Ck, D, z, delta_bias, softplus, seq_idx, state
            shape, config, B, C, plan):
     """Launch the state-outer backward into ``bufs`` (`GradBuffers`, one slot per segment of
     ``plan`` = (S, seg_len, k, G, P), G and P the adjoint summaries or None); Bk, Ck: kernel
-    layouts."""
+    layouts. With ``config.deterministic`` the time-varying dB/dC go through ``bufs.tree``."""
     b, d, l, n, g = shape
     S, seg_len, k, G, P = plan
     bc, interp = config.backward, device.interpreted()
+    tree = bufs.tree
     even_l, even_d = cfgs.even_flags(bc.even, l, d // g, config.chunk, bc.block_d)
     sB, sC = bc_strides(Bk), bc_strides(Ck)
     sdB, sdC = bufs.strides(bufs.dB, Bk.ndim == 4), bufs.strides(bufs.dC, Ck.ndim == 4)
@@ -267,9 +284,11 @@ def launch(dout, u, delta, A, Bk, Ck, D, z, delta_bias, softplus, seq_idx, state
         G if G is not None else bufs.gbuf, P if P is not None else bufs.gbuf,  # summaries
         bufs.du, bufs.ddelta, bufs.dz if z is not None else A,  # (b, d, l) gradients
         bufs.dB, bufs.dC,  # time-varying dB / dC (atomic adds)
+        *(tree.slots, tree.counts) if tree is not None else (A, A),  # deterministic: the tree
         bufs.dA_rows, bufs.dBf_rows, bufs.dCf_rows, bufs.dD_rows, bufs.dbias_rows,  # row sums
         l, d, d // g, g,  # length, channels, channels per group, groups
         seg_len, b * d, k, (S - 1) * k,  # steps a segment, its rows, pieces a segment, all
+        tree.slots.shape[1] if tree is not None else 1,  # the tree's groups (b·g·chunks)
         sB.b, sB.g, sB.n,  # strides of B (zeros if fixed (d, n): contiguous)
         sC.b, sC.g, sC.n,  # strides of C
         sdB.b, sdB.g, sdB.n,  # strides of the dB buffer
@@ -277,4 +296,5 @@ def launch(dout, u, delta, A, Bk, Ck, D, z, delta_bias, softplus, seq_idx, state
         N=n, BLOCK_D=bc.block_d, BLOCK_L=config.chunk,
         **flags(D, z, delta_bias, softplus, B, C, seq_idx),  # HAS_D … HAS_SEQ
         EVEN_L=even_l, EVEN_D=even_d, REV_LOADS=bc.rev_loads, FOLD=S > 1,
+        **bufs.tree_constexprs(bc.num_warps),  # DET, SLOT, FAN, TREE_BLOCK
         num_warps=bc.num_warps, **cfgs.compile_options(bc.maxnreg, interp))

@@ -69,21 +69,38 @@ class Backward:
     unroll: bool = False  # sub-block: states unrolled (carries in registers)
     maxnreg: int | None = None
     per_sm: int = 21  # programs of this launch one SM holds at once (its registers × warps)
+    tree_fan: int = 16  # deterministic mode: channel tiles one node of the dB/dC sum adds
 
 
 @dataclass(frozen=True)
 class Config:
     """Steps between stored states, the forward's and backward's launches, and how many
     segments a sequence is cut into (``segments``: None = as many as fill the GPU, see
-    `segment_plan`; 1 = never cut) with the launch of their summaries."""
+    `segment_plan`; 1 = never cut) with the launch of their summaries.
+
+    ``deterministic``: the backward adds the time-varying dB/dC over channel tiles in a fixed
+    order (``deterministic.TreeSum``) instead of with atomics, so fwd+bwd give the same bits on
+    every run, and a sequence's outputs and gradients the same bits at any position in its batch
+    (every other sum is per program in both modes). What still depends on the batch: the plan
+    (`segment_plan`, `summary_split`) counts the programs of the whole batch, so one sequence in
+    batches of different *sizes* may be cut differently (last bits); a config with ``segments``
+    and ``summary.split`` fixed removes that. The parameter gradients (dA, dD, d bias, fixed
+    dB/dC) are sums over the batch: fixed-order, but over the neighbours too. Its memory and
+    traffic: ``gradients``; ``backward.tree_fan``: tiles one node of the fixed-order sum adds."""
 
     chunk: int
     forward: Forward
     backward: Backward
     segments: int | None = None
     summary: Summary = None
+    deterministic: bool = False
 
     def __post_init__(self):
+        if not isinstance(self.backward.tree_fan, int) or self.backward.tree_fan < 2:
+            raise ValueError(f"backward.tree_fan must be an int ≥ 2, got "
+                             f"{self.backward.tree_fan!r}")
+        if not isinstance(self.deterministic, bool):
+            raise TypeError(f"deterministic must be True or False, got {self.deterministic!r}")
         if self.forward.layout not in FORWARD_LAYOUTS:
             raise ValueError(f"forward.layout must be one of {FORWARD_LAYOUTS}, "
                              f"got {self.forward.layout!r}")

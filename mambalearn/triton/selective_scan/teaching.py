@@ -20,6 +20,11 @@ The plan of both kernels, in one picture (one program = BLOCK_D channels of one 
 
 Forward + backward with chunked recomputation (chapter 07) is exactly what the backward does: per
 chunk it reloads the stored state, recomputes h inside the chunk, and scans the adjoint backwards.
+
+Not deterministic on a GPU: its backward adds dA, dB, dC, dD and d bias over programs with atomic
+adds, in whatever order the programs get there, and float addition is not associative, so two
+runs may differ in the last bits. ``selective_scan_fn(..., deterministic=True)`` is the tuned
+kernels' fixed-order alternative (``deterministic``).
 """
 
 import torch

@@ -15,7 +15,8 @@ chunk), ``forward_recurrent`` (one channel a thread, every state in registers, s
 sub-block backward); ``segments`` cuts a sequence into pieces that run side by side where the
 batch is too small to fill the GPU (a summary per piece, the ⊗-fold of the summaries before each
 segment, then the kernels above on every segment at once); ``config`` holds the settings and the
-plan (`segment_plan`), ``tile`` the jit helpers they share.
+plan (`segment_plan`), ``tile`` the jit helpers they share, ``deterministic`` the fixed-order sum
+that replaces the backward's dB/dC atomics in the deterministic mode (``Config.deterministic``).
 """
 
 import triton
@@ -80,7 +81,11 @@ def backward(dout, dlast, u, delta, A, B, C, D, z, delta_bias, softplus, seq_idx
         G, P = segments.adjoint_summaries(dout, delta, A, C, z, delta_bias, softplus, seq_idx,
                                           dlast, shape, S, seg_len, k, config.summary)
     Bk, Ck = bc_layout(B, upcast=True), bc_layout(C, upcast=True)  # fp32 (b, g, n, l) or (d, n)
-    bufs = GradBuffers.allocate(u, delta, z, Bk, Ck, dlast, n, S)
+    tree = None  # deterministic: dB/dC over the channel tiles in a fixed order, not atomics
+    if config.deterministic:
+        tree = (triton.cdiv(d // g, bc.block_d), config.chunk, bc.tree_fan,
+                bc.layout == "sub-block")  # (its last sub-block may end before the chunk)
+    bufs = GradBuffers.allocate(u, delta, z, Bk, Ck, dlast, n, S, tree)
     kernel = state_outer if bc.layout == "state-outer" else sub_block
     kernel.launch(dout, u, delta, A, Bk, Ck, D, z, delta_bias, softplus, seq_idx, states, bufs,
                   shape, config, B, C, (S, seg_len, k, G, P))
@@ -92,7 +97,7 @@ TUNED = Kernels("tuned", forward, backward)
 
 def selective_scan_fn(u, delta, A, B, C, D=None, z=None, delta_bias=None, delta_softplus=False,
                       return_last_state=False, seq_idx=None, cu_seqlens=None, initial_state=None,
-                      config=None):
+                      config=None, deterministic=None):
     """out = (C·h + D·x)·silu(z),  h_t = exp(Δ_t A) h_{t−1} + Δ_t B_t x_t,  Δ = softplus(δ + bias).
 
     Shapes (as ``mamba_ssm.selective_scan_fn``):
@@ -111,13 +116,22 @@ def selective_scan_fn(u, delta, A, B, C, D=None, z=None, delta_bias=None, delta_
     (its gradient seeds the reverse scan); mamba_ssm has neither. Matches
     ``mamba_ssm.ops.selective_scan_interface.selective_scan_fn`` (real A).
     ``config`` (not in mamba_ssm): a `Config` (None: ``default_config(n, u.device, l)``).
+    ``deterministic`` (not in mamba_ssm): True gives the same bits on every run and at every
+    position in the batch (the backward's dB/dC summed in a fixed order, not with atomics; what
+    it costs and what stays batch-dependent: `Config`); None: the config's (False by default).
     """
     if config is not None and not isinstance(config, Config):
         raise TypeError(f"config must be a selective_scan.config.Config, got {type(config)}")
+    if deterministic is not None and not isinstance(deterministic, bool):
+        raise TypeError(f"deterministic must be True, False or None, got {deterministic!r}")
+    if config is not None and deterministic is not None \
+            and deterministic != config.deterministic:
+        raise ValueError(f"deterministic={deterministic} contradicts config.deterministic="
+                         f"{config.deterministic}: pass one of them")
 
     def pick(n, device, l):  # the launch settings for n states (after the argument checks)
         if config is None:
-            return default_config(n, device, l)
+            return default_config(n, device, l).replace(deterministic=bool(deterministic))
         config.check(n)
         return config
 

@@ -15,6 +15,10 @@ the order programs actually start, and the producer of chunk c−1 holds a small
 running or done whenever chunk c waits: no deadlock; and it started b·h tickets earlier, so it has
 usually published by then. The passed states live in a buffer (b, c+1, h, p, n) of ``state_dtype``
 (float32, or float16 to halve that traffic: chapter 11's precision table). No ``seq_idx`` here.
+Deterministic all the same: the ticket and flag atomics decide which program does which chunk
+and when, never the order of an addition — every (b, h, c) is computed by the same instructions
+whoever runs it, and H_{c+1} = exp(a_last) H_c + S_c is formed in chunk order — so the result
+does not depend on the order programs start or finish (no floating-point atomics here).
 
 It holds the chunk state, the entering state and the output tile of one chunk in one program:
 255 registers with spills on sm_90, one program per SM — measured slower than the two launches of

@@ -1,0 +1,324 @@
+"""The deterministic mode (``deterministic=True``): the fixed-order tree sum that replaces the
+atomics, its answers against the float64 oracles, bitwise independence of a sequence's results
+from its position in the batch, refusal of bad values, and (GPU) ten runs with the same bits.
+
+On the CPU Triton's interpreter runs programs one after another, so atomics there arrive in a
+fixed order anyway: what can differ between runs is tested through the tree sum itself, fed its
+tiles in permuted arrival orders (`test_the_tree_sum_ignores_arrival_order`); the GPU test is the
+real check of run-to-run bits.
+"""
+
+import inspect
+
+import pytest
+import torch
+
+from mambalearn import compiled, machine, testing  # first: the interpreter on a CPU
+
+# isort: split
+import triton
+import triton.language as tl
+
+from mambalearn.mamba3.mimo import mamba3_mimo_chunked
+from mambalearn.scan.sequential import selective_scan_sequential
+from mambalearn.triton.mamba3 import mamba3_mimo_combined
+from mambalearn.triton.mamba3.mimo import CONFIG as MIMO_CONFIG
+from mambalearn.triton.selective_scan import backward_state_outer as state_outer
+from mambalearn.triton.selective_scan import default_config, selective_scan_fn
+from mambalearn.triton.selective_scan.deterministic import TreeSum, levels, slot_of, tree_sum
+
+GPU = torch.cuda.is_available()
+DEV = "cuda" if GPU else "cpu"
+M1 = ["u", "delta", "A", "B", "C", "D", "z", "delta_bias", "initial_state"]
+MIMO = ["Q", "K", "V", "ADT", "DT", "Trap", "Q_bias", "K_bias", "MIMO_V", "MIMO_Z", "MIMO_Out",
+        "Angles", "D", "Z"]
+PER_SEQUENCE_M1 = ["u", "delta", "z", "B", "C", "initial_state"]  # gradients of one row only
+PER_SEQUENCE_MIMO = ["Q", "K", "V", "ADT", "DT", "Trap", "Angles", "Z"]
+
+
+# ---------------------------------------------------------------------------------------------
+# the tree sum on its own
+# ---------------------------------------------------------------------------------------------
+@triton.jit
+def _tree_probe(x_ptr, perm_ptr, slots_ptr, counts_ptr, tiles, groups, size,
+                FAN: tl.constexpr, SIZE: tl.constexpr, BLOCK: tl.constexpr):
+    """Program i (the i-th to run in the interpreter) plays tile perm[i] of group program_id(1):
+    stores x[tile, group] (size ≤ SIZE floats) in its slot, then joins the tree (BLOCK at a
+    time)."""
+    idx = tl.load(perm_ptr + tl.program_id(0))
+    grp = tl.program_id(1)
+    o = tl.arange(0, SIZE)
+    v = tl.load(x_ptr + (idx * groups + grp) * size + o, mask=o < size)
+    tl.store(slot_of(slots_ptr, idx, grp, groups, size) + o, v, mask=o < size)
+    tree_sum(slots_ptr, counts_ptr, idx, tiles, grp, groups, size, FAN, BLOCK)
+
+
+def tree_reference(x, fan):
+    """The tree's sum in float32, children added in child order: (tiles, groups, size) → (groups,
+    size)."""
+    while x.shape[0] > 1:
+        parents = []
+        for first in range(0, x.shape[0], fan):
+            acc = x[first].clone()
+            for k in range(first + 1, min(first + fan, x.shape[0])):
+                acc = acc + x[k]
+            parents.append(acc)
+        x = torch.stack(parents)
+    return x[0]
+
+
+@pytest.mark.parametrize("tiles, fan", [(7, 2), (5, 16), (1, 4)])
+def test_the_tree_sum_ignores_arrival_order(tiles, fan):
+    gen = torch.Generator().manual_seed(tiles)
+    groups, size = 3, 40  # size not a multiple of the block: two blocks, the second masked
+    scale = 10.0 ** torch.randint(-6, 7, (tiles, groups, size), generator=gen)
+    x = (torch.randn(tiles, groups, size, generator=gen) * scale).to(DEV)
+    want = tree_reference(x, fan)
+    orders = [torch.arange(tiles), torch.arange(tiles).flip(0),
+              torch.randperm(tiles, generator=gen)]
+    for perm in orders:
+        tree = TreeSum.allocate(tiles, groups, size, fan, DEV)
+        assert tree.slots.shape[0] == sum(levels(tiles, fan))
+        _tree_probe[(tiles, groups)](x, perm.to(DEV, torch.int32), tree.slots, tree.counts, tiles,
+                                     groups, size, FAN=fan, SIZE=64, BLOCK=32)
+        assert torch.equal(tree.root(), want), f"arrival order {perm.tolist()}"
+    if tiles > 2:  # the test can tell orders apart: a right-to-left sum has other bits
+        seq = x[-1].clone()
+        for k in range(tiles - 2, -1, -1):
+            seq = seq + x[k]
+        assert not torch.equal(seq, want)
+        testing.assert_close(seq, want, rtol=1e-5, atol=1e-5 * x.abs().max().item())
+
+
+def test_tree_levels():
+    assert levels(1, 16) == [1] and levels(1024, 16) == [1024, 64, 4, 1]
+    assert levels(7, 2) == [7, 4, 2, 1]
+    with pytest.raises(ValueError, match="fan ≥ 2"):
+        levels(3, 1)
+
+
+# ---------------------------------------------------------------------------------------------
+# Mamba-1: the answers, and a sequence's bits at two positions of its batch
+# ---------------------------------------------------------------------------------------------
+def m1_inputs(b, d, l, n, gC, seed):
+    """B, C (b, n, l) (gC = 1) or grouped (b, gC, n, l), every optional argument, an initial
+    state."""
+    gen = torch.Generator().manual_seed(seed)
+    r = lambda *s: torch.randn(*s, generator=gen)
+    bc = (b, n, l) if gC == 1 else (b, gC, n, l)
+    x = dict(u=r(b, d, l), delta=0.5 * r(b, d, l), A=-(0.5 + torch.rand(d, n, generator=gen)),
+             B=r(*bc), C=r(*bc), D=r(d), z=r(b, d, l), delta_bias=0.3 * r(d),
+             initial_state=r(b, d, n))
+    return {k: v.to(DEV) for k, v in x.items()}
+
+
+def m1_run(x, dout, dlast, config, **kw):
+    """out, last state and every gradient of one fwd+bwd."""
+    xs = {k: v.detach().clone().requires_grad_() for k, v in x.items()}
+    out, last = selective_scan_fn(**xs, delta_softplus=True, return_last_state=True,
+                                  config=config, **kw)
+    torch.autograd.backward([out, last], [dout, dlast])
+    return dict(out=out.detach(), last=last.detach(), **{f"d{k}": xs[k].grad for k in x})
+
+
+def m1_config(**changes):
+    """The CPU's or GPU's default, a chunk of 16 steps on the CPU (tiny sequences cross chunks),
+    the state-outer backward (the GPU default) with the given changes."""
+    cfg = default_config(2, DEV)
+    if not GPU:
+        cfg = cfg.replace(chunk=16, backward=dict(layout="state-outer", block_d=1))
+    return cfg.replace(**changes)
+
+
+@pytest.mark.parametrize("layout", ["state-outer", "sub-block"])
+def test_mamba1_deterministic_and_default_match_the_oracle(layout):
+    x = m1_inputs(2, 3, 17, 2, gC=1, seed=0)  # 3 tiles of one channel: a tree of 3 levels
+    gen = torch.Generator().manual_seed(1)
+    dout = torch.randn(2, 3, 17, generator=gen).to(DEV)
+    dlast = torch.randn(2, 3, 2, generator=gen).to(DEV)
+    ref_in = {k: v.double().requires_grad_() for k, v in x.items()}
+    out, last = selective_scan_sequential(**ref_in, delta_softplus=True, return_last_state=True)
+    torch.autograd.backward([out, last], [dout.double(), dlast.double()])
+    want = dict(out=out, last=last, **{f"d{k}": ref_in[k].grad for k in x})
+    bw = dict(layout=layout, block_d=1, tree_fan=2)
+    modes = [True, False] if layout == "state-outer" else [True]  # (the sub-block default: the
+    for det in modes:                                              # other files' tests)
+        got = m1_run(x, dout, dlast, m1_config(backward=bw, deterministic=det))
+        for k, v in want.items():
+            testing.assert_close(got[k], v, dtype=torch.float32, grad=k.startswith("d"),
+                                 msg=f"{k}, deterministic={det}")
+
+
+def test_mamba1_a_sequence_has_the_same_bits_anywhere_in_its_batch():
+    """Kernels only: no initial state, whose gradient's exp runs in PyTorch — on the CPU its
+    vectorised loop rounds a tensor's last elements in a scalar tail (see the MIMO test)."""
+    b, d, l, n = 3, 4, 9, 2  # l = 9, chunk 8 (on a CPU): two segments, 2 tiles a group
+    s, other = m1_inputs(1, d, l, n, gC=2, seed=2), m1_inputs(b, d, l, n, gC=2, seed=3)
+    gen = torch.Generator().manual_seed(4)
+    ds, do = torch.randn(1, d, l, generator=gen), torch.randn(b, d, l, generator=gen)
+    dls, dlo = torch.randn(1, d, n, generator=gen), torch.randn(b, d, n, generator=gen)
+    batch = lambda at, X, Y: torch.cat([Y[:at], X, Y[at + 1:]]) if X.shape[0] == 1 and \
+        Y.shape[0] == b else X  # A, D, delta_bias are shared
+    cfg = m1_config(segments=2, deterministic=True, backward=dict(tree_fan=2),
+                    **({} if GPU else dict(chunk=8)))
+    runs = []
+    for at in (0, 2):
+        x = {k: batch(at, s[k], other[k]) for k in s if k != "initial_state"}
+        r = m1_run(x, batch(at, ds, do).to(DEV), batch(at, dls, dlo).to(DEV), cfg)
+        runs.append({k: v[at] for k, v in r.items()
+                     if k in ("out", "last") or k[1:] in PER_SEQUENCE_M1})
+    for k in runs[0]:
+        assert torch.equal(runs[0][k], runs[1][k]), f"{k} of the sequence at index 0 vs 2"
+
+
+def test_mamba1_bad_deterministic_values_are_refused():
+    x = m1_inputs(1, 2, 3, 2, gC=1, seed=5)
+    with pytest.raises(TypeError, match="deterministic must be True, False or None"):
+        selective_scan_fn(**x, deterministic="yes")
+    with pytest.raises(TypeError, match="deterministic must be True or False"):
+        default_config(2, "cpu").replace(deterministic=1)
+    with pytest.raises(ValueError, match="deterministic=True contradicts config.deterministic"):
+        selective_scan_fn(**x, deterministic=True, config=default_config(2, DEV))
+    with pytest.raises(ValueError, match="tree_fan"):
+        default_config(2, "cpu").replace(backward=dict(tree_fan=1))
+
+
+# ---------------------------------------------------------------------------------------------
+# Mamba-3 MIMO
+# ---------------------------------------------------------------------------------------------
+def mimo_inputs(b, l, h, g, p, n, na, r, seed):
+    gen = torch.Generator().manual_seed(seed)
+    rr = lambda *s: torch.randn(*s, generator=gen)
+    DT = torch.nn.functional.softplus(rr(b, h, l) - 2.0)
+    x = dict(Q=rr(b, l, r, g, n) / n ** 0.5, K=rr(b, l, r, g, n) / n ** 0.5, V=rr(b, l, h, p),
+             ADT=-torch.nn.functional.softplus(rr(b, h, l)) * DT, DT=DT, Trap=rr(b, h, l),
+             Q_bias=1 + 0.1 * rr(h, r, n), K_bias=1 + 0.1 * rr(h, r, n), MIMO_V=rr(h, r, p) / r,
+             MIMO_Z=rr(h, r, p), MIMO_Out=rr(h, r, p) / r, Angles=rr(b, l, h, na), D=rr(h),
+             Z=rr(b, l, h, p))
+    return {k: v.to(DEV) for k, v in x.items()}
+
+
+# 4 heads a group (a tree of 3 levels at fan 2), 2 chunks of 8 steps; every per-sequence tensor
+# a multiple of 64 floats: see `test_mimo_a_sequence_has_the_same_bits_anywhere_in_its_batch`
+MIMO_DIMS = dict(l=16, h=4, g=1, p=8, n=8, na=2, r=2)
+MIMO_CFG = dict(MIMO_CONFIG, tree_fan=2)
+
+
+def mimo_run(x, dout, deterministic, chunk_size=8, cfg=MIMO_CFG):
+    """out and every gradient of one fwd+bwd (deterministic None: the float64 oracle)."""
+    xs = {k: v.detach().clone().requires_grad_() for k, v in x.items()}
+    if deterministic is None:
+        out = mamba3_mimo_chunked(**xs, chunk_size=chunk_size)
+    else:
+        out = mamba3_mimo_combined(**xs, chunk_size=chunk_size, cfg=cfg,
+                                   deterministic=deterministic)
+    out.backward(dout)
+    return dict(out=out.detach(), **{f"d{k}": xs[k].grad for k in x})
+
+
+def test_mimo_deterministic_and_default_match_the_oracle():
+    x = mimo_inputs(1, **MIMO_DIMS, seed=6)
+    dout = torch.randn(1, 16, 4, 8, generator=torch.Generator().manual_seed(7)).to(DEV)
+    want = mimo_run({k: v.double() for k, v in x.items()}, dout.double(), None)
+    for det in (True, False):
+        got = mimo_run(x, dout, det)
+        for k, v in want.items():
+            testing.assert_close(got[k], v, dtype=torch.float32, grad=k != "out",
+                                 msg=f"{k}, deterministic={det}")
+
+
+def test_mimo_a_sequence_has_the_same_bits_anywhere_in_its_batch():
+    """(The PyTorch preparations (angle sums, trapezoid weights) run on the CPU here, whose
+    vectorised loops take the last few elements of a tensor through a scalar tail with other
+    rounding: sizes whose rows are whole multiples of 64 floats keep every row off that tail.
+    On a GPU every element runs the same code.)"""
+    s, other = mimo_inputs(1, **MIMO_DIMS, seed=8), mimo_inputs(3, **MIMO_DIMS, seed=9)
+    gen = torch.Generator().manual_seed(10)
+    ds, do = torch.randn(1, 16, 4, 8, generator=gen), torch.randn(3, 16, 4, 8, generator=gen)
+    batched = {k for k in s if s[k].shape[0] == 1 and other[k].shape[0] == 3}
+    runs = []
+    cat = lambda at, X, Y: torch.cat([Y[:at], X, Y[at + 1:]])
+    for at in (0, 2):
+        x = {k: cat(at, s[k], other[k]) if k in batched else s[k] for k in s}
+        r = mimo_run(x, cat(at, ds, do).to(DEV), True)
+        runs.append({k: v[at] for k, v in r.items() if k == "out" or k[1:] in PER_SEQUENCE_MIMO})
+    for k in runs[0]:
+        assert torch.equal(runs[0][k], runs[1][k]), f"{k} of the sequence at index 0 vs 2"
+
+
+def test_mimo_bad_deterministic_values_are_refused():
+    x = mimo_inputs(1, **MIMO_DIMS, seed=11)
+    with pytest.raises(TypeError, match="deterministic must be True or False"):
+        mamba3_mimo_combined(**x, chunk_size=8, deterministic="yes")
+
+
+# ---------------------------------------------------------------------------------------------
+# sm_90 builds (no GPU needed) and the GPU's ten runs
+# ---------------------------------------------------------------------------------------------
+@pytest.mark.slow
+def test_the_deterministic_state_outer_backward_builds_for_sm90_without_spills():
+    """The n16 default's tile (2 channels × 64 steps, 1 warp), bf16, every option, B and C
+    varying: no spill (the atomic build has none either: 144 registers), the shared memory of
+    the atomic build (256 bytes), one integer atomic (the counter) and no float atomics."""
+    BF16 = {"u_ptr", "delta_ptr", "z_ptr", "dout_ptr", "du_ptr", "ddelta_ptr", "dz_ptr"}
+    kernel = state_outer._bwd_so_kernel
+    flags = dict(N=16, BLOCK_D=2, BLOCK_L=64, HAS_D=True, HAS_Z=True, HAS_BIAS=True,
+                 SOFTPLUS=True, VAR_B=True, VAR_C=True, HAS_SEQ=False, EVEN_L=True, EVEN_D=True,
+                 REV_LOADS=False, FOLD=False)
+    const = dict(flags, DET=True, SLOT=2 * 16 * 64, FAN=16, TREE_BLOCK=128)
+    sig = {k: "constexpr" if k in const else
+           ("*i32" if k in ("seq_ptr", "counts_ptr") else "*bf16" if k in BF16 else "*fp32")
+           if k.endswith("_ptr") else "i32" for k in inspect.signature(kernel.fn).parameters}
+    det, = compiled.compile_all(kernel, sig, [dict(constexprs=const, num_warps=1)])
+    assert det.spill_bytes == 0 and det.registers <= 255
+    assert det.shared_bytes <= 256 <= machine.H200.shared_per_block
+    ops = det.opcodes()
+    assert "REDG" not in ops and ops.get("ATOMG") == 1, ops  # one counter, no float atomics
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not GPU, reason="needs a CUDA GPU")
+def test_ten_runs_give_the_same_bits_on_the_gpu():
+    """Shapes where many programs add into the same dB/dC (1024 channels: 512 tiles) and
+    dQ/dK (16 heads, one group) elements."""
+    gen = torch.Generator().manual_seed(12)
+    x = m1_inputs(2, 1024, 1024, 16, gC=1, seed=13)
+    x = {k: v.to(torch.bfloat16) if k in ("u", "delta", "z", "B", "C") else v
+         for k, v in x.items()}
+    dout = torch.randn(2, 1024, 1024, generator=gen).to(DEV, torch.bfloat16)
+    dlast = torch.randn(2, 1024, 16, generator=gen).to(DEV)
+    y = mimo_inputs(2, 512, 16, 1, 64, 64, 8, 4, seed=14)
+    y = {k: v.to(torch.bfloat16) if k in ("Q", "K", "V", "Z") else v for k, v in y.items()}
+    dy = torch.randn(2, 512, 16, 64, generator=gen).to(DEV, torch.bfloat16)
+    cases = {
+        "mamba1": lambda: m1_run(x, dout, dlast, None, deterministic=True),
+        "mimo": lambda: mimo_run(y, dy, True, chunk_size=16, cfg=MIMO_CONFIG),
+    }
+    for family, run in cases.items():
+        first = run()
+        for i in range(9):
+            again = run()
+            for k in first:
+                assert torch.equal(first[k], again[k]), f"{family}: {k} differs in run {i + 2}"
+
+
+def test_the_device_script_runs_tiny_on_cpu(tmp_path):
+    """bench/gpu/determinism.py --cpu-smoke: every step at toy sizes, its results file and table
+    (the interpreter: a test of the script, not a measurement)."""
+    import json
+    import runpy
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    g = runpy.run_path(str(root / "bench/gpu/determinism.py"), run_name="dry")
+    rows = g["main"](["--cpu-smoke", "--out", str(tmp_path)])
+    summary = [r for r in rows if "ms" in r]
+    assert [(r["family"], r["mode"]) for r in summary] == [
+        (f, m) for f in ("mamba1", "mimo") for m in ("default", "deterministic")]
+    for r in summary:
+        assert r["runs"] == 2 and r["ms"] > 0 and r["ratio_to_default"] > 0
+        if r["mode"] == "deterministic":
+            assert r["bitwise_equal_runs"] == 2.0 and r["batch_position_equal"] is True, r
+    (path,) = tmp_path.glob("*_determinism_*.json")
+    assert json.loads(path.read_text())["rows"] == rows
+    assert "deterministic" in g["table"](rows).splitlines()[2]
