@@ -49,6 +49,14 @@ def tiles(n, p, r, chunk_size):
     return max(16, triton.next_power_of_2(n)), max(16, triton.next_power_of_2(p))
 
 
+def backward_precision(V):
+    """``input_precision`` of the backward's products: float32 operands in IEEE float32 (the
+    CUDA cores), as Triton 3.6's sm_90 pipeline fails on this kernel's tf32 products (its
+    optimize-dot-operands pass; the build check of every launch found it); bf16 and fp16 operands
+    on the tensor cores, where the setting does not apply."""
+    return "ieee" if V.dtype == torch.float32 else "tf32"
+
+
 def launch_warps(cfg, key, rows):
     """Warps of a launch: ``cfg[key]`` per 64 rows of the (q·r)-row tile."""
     return cfg[key] * max(1, rows // 64)
@@ -115,6 +123,7 @@ class Mamba3MimoFn(torch.autograd.Function):
             dQb, dKb, dPsi, dZeta, dPhi, dD, l, c, b * g * c, h, g, p, n, na,
             Q=ctx.chunk_size, R=r, P=P, N=N, HAS_D=D is not None, HAS_Z=Z is not None,
             HAS_OUT=Phi is not None, DOT=dot_dtype(V), DET=tree is not None,
+            PRECISION=backward_precision(V),
             FAN=tree.fan if tree is not None else 2,
             TREE_BLOCK=min(1024, triton.next_power_of_2(2 * rows * n)),
             num_warps=launch_warps(ctx.cfg, "backward_warps", ctx.chunk_size * r),

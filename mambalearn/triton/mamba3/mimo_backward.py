@@ -77,6 +77,7 @@ def mimo_backward_kernel(
     h: tl.constexpr, g: tl.constexpr, p: tl.constexpr, n: tl.constexpr, na: tl.constexpr,
     Q: tl.constexpr, R: tl.constexpr, P: tl.constexpr, N: tl.constexpr,
     HAS_D: tl.constexpr, HAS_Z: tl.constexpr, HAS_OUT: tl.constexpr, DOT: tl.constexpr,
+    PRECISION: tl.constexpr,  # "ieee" for float32 operands: Triton 3.6 cannot build them in tf32
     DET: tl.constexpr, FAN: tl.constexpr, TREE_BLOCK: tl.constexpr,  # the deterministic sum
 ):
     hi, bi = tl.program_id(0), tl.program_id(1).to(tl.int64)
@@ -117,10 +118,11 @@ def mimo_backward_kernel(
         H = tl.load(Hs_ptr + (head * n_chunks + c) * p * n + pn, mask=mask_pn,
                     other=0.0).to(tl.float32)
         L = step_mask(c2, w, gamma, Q, R)
-        s = tl.dot(q.to(DOT), tl.trans(k.to(DOT)))  # (q·r, q·r)
+        s = tl.dot(q.to(DOT), tl.trans(k.to(DOT)), input_precision=PRECISION)  # (q·r, q·r)
         a = s * L
-        y_off = tl.dot(q.to(DOT), tl.trans(H.to(DOT))) * exp2(c2)[:, None]  # (q·r, P)
-        y = tl.dot(a.to(DOT), v.to(DOT), acc=y_off) + D * v
+        y_off = tl.dot(q.to(DOT), tl.trans(H.to(DOT)),
+                       input_precision=PRECISION) * exp2(c2)[:, None]  # (q·r, P)
+        y = tl.dot(a.to(DOT), v.to(DOT), acc=y_off, input_precision=PRECISION) + D * v
         # the gate and the contraction, backwards: dy per row
         if HAS_OUT:  # every row reads its step's output gradient
             do = tl.load(dOut_ptr + vt, mask=mask_rp, other=0.0).to(tl.float32)
@@ -148,15 +150,19 @@ def mimo_backward_kernel(
             acc_phi += per_rank(do * y * gate, Q, R, P)
         acc_d += dy * v
         # the core: dv, dq, dk, the carried dH, and the per-step scalars
-        G = tl.dot(dy.to(DOT), tl.trans(v.to(DOT)))  # (q·r, q·r): dy_i · v_j
+        G = tl.dot(dy.to(DOT), tl.trans(v.to(DOT)),
+                   input_precision=PRECISION)  # (q·r, q·r): dy_i · v_j
         dL = G * s
-        kdH = tl.dot(k.to(DOT), tl.trans(dH.to(DOT)))  # (q·r, P): dH k_j
+        kdH = tl.dot(k.to(DOT), tl.trans(dH.to(DOT)),
+                     input_precision=PRECISION)  # (q·r, P): dH k_j
         u = exp2(c2_end - c2) * w
-        dv = tl.dot(tl.trans(a.to(DOT)), dy.to(DOT), acc=D * dy + u[:, None] * kdH)
+        dv = tl.dot(tl.trans(a.to(DOT)), dy.to(DOT), acc=D * dy + u[:, None] * kdH,
+                    input_precision=PRECISION)
         dS = (G * L).to(DOT)
-        dq = tl.dot(dS, k.to(DOT), acc=tl.dot(dy.to(DOT), H.to(DOT)) * exp2(c2)[:, None])
-        dk = tl.dot(tl.trans(dS), q.to(DOT), acc=tl.dot((v * u[:, None]).to(DOT),
-                                                        dH.to(DOT)))
+        dq = tl.dot(dy.to(DOT), H.to(DOT), input_precision=PRECISION) * exp2(c2)[:, None]
+        dq = tl.dot(dS, k.to(DOT), acc=dq, input_precision=PRECISION)
+        dk = tl.dot((v * u[:, None]).to(DOT), dH.to(DOT), input_precision=PRECISION)
+        dk = tl.dot(tl.trans(dS), q.to(DOT), acc=dk, input_precision=PRECISION)
         vkdH = tl.sum(v * kdH, axis=1)  # (q·r,): ⟨dH, v_j k_jᵀ⟩
         step = tl.arange(0, QR) // R
         below = step[:, None] > step[None, :]
@@ -173,7 +179,8 @@ def mimo_backward_kernel(
         tl.store(dADT_ptr + head * l + ts, dadt, mask=mask_t)
         tl.store(dW_ptr + head * l + ts, dw, mask=mask_t)
         tl.store(dG_ptr + head * l + ts, dgam, mask=mask_t)
-        dH = dH * exp2(c2_end) + tl.dot(tl.trans((dy * exp2(c2)[:, None]).to(DOT)), q.to(DOT))
+        dH = dH * exp2(c2_end) + tl.dot(tl.trans((dy * exp2(c2)[:, None]).to(DOT)), q.to(DOT),
+                                        input_precision=PRECISION)
         # the final k state is the last step's rotated k: its gradient joins dk there
         if dKf_ptr is not None:
             dk += tl.load(dKf_ptr + ((bi * R + rho) * h + hi)[:, None] * n + offs_n[None, :],
