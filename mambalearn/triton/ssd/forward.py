@@ -221,7 +221,7 @@ def _state_passing_kernel(
                     mask=ok, other=0.0).to(tl.float32)
     else:
         H = tl.zeros((BLOCK,), dtype=tl.float32)
-    seq_prev = 0
+    seq_prev = tl.full([], 0, tl.int64)  # int64: seq_idx's values are compared as loaded
     c = 0
     while c < nchunks:  # a while loop: Triton's interpreter rejects range() over a runtime bound
         row = (pid_b * nchunks + c) * h + pid_h
@@ -229,9 +229,9 @@ def _state_passing_kernel(
         a = tl.exp(tl.load(dA_cs_ptr + ((pid_b * h + pid_h) * nchunks + c) * Q + Q - 1))
         if HAS_SEQ:  # a new sequence ends this chunk: the old state must not leak into it
             t_end = tl.minimum((c + 1) * Q, l) - 1
-            seq_new = tl.load(seq_ptr + pid_b * stride_seqb + t_end * stride_seql).to(tl.int32)
-            a = tl.where(seq_new == seq_prev, a, 0.0)  # (int32 like seq_prev: an int64 seq_idx
-            # would change the loop variable's type, which the GPU's compiler refuses)
+            seq_new = tl.load(seq_ptr + pid_b * stride_seqb + t_end * stride_seql).to(tl.int64)
+            a = tl.where(seq_new == seq_prev, a, 0.0)  # (int64 either way: a loop variable whose
+            # type changed with seq_idx's dtype is a program the GPU's compiler refuses)
             seq_prev = seq_new
         H = a * H + tl.load(S_ptr + row * dim + offs, mask=ok, other=0.0)  # H_{c+1} = a H_c + S_c
         c += 1
