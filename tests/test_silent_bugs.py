@@ -151,6 +151,40 @@ def test_ssd_with_a_very_negative_A():
     same_as_oracle(run_ssd(kw), oracle_ssd(kw), "SSD, A ≈ −1e4")
 
 
+def _minus_inf_A(family):
+    if family == "mamba1":
+        kw = m1_inputs(1, 3, 2 * BLOCK_L + 1, 2, seed=1)
+        kw["A"][1, 0] = -float("inf")  # one (channel, state) forgets everything at once
+        return kw, run_m1, lambda k: selective_scan_sequential(**k)
+    kw = ssd_inputs(1, 2 * CHUNK + 1, 2, 3, 4, seed=1)
+    kw["A"][1] = -float("inf")  # one head
+    return kw, run_ssd, lambda k: ssd.mamba_chunk_scan_ref(**k, chunk_size=CHUNK)
+
+
+def test_mamba1_forward_with_A_minus_inf():
+    kw, run, ref = _minus_inf_A("mamba1")
+    out, _ = run(kw, grad=False)
+    assert_close(out, ref({k: v.double() for k, v in kw.items()}))
+
+
+@pytest.mark.xfail(strict=True, reason="A = −∞: Mamba-1's gradients are NaN (the derivative of "
+                   "exp(ΔA) in Δ is A·exp(ΔA) = −∞ · 0), and dB, shared by every channel, "
+                   "carries the NaN to all of them")
+def test_mamba1_gradients_with_A_minus_inf():
+    kw, run, _ = _minus_inf_A("mamba1")
+    _, grads = run(kw)
+    assert all(torch.isfinite(g).all() for g in grads.values())
+
+
+@pytest.mark.xfail(strict=True, reason="A = −∞: SSD's forward is NaN — its chunks take "
+                   "exp(cumsum_t − cumsum_s) of ΔA, and −∞ − (−∞) = NaN (chapter 17's segment-sum "
+                   "bug; the oracle ssd.mamba_chunk_scan_ref is NaN there too)")
+def test_ssd_forward_with_A_minus_inf():
+    kw, run, _ = _minus_inf_A("ssd")
+    out, _ = run(kw, grad=False)
+    assert torch.isfinite(out).all()
+
+
 def _nan_steps(out, time_dim):
     """The steps of one sequence's output (time along ``time_dim``) that hold a NaN."""
     return out.isnan().movedim(time_dim, 0).flatten(1).any(1).nonzero().flatten().tolist()
