@@ -38,7 +38,7 @@ __version__ = "0.1.0"
 
 _SUBMODULES = {
     "autograd", "check", "claims", "classroom", "device", "discretize", "doctor", "inference",
-    "machine", "mamba3", "model", "ops", "parallel", "roofline", "scan", "serving", "ssd",
+    "machine", "mamba3", "model", "ops", "parallel", "roofline", "scan", "serving", "silent", "ssd",
     "testing", "timing", "triton", "utils",
 }
 

@@ -43,6 +43,7 @@ CHAPTERS = {
     "mambalearn.triton.mamba3": 15,
     "mambalearn.claims": 16,
     "mambalearn.serving": 16,
+    "mambalearn.silent": 17,
 }
 TOOLING = ("mambalearn.check", "mambalearn.bench", "mambalearn.classroom", "mambalearn.doctor",
            "mambalearn.__main__")

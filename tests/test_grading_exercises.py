@@ -1,5 +1,5 @@
-"""The exercises of chapters 11 and 13 end to end: wrong versions, graded boxed, are rejected with
-the message of their mistake; the library's block cannot stand in for the student's."""
+"""The exercises of chapters 11, 13 and 17 end to end: wrong versions, graded boxed, are rejected
+with the message of their mistake; the library's block cannot stand in for the student's."""
 
 import textwrap
 
@@ -34,6 +34,26 @@ CLASS = {  # student: (exercise, {solution cell: source}, {task: words the reaso
                                           w["mixer.dt_proj.bias"], delta_softplus=True)
             return hidden + F.linear(y.transpose(1, 2), w["mixer.out_proj.weight"])
         """)}, {"mamba_block": "not causal"}),
+    "w17_mask_for_multiples_only": ("17_silent_bugs", {"row_sums_kernel": textwrap.dedent("""
+        @triton.jit
+        def row_sums_kernel(x_ptr, out_ptr, n, stride_row, BLOCK: tl.constexpr):
+            row = tl.program_id(0)
+            acc = tl.zeros((BLOCK,), dtype=tl.float32)
+            start = 0
+            while start < n:
+                j = start + tl.arange(0, BLOCK)
+                acc += tl.load(x_ptr + row * stride_row + j, mask=j < (n // BLOCK) * BLOCK + BLOCK)
+                start += BLOCK
+            tl.store(out_ptr + row, tl.sum(acc, axis=0))
+        """)}, {"row_sums": "read past the end of a row"}),
+    "w17_float64_in_arrival_order": ("17_silent_bugs", {
+        "deterministic_scatter_sum": textwrap.dedent("""
+        def deterministic_scatter_sum(parts, target, arrival, rows):
+            out = torch.zeros(rows, parts.shape[1], dtype=torch.float64)
+            for k in arrival.tolist():
+                out[target[k]] += parts[k].double()
+            return out.float()
+        """)}, {"deterministic_scatter_sum": "differ in their bits"}),
     "w13_uses_the_library_block": ("13_model", {"mamba_block": textwrap.dedent("""
         from mambalearn import model
         def mamba_block(hidden, w):

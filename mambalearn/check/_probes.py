@@ -313,6 +313,16 @@ def block_grads(block, hidden, weights, grad_out):
     return out.detach(), grads[0], dict(zip(names, grads[1:], strict=True))
 
 
+def output_and_grad(fn, x, grad_out):
+    """``fn(x)`` and the gradient of ⟨grad_out, fn(x)⟩ w.r.t. x (None when x is not used)."""
+    x = x.detach().requires_grad_()
+    out = fn(x)
+    if not isinstance(out, torch.Tensor) or not out.requires_grad:
+        return out, None
+    (grad,) = torch.autograd.grad(out, x, grad_out.to(out.dtype), allow_unused=True)
+    return out.detach(), grad
+
+
 def table(fn, *shape_args, n=None):
     """``[fn(i, *shape_args) for i in range(n)]``: a pure function's whole table in one request."""
     return [fn(i, *shape_args) for i in range(n)]

@@ -1,0 +1,260 @@
+"""The course's own kernels held to chapter 17's lessons, at tiny sizes in Triton's CPU interpreter.
+
+* int32 edges: the interpreter does int32 arithmetic as the GPU does (it wraps), so a CPU test can
+  catch a narrow offset — but only by computing offsets past 2³¹, which the public launchers do not
+  expose without a tensor that large. The launches past 2³¹ elements need a GPU:
+  tests/test_past_2_31.py (SSD and Mamba-3, fwd+bwd) and tests/test_huge.py (Mamba-1, the decode
+  step), marked ``gpu``.
+* masks at every tile edge: lengths block − 1, block, block + 1 of the CPU configuration's tile
+  (Mamba-1's time block, SSD's chunk, the decode step's head-dim block), forward and gradients
+  against the float64 oracles.
+* non-finite inputs: A very negative (exp(ΔA) underflows to 0) gives finite outputs and gradients
+  equal to the oracle's; a NaN in one token of one sequence stays in that sequence, from that token
+  on — except SSD's, which reaches the earlier steps of its chunk (0 · NaN in the chunk's masked
+  product): a strict xfail, with the reason.
+* determinism: the same inputs twice give bitwise equal outputs and gradients; a sequence's output
+  and its own gradients do not depend on its position in the batch (parameter gradients, summed
+  over the batch, may).
+"""
+
+import pytest
+import torch
+
+from mambalearn import silent, ssd
+from mambalearn.scan.sequential import selective_scan_sequential
+from mambalearn.testing import assert_close
+from mambalearn.triton.selective_scan import selective_scan_fn
+from mambalearn.triton.selective_scan.config import default_config
+from mambalearn.triton.ssd import mamba_chunk_scan_combined
+from mambalearn.triton.step import selective_state_update
+
+pytestmark = [
+    pytest.mark.skipif(torch.cuda.is_available(), reason="CPU interpreter sizes"),
+    # −∞ − (−∞) in the interpreter's numpy: the NaN these tests look for, not a fault of the test
+    pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning"),
+]
+BLOCK_L = default_config(2, "cpu").forward.block_l  # Mamba-1's time tile in the interpreter
+CHUNK = 4  # SSD's chunk here (a tile edge every 4 steps)
+
+
+def m1_inputs(b, d, l, n, seed, A_scale=1.0):
+    g = torch.Generator().manual_seed(seed)
+    r = lambda *s: torch.randn(*s, generator=g)
+    u, delta, z = r(b, d, l), torch.rand(b, d, l, generator=g) * 0.5, r(b, d, l)
+    A = -A_scale * (torch.rand(d, n, generator=g) + 0.5)
+    return dict(u=u, delta=delta, A=A, B=r(b, n, l), C=r(b, n, l), D=r(d), z=z)
+
+
+def ssd_inputs(b, l, h, p, n, seed, A_scale=1.0):
+    g = torch.Generator().manual_seed(seed)
+    r = lambda *s: torch.randn(*s, generator=g)
+    A = -A_scale * (torch.rand(h, generator=g) + 0.5)
+    return dict(x=r(b, l, h, p), dt=torch.rand(b, l, h, generator=g) * 0.5, A=A, B=r(b, l, 1, n),
+                C=r(b, l, 1, n), D=r(h))
+
+
+def _run(fn, kw, grad, w):
+    """out = fn(**kw) and the gradients of ⟨w, out⟩ (w: seeded, unless given) w.r.t. every input."""
+    kw = {k: v.detach().clone().requires_grad_(grad) for k, v in kw.items()}
+    out = fn(**kw)
+    if not grad:
+        return out.detach(), {}
+    if w is None:
+        w = torch.randn(out.shape, generator=torch.Generator().manual_seed(7))
+    grads = torch.autograd.grad(out, list(kw.values()), w.to(out.dtype))
+    return out.detach(), dict(zip(kw, grads, strict=True))
+
+
+def run_m1(kw, grad=True, w=None):
+    return _run(selective_scan_fn, kw, grad, w)
+
+
+def oracle_m1(kw):
+    kw64 = {k: v.detach().double().requires_grad_() for k, v in kw.items()}
+    out = selective_scan_sequential(**kw64)
+    w = torch.randn(out.shape, generator=torch.Generator().manual_seed(7)).double()  # _run's w
+    grads = torch.autograd.grad(out, list(kw64.values()), w)
+    return out.detach(), dict(zip(kw64, grads, strict=True))
+
+
+def run_ssd(kw, grad=True, w=None):
+    return _run(lambda **k: mamba_chunk_scan_combined(**k, chunk_size=CHUNK), kw, grad, w)
+
+
+def oracle_ssd(kw):
+    kw64 = {k: v.detach().double().requires_grad_() for k, v in kw.items()}
+    out = ssd.mamba_chunk_scan_ref(**kw64, chunk_size=CHUNK)
+    w = torch.randn(out.shape, generator=torch.Generator().manual_seed(7)).double()  # _run's w
+    grads = torch.autograd.grad(out, list(kw64.values()), w)
+    return out.detach(), dict(zip(kw64, grads, strict=True))
+
+
+def same_as_oracle(got, want, what):
+    out, grads = got
+    ref, ref_grads = want
+    assert_close(out, ref, msg=f"{what}: out")
+    for k, gr in grads.items():
+        assert torch.isfinite(gr).all(), f"{what}: d{k} not finite"
+        assert_close(gr, ref_grads[k], grad=True, msg=f"{what}: d{k}")
+
+
+# --- int32 edges ----------------------------------------------------------------------------------
+
+def test_the_interpreter_wraps_int32_as_the_gpu_does():
+    """The check of the check: a CPU test of offsets past 2³¹ sees the wrap (then the fix)."""
+    rows, stride = 9, 2**28
+    exact = torch.arange(rows)[:, None] * stride + torch.arange(3)  # (rows, 3) int64
+    assert torch.equal(silent.tile_offsets(rows, stride, 3, wide=False), silent.wraps_int32(exact))
+    assert torch.equal(silent.tile_offsets(rows, stride, 3, wide=True), exact)
+
+
+# --- masks at every tile edge ---------------------------------------------------------------------
+
+@pytest.mark.parametrize("l", [BLOCK_L - 1, BLOCK_L, BLOCK_L + 1])
+def test_mamba1_at_the_tile_edges(l):
+    kw = m1_inputs(1, 3, l, 2, seed=l)
+    same_as_oracle(run_m1(kw), oracle_m1(kw), f"Mamba-1, l = {l} (block {BLOCK_L})")
+
+
+@pytest.mark.parametrize("l", [CHUNK - 1, CHUNK, CHUNK + 1])
+def test_ssd_at_the_chunk_edges(l):
+    kw = ssd_inputs(1, l, 2, 3, 4, seed=l)
+    same_as_oracle(run_ssd(kw), oracle_ssd(kw), f"SSD, l = {l} (chunk {CHUNK})")
+
+
+@pytest.mark.parametrize("p", [3, 4, 5])
+def test_decode_step_at_the_head_dim_block_edges(p):
+    """The decode step with its head-dim block at 4: p = 3, 4, 5 (a tile past p writes outside
+    the state's row, e.g. into the next head's)."""
+    g = torch.Generator().manual_seed(p)
+    b, h, n = 2, 2, 4
+    state = torch.randn(b, h, p, n, generator=g)
+    x, dt = torch.randn(b, h, p, generator=g), torch.rand(b, h, generator=g)
+    A, B, C = -torch.rand(h, generator=g) - 0.5, torch.randn(b, 1, n, generator=g), \
+        torch.randn(b, 1, n, generator=g)
+    D = torch.randn(h, generator=g)
+    want_state = torch.exp(dt * A)[..., None, None] * state + \
+        (dt[..., None, None] * B[:, :, None, :] * x[..., None])  # (b, h, p, n)
+    want = (want_state * C[:, :, None, :]).sum(-1) + D[:, None] * x  # (b, h, p)
+    poisoned = torch.full((b, h + 1, p, n), float("nan"))[:, :h]  # NaN after the last head
+    poisoned.copy_(state)
+    out = selective_state_update(poisoned, x, dt, A, B, C, D, block_p=4)
+    assert_close(out, want)
+    assert_close(poisoned, want_state)
+
+
+# --- non-finite inputs ----------------------------------------------------------------------------
+
+def test_mamba1_with_a_very_negative_A():
+    kw = m1_inputs(1, 3, 2 * BLOCK_L + 3, 2, seed=1, A_scale=1e4)  # exp(ΔA) underflows to 0
+    same_as_oracle(run_m1(kw), oracle_m1(kw), "Mamba-1, A ≈ −1e4")
+
+
+def test_ssd_with_a_very_negative_A():
+    kw = ssd_inputs(1, 2 * CHUNK + 3, 2, 3, 4, seed=1, A_scale=1e4)
+    same_as_oracle(run_ssd(kw), oracle_ssd(kw), "SSD, A ≈ −1e4")
+
+
+def _minus_inf_A(family):
+    if family == "mamba1":
+        kw = m1_inputs(1, 3, 2 * BLOCK_L + 1, 2, seed=1)
+        kw["A"][1, 0] = -float("inf")  # one (channel, state) forgets everything at once
+        return kw, run_m1, lambda k: selective_scan_sequential(**k)
+    kw = ssd_inputs(1, 2 * CHUNK + 1, 2, 3, 4, seed=1)
+    kw["A"][1] = -float("inf")  # one head
+    return kw, run_ssd, lambda k: ssd.mamba_chunk_scan_ref(**k, chunk_size=CHUNK)
+
+
+def test_mamba1_forward_with_A_minus_inf():
+    kw, run, ref = _minus_inf_A("mamba1")
+    out, _ = run(kw, grad=False)
+    assert_close(out, ref({k: v.double() for k, v in kw.items()}))
+
+
+@pytest.mark.xfail(strict=True, reason="A = −∞: Mamba-1's gradients are NaN (the derivative of "
+                   "exp(ΔA) in Δ is A·exp(ΔA) = −∞ · 0), and dB, shared by every channel, "
+                   "carries the NaN to all of them")
+def test_mamba1_gradients_with_A_minus_inf():
+    kw, run, _ = _minus_inf_A("mamba1")
+    _, grads = run(kw)
+    assert all(torch.isfinite(g).all() for g in grads.values())
+
+
+@pytest.mark.xfail(strict=True, reason="A = −∞: SSD's forward is NaN — its chunks take "
+                   "exp(cumsum_t − cumsum_s) of ΔA, and −∞ − (−∞) = NaN (chapter 17's segment-sum "
+                   "bug; the oracle ssd.mamba_chunk_scan_ref is NaN there too)")
+def test_ssd_forward_with_A_minus_inf():
+    kw, run, _ = _minus_inf_A("ssd")
+    out, _ = run(kw, grad=False)
+    assert torch.isfinite(out).all()
+
+
+def _nan_steps(out, time_dim):
+    """The steps of one sequence's output (time along ``time_dim``) that hold a NaN."""
+    return out.isnan().movedim(time_dim, 0).flatten(1).any(1).nonzero().flatten().tolist()
+
+
+def test_mamba1_keeps_a_nan_in_its_channel_from_its_step_on():
+    l, t0 = 2 * BLOCK_L + 1, BLOCK_L + 1
+    kw = m1_inputs(2, 3, l, 2, seed=2)
+    kw["u"][0, 1, t0] = float("nan")
+    out, _ = run_m1(kw, grad=False)  # (b, d, l)
+    assert torch.isfinite(out[1]).all(), "a NaN in sequence 0 reached sequence 1"
+    assert torch.isfinite(out[0, [0, 2]]).all(), "a NaN in channel 1 reached other channels"
+    assert _nan_steps(out[0], 1) == list(range(t0, l)), "the NaN reached steps before its own"
+
+
+def _ssd_with_a_nan(t0):
+    kw = ssd_inputs(2, 3 * CHUNK, 2, 3, 4, seed=2)
+    kw["x"][0, t0, 0, 1] = float("nan")
+    return run_ssd(kw, grad=False)[0]  # (b, l, h, p)
+
+
+def test_ssd_keeps_a_nan_in_its_sequence_and_out_of_earlier_chunks():
+    t0 = CHUNK + 1  # the second step of chunk 1
+    out = _ssd_with_a_nan(t0)
+    assert torch.isfinite(out[1]).all(), "a NaN in sequence 0 reached sequence 1"
+    assert min(_nan_steps(out[0], 0)) >= CHUNK, "a NaN reached an earlier chunk"
+
+
+@pytest.mark.xfail(strict=True, reason="SSD's intra-chunk product (L ∘ C Bᵀ) X multiplies the NaN "
+                   "of step t0 by L_ts = 0 for the chunk's earlier steps t, and 0 · NaN = NaN: a "
+                   "NaN reaches the steps of its chunk before it (ssd.mamba_chunk_scan_ref, the "
+                   "oracle, and mamba_ssm's chunked form do the same)")
+def test_ssd_keeps_a_nan_out_of_earlier_steps_of_its_chunk():
+    t0 = CHUNK + 1
+    assert min(_nan_steps(_ssd_with_a_nan(t0)[0], 0)) == t0
+
+
+# --- determinism ----------------------------------------------------------------------------------
+
+def _bitwise(a, b, what):
+    out_a, grads_a = a
+    out_b, grads_b = b
+    assert torch.equal(out_a, out_b), f"{what}: out differs"
+    for k in grads_a:
+        assert torch.equal(grads_a[k], grads_b[k]), f"{what}: d{k} differs"
+
+
+PER_SEQUENCE = {"mamba1": ("u", "delta", "B", "C", "z"), "ssd": ("x", "dt", "B", "C")}
+
+
+@pytest.mark.parametrize("family", ["mamba1", "ssd"])
+def test_bitwise_twice_and_independent_of_the_batch_position(family):
+    """The same inputs twice: bitwise equal outputs and gradients. Rows 0 and 1 swapped (and the
+    output weights with them): each sequence's output and its own gradients are bitwise those of
+    the unswapped batch."""
+    if family == "mamba1":
+        run, kw = run_m1, m1_inputs(2, 3, 2 * BLOCK_L + 1, 2, seed=4)
+        w = torch.randn(kw["u"].shape, generator=torch.Generator().manual_seed(5))  # (b, d, l)
+    else:
+        run, kw = run_ssd, ssd_inputs(2, 2 * CHUNK + 1, 2, 3, 4, seed=4)
+        w = torch.randn(kw["x"].shape, generator=torch.Generator().manual_seed(5))  # (b, l, h, p)
+    first = run(kw, w=w)
+    _bitwise(first, run(kw, w=w), f"{family}, two runs")
+    out, grads = first
+    swapped = {k: v.flip(0) if k in PER_SEQUENCE[family] else v for k, v in kw.items()}
+    out_s, grads_s = run(swapped, w=w.flip(0))
+    assert torch.equal(out, out_s.flip(0)), f"{family}: a sequence's output depends on its row"
+    for k in PER_SEQUENCE[family]:
+        assert torch.equal(grads[k], grads_s[k].flip(0)), f"{family}: d{k} depends on the row"
