@@ -21,6 +21,11 @@ if ! command -v apt-get >/dev/null 2>&1 || { [ -n "$sudo" ] && ! sudo -n true 2>
   [ -n "${CI:-}" ] && exit 1  # in CI a missing browser or sandbox is a failure, not a skip
   exit 0
 fi
+if [[ " ${need[*]} " == *" bubblewrap "* ]]; then
+  echo "Grading runs each notebook in a bubblewrap box (bwrap): no network, nothing written outside" \
+       "a scratch folder, your home and the course's answers out of reach, limits on processes and" \
+       "file sizes (docs/GRADING.md). bubblewrap is not installed: installing it now (once)."
+fi
 echo "installing ${need[*]} from Debian's packages"
 $sudo apt-get update -qq
 DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
