@@ -157,6 +157,10 @@
     const update = () => {
       let current = heads[0];
       for (const h of heads) if (h.getBoundingClientRect().top < window.innerHeight * 0.3) current = h;
+      const end = window.innerHeight + window.scrollY >= document.documentElement.scrollHeight - 2;
+      if (end && heads[heads.length - 1].getBoundingClientRect().top < window.innerHeight) {
+        current = heads[heads.length - 1];  // the page's end: its last section, even if short
+      }
       for (const a of links) {
         const on = decodeURIComponent(a.hash.slice(1)) === current.id;
         a.classList.toggle("ml-active", on);
@@ -167,10 +171,19 @@
     update();
   }
 
-  // printed output wider than the text: each line its own block, wrapped at spaces, indented
+  // printed output wider than the text: each line its own block, wrapped at spaces, indented;
+  // code a little wider than the text (a window of a laptop's width) wraps at spaces too, code
+  // far wider (a phone) scrolls sideways in its box
   function wrapOutput() {
+    for (const pre of document.querySelectorAll(".jp-InputArea-editor pre")) {
+      if (pre.scrollWidth > pre.clientWidth + 1 && pre.scrollWidth < 1.3 * pre.clientWidth) {
+        pre.classList.add("ml-wrap-code");
+      }
+    }
     for (const pre of document.querySelectorAll(".jp-OutputArea-output pre")) {
-      if (pre.scrollWidth <= pre.clientWidth + 1 || pre.children.length) continue;
+      if (pre.scrollWidth <= pre.clientWidth + 1) continue;
+      pre.classList.add("ml-wrap");
+      if (pre.children.length) continue;  // links or colours inside: wrapped, not re-lined
       const lines = pre.textContent.replace(/\n$/, "").split("\n");
       pre.replaceChildren(...lines.map((line) => {
         const span = document.createElement("span");
@@ -178,7 +191,6 @@
         span.textContent = line || " ";
         return span;
       }));
-      pre.classList.add("ml-wrap");
     }
   }
 
