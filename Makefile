@@ -105,7 +105,7 @@ browser:  ## Debian's chromium and npm, for the browser tests and offline decks 
 slides: $(STAMP) browser  ## decks + PDFs in slides/ and slides/course.pdf [NB=03 for one chapter] [ONLINE=1: CDNs]
 	$(PY) -m mambalearn slides $(NB) --out slides --pdf $(if $(ONLINE),--online,)
 
-site: $(STAMP) browser  ## every chapter as a web page in site/ (offline; ONLINE=1: CDNs) [COLAB=owner/repo]
+site: $(STAMP) browser  ## every chapter as a web page in site/ (offline; ONLINE=1: CDNs) [COLAB=owner/repo: the repository for "open in Colab"]
 	$(PY) -m mambalearn site --out site --pdf --jobs $(JOBS) $(if $(ONLINE),--online,) \
 	  $(if $(COLAB),--colab $(COLAB),)
 

@@ -211,6 +211,25 @@ def test_colab_link_when_the_repository_is_given(tmp_path):
         site.main(["--colab", "not a repo", "--out", str(tmp_path)])
 
 
+def test_the_repository_for_colab_is_found(tmp_path, monkeypatch):
+    """Colab links are on by default: the repository comes from the setting, else pyproject's
+    [project.urls], else `git remote`; none of them, no link (and no guess)."""
+    import subprocess
+
+    monkeypatch.delenv("MAMBALEARN_REPOSITORY", raising=False)
+    (tmp_path / "pyproject.toml").write_text('[project]\nname = "x"\n')
+    assert site.repository(tmp_path) is None
+    subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
+    subprocess.run(["git", "-C", str(tmp_path), "remote", "add", "origin",
+                    "git@github.com:from-git/course.git"], check=True)
+    assert site.repository(tmp_path) == "from-git/course"
+    (tmp_path / "pyproject.toml").write_text(
+        '[project]\nname = "x"\n[project.urls]\nRepository = "https://github.com/pyproj/course"\n')
+    assert site.repository(tmp_path) == "pyproj/course"
+    monkeypatch.setenv("MAMBALEARN_REPOSITORY", "setting/course")
+    assert site.repository(tmp_path) == "setting/course"
+
+
 CONTRAST = """() => {
     const lum = (c) => c.match(/[\\d.]+/g).slice(0, 3).map(Number).map((v) => {
         v /= 255; return v <= 0.03928 ? v / 12.92 : Math.pow((v + 0.055) / 1.055, 2.4); })
@@ -343,3 +362,27 @@ def test_in_a_browser_search_theme_and_phone(built, browser):
         assert page.evaluate("() => document.documentElement.scrollWidth <= "
                              "window.innerWidth + 1"), f"{name} is wider than a phone's screen"
     page.context.close()
+
+
+def test_the_course_pdf_has_a_title_and_a_bookmark_per_chapter(tmp_path):
+    from pypdf import PdfReader, PdfWriter
+
+    from mambalearn.classroom import slides
+
+    pdfs = []
+    for k, pages in enumerate((2, 3)):
+        w = PdfWriter()
+        for _ in range(pages):
+            w.add_blank_page(width=960, height=700)
+        pdfs.append(tmp_path / f"0{k}_x.pdf")
+        with open(pdfs[-1], "wb") as f:
+            w.write(f)
+    deck = tmp_path / "01_a.slides.html"
+    deck.write_text("<html><head><title>01 · A &amp; B slides</title></head></html>")
+    assert slides.deck_title(deck) == "01 · A & B slides"
+    out = slides.join_pdfs(pdfs, tmp_path / "course.pdf", ["01 · One", "02 · Two"])
+    reader = PdfReader(out)
+    assert reader.metadata.title == slides.COURSE_TITLE and len(reader.pages) == 5
+    marks = [(o.title, reader.get_destination_page_number(o)) for o in reader.outline]
+    assert marks == [("01 · One", 0), ("02 · Two", 2)]
+    assert reader.trailer["/Root"]["/PageMode"] == "/UseOutlines"
