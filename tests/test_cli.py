@@ -252,3 +252,31 @@ def test_exercises_leave_a_notebook_under_its_old_name(tmp_path, monkeypatch, ca
         in said.out
     assert "nothing was replaced or deleted" in said.err
     assert {p: p.read_bytes() for p in (worked, unused)} == before
+
+
+def test_grading_says_why_it_installs_bubblewrap_and_doctor_checks_the_tools(tmp_path, capsys,
+                                                                            monkeypatch):
+    """`make grade` runs tools/browser-deps.sh bwrap: where bwrap is missing it first says what
+    the box is for; `doctor` lists bwrap, Chromium and npm (warnings, never failures)."""
+    import os
+    import shutil
+
+    from mambalearn import doctor
+
+    bin_ = tmp_path / "bin"
+    bin_.mkdir()
+    for tool in ("id", "bash"):  # no bwrap, no apt-get: nothing is installed here
+        os.symlink(shutil.which(tool), bin_ / tool)
+    done = subprocess.run(["bash", str(ROOT / "tools" / "browser-deps.sh"), "bwrap"],
+                          capture_output=True, text=True, timeout=60,
+                          env={"PATH": str(bin_), "HOME": str(tmp_path)})
+    assert done.returncode == 0, done.stderr
+    assert "bubblewrap box" in done.stdout and "no network" in done.stdout
+    assert "missing: bubblewrap" in done.stderr
+    monkeypatch.setenv("PATH", str(bin_))
+    monkeypatch.setenv("MAMBALEARN_CHROMIUM", str(tmp_path / "no-chromium"))
+    found = doctor.tools()
+    out = capsys.readouterr().out
+    assert found == {"bubblewrap (bwrap)": None, "Chromium": None, "npm": None}
+    for name in ("bubblewrap (bwrap) not found", "Chromium not found", "npm not found"):
+        assert f"[warn] {name}" in out, out
