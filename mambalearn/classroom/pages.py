@@ -120,7 +120,7 @@ def title(nb, default):
         if cell.cell_type == "markdown":
             for line in cell.source.splitlines():
                 if line.startswith("#"):
-                    return re.sub(r"[*_`]", "", line.lstrip("#")).strip()
+                    return re.sub(r"[*`]", "", line.lstrip("#")).strip()
     return default
 
 
