@@ -98,6 +98,7 @@ def test_titles_alt_text_downloads_and_footer(built):
     deck = (out / "01_discretization.slides.html").read_text()
     assert f"<title>{title} slides</title>" in deck.replace("&#39;", "'")
     assert 'name="viewport"' in deck and 'class="ml-back" href="01_discretization.html"' in deck
+    assert "No description has been provided" not in deck
     assert 'href="../' not in deck.split("<script")[0] + deck.split("</script>")[-1]
     # downloads: the notebook with its outputs and a setup note first, and a script
     nb = nbformat.read(out / "notebooks" / "02_tiny.ipynb", as_version=4)

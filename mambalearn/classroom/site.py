@@ -515,9 +515,12 @@ def write_api(chapters, out_dir, mods, colab=None, info=None):
     return path
 
 
-def site_deck(path, chapter):
-    """A deck copied into the site: links to the site's copies, a viewport tag, a way back."""
+def site_deck(path, chapter, nb=None):
+    """A deck copied into the site: links to the site's copies, a viewport tag, a way back, and
+    (given the executed notebook ``nb``) its figures' alt text."""
     text = Path(path).read_text()
+    if nb is not None:
+        text = set_alts(text, figure_alts(nb))
     text = re.sub(r'href="\.\./(exercises|notebooks)/', r'href="\1/', text)
     if 'name="viewport"' not in text:
         text = text.replace("<head>", '<head>\n<meta name="viewport" content="width=device-width,'
@@ -593,7 +596,7 @@ def build(notebooks, out_dir, online=False, jobs=2, timeout=300, fresh=False, pd
     for c, (p, nb) in zip(chapters_, done, strict=True):
         c.summary = about.get(c.number, "") if c.number is not None else ""
         c.deck = slides.export(p, out_dir, offline=not online, nb=nb).name
-        site_deck(out_dir / c.deck, c)
+        site_deck(out_dir / c.deck, c, nb)
         shipped = Path(exercises) / f"{p.stem}.ipynb"
         if shipped.exists():
             c.exercise = shipped
