@@ -15,6 +15,9 @@ LAUNCHES := .launches
 TORCH_CPU_INDEX ?= https://download.pytorch.org/whl/cpu
 JOBS   ?= 2
 NB     ?=
+# a variable's text as one single-quoted shell word, as the user typed it (a `$` in a file name is
+# neither make's nor the shell's to expand)
+q = '$(subst ','\'',$(value $(1)))'
 PIP    := $(PY) -m pip install -q --disable-pip-version-check
 NPIP    = $(NEWEST)/bin/python -m pip install -q --disable-pip-version-check
 # Tests run headless and quiet; `make lab` keeps the user's settings (figures need the inline backend).
@@ -84,17 +87,19 @@ exercises: $(STAMP)  ## (authors) exercises/ from solutions/, never over a stude
 	$(PY) -m mambalearn exercises $(if $(DRY),--dry-run,) $(if $(FORCE),--force,)
 
 grade: $(STAMP)  ## make grade NB=exercises/ex01_discretization.ipynb | make grade CLASS=submissions/ EXERCISES=01,02|all [OUT=grades.csv] (docs/GRADING.md)
-	@test -n "$$NB$$CLASS" || { echo "usage: make grade NB=notebook.ipynb | make grade CLASS=dir EXERCISES=01,02|all [OUT=grades.csv]"; exit 2; }
+	@test -n $(call q,NB)$(call q,CLASS) || { echo "usage: make grade NB=notebook.ipynb | make grade CLASS=dir EXERCISES=01,02|all [OUT=grades.csv]"; exit 2; }
 	@bash tools/browser-deps.sh bwrap  # each submission runs in a bubblewrap box (docs/GRADING.md)
-	@# names reach the shell as variables ("$$NB"): spaces, quotes and parentheses are safe; exit
-	@# status 1 means "graded, below full marks" (the report says so), only 2, an error, fails make
-	@if [ -n "$$CLASS" ]; then set -- --class "$$CLASS" --exercises "$$EXERCISES" \
-	  --out "$${OUT:-grades.csv}" --jobs "$(JOBS)"; else set -- "$$NB"; fi; \
+	@# names reach the program as written: quoted here, never expanded by make or the shell
+	@# (spaces, quotes, parentheses and $ are safe); exit status 1 means "graded, below full
+	@# marks" (the report says so), only 2, an error, fails make
+	@if [ -n $(call q,CLASS) ]; then set -- --class $(call q,CLASS) --exercises $(call q,EXERCISES) \
+	  --out $(if $(value OUT),$(call q,OUT),grades.csv) --jobs "$(JOBS)"; else set -- $(call q,NB); fi; \
 	$(PY) -m mambalearn grade "$$@" || [ $$? -eq 1 ]
 
-submit: $(STAMP)  ## make submit NB=exercises/ex01_discretization.ipynb [STUDENT=name]: check a notebook and package it in submission/
-	@test -n "$$NB" || { echo "usage: make submit NB=notebook.ipynb [STUDENT=name]"; exit 2; }
-	@$(PY) -m mambalearn.classroom.submit "$$NB" $${STUDENT:+--student "$$STUDENT"}
+submit: $(STAMP)  ## make submit NB=exercises/ex01_discretization.ipynb [STUDENT=name] [REPLACE=1]: check a notebook and package it in submission/ (earlier ones kept)
+	@test -n $(call q,NB) || { echo "usage: make submit NB=notebook.ipynb [STUDENT=name] [REPLACE=1]"; exit 2; }
+	@set -- $(call q,NB); [ -z $(call q,STUDENT) ] || set -- "$$@" --student $(call q,STUDENT); \
+	$(PY) -m mambalearn submit "$$@" $(if $(REPLACE),--replace,)
 
 test-browser: $(STAMP) browser  ## JupyterLab in headless Chromium, every deck checked (part of make test)
 	$(TEST_ENV) $(PY) -m pytest -p no:cacheprovider tests/test_browser.py tests/test_slides_offline.py \
@@ -106,7 +111,7 @@ browser:  ## Debian's chromium and npm, for the browser tests and offline decks 
 slides: $(STAMP) browser  ## decks + PDFs in slides/ and slides/course.pdf [NB=03 for one chapter] [ONLINE=1: CDNs]
 	$(PY) -m mambalearn slides $(NB) --out slides --pdf $(if $(ONLINE),--online,)
 
-site: $(STAMP) browser  ## every chapter as a web page in site/ (offline; ONLINE=1: CDNs) [COLAB=owner/repo]
+site: $(STAMP) browser  ## every chapter as a web page in site/ (offline; ONLINE=1: CDNs) [COLAB=owner/repo: the repository for "open in Colab"]
 	$(PY) -m mambalearn site --out site --pdf --jobs $(JOBS) $(if $(ONLINE),--online,) \
 	  $(if $(COLAB),--colab $(COLAB),)
 

@@ -54,6 +54,27 @@ def _loop_scan(a, b, reverse):
     return out
 
 
+def tools():
+    """The programs outside Python the course's tools use: warnings, never failures (the chapters
+    run without them)."""
+    import os
+    import shutil
+
+    chromium = os.environ.get("MAMBALEARN_CHROMIUM", "/usr/bin/chromium")
+    found = {"bubblewrap (bwrap)": shutil.which("bwrap"),
+             "Chromium": chromium if os.access(chromium, os.X_OK) else shutil.which("chromium"),
+             "npm": shutil.which("npm")}
+    used = {"bubblewrap (bwrap)": "make grade boxes each graded notebook (no network, nothing "
+                                  "of yours readable); without it grading runs unboxed",
+            "Chromium": "the slide and site PDFs and the browser tests",
+            "npm": "fetching reveal.js and MathJax once, for offline slides and the site"}
+    for name, path in found.items():
+        _line(bool(path), f"{name}: {path}" if path else f"{name} not found ({used[name]})",
+              "make browser (Debian's packages: apt-get install bubblewrap chromium npm)",
+              warn=True)
+    return found
+
+
 def main():
     ok = _line(sys.version_info >= (3, 10), f"Python {platform.python_version()}",
                "install Python 3.10 or newer")
@@ -95,5 +116,6 @@ def main():
             first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
             ok &= _line(False, f"Triton scan (reverse={reverse}): {first}",
                         "check that triton matches torch (`pip list`), then report the output")
+    tools()
     print("all good" if ok else "some checks failed: see the fixes above")
     return ok

@@ -1,11 +1,12 @@
 """JupyterLab in a real browser: chapter 01 runs clean and its slider redraws the figure.
 
-Starts ``jupyter lab`` on 127.0.0.1 (free port, random token, temporary config/runtime/workspace
-folders, a copy of the notebook so nothing in the repository is autosaved), drives Debian's
-chromium through Playwright (no browser download; `make browser` installs it), runs all cells,
-checks that no cell shows an error, moves the ipywidgets slider and waits for the figure to be
-redrawn, once (a figure function that returns its figure would be shown twice). Every request
-that leaves 127.0.0.1 is refused and reported. The server and its kernels are shut down
+Starts ``python -m mambalearn lab`` (JupyterLab with the course's config) on 127.0.0.1 (free
+port, random token, temporary config/runtime/workspace folders, a copy of the notebook so nothing
+in the repository is autosaved), drives Debian's chromium through Playwright (no browser
+download; `make browser` installs it), runs all cells, checks that no cell shows an error, moves
+the ipywidgets slider and waits for the figure to be redrawn, once (a figure function that
+returns its figure would be shown twice). Every request that leaves 127.0.0.1 is refused and
+reported. The server and its kernels are shut down
 afterwards, and the test fails if any of their processes outlive it.
 """
 
@@ -61,8 +62,10 @@ def lab(tmp_path_factory):
                JUPYTER_DATA_DIR=str(tmp / "data"), JUPYTER_RUNTIME_DIR=str(tmp / "run"),
                MAMBALEARN_PROGRESS="0")
     env.pop("MPLBACKEND", None)  # make exports Agg; a kernel under Agg shows no figures
-    cmd = [sys.executable, "-m", "jupyterlab", "--no-browser", "--ip=127.0.0.1", f"--port={port}",
-           "--allow-root", f"--ServerApp.token={token}", f"--ServerApp.root_dir={work}",
+    # started as a student starts it: `python -m mambalearn lab` (what `make lab` runs, the
+    # course's Jupyter config included), the test's own settings after `--`
+    cmd = [sys.executable, "-m", "mambalearn", "lab", "--root", str(work), "--", f"--port={port}",
+           f"--ServerApp.token={token}",
            "--ServerApp.port_retries=0", f"--LabApp.workspaces_dir={tmp / 'workspaces'}",
            f"--LabApp.user_settings_dir={tmp / 'settings'}", "--LabApp.expose_app_in_browser=True",
            "--ServerApp.shutdown_no_activity_timeout=600"]

@@ -19,23 +19,36 @@ def _nb(title, *cells):
     return new_notebook(cells=[new_markdown_cell(f"# {title}"), *cells])
 
 
+RESULT = sorted((ROOT / "docs" / "results").glob("*.json"))[0].name  # any file the store has
+
+
 @pytest.fixture(scope="module")
 def built(tmp_path_factory):
-    """A site of chapter 01, a tiny chapter 02 with a widget and a wide printed line, and a
-    chapter that raises; (out folder, exit status, folder of the notebooks)."""
+    """A site of chapter 01, a tiny chapter 02 (a widget with printed text after it, a figure, a
+    wide printed line, a long code cell, a cited result, a library import) and a chapter that
+    raises; (out folder, exit status)."""
     tmp = tmp_path_factory.mktemp("site")
     src = tmp / "notebooks"
     src.mkdir()
     tiny = src / "02_tiny.ipynb"
-    nbformat.write(_nb("02 · Tiny", new_markdown_cell("## A first section\n\nThe word zebrafish."),
-                       new_code_cell("print('w' * 300)"),
-                       new_code_cell("from ipywidgets import interact\n_ = interact(lambda k: k, "
-                                     "k=(1, 5))"),
-                       new_markdown_cell("## A second section")), tiny)
+    long_cell = "\n".join(f"x{i} = {i}" for i in range(40))
+    nbformat.write(_nb(
+        "02 · Tiny", new_markdown_cell("## A first section\n\nThe word zebrafish. Its exercise: "
+                                       "[here](../exercises/ex01_discretization.ipynb)."),
+        new_code_cell("print(' '.join(['word'] * 300))"),
+        new_code_cell("from ipywidgets import interact\nimport matplotlib.pyplot as plt\n"
+                      "def draw(k):\n    plt.plot([0, k])\n    plt.title('The zebra line')\n"
+                      "    plt.show()\n_ = interact(draw, k=(1, 5))\n"
+                      "print('held-out: accuracy 0.80')"),
+        new_code_cell(f"print('as measured (docs/results/{RESULT})')"),
+        new_code_cell("from mambalearn.discretize import zoh\nzoh_checked = zoh"),
+        new_code_cell(long_cell),
+        new_markdown_cell("## A second section\n\nMamba-3 (arXiv 2603.15569).")), tiny)
     broken = src / "99_broken.ipynb"
     nbformat.write(_nb("Broken", new_code_cell("1 / 0")), broken)
     out = tmp / "site"
-    code = site.main([str(CH01), str(tiny), str(broken), "--out", str(out), "--jobs", "2"])
+    code = site.main([str(CH01), str(tiny), str(broken), "--out", str(out), "--jobs", "2",
+                      "--colab", "someone/course"])
     return out, code
 
 
@@ -62,8 +75,74 @@ def test_pages_figures_offline_and_failures(built):
         assert "prefers-color-scheme: dark" in html, name
     for path in ("vendor/mathjax/MathJax.js", "site.css", "site.js", "search-index.js",
                  "01_discretization.slides.html", "notebooks/01_discretization.ipynb",
-                 "exercises/ex01_discretization.ipynb"):
+                 "notebooks/01_discretization.py", "exercises/ex01_discretization.ipynb",
+                 "api.html", f"docs/results/{RESULT}"):
         assert (out / path).exists(), path
+    # the exercise published is the one shipped (the grader's copy), not the checkout's
+    from mambalearn.classroom import pristine
+
+    assert (out / "exercises" / "ex01_discretization.ipynb").read_bytes() == (
+        pristine.PRISTINE / "01_discretization.ipynb").read_bytes()
+
+
+def test_titles_alt_text_downloads_and_footer(built):
+    out, _ = built
+    page = (out / "01_discretization.html").read_text()
+    title = site.title(nbformat.read(CH01, as_version=4), "")
+    assert f"<title>{title}</title>" in page.replace("&#39;", "'") and title[:2] == "01"
+    assert "No description has been provided" not in page
+    tiny = (out / "02_tiny.html").read_text()
+    assert 'alt="Figure: The zebra line"' in tiny
+    alts = re.findall(r'<img[^>]*\balt="([^"]+)"', page)
+    assert alts and all(len(a) > 10 for a in alts)
+    deck = (out / "01_discretization.slides.html").read_text()
+    assert f"<title>{title} slides</title>" in deck.replace("&#39;", "'")
+    assert 'name="viewport"' in deck and 'class="ml-back" href="01_discretization.html"' in deck
+    assert "No description has been provided" not in deck
+    assert 'href="../' not in deck.split("<script")[0] + deck.split("</script>")[-1]
+    # downloads: the notebook with its outputs and a setup note first, and a script
+    nb = nbformat.read(out / "notebooks" / "02_tiny.ipynb", as_version=4)
+    assert nb.cells[0].id == "mambalearn-setup" and "make lab" in nb.cells[0].source
+    assert "someone/course" in nb.cells[0].source
+    assert any(o.get("text", "").startswith("word word") for c in nb.cells
+               for o in c.get("outputs", []))
+    assert "print(' '.join(['word'] * 300))" in (out / "notebooks" / "02_tiny.py").read_text()
+    # papers, the repository, the build's date and commit
+    for html in (page, (out / "index.html").read_text(), (out / "api.html").read_text()):
+        foot = html.split('<footer class="ml-footer">')[1]
+        for paper in ("arxiv.org/abs/2312.00752", "arxiv.org/abs/2405.21060",
+                      "arxiv.org/abs/2603.15569", "github.com/state-spaces/mamba",
+                      "triton-lang.org", "https://github.com/someone/course"):
+            assert paper in foot, paper
+        assert re.search(r"Built \d{4}-\d\d-\d\d \d\d:\d\d UTC from commit <code>[0-9a-f]{7,}",
+                         foot)
+    # a cited result links to its copy, an arXiv number to its abstract, the exercise in the site
+    assert f'href="docs/results/{RESULT}">docs/results/{RESULT}</a>' in tiny
+    assert 'href="https://arxiv.org/abs/2603.15569">arXiv 2603.15569</a>' in tiny
+    assert 'href="exercises/ex01_discretization.ipynb">here</a>' in tiny
+
+
+def test_api_reference_and_code_links(built):
+    from mambalearn.classroom import apiref
+
+    out, _ = built
+    api = (out / "api.html").read_text()
+    mods = apiref.modules()
+    names = {m.name for m in mods}
+    assert {"mambalearn.discretize", "mambalearn.ssd", "mambalearn.triton.scan"} <= names
+    assert not any(n.startswith(("mambalearn.classroom", "mambalearn.check", "mambalearn.bench"))
+                   for n in names), "the instructor's tooling is not the library's API"
+    zoh = next(m for m in mods if m.name == "mambalearn.discretize").members
+    assert "zoh" in [m.name for m in zoh]
+    assert 'id="mambalearn.discretize.zoh"' in api and "<b>zoh</b>(" in api
+    import mambalearn.discretize as d
+
+    assert d.zoh.__doc__.split("\n")[0].strip()[:40].replace("``", "") in \
+        re.sub(r"</?code>", "", api).replace("&#x27;", "'")
+    tiny = (out / "02_tiny.html").read_text()
+    assert 'href="api.html#mambalearn.discretize.zoh"><span class="n">zoh</span></a>' in tiny
+    assert 'href="api.html#mambalearn.discretize"><span class="nn">mambalearn.discretize' in tiny
+    assert 'href="api.html"' in tiny.split("</nav>")[0]  # in the side panel
 
 
 def test_every_page_has_the_chapter_list_outline_and_links(built):
@@ -71,7 +150,7 @@ def test_every_page_has_the_chapter_list_outline_and_links(built):
     page = (out / "01_discretization.html").read_text()
     nav = page.split('<nav class="ml-side">')[1].split("</nav>")[0]
     assert re.findall(r'<li[^>]*><a href="([^"]+\.html)"', nav) == ["01_discretization.html",
-                                                                   "02_tiny.html"]
+                                                                   "02_tiny.html", "api.html"]
     outline = re.findall(r'<ul class="ml-outline">(.*?)</ul>', nav)[0]
     anchors = re.findall(r'href="#([^"]+)"', outline)
     ids = set(re.findall(r'<h2 id="([^"]+)"', page))
@@ -86,25 +165,39 @@ def test_every_page_has_the_chapter_list_outline_and_links(built):
     assert "make grade NB=exercises/ex01_discretization.ipynb" in links
     assert 'href="01_discretization.slides.html"' in links
     assert 'href="notebooks/01_discretization.ipynb"' in links
-    assert "colab" not in links.lower()  # no repository given, no link to a guess
+    assert 'href="notebooks/01_discretization.py"' in links
+    assert ('href="https://colab.research.google.com/github/someone/course/blob/main/notebooks/'
+            '01_discretization.ipynb"') in links
     assert 'href="../exercises/' not in page, "the exercise link points into the site"
     index = (out / "index.html").read_text()
-    assert re.findall(r'<li><a href="([^"]+)"', index.split("</nav>")[1]) == [
+    assert re.findall(r'<tr><td><a href="([^"]+)"', index.split("</nav>")[1]) == [
         "01_discretization.html", "02_tiny.html"]
     assert site.title(nbformat.read(CH01, as_version=4), "") in index
+    row = index.split('<tr><td><a href="01_discretization.html"')[1].split("</tr>")[0]
+    assert site.summaries()[1] in row, "the README's line on the chapter"
+    minutes = site.reading_minutes(nbformat.read(CH01, as_version=4))
+    assert f"<td>{minutes} min</td>" in row and minutes > 1
 
 
 def test_search_index_widgets_and_printed_output(built):
     out, _ = built
     text = (out / "search-index.js").read_text()
     entries = json.loads(text.removeprefix("window.mambalearnIndex = ").rstrip(";\n"))
-    tiny = [e for e in entries if e["page"] == "02_tiny.html"]
+    tiny = [e for e in entries if e["page"] == "02_tiny.html" and e["kind"] == "prose"]
     assert [e["title"] for e in tiny] == ["02 · Tiny", "A first section", "A second section"]
-    assert "zebrafish" in tiny[1]["text"] and "wwww" not in tiny[1]["text"]  # prose, not output
-    assert {e["page"] for e in entries} == {"01_discretization.html", "02_tiny.html"}
+    assert "zebrafish" in tiny[1]["text"] and "word word" not in tiny[1]["text"]  # prose only
+    assert {e["page"] for e in entries} == {"01_discretization.html", "02_tiny.html", "api.html"}
+    code = [e for e in entries if e["kind"] == "code" and "zoh_checked" in e["text"]]
+    assert len(code) == 1 and code[0]["id"].startswith("cell-id=")
+    assert any(e["kind"] == "api" and e["id"] == "mambalearn.discretize.zoh" for e in entries)
     page = (out / "02_tiny.html").read_text()
     assert "Interactive in JupyterLab" in page and "widget-view+json" not in page
     assert "embed-amd" not in page, "no widget code to load once widgets are notes"
+    # the widget's cell keeps its printed text and shows the figure it last drew
+    cell = [c for c in page.split('id="cell-id=') if ">interact</span>" in c]
+    assert len(cell) == 1
+    cell = cell[0]
+    assert "held-out: accuracy 0.80" in cell and 'src="data:image/png' in cell
     css = (out / "site.css").read_text()
     assert re.search(r"\.jp-OutputArea-output pre[^{]*\{[^}]*white-space: pre;[^}]*word-break: "
                      r"normal", css)
@@ -119,12 +212,50 @@ def test_colab_link_when_the_repository_is_given(tmp_path):
         site.main(["--colab", "not a repo", "--out", str(tmp_path)])
 
 
-def test_in_a_browser_search_theme_and_phone(built, browser):
-    from conftest import require_chromium
+def test_the_repository_for_colab_is_found(tmp_path, monkeypatch):
+    """Colab links are on by default: the repository comes from the setting, else pyproject's
+    [project.urls], else `git remote`; none of them, no link (and no guess)."""
+    import subprocess
 
-    require_chromium()
-    out, _ = built
+    monkeypatch.delenv("MAMBALEARN_REPOSITORY", raising=False)
+    (tmp_path / "pyproject.toml").write_text('[project]\nname = "x"\n')
+    assert site.repository(tmp_path) is None
+    subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
+    subprocess.run(["git", "-C", str(tmp_path), "remote", "add", "origin",
+                    "git@github.com:from-git/course.git"], check=True)
+    assert site.repository(tmp_path) == "from-git/course"
+    (tmp_path / "pyproject.toml").write_text(
+        '[project]\nname = "x"\n[project.urls]\nRepository = "https://github.com/pyproj/course"\n')
+    assert site.repository(tmp_path) == "pyproj/course"
+    monkeypatch.setenv("MAMBALEARN_REPOSITORY", "setting/course")
+    assert site.repository(tmp_path) == "setting/course"
 
+
+CONTRAST = """() => {
+    const lum = (c) => c.match(/[\\d.]+/g).slice(0, 3).map(Number).map((v) => {
+        v /= 255; return v <= 0.03928 ? v / 12.92 : Math.pow((v + 0.055) / 1.055, 2.4); })
+        .reduce((s, v, i) => s + v * [0.2126, 0.7152, 0.0722][i], 0);
+    const back = (e) => {
+        for (let a = e; a; a = a.parentElement) {
+            const m = getComputedStyle(a).backgroundColor.match(/[\\d.]+/g);
+            if (m && (m.length < 4 || +m[3] > 0.5)) return getComputedStyle(a).backgroundColor;
+        }
+        return "rgb(255, 255, 255)";
+    };
+    return [...document.querySelectorAll("main a, nav a")].filter((a) => {
+        const r = a.getBoundingClientRect();
+        return r.width && r.height && !a.classList.contains("anchor-link");
+    }).map((a) => {
+        const [f, b] = [lum(getComputedStyle(a).color), lum(back(a))];
+        return [(Math.max(f, b) + 0.05) / (Math.min(f, b) + 0.05), a.textContent.slice(0, 40)];
+    }).sort((x, y) => x[0] - y[0]);
+}"""
+
+
+ACTIVE = "t => document.querySelector('ul.ml-outline a.ml-active')?.textContent === t"
+
+
+def _opener(browser, out):
     def open_page(name, **context):
         ctx = browser.new_context(offline=True, **context)
         refused = []
@@ -137,6 +268,15 @@ def test_in_a_browser_search_theme_and_phone(built, browser):
         page.wait_for_function("() => !window.MathJax || !MathJax.Hub || "
                                "MathJax.Hub.queue.pending === 0", timeout=60_000)
         return page, refused, errors
+    return open_page
+
+
+def test_in_a_browser_search_theme_and_phone(built, browser):
+    from conftest import require_chromium
+
+    require_chromium()
+    out, _ = built
+    open_page = _opener(browser, out)
 
     page, refused, errors = open_page("01_discretization.html",
                                       viewport={"width": 1400, "height": 900})
@@ -144,20 +284,106 @@ def test_in_a_browser_search_theme_and_phone(built, browser):
     page.fill(".ml-search input", "zebrafish")
     hits = page.eval_on_selector_all(".ml-search ol a",
                                      "els => els.map(e => e.getAttribute('href'))")
-    assert hits == ["02_tiny.html#A-first-section"], hits
+    assert hits == ["02_tiny.html?hl=zebrafish#A-first-section"], hits
+    assert page.inner_text(".ml-search ol mark.ml-hit") == "zebrafish"
     light = page.evaluate("() => getComputedStyle(document.body).backgroundColor")
     assert page.evaluate("() => document.querySelector('nav.ml-side details').open")
-    page.context.close()
+    # code and API names are searched too: a name inside an identifier, the API entry first
+    page.fill(".ml-search input", "checked")
+    hits = page.eval_on_selector_all(".ml-search ol a", "els => els.map(e => e.href)")
+    assert any("02_tiny.html?hl=checked#cell-id%3D" in h for h in hits), hits
+    page.fill(".ml-search input", "zoh")
+    hits = page.eval_on_selector_all(".ml-search ol a", "els => els.map(e => e.href)")
+    assert any(h.endswith("api.html?hl=zoh#mambalearn.discretize.zoh") for h in hits), hits
+
+    # following a hit: the word marked in its section, scrolled to
+    page.set_viewport_size({"width": 1280, "height": 800})
+    page.fill(".ml-search input", "zebrafish")
+    page.click(".ml-search ol a")
+    page.wait_for_url("**/02_tiny.html?hl=zebrafish#A-first-section")
+    page.wait_for_load_state("load")
     assert not refused and not errors, (refused, errors)
+    marks = page.eval_on_selector_all("main mark.ml-hit", "els => els.map(e => e.textContent)")
+    assert marks == ["zebrafish"], marks
+    # a copy button on each code cell, a long cell folded, the outline following the scroll
+    cells = page.locator(".jp-CodeCell .jp-InputArea-editor").count()
+    assert page.locator("button.ml-copy").count() == cells > 0
+    page.locator("button.ml-copy").first.click()
+    assert page.evaluate("() => window.mambalearnCopied") == "print(' '.join(['word'] * 300))"
+    folded = page.locator(".jp-InputArea-editor.ml-folded")
+    assert folded.count() == 1
+    assert folded.locator("pre").evaluate("e => e.scrollHeight > e.clientHeight + 50")
+    page.click("button.ml-fold")
+    assert page.locator(".jp-InputArea-editor.ml-folded").count() == 0
+    page.evaluate("() => document.getElementById('A-second-section')"
+                  ".scrollIntoView({behavior: 'instant'})")
+    page.wait_for_function(ACTIVE, arg="A second section", timeout=5_000)
+    page.evaluate("() => window.scrollTo({top: 0, behavior: 'instant'})")
+    page.wait_for_function(ACTIVE, arg="A first section", timeout=5_000)
+    # printed output longer than the text wraps at spaces, not a sideways scroll
+    wide = page.locator(".jp-OutputArea-output pre").first
+    assert wide.evaluate("e => e.classList.contains('ml-wrap') && e.scrollWidth <= "
+                         "e.clientWidth + 1 && e.getBoundingClientRect().height > 60")
+    assert not errors, errors
+    page.context.close()
+
+    # the index and every page start right of the side panel on a laptop's or projector's width
+    page, _, _ = open_page("index.html", viewport={"width": 1120, "height": 800})
+    for width in (1120, 1280, 1440, 1503):
+        page.set_viewport_size({"width": width, "height": 800})
+        nav_right = page.evaluate("() => document.querySelector('nav.ml-side')"
+                                  ".getBoundingClientRect().right")
+        main_left = page.evaluate("() => document.querySelector('main').getBoundingClientRect()"
+                                  ".left")
+        assert main_left >= nav_right, (width, main_left, nav_right)
+    border = page.evaluate("() => getComputedStyle(document.querySelector("
+                           "'.ml-search input')).borderTopColor")
+    assert border not in ("rgba(0, 0, 0, 0)", page.evaluate(
+        "() => getComputedStyle(document.body).backgroundColor")), "no border on the box"
+    page.context.close()
+
+    # every link at least 4.5:1 (WCAG AA) against what is behind it, dark and light
+    for scheme, names in (("dark", ("index.html", "01_discretization.html", "02_tiny.html",
+                                    "api.html")), ("light", ("01_discretization.html",))):
+        page, _, _ = open_page(names[0], color_scheme=scheme,
+                               viewport={"width": 1280, "height": 800})
+        for name in names:
+            page.goto((out / name).resolve().as_uri(), wait_until="load")
+            worst = page.evaluate(CONTRAST)
+            assert worst and worst[0][0] >= 4.5, (name, scheme, worst[:3])
+        page.context.close()
 
     page, _, _ = open_page("02_tiny.html", color_scheme="dark",
                            viewport={"width": 390, "height": 800})
     dark = page.evaluate("() => getComputedStyle(document.body).backgroundColor")
     assert dark != light and page.evaluate("() => document.body.dataset.jpThemeLight") == "false"
     assert not page.evaluate("() => document.querySelector('nav.ml-side details').open")
-    pre = page.locator(".jp-OutputArea-output pre").first
-    assert pre.evaluate("e => getComputedStyle(e).whiteSpace") == "pre"
-    assert pre.evaluate("e => e.getClientRects().length === 1 && e.scrollWidth > e.clientWidth")
-    assert page.evaluate("() => document.documentElement.scrollWidth <= window.innerWidth + 1"), \
-        "the page is wider than a phone's screen"
+    for name in ("index.html", "01_discretization.html", "02_tiny.html", "api.html"):
+        page.goto((out / name).resolve().as_uri(), wait_until="load")
+        assert page.evaluate("() => document.documentElement.scrollWidth <= "
+                             "window.innerWidth + 1"), f"{name} is wider than a phone's screen"
     page.context.close()
+
+
+def test_the_course_pdf_has_a_title_and_a_bookmark_per_chapter(tmp_path):
+    from pypdf import PdfReader, PdfWriter
+
+    from mambalearn.classroom import slides
+
+    pdfs = []
+    for k, pages in enumerate((2, 3)):
+        w = PdfWriter()
+        for _ in range(pages):
+            w.add_blank_page(width=960, height=700)
+        pdfs.append(tmp_path / f"0{k}_x.pdf")
+        with open(pdfs[-1], "wb") as f:
+            w.write(f)
+    deck = tmp_path / "01_a.slides.html"
+    deck.write_text("<html><head><title>01 · A &amp; B slides</title></head></html>")
+    assert slides.deck_title(deck) == "01 · A & B slides"
+    out = slides.join_pdfs(pdfs, tmp_path / "course.pdf", ["01 · One", "02 · Two"])
+    reader = PdfReader(out)
+    assert reader.metadata.title == slides.COURSE_TITLE and len(reader.pages) == 5
+    marks = [(o.title, reader.get_destination_page_number(o)) for o in reader.outline]
+    assert marks == [("01 · One", 0), ("02 · Two", 2)]
+    assert reader.trailer["/Root"]["/PageMode"] == "/UseOutlines"

@@ -1,5 +1,7 @@
 """Every chapter's deck in headless Chromium: every slide fits reveal's 960 x 700 box with all its
-fragments shown, the arrow key reaches every slide, and the print view has all its math.
+fragments shown, measured as a presenter sees it (a 960 x 700 window; the slide section's own
+scrollWidth and scrollHeight, and the box of what it shows), the arrow key reaches every slide,
+and the print view has all its math.
 
 The chapters are found, not listed (every ``notebooks/*.ipynb``). Each deck is built as
 ``make slides`` builds it (``slides.export``: images embedded, so the temporary folder sees every
@@ -62,8 +64,12 @@ MATH = """() => {
 @pytest.mark.parametrize("notebook", CHAPTERS, ids=[p.stem for p in CHAPTERS])
 def test_deck_fits_navigates_and_prints(notebook, out, browser):
     path = slides.export(notebook, out)
-    page, _ = slides_offline.open_deck(browser, path, "?transition=none")
+    # measured as a presenter sees it: a 960 x 700 window, every fragment shown, the size of
+    # each slide section (scrollWidth x scrollHeight) and of what it shows
+    page, _ = slides_offline.open_deck(browser, path, "?transition=none",
+                                       slides_offline.PRESENTER)
     rows = slides_offline.measure_page(page)
+    assert rows and all(r["shown"] for r in rows), "a fragment left hidden while measuring"
     # then, on the same page (measuring ends on the first slide), the right arrow as a presenter
     # presses it: every slide and subslide in order
     fragments = page.evaluate("() => document.querySelectorAll('.reveal .fragment').length")
@@ -106,3 +112,29 @@ def test_a_slide_that_cannot_fit_is_reported(kind, out, browser, tmp_path):
     rows = slides_offline.measure(browser, path)
     assert [r["fits"] for r in rows] == [False]
     assert rows[0]["right"] > deck.WIDTH and "Too wide" in slides_offline.describe(rows[0])
+
+
+def test_the_slide_sections_own_size_is_measured(out, browser, tmp_path):
+    """What a presenter sees is the slide section: room it takes below its last line (padding,
+    a margin; no text box reaches there) fails the check; a slide whose content had to be
+    zoomed keeps the section 960 px wide."""
+    from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, new_output
+
+    tall = new_markdown_cell('<div style="height: 690px"></div><p>bottom line</p>',
+                             metadata={"slideshow": {"slide_type": "-"}})
+    wide = new_code_cell("print(row)", metadata={"slideshow": {"slide_type": "subslide"}})
+    wide.outputs = [new_output("stream", name="stdout", text=" ".join(["w" * 60] * 3) + "\n")]
+    nb = new_notebook(cells=[new_markdown_cell("# Tall", metadata={
+        "slideshow": {"slide_type": "slide"}}), tall, wide])
+    path = slides.export(tmp_path / "tall.ipynb", out, nb=nb)
+    page, _ = slides_offline.open_deck(browser, path, "?transition=none",
+                                       slides_offline.PRESENTER)
+    rows = slides_offline.measure_page(page)
+    assert rows and all(r["fits"] and r["width"] <= deck.WIDTH for r in rows), rows
+    assert page.evaluate("() => document.querySelectorAll('section > .ml-zoom').length") >= 1
+    page.evaluate("() => { Reveal.getSlides()[0].style.paddingBottom = '400px'; }")
+    again = slides_offline.measure_page(page)
+    page.context.close()
+    assert not again[0]["fits"] and again[0]["height"] > deck.HEIGHT
+    assert again[0]["bottom"] == rows[0]["bottom"], "the text boxes did not move"
+    assert f"x{again[0]['height']} px" in slides_offline.describe(again[0])

@@ -12,6 +12,11 @@ need=()
 [[ " $want " == *" npm "* ]] && { command -v npm >/dev/null 2>&1 || need+=(npm); }
 [[ " $want " == *" bwrap "* ]] && { command -v bwrap >/dev/null 2>&1 || need+=(bubblewrap); }
 [ ${#need[@]} -eq 0 ] && exit 0
+if [[ " ${need[*]} " == *" bubblewrap "* ]]; then  # say why before anything is installed
+  echo "Grading runs each notebook in a bubblewrap box (bwrap): no network, nothing written outside" \
+       "a scratch folder, your files and the course's answers out of reach, limits on processes and" \
+       "file sizes (docs/GRADING.md). bubblewrap is not installed; installing it (once)."
+fi
 sudo=""
 [ "$(id -u)" -eq 0 ] || sudo="sudo"
 if ! command -v apt-get >/dev/null 2>&1 || { [ -n "$sudo" ] && ! sudo -n true 2>/dev/null; }; then

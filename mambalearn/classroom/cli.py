@@ -71,3 +71,64 @@ def parser(command=None, raw=False, **kwargs):
     """The parser of ``python -m mambalearn [COMMAND]`` (``Parser``, program name set)."""
     return Parser(prog=f"{PROG} {command}" if command else PROG, formatter_class=formatter(raw),
                   **kwargs)
+
+
+def nearest_notebooks(path, n=1):
+    """The existing notebooks whose path is nearest to ``path`` (a mistyped name): the same folder,
+    ``exercises/`` and ``notebooks/`` are looked in."""
+    from pathlib import Path
+
+    path = Path(path)
+    repo = Path(__file__).resolve().parents[2]
+    folders = {path.parent, Path("exercises"), Path("notebooks"), repo / "exercises"}
+    found = {}
+    for folder in folders:
+        if folder.is_dir():
+            for nb in folder.glob("*.ipynb"):
+                shown = nb.relative_to(repo) if nb.is_absolute() and nb.is_relative_to(repo) else nb
+                found.setdefault(str(shown), nb)
+    near = difflib.get_close_matches(str(path), list(found), n=n, cutoff=0.6)
+    if not near:  # the file name alone, in any of the folders
+        names = {Path(k).name: k for k in found}
+        near = [names[m] for m in difflib.get_close_matches(path.name, list(names), n=n,
+                                                            cutoff=0.6)]
+    return near
+
+
+def notebook_problem(path, command="grade"):
+    """Why ``path`` cannot be the one exercise notebook ``make COMMAND NB=…`` wants, and what to
+    do instead, or None when it can: a missing file ("did you mean …?"), a folder (a class is
+    ``CLASS=``), a chapter notebook (its exercise is ``exercises/exNN_name.ipynb``)."""
+    from pathlib import Path
+
+    import nbformat
+
+    from mambalearn.classroom import pristine
+
+    path = Path(path)
+    if path.is_dir():
+        tip = (f" (a folder of students, one folder each, is graded with make grade "
+               f"CLASS={path} EXERCISES=01,02|all)" if command == "grade" else "")
+        return f"{path} is a folder: NB= takes one notebook, e.g. NB=exercises/exNN_name.ipynb{tip}"
+    if not path.is_file():
+        near = nearest_notebooks(path)
+        return (f"no such notebook: {path}"
+                + (f" (did you mean {near[0]}?)" if near else
+                   " (the exercises are exercises/exNN_name.ipynb)"))
+    chapter = pristine._CHAPTER.match(path.stem)
+    if chapter and path.suffix == ".ipynb" and not path.stem.lower().startswith("ex"):
+        try:
+            nb = nbformat.read(path, as_version=4)
+        except Exception:  # noqa: BLE001 - an unreadable file is the grader's to report
+            return None
+        if nb.metadata.get("mambalearn", {}).get("exercise"):
+            return None  # an exercise under another name
+        if any(pristine.meta(c).get("solution") for c in nb.cells):
+            return None
+        exercise = [p for p in pristine.shipped() if p.startswith(chapter.group(1) + "_")]
+        if exercise:
+            ex = f"exercises/{pristine.exercise_file(exercise[0])}"
+            return (f"{path} is chapter {chapter.group(1)}'s notebook, not its exercise: the "
+                    f"exercise is {ex} (open it, write your code in the cells that say `raise "
+                    f"NotImplementedError()`, then make {command} NB={ex})")
+    return None

@@ -11,7 +11,8 @@
 //      a code cell between its code and its output, a <pre> between lines, at a blank line
 //      where one is near);
 //   3. what still does not fit (one figure or block taller than a slide) is scaled down, a
-//      figure to no less than MIN_IMAGE of its size, a slide to no less than MIN_ZOOM; a figure
+//      figure to no less than MIN_IMAGE of its size, a slide's content (zoom on a div inside
+//      the section, so the section stays 960 px wide) to no less than MIN_ZOOM; a figure
 //      on a slide with room to spare grows, up to MAX_GROW.
 // Then reveal.js starts (linear navigation: the arrow keys step through every slide and
 // fragment) and window.mambalearnDeck.ready becomes true.
@@ -223,8 +224,14 @@
     const {right, bottom} = extent(section);
     const zoom = Math.min(1, LIMIT / bottom, SLIDE_W / right);
     if (zoom < 1) {
-      section.style.zoom = Math.max(MIN_ZOOM, Math.floor(zoom * 100) / 100);
-      deck.scaled.push([section.querySelector("h1, h2, h3")?.textContent, section.style.zoom]);
+      // the slide's content, not the slide, is zoomed: the section keeps reveal's width, so its
+      // own size (scrollWidth, scrollHeight) is what the audience sees
+      const inner = document.createElement("div");
+      inner.className = "ml-zoom";
+      inner.append(...section.childNodes);
+      section.append(inner);
+      inner.style.zoom = Math.max(MIN_ZOOM, Math.floor(zoom * 100) / 100);
+      deck.scaled.push([section.querySelector("h1, h2, h3")?.textContent, inner.style.zoom]);
     }
   }
 

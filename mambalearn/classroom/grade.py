@@ -19,7 +19,6 @@ and what is not. A whole class (one folder per student) is graded by
 
 import argparse
 import sys
-from pathlib import Path
 
 from mambalearn.classroom import cli, gradebook, pristine, sandbox, submission
 
@@ -64,7 +63,8 @@ def report(rows, title=None):
 
 
 def parser():
-    p = cli.parser("grade", description=__doc__.split("\n\n")[0],
+    p = cli.parser("grade", description="Grade an exercise notebook (the checks run on your code "
+                   "in a sandbox), or with --class a whole class into a gradebook.",
                    epilog="Exit status: 0 full marks, 1 graded below full marks, 2 an error. "
                           "docs/GRADING.md has the details.")
     p.add_argument("notebook", nargs="?", help="the student's exercise notebook (any name, any "
@@ -108,8 +108,9 @@ def main(argv=None):
     for option in ("exercises", "feedback", "page"):
         if getattr(args, option):
             p.error(f"--{option} belongs to --class")
-    if not Path(args.notebook).is_file():
-        print(f"error: no such notebook: {args.notebook}", file=sys.stderr)
+    problem = cli.notebook_problem(args.notebook, "grade")
+    if problem:
+        print(f"error: {problem}", file=sys.stderr)
         return 2
     try:
         rows = grade(args.notebook, args.pristine, args.timeout, limits=args.limits)

@@ -2,15 +2,27 @@
 
     python -m mambalearn site [NOTEBOOK | NN ...] [--out site] [--pdf] [--online] [--colab O/R]
 
-For students who want to read before they run anything. ``site/index.html`` lists the chapters;
-``site/NN_name.html`` is each one executed top to bottom (nbconvert's ``lab`` template, one file:
-figures and markdown images embedded, ``mambalearn.classroom.pages``). Every page has the list of
-chapters with the open chapter's outline, a search box (over a prebuilt index,
-``search-index.js``), previous / next / home links, and each chapter's links: its exercise and
-how to grade it, its deck (``NN_name.slides.html``, made here too), its PDF (``--pdf``, through
-Chromium), the notebook to download and, given ``--colab``, "open in Colab". The theme follows
-the system's light or dark setting; printed output is never wrapped inside a word; a widget cell
-says it is interactive in JupyterLab instead of showing dead sliders.
+For students who want to read before they run anything. ``site/index.html`` is the table of
+chapters (what each is about, from the README's table, and its reading time); ``site/NN_name.html``
+is each one executed top to bottom (nbconvert's ``lab`` template, one file: figures and markdown
+images embedded, ``mambalearn.classroom.pages``), titled by its first heading. Every page has the
+list of chapters with the open chapter's outline (the section on screen marked as it scrolls), a
+search box over a prebuilt index (``search-index.js``: the prose's sections, every code cell and
+the API's names; the hit is highlighted on the page it opens), previous / next / home links, a
+copy button on each code cell, long code cells folded (a button shows them), and each chapter's
+links: its exercise (the shipped copy, never the checkout's ``exercises/``) and how to grade it,
+its deck (``NN_name.slides.html``, made here too, with a link back), its PDF (``--pdf``, through
+Chromium; ``course.pdf`` has a bookmark per chapter), the notebook with its outputs and a setup
+note, the same as a ``.py`` script, "open in Colab", the papers and code the course builds on, and
+the ``docs/results/*.json`` files a page cites (copied into the site). ``api.html`` documents every
+public module from its docstrings (``mambalearn.classroom.apiref``); library names in the code
+link to it. The footer gives the build's date and commit.
+
+The theme follows the system's light or dark setting (links at least 4.5:1 against the background
+in both); a long printed line wraps at a space, never inside a word; a widget shows what it last
+drew, with a line saying it is interactive in JupyterLab. "Open in Colab" needs the repository on
+GitHub: ``--colab OWNER/REPO``, else the ``MAMBALEARN_REPOSITORY`` setting, else pyproject's
+``[project.urls]``, else ``git remote``; with none of them the pages say how to set it.
 
 Offline by default: MathJax, require.js and reveal.js come from ``site/vendor``
 (``mambalearn.classroom.slides_offline``, pinned versions); ``--online`` loads the same pinned
@@ -19,22 +31,26 @@ versions from CDNs. A chapter that raises stops nothing else, but the build repo
 where they are current (``mambalearn.classroom.execute``); ``--fresh`` runs them again.
 """
 
+import datetime
 import html
 import json
+import math
+import os
 import re
 import shutil
+import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from nbformat.v4 import new_output
+from nbformat.v4 import new_markdown_cell
 
-from mambalearn.classroom import cli, pages, pristine, slides, slides_offline
+from mambalearn.classroom import apiref, cli, pages, pristine, slides, slides_offline
 from mambalearn.classroom.execute import executed
 
 HERE = Path(__file__).resolve().parent
-WIDGET = "application/vnd.jupyter.widget-view+json"
+REPO = pages.REPO
 TEMPLATE = """{%- extends 'index.html.j2' -%}
 {%- block html_head_js_mermaidjs -%}{%- endblock html_head_js_mermaidjs -%}
 {% block notebook_css %}{{ super() }}
@@ -62,6 +78,21 @@ ONLINE = {  # the pinned versions of what a page loads, from CDNs (--online)
     "require_js_url": "https://cdnjs.cloudflare.com/ajax/libs/require.js/2.1.10/require.min.js",
     "html_manager_semver_range": slides_offline.PACKAGES["@jupyter-widgets/html-manager"][0],
 }
+# what the course builds on, linked from every page (links, not loads: offline pages keep them)
+PAPERS = [
+    ("Mamba: Linear-Time Sequence Modeling with Selective State Spaces (Gu and Dao, 2023)",
+     "https://arxiv.org/abs/2312.00752"),
+    ("Transformers are SSMs: Mamba-2 and state space duality (Dao and Gu, 2024)",
+     "https://arxiv.org/abs/2405.21060"),
+    ("Mamba-3 (Lahoti et al., 2026)", "https://arxiv.org/abs/2603.15569"),
+    ("mamba_ssm, the reference implementation", "https://github.com/state-spaces/mamba"),
+    ("Triton: documentation and tutorials", "https://triton-lang.org/main/index.html"),
+]
+WORDS_PER_MINUTE = 200
+LONG_CODE = 30  # lines: a longer code cell starts folded
+GITHUB = re.compile(r"github\.com[/:]([\w.-]+)/([\w.-]+?)(?:\.git)?/?$")
+RESULT = re.compile(r"(?<![\w/\"'=.-])docs/results/([\w.-]+\.json)")
+ARXIV = re.compile(r"arXiv[ :]?(\d{4}\.\d{4,5})")
 
 
 @dataclass
@@ -73,40 +104,81 @@ class Chapter:
     exercise: Path | None = None
     deck: str | None = None
     pdf: str | None = None
+    minutes: int | None = None
+    summary: str = ""
 
     @property
     def page(self):
         return f"{self.notebook.stem}.html"
 
-
-def title(nb, default):
-    """The first Markdown heading of the notebook (without #), else ``default``."""
-    for cell in nb.cells:
-        if cell.cell_type == "markdown":
-            for line in cell.source.splitlines():
-                if line.startswith("#"):
-                    return line.lstrip("#").strip()
-    return default
+    @property
+    def number(self):
+        m = re.match(r"\d+", self.notebook.stem)
+        return int(m.group(0)) if m else None
 
 
-def widgets_to_notes(nb):
-    """A widget cell's output becomes one line saying where it is interactive; the saved widget
-    state goes (nothing left to load the widget code for)."""
-    note = ('<p class="ml-widget">Interactive in JupyterLab: open this chapter with '
-            "<code>make lab</code> and move the sliders.</p>")
-    for cell in nb.cells:
-        if any(WIDGET in o.get("data", {}) for o in cell.get("outputs", [])):
-            cell.outputs = [new_output("display_data", data={"text/html": note})]
-    nb.metadata.pop("widgets", None)
-    return nb
+title = pages.title
 
 
-def _link(href, text):
-    return f'<a href="{html.escape(href)}">{html.escape(text)}</a>'
+def reading_minutes(nb):
+    """Minutes to read the notebook's prose at ``WORDS_PER_MINUTE`` (code and output not
+    counted)."""
+    words = sum(len(re.findall(r"\w+", c.source)) for c in nb.cells if c.cell_type == "markdown")
+    return max(1, math.ceil(words / WORDS_PER_MINUTE))
+
+
+def summaries(readme=REPO / "README.md"):
+    """{chapter number: what it covers} from the README's chapter table (``| 03 ✎ | … |``)."""
+    if not Path(readme).is_file():
+        return {}
+    rows = re.findall(r"^\|\s*(\d\d)\b[^|]*\|\s*([^|]+?)\s*\|", Path(readme).read_text(), re.M)
+    return {int(n): text for n, text in rows}
+
+
+def repository(root=REPO):
+    """The course's GitHub repository as ``OWNER/REPO``: the ``MAMBALEARN_REPOSITORY`` setting,
+    else pyproject.toml's ``[project.urls]``, else ``git remote get-url origin``; None if none."""
+    setting = os.environ.get("MAMBALEARN_REPOSITORY", "").strip()
+    if setting:
+        return setting
+    try:
+        import tomllib
+
+        urls = tomllib.loads((Path(root) / "pyproject.toml").read_text()).get(
+            "project", {}).get("urls", {})
+    except (ImportError, OSError, ValueError):
+        urls = {}
+    candidates = list(urls.values())
+    try:
+        candidates.append(subprocess.run(["git", "-C", str(root), "remote", "get-url", "origin"],
+                                         capture_output=True, text=True, timeout=10).stdout)
+    except (OSError, subprocess.SubprocessError):
+        pass
+    for url in candidates:
+        m = GITHUB.search(str(url).strip())
+        if m:
+            return f"{m.group(1)}/{m.group(2)}"
+    return None
+
+
+def build_info(root=REPO):
+    """(UTC date, short commit or "unknown") of this build."""
+    date = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    try:
+        commit = subprocess.run(["git", "-C", str(root), "rev-parse", "--short", "HEAD"],
+                                capture_output=True, text=True, timeout=10).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        commit = ""
+    return date, commit or "unknown"
+
+
+def _link(href, text, cls=None):
+    c = f' class="{cls}"' if cls else ""
+    return f'<a{c} href="{html.escape(href)}">{html.escape(text)}</a>'
 
 
 def nav(chapters, current=None, outline=""):
-    """The side panel: home, search, every chapter (the current one with its outline)."""
+    """The side panel: home, search, every chapter (the current one with its outline), the API."""
     items = []
     for c in chapters:
         here = c is current
@@ -114,9 +186,10 @@ def nav(chapters, current=None, outline=""):
                      + (outline if here else "") + "</li>")
     return (f'<nav class="ml-side"><details open><summary><a href="index.html"><b>mambalearn</b>'
             '</a> · chapters and search</summary><div class="ml-search"><h2>Search</h2><input '
-            'type="search" placeholder="e.g. Blelloch, tf32, chunk" aria-label="search the '
+            'type="search" placeholder="e.g. Blelloch, tf32, ssd_chunked" aria-label="search the '
             f'course"><ol></ol></div><h2>Chapters</h2><ol class="ml-toc">{"".join(items)}</ol>'
-            '</details></nav>')
+            f'<h2>Reference</h2><ol class="ml-toc"><li>{_link("api.html", "API reference")}</li>'
+            '</ol></details></nav>')
 
 
 def bar(chapters, i, where):
@@ -127,24 +200,46 @@ def bar(chapters, i, where):
     return f'<div class="ml-bar ml-{where}">{prev}{_link("index.html", "all chapters")}{nxt}</div>'
 
 
+def colab_url(repo, notebook):
+    return (f"https://colab.research.google.com/github/{repo}/blob/main/notebooks/"
+            f"{Path(notebook).name}")
+
+
 def links(c, colab=None):
-    """The chapter's exercise, deck, PDF, download and Colab links (those that exist)."""
+    """The chapter's exercise, deck, PDF, downloads and Colab links (those that exist)."""
     parts = []
     if c.exercise:
-        ex = f"exercises/{c.exercise.name}"
+        ex = f"exercises/{pristine.exercise_file(pristine.exercise_id(c.exercise))}"
         parts.append(f"✎ Exercise: {_link(ex, ex)} (download it, or open it in JupyterLab "
                      f"beside this chapter; grade it with <code>make grade NB={html.escape(ex)}"
                      "</code>)")
     shown = [_link(c.deck, "slides")] if c.deck else []
     shown += [_link(c.pdf, "slides as PDF")] if c.pdf else []
-    shown += [_link(f"notebooks/{c.notebook.name}", "download the notebook")]
-    if colab:  # Colab has a GPU, but not the course's library: the first cell installs it
-        shown.append(_link(f"https://colab.research.google.com/github/{colab}/blob/main/"
-                           f"notebooks/{c.notebook.name}", "open in Colab")
+    stem = c.notebook.stem
+    shown += [f'download: {_link(f"notebooks/{stem}.ipynb", "notebook with outputs")}, '
+              f'{_link(f"notebooks/{stem}.py", ".py script")}']
+    if colab:  # Colab has a GPU, but not the course's library: the first cell says how
+        shown.append(_link(colab_url(colab, c.notebook), "open in Colab", "ml-colab")
                      + f' (a GPU; first run <code>!pip install "mambalearn[lab] @ '
                        f'git+https://github.com/{html.escape(colab)}"</code>)')
+    if c.minutes:
+        shown.append(f"about {c.minutes} min of reading")
     parts.append(" · ".join(shown))
     return '<div class="ml-links">' + "<br>".join(parts) + "</div>"
+
+
+def footer(info, colab=None):
+    """Papers and code the course builds on, the repository, and when and from what the site was
+    built."""
+    date, commit = info
+    papers = "".join(f"<li>{_link(url, text)}</li>" for text, url in PAPERS)
+    repo = (_link(f"https://github.com/{colab}", f"github.com/{colab}") if colab else
+            "set <code>MAMBALEARN_REPOSITORY=OWNER/REPO</code> (or <code>make site COLAB=OWNER/"
+            "REPO</code>) to link it, and to get “open in Colab”")
+    return (f'<footer class="ml-footer"><h2>Papers and code</h2><ul>{papers}</ul>'
+            f"<p>The course's repository: {repo}.</p>"
+            f'<p class="ml-built">Built {html.escape(date)} from commit <code>'
+            f"{html.escape(commit)}</code>.</p></footer>")
 
 
 HEADING = re.compile(r'<h([1-3]) id="([^"]+)">(.*?)(?:<a class="anchor-link".*?</a>)?</h\1>', re.S)
@@ -158,9 +253,9 @@ def outline(body):
     return f'<ul class="ml-outline">{"".join(items)}</ul>' if items else ""
 
 
-def sections(body, c):
-    """Search entries of a page: one per heading of its prose, with the prose under it (code and
-    printed output are not searched)."""
+def sections(body, c, nb=None):
+    """Search entries of a page: one per heading of its prose, with the prose under it, and one
+    per code cell (its source; printed output is not searched)."""
     from bs4 import BeautifulSoup
 
     out = []
@@ -172,11 +267,19 @@ def sections(body, c):
                 for a in el.select("a.anchor-link"):
                     a.decompose()
                 out.append({"page": c.page, "id": el["id"], "chapter": c.title,
-                            "title": el.get_text(" ", strip=True), "text": ""})
+                            "title": el.get_text(" ", strip=True), "text": "", "kind": "prose"})
             elif out:
                 out[-1]["text"] = (out[-1]["text"] + " " + el.get_text(" ", strip=True)).strip()
     for e in out:
         e["text"] = re.sub(r"\s+", " ", e["text"])[:1500]
+    for cell in (nb.cells if nb is not None else []):
+        if cell.cell_type != "code" or not cell.source.strip() or not cell.get("id"):
+            continue
+        first = next((line for line in cell.source.splitlines() if line.strip()
+                      and not line.lstrip().startswith("#")), cell.source.splitlines()[0])
+        out.append({"page": c.page, "id": f"cell-id={cell.id}", "chapter": c.title,
+                    "title": "code: " + first.strip()[:80], "text": cell.source[:1500],
+                    "kind": "code"})
     return out
 
 
@@ -192,7 +295,124 @@ def exporter(online):
     return ex
 
 
-def render(chapters, i, nb, out_dir, online=False, colab=None):
+FIG_TITLE = re.compile(r"""(?:set_title|suptitle|plt\.title)\(\s*[rf]?(["'])(.+?)\1""")
+
+
+def figure_alts(nb):
+    """{cell id: alt text} for the code cells that draw a figure: the plot's title from the code
+    (where it is more than placeholders), else the last sentence of the Markdown above the cell,
+    else the cell's first line."""
+    alts, prose = {}, ""
+    for cell in nb.cells:
+        if cell.cell_type == "markdown":
+            prose = cell.source
+            continue
+        if cell.cell_type != "code" or not any(
+                k.startswith("image/") for o in cell.get("outputs", [])
+                for k in o.get("data", {})):
+            continue
+        titles = [m.group(2) for m in FIG_TITLE.finditer(cell.source)
+                  if m.group(2).count("{") <= 1
+                  and len(re.findall(r"[A-Za-z]{3,}", re.sub(r"\{[^}]*\}", "", m.group(2)))) >= 2]
+        text = re.sub(r"\[([^\]]*)\]\([^)]*\)", r"\1", prose)
+        text = re.sub(r"[#*_`$\\]", "", text).strip()
+        sentences = [x.strip() for x in re.split(r"(?<=[.:!?])\s+", text) if len(x.strip()) > 12]
+        alt = ("Figure: " + "; ".join(re.sub(r"\{[^}]*\}", "…", t) for t in titles) if titles
+               else "Figure for: " + sentences[-1][:200] if sentences else
+               "Figure drawn by: " + cell.source.strip().splitlines()[0][:120])
+        alts[cell.get("id", "")] = " ".join(alt.split())
+    return alts
+
+
+NO_ALT = 'alt="No description has been provided for this image"'
+
+
+def set_alts(body, alts):
+    """Replace nbconvert's placeholder alt text, cell by cell (cells carry ``id="cell-id=…"``)."""
+    pieces = re.split(r'(?=id="cell-id=)', body)
+    out = []
+    for piece in pieces:
+        m = re.match(r'id="cell-id=([^"]+)"', piece)
+        alt = alts.get(m.group(1)) if m else None
+        if alt and NO_ALT in piece:
+            piece = piece.replace(NO_ALT, f'alt="{html.escape(alt)}"')
+        out.append(piece)
+    body = "".join(out)
+    return body.replace(NO_ALT, 'alt="A figure drawn by the code above"')
+
+
+def imported_names(nb, api):
+    """{name used in the notebook's code: api.html anchor} for ``from mambalearn.X import name``
+    and ``import mambalearn.X`` where the API documents it."""
+    found = {}
+    for cell in nb.cells:
+        if cell.cell_type != "code":
+            continue
+        for mod, names in re.findall(r"^\s*from\s+(mambalearn[\w.]*)\s+import\s+\(?([^)\n]+)",
+                                     cell.source, re.M):
+            for part in names.split(","):
+                bits = part.strip().split(" as ")
+                name, local = bits[0].strip(), bits[-1].strip()
+                key = f"{mod}.{name}"
+                if re.fullmatch(r"\w+", local) and key in api:
+                    found[local] = api[key]
+    return found
+
+
+def link_code(body, names, api):
+    """Library names in the highlighted code link to the API reference."""
+    def name(m):
+        target = names.get(m.group(1))
+        return (f'<a class="ml-api-link" href="api.html#{html.escape(target)}">{m.group(0)}</a>'
+                if target else m.group(0))
+
+    def module(m):
+        target = api.get(m.group(1))
+        return (f'<a class="ml-api-link" href="api.html#{html.escape(target)}">{m.group(0)}</a>'
+                if target else m.group(0))
+
+    body = re.sub(r'<span class="n">(\w+)</span>', name, body)
+    return re.sub(r'<span class="nn">(mambalearn[\w.]*)</span>', module, body)
+
+
+def link_citations(body, out_dir, results=pages.RESULTS):
+    """``docs/results/NAME.json`` in the page's text links to a copy in the site; arXiv numbers
+    link to their abstract. Returns the page and the result files it cites."""
+    cited = set()
+
+    def result(m):
+        src = Path(results) / m.group(1)
+        if not src.is_file():
+            return m.group(0)
+        cited.add(src)
+        return f'<a class="ml-cite" href="docs/results/{m.group(1)}">{m.group(0)}</a>'
+
+    parts = re.split(r"(<[^>]*>)", body)  # text between tags only, never inside an attribute
+    for k in range(0, len(parts), 2):
+        parts[k] = RESULT.sub(result, parts[k])
+        parts[k] = ARXIV.sub(lambda m: f'<a class="ml-cite" href="https://arxiv.org/abs/'
+                             f'{m.group(1)}">{m.group(0)}</a>', parts[k])
+    for src in cited:
+        _copy(src, Path(out_dir) / "docs" / "results")
+    return "".join(parts), cited
+
+
+def relink(body, out_dir):
+    """Links into the repository (``../exercises/…``, ``../docs/…``) point at the site's copies."""
+    def local(m):
+        rel = m.group(1)
+        if rel.startswith(("exercises/", "notebooks/")):
+            return f'href="{rel}'
+        src = REPO / rel.split("#")[0]
+        if src.is_file():
+            _copy(src, (Path(out_dir) / rel.split("#")[0]).parent)
+            return f'href="{rel}'
+        return m.group(0)
+
+    return re.sub(r'href="\.\./([^"]+)', local, body)
+
+
+def render(chapters, i, nb, out_dir, online=False, colab=None, api=None, info=None):
     """Write chapter ``i``'s page from its executed notebook ``nb``; its search entries."""
     c = chapters[i]
     ex = exporter(online)
@@ -200,19 +420,24 @@ def render(chapters, i, nb, out_dir, online=False, colab=None):
         for trait, url in slides_offline.URLS.items():
             if ex.has_trait(trait):
                 setattr(ex, trait, url)
-    resources = {"metadata": {"name": c.notebook.stem},
+    nb = pages.static_widgets(pages.prepare(nb, c.notebook))
+    nb.metadata["title"] = c.title
+    resources = {"metadata": {"name": c.title},
                  "mambalearn": {"dark": _theme("dark"), "nav": "<!--ml-nav-->",
                                 "top": bar(chapters, i, "top") + links(c, colab),
-                                "bottom": bar(chapters, i, "bottom")}}
-    body, _ = ex.from_notebook_node(widgets_to_notes(pages.prepare(nb, c.notebook)),
-                                    resources=resources)
+                                "bottom": bar(chapters, i, "bottom")
+                                + footer(info or build_info(), colab)}}
+    body, _ = ex.from_notebook_node(nb, resources=resources)
+    body = set_alts(body, figure_alts(nb))
     body = body.replace("<!--ml-nav-->", nav(chapters, c, outline(body)), 1)
-    for folder in ("exercises", "notebooks"):  # the chapter's own links, to the site's copies
-        body = body.replace(f'href="../{folder}/', f'href="{folder}/')
+    body = relink(body, out_dir)
+    body, _ = link_citations(body, out_dir)
+    if api:
+        body = link_code(body, imported_names(nb, api), api)
     if not online and slides_offline.remote_urls(body):
         raise RuntimeError(f"page {c.page} still loads {slides_offline.remote_urls(body)}")
     (Path(out_dir) / c.page).write_text(body)
-    return sections(body, c)
+    return sections(body, c, nb)
 
 
 def _theme(name):
@@ -226,44 +451,115 @@ def _theme(name):
     raise FileNotFoundError(f"nbconvert's lab template has no static/theme-{name}.css")
 
 
-def write_index(chapters, out_dir, colab=None):
-    """``out_dir/index.html``: every chapter with its links, in file-name order.
-
-    The titles carry the chapter's number ("05 · Memory"), so the list is not numbered again.
-    """
-    items = "\n".join(f"<li>{_link(c.page, c.title)}<br><span>" + " · ".join(
-        ([_link(f"exercises/{c.exercise.name}", "exercise")] if c.exercise else [])
-        + ([_link(c.deck, "slides")] if c.deck else []) + ([_link(c.pdf, "PDF")] if c.pdf else [])
-        + [_link(f"notebooks/{c.notebook.name}", "notebook")]) + "</span></li>"
-        for c in chapters)
-    course = ('<p>All the slides in one file: <a href="course.pdf">course.pdf</a>.</p>'
-              if (Path(out_dir) / "course.pdf").exists() else "")
-    colab = (f"<p>No GPU here? Each chapter opens in Colab (github.com/{html.escape(colab)}).</p>"
-             if colab else "")
-    path = Path(out_dir) / "index.html"
-    path.write_text(f"""<!DOCTYPE html>
+def _frame(title_, body, chapters, info, colab, cls):
+    """A page of the site that is not a chapter (the index, the API reference)."""
+    return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8">
 <meta name="viewport" content="width=device-width, initial-scale=1.0">
-<title>mambalearn: chapters</title>
+<title>{html.escape(title_)}</title>
 <style>{_theme("light")}
 @media (prefers-color-scheme: dark) {{ {_theme("dark")} }}</style>
 <link rel="stylesheet" href="site.css">
 <script src="search-index.js"></script><script src="site.js"></script>
-</head><body class="ml-index" data-jp-theme-light="true">
+</head><body class="{cls}" data-jp-theme-light="true">
 {nav(chapters)}
 <main>
-<h1>mambalearn</h1>
-<p>How Mamba's parallel scan is made fast. Each chapter below was executed top to bottom on a
-CPU; open it in JupyterLab (<code>make lab</code>) to run and change it. Each has an exercise in
-<code>exercises/</code>, graded with <code>make grade NB=exercises/exNN_name.ipynb</code>.</p>
-{course}{colab}
-<ul class="ml-chapters">
-{items}
-</ul>
+{body}
+{footer(info, colab)}
 </main>
 </body></html>
-""")
+"""
+
+
+def write_index(chapters, out_dir, colab=None, info=None):
+    """``out_dir/index.html``: the table of chapters (what each covers, reading time, links)."""
+    rows = []
+    for c in chapters:
+        got = ([_link(f"exercises/{pristine.exercise_file(pristine.exercise_id(c.exercise))}",
+                      "exercise")] if c.exercise else [])
+        got += ([_link(c.deck, "slides")] if c.deck else []) + (
+            [_link(c.pdf, "PDF")] if c.pdf else [])
+        got += [_link(f"notebooks/{c.notebook.stem}.ipynb", "notebook")]
+        if colab:
+            got.append(_link(colab_url(colab, c.notebook), "Colab", "ml-colab"))
+        rows.append(f"<tr><td>{_link(c.page, c.title)}<br><small>{html.escape(c.summary)}"
+                    f"</small></td><td>{c.minutes or ''} min</td><td>{' · '.join(got)}</td></tr>")
+    course = ('<p>All the slides in one file: <a href="course.pdf">course.pdf</a>.</p>'
+              if (Path(out_dir) / "course.pdf").exists() else "")
+    colab_note = (f"<p>No GPU here? Each chapter opens in Colab (github.com/{html.escape(colab)})."
+                  "</p>" if colab else "")
+    body = f"""<h1>mambalearn</h1>
+<p>How Mamba's parallel scan is made fast. Each chapter below was executed top to bottom on a
+CPU; open it in JupyterLab (<code>make lab</code>) to run and change it. Each has an exercise in
+<code>exercises/</code>, graded with <code>make grade NB=exercises/exNN_name.ipynb</code>. The
+library's modules are documented in the <a href="api.html">API reference</a>.</p>
+{course}{colab_note}
+<table class="ml-chapters">
+<thead><tr><th>chapter</th><th>reading</th><th>links</th></tr></thead>
+<tbody>
+{chr(10).join(rows)}
+</tbody>
+</table>"""
+    path = Path(out_dir) / "index.html"
+    path.write_text(_frame("mambalearn: chapters", body, chapters, info or build_info(), colab,
+                           "ml-index"))
     return path
+
+
+def write_api(chapters, out_dir, mods, colab=None, info=None):
+    """``out_dir/api.html`` from the library's docstrings."""
+    where = {c.number: (c.page, c.title) for c in chapters}
+    path = Path(out_dir) / "api.html"
+    path.write_text(_frame("mambalearn: API reference", apiref.page(mods, where), chapters,
+                           info or build_info(), colab, "ml-index ml-api"))
+    return path
+
+
+def site_deck(path, chapter, nb=None):
+    """A deck copied into the site: links to the site's copies, a viewport tag, a way back, and
+    (given the executed notebook ``nb``) its figures' alt text."""
+    text = Path(path).read_text()
+    if nb is not None:
+        text = set_alts(text, figure_alts(nb))
+    text = re.sub(r'href="\.\./(exercises|notebooks)/', r'href="\1/', text)
+    if 'name="viewport"' not in text:
+        text = text.replace("<head>", '<head>\n<meta name="viewport" content="width=device-width,'
+                            ' initial-scale=1.0">', 1)
+    back = (f'<a class="ml-back" href="{html.escape(chapter.page)}" style="position: fixed; '
+            "left: 8px; top: 6px; z-index: 40; font: 14px sans-serif; color: #0b5cad; "
+            'background: rgba(255,255,255,0.85); padding: 2px 6px; border-radius: 4px">'
+            f"← {html.escape(chapter.title)}</a>")
+    text = text.replace("</body>", back + "\n</body>", 1)
+    Path(path).write_text(text)
+    return path
+
+
+def setup_note(colab, info):
+    """The first cell of a downloaded notebook: what it needs to run, and when it was run."""
+    where = (f'`pip install "mambalearn[lab] @ git+https://github.com/{colab}"` (in Colab: a GPU '
+             "runtime, then the same line starting with `!`)" if colab else
+             "`pip install -e \".[lab]\"` inside a copy of the course's repository")
+    return new_markdown_cell(
+        "**To run this notebook** you need the course's library: in a copy of the repository, "
+        f"`make lab` installs everything and opens JupyterLab; or {where}. The outputs below are "
+        f"those of the site's build ({info[0]}, commit {info[1]}); on a machine without a GPU the "
+        "Triton kernels run in Triton's interpreter.",
+        id="mambalearn-setup", metadata={"slideshow": {"slide_type": "skip"}})
+
+
+def downloads(notebook, nb, out_dir, colab, info):
+    """``notebooks/NN_name.ipynb`` (executed, outputs kept, a setup note first) and
+    ``notebooks/NN_name.py``."""
+    import nbformat
+    from nbconvert import PythonExporter
+
+    folder = Path(out_dir) / "notebooks"
+    folder.mkdir(parents=True, exist_ok=True)
+    copy = pages.prepare(nb, notebook)
+    copy.cells.insert(0, setup_note(colab, info))
+    nbformat.write(copy, folder / f"{Path(notebook).stem}.ipynb")
+    script, _ = PythonExporter().from_notebook_node(nbformat.read(notebook, as_version=4))
+    (folder / f"{Path(notebook).stem}.py").write_text(script)
 
 
 def chapters(n):
@@ -272,13 +568,16 @@ def chapters(n):
 
 
 def build(notebooks, out_dir, online=False, jobs=2, timeout=300, fresh=False, pdf=False,
-          colab=None, exercises=pages.REPO / "exercises"):
-    """Render every notebook (``jobs`` executed at once), its deck, the index and the search
-    index. Returns (chapters written, failures as (file name, why))."""
+          colab=None, exercises=pristine.PRISTINE):
+    """Render every notebook (``jobs`` executed at once), its deck, the index, the API page and
+    the search index. ``exercises``: the folder of the shipped exercises (``NN_name.ipynb``, the
+    grader's pristine copies), published as ``exercises/exNN_name.ipynb``. Returns (chapters
+    written, failures as (file name, why))."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     if not online:  # the vendor folder once, before the workers need it
         slides_offline.install(out_dir)
+    info = build_info()
 
     def run(i_nb):
         i, nb = i_nb
@@ -292,28 +591,36 @@ def build(notebooks, out_dir, online=False, jobs=2, timeout=300, fresh=False, pd
         results = list(pool.map(run, enumerate(map(Path, notebooks))))
     failures = [f for _, f in results if f]
     done = [(Path(p), nb) for p, (nb, _) in zip(notebooks, results, strict=True) if nb]
-    chapters_ = [Chapter(p, title(nb, p.stem)) for p, nb in done]
+    about = summaries()
+    chapters_ = [Chapter(p, title(nb, p.stem), minutes=reading_minutes(nb)) for p, nb in done]
     for c, (p, nb) in zip(chapters_, done, strict=True):
+        c.summary = about.get(c.number, "") if c.number is not None else ""
         c.deck = slides.export(p, out_dir, offline=not online, nb=nb).name
-        ex = Path(exercises) / pristine.exercise_file(p.stem)
-        if ex.exists():
-            c.exercise = ex
-            _copy(ex, out_dir / "exercises")
-        _copy(p, out_dir / "notebooks")
+        site_deck(out_dir / c.deck, c, nb)
+        shipped = Path(exercises) / f"{p.stem}.ipynb"
+        if shipped.exists():
+            c.exercise = shipped
+            (out_dir / "exercises").mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(shipped, out_dir / "exercises" / pristine.exercise_file(p.stem))
+        downloads(p, nb, out_dir, colab, info)
     if pdf and chapters_:
         slides.print_decks([out_dir / c.deck for c in chapters_], out_dir / "course.pdf"
-                           if len(chapters_) > 1 else None)
+                           if len(chapters_) > 1 else None, titles=[c.title for c in chapters_])
         for c in chapters_:
             made = (out_dir / c.deck).with_suffix("").with_suffix(".pdf")  # NN_name.pdf
             c.pdf = made.name if made.exists() else None
+    mods = apiref.modules()
+    api = apiref.names(mods)
     index = []
     for i, (_, nb) in enumerate(done):
-        index += render(chapters_, i, nb, out_dir, online, colab)
+        index += render(chapters_, i, nb, out_dir, online, colab, api, info)
+    index += apiref.entries(mods)
     for asset in ("site.css", "site.js"):
         shutil.copyfile(HERE / asset, out_dir / asset)
     (out_dir / "search-index.js").write_text(
         "window.mambalearnIndex = " + json.dumps(index, ensure_ascii=False) + ";\n")
-    write_index(chapters_, out_dir, colab)
+    write_api(chapters_, out_dir, mods, colab, info)
+    write_index(chapters_, out_dir, colab, info)
     return chapters_, failures
 
 
@@ -331,26 +638,34 @@ def main(argv=None):
                    "versions) instead of site/vendor")
     p.add_argument("--pdf", action="store_true", help="also each deck as PDF and course.pdf "
                    "(needs Chromium: make browser)")
-    p.add_argument("--colab", metavar="OWNER/REPO", help="the course's GitHub repository: each "
-                   "chapter gets an 'open in Colab' link")
+    p.add_argument("--colab", metavar="OWNER/REPO", help="the course's GitHub repository, for "
+                   "'open in Colab' (default: MAMBALEARN_REPOSITORY, pyproject's [project.urls] "
+                   "or git remote)")
+    p.add_argument("--no-colab", action="store_true", help="no 'open in Colab' links")
     p.add_argument("--jobs", type=int, default=2, help="notebooks executed at once (default 2)")
     p.add_argument("--timeout", type=int, default=300, help="seconds per cell (default 300)")
     p.add_argument("--fresh", action="store_true", help="execute even where a copy is kept")
     args = p.parse_args(argv)
     if args.jobs < 1 or args.timeout < 1:
         p.error("--jobs and --timeout must be at least 1")
-    if args.colab and not re.fullmatch(r"[\w.-]+/[\w.-]+", args.colab):
-        p.error(f"--colab must be OWNER/REPO (a GitHub repository), got {args.colab!r}")
+    colab = None if args.no_colab else (args.colab or repository())
+    if colab and not re.fullmatch(r"[\w.-]+/[\w.-]+", colab):
+        p.error(f"--colab must be OWNER/REPO (a GitHub repository), got {colab!r}")
     try:
         notebooks = slides.chapter_files(args.notebooks)
     except FileNotFoundError as e:
         p.error(str(e))
     done, failures = build(notebooks, args.out, args.online, args.jobs, args.timeout, args.fresh,
-                           args.pdf, args.colab)
+                           args.pdf, colab)
     for c in done:
         print(args.out / c.page)
     for name, why in failures:
         print(f"error: {name} did not run: {why}", file=sys.stderr)
+    if not colab and not args.no_colab:
+        print("note: no 'open in Colab' links: no GitHub repository found (give --colab "
+              "OWNER/REPO, set MAMBALEARN_REPOSITORY, or add it to pyproject.toml's "
+              "[project.urls])",
+              file=sys.stderr)
     print(f"{args.out / 'index.html'}: {chapters(len(done))}")
     return 1 if failures else 0
 

@@ -51,9 +51,11 @@ def export(notebook, out_dir, offline=True, timeout=300, nb=None, fresh=False):
     return path
 
 
-def print_decks(decks, course=None):
+def print_decks(decks, course=None, titles=None):
     """Each deck to PDF in one Chromium, one line per deck saying whether every slide fits, and
-    ``course`` (a path) the PDFs in one file. Returns the number of slides that do not fit."""
+    ``course`` (a path) the PDFs in one file, a bookmark per deck named by ``titles`` (default:
+    each deck's ``<title>``, its chapter's first heading). Returns the number of slides that do
+    not fit."""
     from playwright.sync_api import sync_playwright
 
     from mambalearn.classroom import slides_offline
@@ -79,17 +81,36 @@ def print_decks(decks, course=None):
         finally:
             browser.close()
     if course:
-        print(f"{join_pdfs(pdfs, course)}: the {len(pdfs)} decks in one file")
+        titles = titles or [deck_title(d) for d in decks]
+        print(f"{join_pdfs(pdfs, course, titles)}: the {len(pdfs)} decks in one file")
     return bad
 
 
-def join_pdfs(pdfs, out):
-    """One PDF of ``pdfs`` in order, each deck a bookmark named after its file; returns ``out``."""
+def deck_title(deck):
+    """The ``<title>`` of a deck's HTML (its chapter's first heading), else its file name."""
+    import html
+    import re
+
+    m = re.search(r"<title>(.*?)</title>", Path(deck).read_text(errors="replace"), re.S)
+    return html.unescape(m.group(1)).strip() if m and m.group(1).strip() else Path(deck).stem
+
+
+COURSE_TITLE = "mambalearn: the course's slides"
+
+
+def join_pdfs(pdfs, out, titles=None, title=COURSE_TITLE):
+    """One PDF of ``pdfs`` in order, titled ``title``, each deck a bookmark (``titles``, default
+    the file names) that opens at its first page, the bookmarks shown on opening; returns
+    ``out``."""
     from pypdf import PdfWriter
 
+    titles = titles or [Path(p).stem.removesuffix(".slides") for p in pdfs]
     writer = PdfWriter()
-    for pdf in pdfs:
-        writer.append(str(pdf), outline_item=Path(pdf).stem)
+    for pdf, name in zip(pdfs, titles, strict=True):
+        writer.append(str(pdf), outline_item=name)
+    writer.add_metadata({"/Title": title, "/Subject": "slides of every chapter",
+                         "/Creator": "mambalearn"})
+    writer.page_mode = "/UseOutlines"
     with open(out, "wb") as f:
         writer.write(f)
     return Path(out)

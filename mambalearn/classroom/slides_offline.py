@@ -214,9 +214,11 @@ def chromium():
 
 READY = "() => window.mambalearnDeck && window.mambalearnDeck.ready === true"
 
-# Every (sub)slide in turn, all fragments shown: the box of its visible content in slide pixels
-# (reveal scales the 960 x 700 slide to the window), the smallest font on it, and any element
-# that hides part of its content (a scroll box or a clip).
+# Every (sub)slide in turn, all fragments shown: what a presenter sees, the slide section's own
+# size (scrollWidth x scrollHeight: reveal's 960 x 700 box, or more where something sticks out),
+# the box of its visible content in slide pixels (reveal scales the 960 x 700 slide to the
+# window), the smallest font on it, and any element that hides part of its content (a scroll box
+# or a clip).
 MEASURE = """async (deck) => {
     const [W, H] = [deck.width, deck.height];
     const frame = () => new Promise((r) => requestAnimationFrame(() => requestAnimationFrame(r)));
@@ -263,9 +265,14 @@ MEASURE = """async (deck) => {
             const heading = s.querySelector('h1, h2, h3')?.cloneNode(true);
             heading?.querySelectorAll('script, .anchor-link, .MJX_Assistive_MathML')
                 .forEach((e) => e.remove());
+            const shown = [...s.querySelectorAll('.fragment')].every(
+                (f) => f.classList.contains('visible'));
+            const [sw, sh] = [s.scrollWidth, s.scrollHeight];
             rows.push({h, v, title: heading ? heading.textContent.trim() : '',
-                       left: x0, top: y0, right: x1, bottom: y1, font, hidden,
-                       fits: x0 >= -1 && y0 >= -1 && x1 <= W + 1 && y1 <= H + 1 && !hidden.length});
+                       left: x0, top: y0, right: x1, bottom: y1, font, hidden, shown,
+                       width: sw, height: sh,
+                       fits: sw <= W && sh <= H && shown && x0 >= -1 && y0 >= -1
+                             && x1 <= W + 1 && y1 <= H + 1 && !hidden.length});
         }
     }
     Reveal.slide(0, 0, 0);
@@ -273,12 +280,17 @@ MEASURE = """async (deck) => {
 }"""
 
 
-def open_deck(browser, deck, query=""):
+PRESENTER = {"width": 960, "height": 700}  # a window of the slide's own size: what fits is measured
+
+
+def open_deck(browser, deck, query="", viewport=None):
     """A page showing ``deck`` laid out and started, every non-file request refused.
 
-    Returns (page, refused URLs). ``query``: e.g. ``?print-pdf`` for reveal's print view.
+    Returns (page, refused URLs). ``query``: e.g. ``?print-pdf`` for reveal's print view;
+    ``viewport``: the window's size (default 1280 x 800).
     """
-    context = browser.new_context(viewport={"width": 1280, "height": 800}, offline=True)
+    context = browser.new_context(viewport=viewport or {"width": 1280, "height": 800},
+                                  offline=True)
     refused = []
 
     def block(route):
@@ -296,10 +308,12 @@ def open_deck(browser, deck, query=""):
 
 
 def measure(browser, deck):
-    """One row per (sub)slide of ``deck``: position ``h``/``v``, ``title``, the content box
-    ``left, top, right, bottom`` in slide pixels, the smallest ``font`` (px), ``hidden``
-    (elements that clip content) and ``fits`` (all of it inside the 960 x 700 slide)."""
-    page, _ = open_deck(browser, deck, "?transition=none")
+    """One row per (sub)slide of ``deck``, measured in a 960 x 700 window with every fragment
+    shown: position ``h``/``v``, ``title``, the slide section's ``width`` and ``height``
+    (``scrollWidth``, ``scrollHeight``), the content box ``left, top, right, bottom`` in slide
+    pixels, the smallest ``font`` (px), ``hidden`` (elements that clip content), ``shown`` (every
+    fragment visible) and ``fits`` (all of it inside the 960 x 700 slide)."""
+    page, _ = open_deck(browser, deck, "?transition=none", PRESENTER)
     try:
         return measure_page(page)
     finally:
@@ -314,8 +328,10 @@ def measure_page(page):
 
 
 def describe(row):
-    """``#/3/1 "Title": 1020x740 px`` for a report."""
-    w, h = row["right"] - min(row["left"], 0), row["bottom"] - min(row["top"], 0)
+    """``#/3/1 "Title": 1020x740 px`` for a report (the larger of the section's size and its
+    content's box)."""
+    w = max(row.get("width", 0), row["right"] - min(row["left"], 0))
+    h = max(row.get("height", 0), row["bottom"] - min(row["top"], 0))
     clip = f", clipped in {row['hidden'][:2]}" if row["hidden"] else ""
     return f'#/{row["h"]}/{row["v"]} "{row["title"][:50]}": {w:.0f}x{h:.0f} px{clip}'
 
