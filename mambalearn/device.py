@@ -25,10 +25,10 @@ if not HAS_GPU:
                       "kernels will not run in the interpreter; import mambalearn first "
                       "(or set TRITON_INTERPRET=1 before starting Python)", stacklevel=2)
     os.environ.setdefault("TRITON_INTERPRET", "1")
-    if os.environ.get("MAMBALEARN_RECORD_LAUNCHES") and os.environ["TRITON_INTERPRET"] == "1":
-        from mambalearn import launches  # every launch written down for the sm_90 build check
+if os.environ.get("MAMBALEARN_RECORD_LAUNCHES") and os.environ.get("TRITON_INTERPRET") == "1":
+    from mambalearn import launches  # every interpreted launch written down (the sm_90 check)
 
-        launches.record_from_env()
+    launches.record_from_env()
 
 
 def setup(seed=None):
