@@ -18,7 +18,11 @@ LONGEST = ("test_grading_holes.py", "test_gradebook.py", "test_grading.py", "tes
 def pytest_collection_modifyitems(config, items):
     rank = {name: i for i, name in enumerate(LONGEST)}
     items.sort(key=lambda item: rank.get(item.path.name, len(LONGEST)))  # stable: files stay whole
-    if torch.cuda.is_available():
+    if torch.cuda.is_available():  # the CPU smoke runs of device scripts: the scripts run here
+        skip = pytest.mark.skip(reason="the CPU path (interpreter, CPU tensors): a GPU is here")
+        for item in items:
+            if "cpu" in item.keywords:
+                item.add_marker(skip)
         return
     skip = pytest.mark.skip(reason="needs a CUDA GPU (run on the GPU machine)")
     for item in items:

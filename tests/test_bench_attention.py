@@ -28,6 +28,7 @@ def test_crossover_is_the_first_length_where_attention_is_slower():
 
 
 @pytest.mark.slow
+@pytest.mark.cpu
 def test_cpu_smoke_run_writes_json_and_png(tmp_path):
     r = subprocess.run([sys.executable, str(SCRIPT), str(tmp_path)], capture_output=True,
                        text=True, timeout=300, env={**os.environ, "MAMBALEARN_PROGRESS": "0"})

@@ -4,11 +4,13 @@ row pair and its table (the interpreter: a test of the script, not a measurement
 import runpy
 from pathlib import Path
 
+import pytest
 import torch
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
+@pytest.mark.cpu
 def test_the_mimo_script_runs_tiny_on_cpu():
     g = runpy.run_path(str(ROOT / "bench/gpu/mimo.py"), run_name="dry")
     dims = dict(g["SMOKE"], l=9)

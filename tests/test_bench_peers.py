@@ -16,6 +16,7 @@ def by(rows, **match):
     return [r for r in rows if all(r.get(k) == v for k, v in match.items())]
 
 
+@pytest.mark.cpu
 def test_the_smoke_run_times_ours_skips_the_peers_and_records(tmp_path, monkeypatch):
     monkeypatch.setenv("MAMBA_SSM_PATH", str(tmp_path / "absent"))
     monkeypatch.setenv("TRITON_CACHE_AUTOTUNING", "0")  # (main sets it: restored after the test)
@@ -48,6 +49,7 @@ def test_the_smoke_run_times_ours_skips_the_peers_and_records(tmp_path, monkeypa
     assert "mamba3 fwd+bwd" in peers.table(rows)
 
 
+@pytest.mark.cpu
 def test_a_peer_is_checked_before_it_is_timed():
     """Ours standing in for the peer: the checks pass (the same arithmetic), ratios come out;
     a peer that computes something else is caught by the check."""

@@ -1,10 +1,12 @@
 """The SSD bench topic runs end to end (CPU: interpreter, tiny shapes); its rows are well formed."""
 
+import pytest
 import torch
 
 from mambalearn.bench import ssd as S
 
 
+@pytest.mark.cpu
 def test_run_cpu_rows_are_checked_against_the_oracle():
     rows = S.run(False)
     names = [r["backend"] for r in rows]
@@ -23,6 +25,7 @@ def test_run_cpu_rows_are_checked_against_the_oracle():
         assert r["rel_err"] < (2e-3 if "float16" in r["backend"] else 1e-5), r
 
 
+@pytest.mark.cpu
 def test_gpu_branch_logic_on_cpu(monkeypatch):
     """The GPU path (several fused chunk sizes, floors, mamba_ssm absent) with CPU tensors."""
     monkeypatch.setenv("MAMBA_SSM_PATH", "/nonexistent/mamba_ssm")
@@ -47,6 +50,7 @@ def test_measure_records_a_crash():
     assert m["ms"] is None and "out of memory" in m["error"]
 
 
+@pytest.mark.cpu
 def test_precision_table_cpu():
     t = S.precision(False, shape=dict(b=1, l=64, h=2, p=8, g=1, n=8))
     designs = ("two launches", "one launch float32 state", "one launch float16 state")

@@ -302,6 +302,7 @@ def test_ten_runs_give_the_same_bits_on_the_gpu():
                 assert torch.equal(first[k], again[k]), f"{family}: {k} differs in run {i + 2}"
 
 
+@pytest.mark.cpu
 def test_the_device_script_runs_tiny_on_cpu(tmp_path):
     """bench/gpu/determinism.py --cpu-smoke: every step at toy sizes, its results file and table
     (the interpreter: a test of the script, not a measurement)."""

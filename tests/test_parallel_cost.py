@@ -58,6 +58,7 @@ def test_winners_at_the_chapter_shapes():
         assert t["logscan"] < t["ring"] < t["allgather"]
 
 
+@pytest.mark.cpu
 def test_the_gpu_script_runs_tiny_on_cpu():
     g = runpy.run_path(str(ROOT / "bench/gpu/parallel.py"), run_name="dry")
     f32 = torch.float32

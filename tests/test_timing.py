@@ -13,6 +13,7 @@ def counter():
     return fn, calls
 
 
+@pytest.mark.cpu
 def test_time_ms_on_a_cpu_warms_once_then_takes_the_median():
     fn, calls = counter()
     assert timing.time_ms(fn) >= 0 and len(calls) == 1 + 3
@@ -24,6 +25,7 @@ def test_time_ms_on_a_cpu_warms_once_then_takes_the_median():
         timing.time_ms(fn, cpu_calls=0)
 
 
+@pytest.mark.cpu
 def test_compare_interleaves_and_takes_the_median_of_per_round_ratios():
     c = timing.Compared({"a": [1.0, 2.0, 9.0], "b": [2.0, 2.0, 3.0]})
     assert c.ms("a") == 2.0 and c.ms("b") == 2.0
