@@ -32,6 +32,7 @@ import inspect
 import json
 import os
 import sys
+import textwrap
 from pathlib import Path
 
 ENV = "MAMBALEARN_RECORD_LAUNCHES"
@@ -89,6 +90,30 @@ def _fingerprint(fn, seen=None):
     return h.hexdigest()[:16]
 
 
+def rebuilt_source(fn):
+    """A notebook's or a script's kernel as source that builds on its own: the Triton functions and
+    constants of the notebook it uses first (theirs before them), a module's imported by name."""
+    lines, seen = [], set()
+
+    def visit(f):
+        for name in sorted(set(f.__code__.co_names)):
+            dep = f.__globals__.get(name)
+            inner = getattr(dep, "fn", None)
+            if inspect.isfunction(inner) and inner not in seen:
+                seen.add(inner)
+                if inner.__module__ == fn.__module__:
+                    visit(inner)
+                    lines.append(textwrap.dedent(inspect.getsource(inner)))
+                else:
+                    lines.append(f"from {inner.__module__} import {inner.__name__} as {name}")
+            elif type(dep).__name__ == "constexpr" and name not in seen:
+                seen.add(name)
+                lines.append(f"{name} = tl.constexpr({dep.value!r})")
+
+    visit(fn)
+    return "\n".join(lines + [textwrap.dedent(inspect.getsource(fn))])
+
+
 def describe(kernel, args, kwargs, grid):
     """One launch as a JSON-able dict, or None for a kernel marked :func:`interpreter_only` or
     defined outside the course (not in ``COURSE``)."""
@@ -127,7 +152,7 @@ def describe(kernel, args, kwargs, grid):
     source = None
     if sys.modules.get(module) is None or "." not in module or \
             getattr(getattr(sys.modules[module], fn.__name__, None), "fn", None) is not fn:
-        source = inspect.getsource(fn)  # a notebook's kernel: rebuilt from its source
+        source = rebuilt_source(fn)  # a notebook's kernel: rebuilt from its source
     return {"module": module, "name": fn.__name__, "fingerprint": fingerprint(fn),
             "source": source, "no_spills": "no spills" in (fn.__doc__ or "").lower(),
             "signature": signature, "constexprs": constexprs,

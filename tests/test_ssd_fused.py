@@ -44,22 +44,22 @@ def test_fused_forward_matches_oracle(l, q, g, launches):
 @pytest.mark.parametrize(
     "q,cfg",
     [
-        (16, dict(states=dict(block_p=16, block_n=8), outputs=dict(block_m=8, block_k=8))),
-        # the pointer-load states kernel, 8 steps a trip
-        (16, dict(states=dict(tma=False, block_p=8, block_n=16, pointer_block_k=8),
-                  outputs=dict(block_m=16, block_k=8, exp2=False))),
-        (8, dict(outputs=dict(block_m=8, block_k=8))),
+        (16, dict(states=dict(block_p=16, block_n=8), outputs=dict(block_m=16, block_k=16))),
+        # the pointer-load states kernel, 16 steps a trip
+        (32, dict(states=dict(tma=False, block_p=8, block_n=16, pointer_block_k=16),
+                  outputs=dict(block_m=32, block_k=16, exp2=False))),
+        (32, dict(outputs=dict(block_m=16, block_k=16))),
         # the tensor-descriptor states kernel (one chunk a trip); whole chunks per outputs program
-        (16, dict(states=dict(block_p=16, block_n=8), outputs=dict(block_m=8, block_k=8,
+        (32, dict(states=dict(block_p=16, block_n=8), outputs=dict(block_m=16, block_k=16,
                                                                   rows=None))),
-        (16, dict(outputs=dict(block_m=8, block_k=4, rows=None))),
-        (16, dict(outputs=dict(block_m=4, block_k=4, rows=2))),
+        (64, dict(outputs=dict(block_m=32, block_k=16, rows=None))),
+        (64, dict(outputs=dict(block_m=16, block_k=16, rows=2))),
         # every column block in one pipelined loop (the mask on each trip)
-        (16, dict(outputs=dict(block_m=8, block_k=8, loop=True))),
-        (16, dict(outputs=dict(block_m=8, block_k=4, loop=True))),
+        (32, dict(outputs=dict(block_m=16, block_k=16, loop=True))),
+        (64, dict(outputs=dict(block_m=32, block_k=16, loop=True))),
         # each sequence's walk split in segments (the carries folded between two launches)
-        (8, dict(states=dict(split=3, block_p=16, block_n=8),
-                 outputs=dict(block_m=8, block_k=8))),
+        (16, dict(states=dict(split=3, block_p=16, block_n=8),
+                 outputs=dict(block_m=16, block_k=16))),
     ],
 )
 def test_tiles_split_the_state_and_the_chunk(q, cfg):
@@ -77,7 +77,7 @@ def test_tiles_split_the_state_and_the_chunk(q, cfg):
 
 OLD = (16, dict(states=dict(tma=False), outputs=dict(rows=None)))  # pointer loads, whole chunks
 SPLIT = (16, dict(states=dict(split=3)))  # segments start mid-sequence and on a chunk edge
-LOOP = (16, dict(outputs=dict(block_m=8, block_k=8, loop=True)))  # sequences in a masked loop
+LOOP = (32, dict(outputs=dict(block_m=16, block_k=16, loop=True)))  # sequences in a masked loop
 
 
 @pytest.mark.parametrize("q,cfg", [(16, None), OLD, SPLIT, LOOP])
@@ -115,7 +115,7 @@ def test_the_two_kernels_equal_chapter_10s_stages():
         out_want = T.chunk_scan(x, C, T.bmm_chunk(C, B, q), dt_c, dA_cs, H_want, D, kw["z"])
         for rows in (1, None):  # a row block a program; the whole chunk
             got = outputs.chunk_outputs(x, C, B, dt_c, dA_cs, H, D, kw["z"],
-                                        config=config(outputs=dict(block_m=8, block_k=8,
+                                        config=config(outputs=dict(block_m=16, block_k=16,
                                                                    rows=rows)).outputs)
             assert_close(got, out_want)
 
@@ -222,3 +222,15 @@ def test_gpu_fused_seq_idx_and_odd_length(cfg):
     want, want_f = T.ssd_forward(x, dt, A, B, C, q, **kw)
     assert (out.float() - want.float()).norm() / want.float().norm() < 1e-4
     assert (final - want_f).norm() / want_f.norm() < 1e-4
+
+
+@pytest.mark.parametrize("cfg, name", [(dict(outputs=dict(block_k=8)), "config.outputs.block_k"),
+                                       (dict(states=dict(tma=False, pointer_block_k=8)),
+                                        "config.states.pointer_block_k")])
+def test_tiles_a_gpu_cannot_build_are_refused_by_name(cfg, name):
+    """A tile of fewer than 16 along a tl.dot's K runs in the interpreter and fails to build for
+    sm_90: refused on every machine, by the config field's name."""
+    b, l, h, p, g, n = 1, 20, 2, 16, 1, 16
+    x, dt, A, B, C = make(b, l, h, p, g, n)
+    with pytest.raises(ValueError, match=f"{name} = 8"):
+        ssd_fused_forward(x, dt, A, B, C, 16, config=config(**cfg))

@@ -4,7 +4,7 @@
 # $OUT/verify_logs.tgz, and the pass counts in $OUT/<device>_verify_<date>.json (copy it to
 # docs/results/). At most 8 files come back from a device call: hence the one archive.
 #
-#   bash bench/gpu/verify.sh            # on the H200, from the repository root, `.whl` carried
+#   MAMBALEARN_COMMIT=<hash> bash bench/gpu/verify.sh   # on the H200, repository root, `.whl` carried
 #   NB_PATHS=… TEST_PATHS=… HUNGRY=… bash bench/gpu/verify.sh   # a part of it (defaults: all)
 #
 # Not run here, because what they test is CPU tooling and they need what the device image lacks
@@ -19,7 +19,8 @@ if ls .whl/*.whl >/dev/null 2>&1; then  # the Jupyter stack for nbval (no packag
     --target /tmp/site .whl/*.whl > "$LOG/pip.log" 2>&1 || echo "wheel install failed (pip.log)"
 fi
 export PYTHONPATH=/tmp/site:$PWD MAMBALEARN_PROGRESS=0 MPLBACKEND=Agg PYTHONUNBUFFERED=1
-export JUPYTER_PLATFORM_DIRS=1 MAMBALEARN_COMMIT=${MAMBALEARN_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null)}
+# the device's copy of the repository reports a stale HEAD: name the commit whose tree was sent
+export JUPYTER_PLATFORM_DIRS=1 MAMBALEARN_COMMIT=${MAMBALEARN_COMMIT:-"not recorded (set MAMBALEARN_COMMIT)"}
 HUNGRY=${HUNGRY-"tests/test_past_2_31.py tests/test_huge.py"}  # tens of GB each: one at a time
 TOOLING="test_browser test_slides test_slides_fit test_slides_offline test_site test_grading \
 test_grading_holes test_grading_sandbox test_grading_exercises test_grading_selfcheck \

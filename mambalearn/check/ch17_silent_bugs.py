@@ -169,12 +169,22 @@ def row_sums(fn):
 # --- deterministic_scatter_sum --------------------------------------------------------------------
 
 def _scatter_inputs(g, programs, rows, d, cancel=False):
+    """(parts, target, arrival orders to try). With ``cancel``: pairs of ±1e30, each pair in one
+    row and every row holding one, around small terms; then one order brings each pair before the
+    small terms (they survive) and one brings the small terms between (they are absorbed), so a
+    sum that follows the arrival order gives two results whatever else it does."""
     parts = torch.randn(programs, d, generator=g) * torch.logspace(-3, 3, programs)[:, None]
-    if cancel:  # big terms that cancel around small ones: the order decides what survives
-        parts[0::3] = 1e30
-        parts[1::3] = -1e30
     target = torch.randint(0, rows, (programs,), generator=g)
-    return parts, target
+    orders = [torch.randperm(programs, generator=g) for _ in range(4)]
+    if cancel:
+        pairs = programs // 3  # parts k and pairs + k: +1e30 and −1e30 in one row
+        parts[:pairs], parts[pairs:2 * pairs] = 1e30, -1e30
+        target[:rows] = torch.arange(rows)  # every row has a pair
+        target[pairs:2 * pairs] = target[:pairs]
+        plus, minus, small = (torch.arange(a, b) for a, b in
+                              ((0, pairs), (pairs, 2 * pairs), (2 * pairs, programs)))
+        orders[:2] = torch.cat([plus, minus, small]), torch.cat([plus, small, minus])
+    return parts, target, orders
 
 
 def deterministic_scatter_sum(fn):
@@ -185,13 +195,10 @@ def deterministic_scatter_sum(fn):
         (1, 1, 1, False), (8, 1, 1, False), (24, 3, 2, False), (40, 5, 3, False),
         (30, 2, 1, True), (31, 4, 2, True)]
     for programs, rows, d, cancel in cases:
-        parts, target = _scatter_inputs(g, programs, rows, d, cancel)
+        parts, target, orders = _scatter_inputs(g, programs, rows, d, cancel)
         case = (f"{programs} programs into {rows} rows of {d}"
                 + (", terms of ±1e30 that cancel" if cancel else ""))
-        outs = []
-        for _ in range(4):
-            arrival = torch.randperm(programs, generator=g)
-            outs.append(_core.call(fn, parts, target, arrival, rows, case=case))
+        outs = [_core.call(fn, parts, target, arrival, rows, case=case) for arrival in orders]
         for out in outs:
             if not isinstance(out, torch.Tensor) or out.dtype != torch.float32 \
                     or tuple(out.shape) != (rows, d):

@@ -18,6 +18,15 @@ LOG2E = tl.constexpr(1.4426950408889634)  # exp(x) = exp2(x · log2 e)
 FUSED_MIN_CHUNK = 16
 
 
+def check_dot_k(k, name):
+    """Refuse a configured tile of fewer than 16 along a ``tl.dot``'s K, by the config's name."""
+    if k < FUSED_MIN_CHUNK:
+        raise ValueError(f"{name} = {k}: it is the K of a tl.dot, which a GPU's tensor cores take "
+                         f"from {FUSED_MIN_CHUNK} up (Triton's interpreter would run it; an sm_90 "
+                         f"build refuses it)")
+    return k
+
+
 def check_fused_chunk(q, what):
     """Refuse a chunk of fewer than ``FUSED_MIN_CHUNK`` steps for a fused kernel, by name."""
     if q < FUSED_MIN_CHUNK:

@@ -33,6 +33,7 @@ import triton.language as tl
 
 from mambalearn.triton.ssd.common import (
     LOG2E,
+    check_dot_k,
     check_fused_chunk,
     delta_of,
     exp2_ftz,
@@ -164,7 +165,7 @@ def output_tiles(q, p, cfg):
     """(BLOCK_M, BLOCK_K, BLOCK_P) for chunk q and head dim p: ``cfg``'s (a
     ``config.OneLaunch``), within the chunk."""
     bm, bk = min(cfg.block_m, q), min(cfg.block_k, q)
-    return bm, min(bk, bm), min(cfg.block_p, p2(p))
+    return bm, check_dot_k(min(bk, bm), "config.one.block_k"), min(cfg.block_p, p2(p))
 
 
 def is_even(l, q, n, p, block_p):

@@ -35,6 +35,7 @@ from triton.tools.tensor_descriptor import TensorDescriptor
 
 from mambalearn.triton.ssd.common import (
     LOG2E,
+    check_dot_k,
     check_fused_chunk,
     exp2_ftz,
     launch_options,
@@ -201,7 +202,7 @@ def chunk_outputs(x, C, B, dt_c, dA_cs, H, D=None, z=None, seq_idx=None, config=
                          "(contiguous last dim): use forward.chunk_scan")
     cfg = config or defaults(x.device).outputs
     BM = min(cfg.block_m, q)
-    BK = min(cfg.block_k, BM)
+    BK = check_dot_k(min(cfg.block_k, BM), "config.outputs.block_k")  # P x's K: the steps
     # n is the K of C Hᵀ and C Bᵀ: the tensor cores take K ≥ 16 (a tile past n reads TMA's zeros)
     BP, BN = p2(p, 8), p2(n, 16)
     rows = min(cfg.rows or q // BM, q // BM)  # row blocks per program

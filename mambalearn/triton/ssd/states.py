@@ -50,6 +50,7 @@ from triton.tools.tensor_descriptor import TensorDescriptor
 
 from mambalearn.triton.ssd.common import (
     LOG2E,
+    check_dot_k,
     check_fused_chunk,
     exp2_ftz,
     launch_options,
@@ -245,7 +246,8 @@ def chunk_states(x, B, dt_c, dA_cs, initial_states=None, seq_idx=None, H_dtype=N
     if cfg.tma and tma_ok(x, B, H):
         _launch_tma(x, B, dt_c, dA_cs, init, seq_idx, H, final, BP, BN, cfg)
         return H, final
-    BK = min(cfg.pointer_block_k, q)  # steps a trip: divides the chunk (both powers of two)
+    BK = check_dot_k(min(cfg.pointer_block_k, q), "config.states.pointer_block_k")  # steps a
+    # trip (the K of Bᵀ x): divides the chunk, both powers of two
     grid = (b * h * triton.cdiv(p, BP) * triton.cdiv(n, BN),)
     _chunk_states_kernel[grid](
         x, B, dt_c, dA_cs, init if init is not None else dt_c,
