@@ -78,7 +78,7 @@ test: $(STAMP) $(NEWEST_STAMP) browser  ## everything: lint, layers, unit, prope
 	rm -rf $(LAUNCHES)
 	$(TEST_ENV) MAMBALEARN_RECORD_LAUNCHES=$(CURDIR)/$(LAUNCHES) $(PY) -m pytest -n $(JOBS) \
 	  --dist loadfile -p no:cacheprovider tests
-	$(PY) -m mambalearn.compiled $(LAUNCHES) --jobs $(JOBS) --cache tests/sm90_builds.json
+	$(PY) -m mambalearn.compiled $(LAUNCHES) --jobs $(JOBS) --cache .sm90-builds.json
 	@echo "== the Triton-kernel tests again under Triton $(TRITON_NEWEST) (numpy $(NUMPY_NEWEST))"
 	$(TEST_ENV) PYTHONPATH=$(CURDIR) $(NEWEST)/bin/python -m pytest -n $(JOBS) --dist loadfile \
 	  -p no:cacheprovider $(KERNEL_TESTS)
@@ -122,4 +122,4 @@ doctor: $(STAMP)  ## versions, GPU or interpreter mode, a tiny Triton scan check
 	$(PY) -m mambalearn doctor
 
 clean:  ## remove .venv, .venv-newest and everything built (slides, site, bench results)
-	rm -rf $(VENV) $(NEWEST) slides site bench-results.json
+	rm -rf $(VENV) $(NEWEST) slides site bench-results.json $(LAUNCHES) .sm90-builds.json
