@@ -116,12 +116,6 @@ def _job(kernel, signature):
             "signature": signature}
 
 
-def _plain(value):
-    """A constexpr as JSON: a ``tl`` dtype (``tl.bfloat16``) as {"tl.dtype": "bf16"}."""
-    name = getattr(value, "primitive_bitwidth", None) and str(value)
-    return {"tl.dtype": name} if name else value
-
-
 def compile_all(kernel, signature, configs, arch=90, divisible=()):
     """Compile ``kernel`` once per configuration for compute capability ``arch`` (90: H100/H200).
 
@@ -147,7 +141,7 @@ def compile_many(module, name, source, configs, arch=90, collect=True, sass=True
     compiler's error message (a string) where a config does not build."""
     job = {"module": module, "name": name, "source": source, "arch": arch, "collect": collect,
            "sass": sass, "configs": [
-               {"constexprs": {k: _plain(v) for k, v in c.get("constexprs", {}).items()},
+               {"constexprs": {k: launches.plain(v) for k, v in c.get("constexprs", {}).items()},
                 "signature": c["signature"], "divisible": list(c.get("divisible", ())),
                 "options": {k: v for k, v in c.items()
                             if k not in ("constexprs", "signature", "divisible")}}

@@ -54,12 +54,14 @@ def interpreter_only(kernel, why):
     return kernel
 
 
-def _plain(value):
-    """A constexpr value as JSON (a ``tl`` dtype as {"tl.dtype": "bf16"})."""
+def plain(value):
+    """A constexpr value as JSON (a ``tl`` dtype as {"tl.dtype": "bf16"}; the build check and
+    ``compiled.compile_many`` send constexprs to the compiler's process so)."""
     value = getattr(value, "value", value) if type(value).__name__ == "constexpr" else value
     if getattr(value, "primitive_bitwidth", None):
         return {"tl.dtype": str(value)}
-    if value is None or isinstance(value, (bool, int, float, str)):
+    if value is None or isinstance(value, (bool, int, float, str)) or (
+            isinstance(value, dict) and set(value) == {"tl.dtype"}):  # plain already
         return value
     return repr(value)
 
@@ -133,13 +135,13 @@ def describe(kernel, args, kwargs, grid):
         value = bound.arguments.get(p.name)
         if "constexpr" in str(p.annotation):
             signature[p.name] = "constexpr"
-            constexprs[p.name] = _plain(value)
+            constexprs[p.name] = plain(value)
             continue
         spec = not (p.name in dns or i in dns)
         ty, key = native_specialize_impl(BaseBackend, value, False, spec, True)
         if ty == "constexpr":  # None, or an integer 1 that Triton folds into the build
             signature[p.name] = "constexpr"
-            constexprs[p.name] = _plain(key)
+            constexprs[p.name] = plain(key)
         else:
             signature[p.name] = ty
             if key == "D" and not ty.startswith(("i", "u")):  # a 16-byte aligned pointer
