@@ -45,7 +45,8 @@ def main(argv=None):
     ap.add_argument("--seconds", type=float, required=True)
     a = ap.parse_args(argv)
     rows, ok = [], True
-    parts = ["notebooks", "tests"] + sorted(p.stem for p in Path(a.logdir).glob("hungry_*.log"))
+    parts = [p for p in ("notebooks", "tests") if (Path(a.logdir) / f"{p}.log").exists()]
+    parts += sorted(p.stem for p in Path(a.logdir).glob("hungry_*.log"))
     for part in parts:
         xml = Path(a.logdir) / f"{part}.xml"
         if not xml.exists():
