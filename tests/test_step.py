@@ -128,13 +128,14 @@ def test_repeated_steps_equal_the_full_scan():
     """l decode steps from h = 0 reproduce the sequential scan, outputs and last state."""
     g = torch.Generator().manual_seed(5)
     b, d, n, l = 2, 3, 4, 9
-    u, delta, z = (torch.randn(b, d, l, generator=g) for _ in range(3))
-    A = -torch.exp(torch.randn(d, n, generator=g))
-    B, C = (torch.randn(b, n, l, generator=g) for _ in range(2))
-    D, bias = torch.randn(d, generator=g), torch.randn(d, generator=g)
+    r = lambda *s: torch.randn(*s, generator=g).to(DEV)  # the kernel runs where the GPU is
+    u, delta, z = (r(b, d, l) for _ in range(3))
+    A = -torch.exp(r(d, n))
+    B, C = (r(b, n, l) for _ in range(2))
+    D, bias = r(d), r(d)
     want, h_want = selective_scan_sequential(u, delta, A, B, C, D, z, bias, True,
                                              return_last_state=True)
-    state = torch.zeros(b, d, n)
+    state = torch.zeros(b, d, n, device=DEV)
     outs = [selective_state_update(state, u[..., t], delta[..., t], A, B[..., t], C[..., t], D,
                                    z[..., t], bias, True) for t in range(l)]
     assert_close(torch.stack(outs, -1), want)
@@ -208,16 +209,17 @@ def test_bad_inputs_raise_clear_errors():
     g = torch.Generator().manual_seed(10)
     inp = mamba1_inputs(2, 3, 4, g)
     with pytest.raises(ValueError, match="A must have shape"):
-        selective_state_update(**dict(inp, A=torch.randn(3, 5)))
+        selective_state_update(**dict(inp, A=torch.randn(3, 5, device=DEV)))
     with pytest.raises(ValueError, match="x must have shape"):
-        selective_state_update(**dict(inp, x=torch.randn(2, 4)))
+        selective_state_update(**dict(inp, x=torch.randn(2, 4, device=DEV)))
     with pytest.raises(TypeError, match="B must be a real floating"):
-        selective_state_update(**dict(inp, B=torch.ones(2, 4, dtype=torch.int64)))
+        selective_state_update(**dict(inp, B=torch.ones(2, 4, dtype=torch.int64, device=DEV)))
     with pytest.raises(ValueError, match="state must have"):
-        selective_state_update(**dict(inp, state=torch.randn(2, 3)))
+        selective_state_update(**dict(inp, state=torch.randn(2, 3, device=DEV)))
     inp2 = mamba2_inputs(2, 3, 2, 4, 1, g)
     with pytest.raises(ValueError, match="groups"):
-        selective_state_update(**dict(inp2, B=torch.randn(2, 2, 4), C=torch.randn(2, 2, 4)))
+        wrong = torch.randn(2, 2, 4, device=DEV)  # 2 groups for 3 heads
+        selective_state_update(**dict(inp2, B=wrong, C=wrong))
 
 
 @pytest.mark.gpu
