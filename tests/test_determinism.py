@@ -19,13 +19,13 @@ from mambalearn import compiled, machine, testing  # first: the interpreter on a
 import triton
 import triton.language as tl
 
-from mambalearn.mamba3.mimo import mamba3_mimo_chunked
+from mambalearn.mamba1 import default_config, selective_scan_fn
+from mambalearn.mamba1.fused import state_outer
+from mambalearn.mamba3 import mamba3_mimo_combined
+from mambalearn.mamba3.mimo_api import CONFIG as MIMO_CONFIG
+from mambalearn.mamba3.mimo_reference import mamba3_mimo_chunked
 from mambalearn.scan.sequential import selective_scan_sequential
-from mambalearn.triton.mamba3 import mamba3_mimo_combined
-from mambalearn.triton.mamba3.mimo import CONFIG as MIMO_CONFIG
-from mambalearn.triton.selective_scan import backward_state_outer as state_outer
-from mambalearn.triton.selective_scan import default_config, selective_scan_fn
-from mambalearn.triton.selective_scan.deterministic import TreeSum, levels, slot_of, tree_sum
+from mambalearn.triton.deterministic import TreeSum, levels, slot_of, tree_sum
 
 GPU = torch.cuda.is_available()
 DEV = "cuda" if GPU else "cpu"

@@ -155,7 +155,7 @@ IMPORTS = {  # student: (exercise, {solution cell: source}, tasks that must fail
         "from mambalearn.inference import decode_step\n")}, ["decode_step"]),
     # back doors through the rest of the course: a later chapter, an earlier scan, torch itself
     "i10_mamba3_with_lambda_1": ("10_ssd", {"ssd_chunked": textwrap.dedent("""
-        from mambalearn.mamba3.sequential import mamba3_siso_sequential
+        from mambalearn.mamba3.reference import mamba3_siso_sequential
         def ssd_chunked(x, dt, A, B, C, chunk_size, initial_states=None):
             raise RuntimeError("never reached: the import fails")
         """)}, ["ssd_chunked"]),

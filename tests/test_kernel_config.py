@@ -4,8 +4,8 @@
 import pytest
 import torch
 
-from mambalearn.triton.mamba3 import config as m3
-from mambalearn.triton.ssd import config as C
+from mambalearn.mamba2 import config as C
+from mambalearn.mamba3 import config as m3
 from mambalearn.utils import check_chunk_size
 
 

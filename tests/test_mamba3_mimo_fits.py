@@ -11,9 +11,9 @@ import inspect
 import pytest
 
 from mambalearn import compiled, machine  # first: on a CPU it puts Triton in interpreter mode
-from mambalearn.triton.mamba3 import mimo
-from mambalearn.triton.mamba3.mimo_backward import mimo_backward_kernel
-from mambalearn.triton.mamba3.mimo_forward import mimo_forward_kernel
+from mambalearn.mamba3 import mimo_api as mimo
+from mambalearn.mamba3.mimo_backward import mimo_backward_kernel
+from mambalearn.mamba3.mimo_forward import mimo_forward_kernel
 
 BF16 = {"Q_ptr", "K_ptr", "V_ptr", "Z_ptr", "Out_ptr", "Hs_ptr"}  # the inputs' dtype; else fp32
 # pointers the launch passes as None (no initial or final states): compiled in as constants

@@ -4,9 +4,9 @@ import pytest
 import torch
 
 from mambalearn import inference
+from mambalearn.mamba2.step import selective_state_update
 from mambalearn.scan.sequential import selective_scan_sequential
 from mambalearn.testing import assert_close
-from mambalearn.triton.step import selective_state_update
 
 GPU = torch.cuda.is_available()
 DEV = "cuda" if GPU else "cpu"
@@ -243,7 +243,7 @@ def test_tiles_smaller_than_the_head_dim(block_p, num_warps, stream):
 
 
 def test_small_and_large_batches_pick_their_tiles():
-    from mambalearn.triton import step
+    from mambalearn.mamba2 import step
 
     # one sequence: few, large programs, the state kept in L2 (not evicted first) between tokens
     assert step._tile(64, 128, 1 * 80 * 64 * 128) == (64, 8, False)

@@ -31,7 +31,7 @@ from mambalearn import inference  # noqa: E402
 from mambalearn import model as M  # noqa: E402
 from mambalearn.bench import step as bstep  # noqa: E402
 from mambalearn.bench import table, time_ms  # noqa: E402
-from mambalearn.triton.step import selective_state_update  # noqa: E402
+from mambalearn.mamba2.step import selective_state_update  # noqa: E402
 
 OUT = os.environ.get("OUT", "/tmp")
 T0 = time.time()

@@ -54,7 +54,7 @@ def graph_ms(fn, n_calls=20, rep=100):
 
 def run(gpu, tune=None, label="mambalearn"):
     """Rows for ours (with the launcher's defaults, or the ``tune`` keywords) and mamba_ssm's."""
-    from mambalearn.triton.step import selective_state_update
+    from mambalearn.mamba2.step import selective_state_update
 
     tune = tune or {}
 

@@ -16,8 +16,8 @@ REBUILDS = {
         "mambalearn.autograd.selective_scan_recompute",
         "mambalearn.autograd.selective_scan_checkpointed",
         "mambalearn.inference.scan_by_steps",
-        "mambalearn.triton.selective_scan.tuned.selective_scan_fn",
-        "mambalearn.triton.selective_scan.teaching.selective_scan_teaching",
+        "mambalearn.mamba1.api.selective_scan_fn",
+        "mambalearn.mamba1.kernel.selective_scan_teaching",
     ],
 }
 

@@ -34,13 +34,15 @@ REBUILDS = {
                "mambalearn.scan.chunked.selective_scan_chunked",
                "mambalearn.autograd.selective_scan_recompute",
                "mambalearn.autograd.selective_scan_checkpointed",
-               "mambalearn.triton.selective_scan.tuned.selective_scan_fn",
-               "mambalearn.triton.selective_scan.teaching.selective_scan_teaching",
-               "mambalearn.ssd.ssd_chunked", "mambalearn.ssd.ssd_sequential",
-               "mambalearn.ssd.ssd_quadratic", "mambalearn.ssd.mamba_chunk_scan_ref",
-               "mambalearn.triton.ssd.forward.ssd_forward",
-               "mambalearn.triton.ssd.combined.mamba_chunk_scan_combined",
-               "mambalearn.triton.ssd.fused.ssd_fused_forward"],
+               "mambalearn.mamba1.api.selective_scan_fn",
+               "mambalearn.mamba1.kernel.selective_scan_teaching",
+               "mambalearn.mamba2.reference.ssd_chunked",
+               "mambalearn.mamba2.reference.ssd_sequential",
+               "mambalearn.mamba2.reference.ssd_quadratic",
+               "mambalearn.mamba2.reference.mamba_chunk_scan_ref",
+               "mambalearn.mamba2.chunk.ssd_forward",
+               "mambalearn.mamba2.api.mamba_chunk_scan_combined",
+               "mambalearn.mamba2.fused.forward.ssd_fused_forward"],
 }
 
 HINTS = {

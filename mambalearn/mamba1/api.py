@@ -21,20 +21,18 @@ that replaces the backward's dB/dC atomics in the deterministic mode (``Config.d
 
 import triton
 
-from mambalearn.triton.selective_scan import backward as sub_block
-from mambalearn.triton.selective_scan import backward_state_outer as state_outer
-from mambalearn.triton.selective_scan import forward as scan
-from mambalearn.triton.selective_scan import forward_recurrent as recurrent
-from mambalearn.triton.selective_scan import segments
-from mambalearn.triton.selective_scan.config import (
+from mambalearn.mamba1.args import Kernels, bc_layout, run
+from mambalearn.mamba1.config import (
     Config,
     default_config,
     segment_plan,
     sm_count,
     summary_split,
 )
-from mambalearn.triton.selective_scan.gradients import GradBuffers
-from mambalearn.triton.selective_scan.interface import Kernels, bc_layout, run
+from mambalearn.mamba1.fused import backward as sub_block
+from mambalearn.mamba1.fused import forward as scan
+from mambalearn.mamba1.fused import recurrent, segments, state_outer
+from mambalearn.mamba1.fused.gradients import GradBuffers
 
 
 def forward(u, delta, A, B, C, D, z, delta_bias, softplus, seq_idx, initial_state, shape,

@@ -32,8 +32,8 @@ import triton
 import triton.language as tl
 
 from mambalearn import device
+from mambalearn.mamba1 import args as interface
 from mambalearn.triton.scan import combine_fn  # the ⊗ of chapter 03, jitted in chapter 08
-from mambalearn.triton.selective_scan import interface
 
 CHUNK = 32  # steps between stored states = the backward's time tile
 GPU_FWD = dict(BLOCK_D=64, BLOCK_L=16, num_warps=4)  # one readable choice, not tuned

@@ -2,21 +2,21 @@
 10's five stages) and its backward, behind ``mamba_ssm``'s signature.
 
 Backward: like mamba_ssm, the forward saves only its inputs. ``backward="triton"`` (the default)
-recomputes the states and runs the Triton kernels of ``mambalearn.triton.ssd.backward`` (the
+recomputes the states and runs the Triton kernels of ``mambalearn.mamba2.backward`` (the
 gradients derived there). ``backward="reference"`` recomputes the chunked PyTorch oracle
-(``mambalearn.ssd.mamba_chunk_scan_ref``) in float32 under autograd instead, ``REFERENCE_HEADS``
-heads at a time (so the (b, heads, c, q, q) decay blocks exist for a few heads at once): the slow
-oracle of the Triton backward.
+(``mambalearn.mamba2.reference.mamba_chunk_scan_ref``) in float32 under autograd instead,
+``REFERENCE_HEADS`` heads at a time (so the (b, heads, c, q, q) decay blocks exist for a few heads
+at once): the slow oracle of the Triton backward.
 """
 
 import torch
 
-from mambalearn import ssd
-from mambalearn.triton.ssd import args as ssd_args
-from mambalearn.triton.ssd.backward import ssd_backward
-from mambalearn.triton.ssd.config import resolve
-from mambalearn.triton.ssd.forward import ssd_forward
-from mambalearn.triton.ssd.fused import ssd_fused_forward
+from mambalearn.mamba2 import args as ssd_args
+from mambalearn.mamba2 import reference as ssd
+from mambalearn.mamba2.backward import ssd_backward
+from mambalearn.mamba2.chunk import ssd_forward
+from mambalearn.mamba2.config import resolve
+from mambalearn.mamba2.fused.forward import ssd_fused_forward
 
 BACKWARDS = ("triton", "reference")
 REFERENCE_HEADS = 8  # heads the oracle backward recomputes together (memory ∝ this)
@@ -57,9 +57,9 @@ class _SSDFn(torch.autograd.Function):
 
 
 def _reference_backward(ctx, dout, dfinal, heads):
-    """The oracle backward: autograd through ``mambalearn.ssd.mamba_chunk_scan_ref`` in float32,
-    a few heads at a time: heads are independent given B, C, so the (b, heads, c, q, q) decay
-    blocks the oracle builds exist for ``heads`` heads at once, not all h.
+    """The oracle backward: autograd through ``mambalearn.mamba2.reference.mamba_chunk_scan_ref`` in
+    float32, a few heads at a time: heads are independent given B, C, so the (b, heads, c, q, q)
+    decay blocks the oracle builds exist for ``heads`` heads at once, not all h.
     Returns the gradients of (x, dt, A, B, C, D, z, dt_bias, initial_states)."""
     saved = ctx.saved_tensors
     chunk_size, dt_softplus, dt_limit = ctx.args
@@ -109,7 +109,7 @@ def mamba_chunk_scan_combined(x, dt, A, B, C, chunk_size, D=None, z=None, dt_bia
     H200 timings against the five stages and the peers: docs/BENCHMARKS.md), ``False`` chapter
     10's five stages. With a float32 state both agree to float32 summation order (rel. 1e-4).
     ``backward`` is ``"triton"`` or ``"reference"`` (module doc). ``config``: the launch
-    settings, a ``mambalearn.triton.ssd.config.Config`` (default: ``default_config`` for the
+    settings, a ``mambalearn.mamba2.config.Config`` (default: ``default_config`` for the
     shape); every kernel runs at ``chunk_size``.
     Any layout of the tensors gives the contiguous call's answer; an empty batch or sequence an
     empty output (and the final states it was given). Bad input raises a TypeError/ValueError

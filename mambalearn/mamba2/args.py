@@ -1,9 +1,9 @@
 """The SSD kernels' argument rules (chapters 10–11), written once for both public entry points,
 ``mamba_chunk_scan_combined`` and ``ssd_fused_forward``.
 
-`check` applies mamba_ssm's layouts (``mambalearn.ssd.check_inputs`` / ``check_extras``: x, z
-(b, l, h, p); dt (b, l, h); A, dt_bias (h,); B, C (b, l, g, n); D (h,) or (h, p);
-initial_states (b, h, p, n); seq_idx (b, l) int; dt_limit a pair) and the kernels' own: float32,
+`check` applies mamba_ssm's layouts (``mambalearn.mamba2.reference.check_inputs`` /
+``check_extras``: x, z (b, l, h, p); dt (b, l, h); A, dt_bias (h,); B, C (b, l, g, n); D (h,) or (h,
+p); initial_states (b, h, p, n); seq_idx (b, l) int; dt_limit a pair) and the kernels' own: float32,
 float16 or bfloat16 tensors (x, B and C in one dtype), a power-of-two ``chunk_size`` ≤
 ``MAX_CHUNK``, n ≥ 1, tensors on the GPU (or the CPU in the interpreter). It returns the
 arguments ready for any kernel: the small per-head tensors contiguous (the chunk-cumsum kernel
@@ -14,7 +14,7 @@ strides or copies them itself. `empty` is the answer for an empty batch or seque
 
 import torch
 
-from mambalearn import ssd
+from mambalearn.mamba2 import reference as ssd
 from mambalearn.triton.interpreter import check_bf16
 from mambalearn.utils import check_chunk_size, check_kernel_device
 
@@ -42,7 +42,8 @@ def check(function, x, dt, A, B, C, chunk_size, D=None, z=None, dt_bias=None,
     for name, t in args.items():
         if t is not None and name != "seq_idx" and t.dtype not in DTYPES:
             raise TypeError(f"{name} is {t.dtype}; the SSD kernels take float32, float16 or "
-                            f"bfloat16 (mambalearn.ssd.mamba_chunk_scan_ref computes in float64)")
+                            f"bfloat16 (mambalearn.mamba2.reference.mamba_chunk_scan_ref "
+                            f"computes in float64)")
     check_kernel_device(**args)
     check_bf16(function, x=x)
     small = ("A", "dt_bias", "D", "initial_states", "seq_idx")

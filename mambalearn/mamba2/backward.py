@@ -50,27 +50,28 @@ forward chunk scan.
 Like mamba_ssm, the forward saves only its inputs; step 0 recomputes Δ, dA_cs, the passed states
 H_c (in x's dtype) and CB with the forward's kernels. Products are ``tl.dot`` with float32
 accumulation (bf16 operands on a GPU). The oracle: autograd through
-``mambalearn.ssd.mamba_chunk_scan_ref`` (``mamba_chunk_scan_combined(..., backward="reference")``).
-Organised like mamba_ssm's ``ssd_combined._mamba_chunk_scan_combined_bwd`` (not its code).
+``mambalearn.mamba2.reference.mamba_chunk_scan_ref`` (``mamba_chunk_scan_combined(...,
+backward="reference")``). Organised like mamba_ssm's ``ssd_combined._mamba_chunk_scan_combined_bwd``
+(not its code).
 """
 
 import torch
 import triton
 
-from mambalearn.triton.ssd import forward as fwd
-from mambalearn.triton.ssd.backward_config import blocks, launch_args
+from mambalearn.mamba2 import chunk as fwd
+from mambalearn.mamba2.backward_config import blocks, launch_args
 
 # Each step lives in a module of its own, kernel then launcher: 1 and 8 in backward_cumsum, 2–3 in
 # backward_states, 4–6 in backward_groups, 7 in backward_dx; launch settings in backward_config.
 # Re-exported here, where callers, tests and the benchmark look for them (``SB.dcb``, …).
-from mambalearn.triton.ssd.backward_cumsum import (  # noqa: F401
+from mambalearn.mamba2.backward_cumsum import (  # noqa: F401
     _chunk_cumsum_bwd_kernel,
     _gate_bwd_kernel,
     chunk_cumsum_backward,
     gate_backward,
 )
-from mambalearn.triton.ssd.backward_dx import dx_backward
-from mambalearn.triton.ssd.backward_groups import (  # noqa: F401
+from mambalearn.mamba2.backward_dx import dx_backward
+from mambalearn.mamba2.backward_groups import (  # noqa: F401
     _dB_kernel,
     _dC_kernel,
     _dcb_kernel,
@@ -78,15 +79,15 @@ from mambalearn.triton.ssd.backward_groups import (  # noqa: F401
     dC_backward,
     dcb,
 )
-from mambalearn.triton.ssd.backward_states import (  # noqa: F401
+from mambalearn.mamba2.backward_states import (  # noqa: F401
     _dstates_kernel,
     _state_passing_bwd_kernel,
     dstates,
     state_passing_backward,
 )
-from mambalearn.triton.ssd.common import FUSED_MIN_CHUNK
-from mambalearn.triton.ssd.config import resolve
-from mambalearn.triton.ssd.states import chunk_states
+from mambalearn.mamba2.common import FUSED_MIN_CHUNK
+from mambalearn.mamba2.config import resolve
+from mambalearn.mamba2.fused.states import chunk_states
 
 
 # ---------------------------------------------------------------------------------------------

@@ -1,13 +1,13 @@
 """How a ``config.Backward`` becomes the SSD backward kernels' launch arguments (chapter 10).
 
-The settings themselves are data in ``mambalearn.triton.ssd.config`` (``Backward``: a ``Launch``
-per kernel, the q × q tile ``block_q``); every launcher of ``mambalearn.triton.ssd.backward*``
+The settings themselves are data in ``mambalearn.mamba2.config`` (``Backward``: a ``Launch``
+per kernel, the q × q tile ``block_q``); every launcher of ``mambalearn.mamba2.backward*``
 takes an optional ``cfg`` (a ``Backward``; default: the device's). How each default was chosen
 (sm_90 register counts, the H200 sweeps) is recorded in ``bench/NOTES_ssd.md``.
 """
 
-from mambalearn.triton.ssd.common import launch_options, stages, tile
-from mambalearn.triton.ssd.config import defaults
+from mambalearn.mamba2.common import launch_options, stages, tile
+from mambalearn.mamba2.config import defaults
 
 
 def backward_config(cfg, device):

@@ -1,14 +1,14 @@
 """Steps 1 and 8 of the SSD backward (chapter 10), the two ends of the chain: the gate
 (dy and dz from dout) and the chunk cumsum backward (∂loss/∂a → dΔ, dA → ddt, d dt_bias). The
-derivation is the docstring of ``mambalearn.triton.ssd.backward``.
+derivation is the docstring of ``mambalearn.mamba2.backward``.
 """
 
 import torch
 import triton
 import triton.language as tl
 
-from mambalearn.triton.ssd.backward_config import backward_config
-from mambalearn.triton.ssd.common import tile
+from mambalearn.mamba2.backward_config import backward_config
+from mambalearn.mamba2.common import tile
 
 
 # ---------------------------------------------------------------------------------------------

@@ -1,13 +1,13 @@
 """Step 7 of the SSD backward (chapter 10): dx, with x · G for dΔ, dD, and v for step 8. The
-derivation is the docstring of ``mambalearn.triton.ssd.backward``.
+derivation is the docstring of ``mambalearn.mamba2.backward``.
 """
 
 import torch
 import triton
 import triton.language as tl
 
-from mambalearn.triton.ssd.backward_config import backward_config, blocks, launch_args
-from mambalearn.triton.ssd.common import bch_of, load_row, load_tile, load_tile_t, p2
+from mambalearn.mamba2.backward_config import backward_config, blocks, launch_args
+from mambalearn.mamba2.common import bch_of, load_row, load_tile, load_tile_t, p2
 
 
 # ---------------------------------------------------------------------------------------------

@@ -1,14 +1,14 @@
 """Steps 4–6 of the SSD backward (chapter 10): dCB, dC and dB, the gradients of C Bᵀ, C and B.
 B and C are shared by a group's heads, so one program loops over those heads and owns its output
-tile (no atomics). The derivation is the docstring of ``mambalearn.triton.ssd.backward``.
+tile (no atomics). The derivation is the docstring of ``mambalearn.mamba2.backward``.
 """
 
 import torch
 import triton
 import triton.language as tl
 
-from mambalearn.triton.ssd.backward_config import backward_config, blocks, launch_args
-from mambalearn.triton.ssd.common import bcgs_of, load_row, load_tile, load_tile_t, p2
+from mambalearn.mamba2.backward_config import backward_config, blocks, launch_args
+from mambalearn.mamba2.common import bcgs_of, load_row, load_tile, load_tile_t, p2
 
 
 # ---------------------------------------------------------------------------------------------

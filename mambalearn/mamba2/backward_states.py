@@ -1,14 +1,14 @@
 """Steps 2–3 of the SSD backward (chapter 10): dstates, the gradient Y_off sends to the state
 entering each chunk, and the state passing run backwards over the chunks. The derivation is the
-docstring of ``mambalearn.triton.ssd.backward``.
+docstring of ``mambalearn.mamba2.backward``.
 """
 
 import torch
 import triton
 import triton.language as tl
 
-from mambalearn.triton.ssd.backward_config import backward_config, blocks, launch_args
-from mambalearn.triton.ssd.common import bch_of, load_row, load_tile, load_tile_t, tile
+from mambalearn.mamba2.backward_config import backward_config, blocks, launch_args
+from mambalearn.mamba2.common import bch_of, load_row, load_tile, load_tile_t, tile
 
 
 # ---------------------------------------------------------------------------------------------

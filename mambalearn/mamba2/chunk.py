@@ -1,6 +1,6 @@
 """Mamba-2 SSD in five Triton stages, the forward of ``mamba_chunk_scan_combined`` (chapter 10).
 
-The chunked algorithm of ``mambalearn.ssd.ssd_chunked``, one kernel per stage:
+The chunked algorithm of ``mambalearn.mamba2.reference.ssd_chunked``, one kernel per stage:
 
     1. chunk cumsum   Δ = softplus(dt + dt_bias); dA_cs[c, t] = Σ_{s≤t in c} Δ_s A     (b, h, c, q)
     2. bmm            CB[c] = C_c B_cᵀ, the q×q "attention scores" of each chunk  (b, c, g, q, q)
@@ -14,15 +14,15 @@ tensor cores while the Mamba-1 scan does not. Layouts and semantics (seq_idx, in
 initial state belonging to sequence 0, tails shorter than a chunk) are mamba_ssm's.
 
 The public function with its autograd (backward, the fused forward of chapter 11) is
-``mambalearn.triton.ssd.combined.mamba_chunk_scan_combined``.
+``mambalearn.mamba2.api.mamba_chunk_scan_combined``.
 """
 
 import torch
 import triton
 import triton.language as tl
 
-from mambalearn.triton.ssd.common import INTERP, delta_of, p2, stages, tile
-from mambalearn.triton.ssd.config import defaults
+from mambalearn.mamba2.common import INTERP, delta_of, p2, stages, tile
+from mambalearn.mamba2.config import defaults
 
 
 # ---------------------------------------------------------------------------------------------

@@ -32,7 +32,7 @@ def check_fused_chunk(q, what):
     if q < FUSED_MIN_CHUNK:
         raise ValueError(f"{what} tiles a chunk's steps as the K of tl.dot: chunk_size must be "
                          f"≥ {FUSED_MIN_CHUNK} on a GPU's tensor cores, got {q}; chapter 10's "
-                         f"kernels (mambalearn.triton.ssd.forward) take any chunk")
+                         f"kernels (mambalearn.mamba2.chunk) take any chunk")
 _INTERPRETED = tl.constexpr(INTERP)  # the same flag, readable inside @triton.jit functions
 
 

@@ -105,7 +105,7 @@ class OneLaunch:
 
 @dataclass(frozen=True)
 class Backward:
-    """The backward's kernels (``mambalearn.triton.ssd.backward`` numbers the steps).
+    """The backward's kernels (``mambalearn.mamba2.backward`` numbers the steps).
 
     ``block_q``: the (t, s) tile of the q × q blocks (steps 4–7 agree on it); ``nsplit``:
     programs sharing a group's heads in steps 4–6; ``recompute``: step 0 by chapter 11's
@@ -234,7 +234,7 @@ def resolve(config, shape, device):
     if config is None:
         return default_config(shape, device)
     if not isinstance(config, Config):
-        raise TypeError(f"config must be a mambalearn.triton.ssd.config.Config (or None), got "
+        raise TypeError(f"config must be a mambalearn.mamba2.config.Config (or None), got "
                         f"{type(config).__name__}; change a default with "
                         f"default_config(...).replace(...)")
     return config

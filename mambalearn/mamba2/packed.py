@@ -22,7 +22,7 @@ boundary can fall inside a chunk; there are two ways to handle it:
 
 import torch
 
-from mambalearn import ssd
+from mambalearn.mamba2 import reference as ssd
 from mambalearn.utils import check_chunk_size
 
 

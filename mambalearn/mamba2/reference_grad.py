@@ -1,7 +1,7 @@
 """The backward of the chunked SSD, derived by hand, one step at a time (chapter 10).
 
 Per batch and head, in chunks of q steps (cs = the cumsum of ΔA inside each chunk, Σ_c its last
-entry, xΔ = Δ·x), the forward of ``mambalearn.ssd.ssd_chunked`` is four steps:
+entry, xΔ = Δ·x), the forward of ``mambalearn.mamba2.reference.ssd_chunked`` is four steps:
 
     1. diagonal blocks   y_t^d = Σ_{s≤t in the chunk} (C_t·B_s) L_ts xΔ_s,    L_ts = e^{cs_t − cs_s}
     2. chunk states      S_c   = Σ_{s in c} w_s xΔ_s B_sᵀ,                     w_s = e^{Σ_c − cs_s}
@@ -32,7 +32,7 @@ Shapes inside (chunked, B and C already repeated per head): x, xΔ (b, c, q, h, 
 import torch
 import torch.nn.functional as F
 
-from mambalearn import ssd
+from mambalearn.mamba2 import reference as ssd
 
 
 def diagonal(C, B, cs, xdt):

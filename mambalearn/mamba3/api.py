@@ -13,11 +13,11 @@ Z, the output before the gate; the backward recomputes everything inside a chunk
 
 import torch
 
-from mambalearn.mamba3.sequential import check_inputs
-from mambalearn.triton.mamba3 import args
-from mambalearn.triton.mamba3.backward import launch_backward
-from mambalearn.triton.mamba3.config import resolve
-from mambalearn.triton.mamba3.forward import launch_forward
+from mambalearn.mamba3 import args
+from mambalearn.mamba3.backward import launch_backward
+from mambalearn.mamba3.chunk import launch_forward
+from mambalearn.mamba3.config import resolve
+from mambalearn.mamba3.reference import check_inputs
 
 _NAMES = ("Q", "K", "V", "ADT", "DT", "Trap", "Q_bias", "K_bias", "Angles", "D", "Z")
 # what the forward keeps for the backward besides the inputs (``forward.launch_forward``)
@@ -70,13 +70,13 @@ class Mamba3SisoFn(torch.autograd.Function):
 def mamba3_siso_combined(Q, K, V, ADT, DT, Trap, Q_bias, K_bias, Angles, D=None, Z=None,
                          Input_States=None, chunk_size=64, return_final_states=False,
                          cu_seqlens=None, config=None):
-    """Mamba-3 SISO (formula: ``mambalearn.mamba3.sequential``), forward and backward in Triton.
+    """Mamba-3 SISO (formula: ``mambalearn.mamba3.reference``), forward and backward in Triton.
 
     Shapes: Q, K (b, l, g, n); V, Z (b, l, h, p); ADT, DT, Trap (b, h, l); Q_bias, K_bias (h, n);
     Angles (b, l, h, na), na ≤ n/2; D (h,); Input_States (angle (b, h, na), ssm (b, h, p, n),
     k (b, h, n), v (b, h, p)) → out (b, l, h, p) in V's dtype, or with ``return_final_states``
     (out, angle, ssm, k, v). ``chunk_size`` a power of two, 16 ≤ q ≤ 256, the chunk every kernel
-    runs at; ``config``: the launch settings (``mambalearn.triton.mamba3.config.Config``;
+    runs at; ``config``: the launch settings (``mambalearn.mamba3.config.Config``;
     default: ``default_config`` for the shape).
     Any layout of the tensors gives the contiguous call's answer; b, l or h = 0 an empty
     output (and the states given). Bad input raises a TypeError/ValueError naming the argument.
@@ -119,7 +119,7 @@ def _empty(kw, shape, return_final_states):
 
 def _no_channels(kw, chunk_size, return_final_states):
     """p = 0: the PyTorch oracle (no state to scan; the angles and the last k are cheap)."""
-    from mambalearn.mamba3.chunked import mamba3_siso_chunked
+    from mambalearn.mamba3.reference_chunked import mamba3_siso_chunked
 
     r = mamba3_siso_chunked(**kw, chunk_size=chunk_size, return_final_states=True)
     if not return_final_states:

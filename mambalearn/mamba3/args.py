@@ -1,10 +1,10 @@
 """The Mamba-3 kernels' argument rules beyond the oracle's (chapter 15), written once for the
 three entry points ``mamba3_siso_combined``, ``mamba3_siso_step`` and ``mamba3_mimo_step``.
 
-The layouts are checked by the oracles' own functions (``mambalearn.mamba3.sequential.
-check_inputs``, ``mambalearn.mamba3.step.check_siso_step`` / ``check_mimo_step``); here: the
-kernels take float32, float16 or bfloat16 tensors, on a CUDA GPU or (in Triton's interpreter) the
-CPU, bf16 only where the interpreter's matmul is right, and a power-of-two chunk of at most
+The layouts are checked by the oracles' own functions (``mambalearn.mamba3.reference.
+check_inputs``, ``mambalearn.mamba3.step_reference.check_siso_step`` / ``check_mimo_step``); here:
+the kernels take float32, float16 or bfloat16 tensors, on a CUDA GPU or (in Triton's interpreter)
+the CPU, bf16 only where the interpreter's matmul is right, and a power-of-two chunk of at most
 ``MAX_CHUNK`` steps.
 """
 

@@ -25,11 +25,10 @@ import triton
 import triton.language as tl
 
 from mambalearn import device  # noqa: F401  (TRITON_INTERPRET before @triton.jit)
-from mambalearn.mamba3.sequential import per_head, rotate_pairs
-from mambalearn.triton.mamba3.backward_qk import bwd_qk_kernel
-from mambalearn.triton.mamba3.backward_v import bwd_v_kernel
-from mambalearn.triton.mamba3.chunk_state import state_grads
-from mambalearn.triton.mamba3.common import (
+from mambalearn.mamba3.backward_qk import bwd_qk_kernel
+from mambalearn.mamba3.backward_v import bwd_v_kernel
+from mambalearn.mamba3.chunk_state import state_grads
+from mambalearn.mamba3.common import (
     GRID_Y,
     PI,
     SIZES,
@@ -38,8 +37,9 @@ from mambalearn.triton.mamba3.common import (
     tanh,
     warps,
 )
-from mambalearn.triton.mamba3.config import DEFAULT
-from mambalearn.triton.mamba3.state_passing import pass_state_grads
+from mambalearn.mamba3.config import DEFAULT
+from mambalearn.mamba3.reference import per_head, rotate_pairs
+from mambalearn.mamba3.state_passing import pass_state_grads
 
 
 @triton.jit(do_not_specialize=SIZES)

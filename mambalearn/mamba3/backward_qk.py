@@ -21,7 +21,7 @@ import triton
 import triton.language as tl
 
 from mambalearn import device  # noqa: F401  (TRITON_INTERPRET before @triton.jit)
-from mambalearn.triton.mamba3.common import (
+from mambalearn.mamba3.common import (
     SIZES,
     causal_decay,
     exp2,

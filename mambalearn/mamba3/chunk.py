@@ -4,11 +4,12 @@
     2. state passing  H^L_{c+1} = (a_c H^L_c + S^L_c) R(Φ_c)               a short walk per row
     3. outputs        y = e^{c} (q H^Lᵀ) + (q kᵀ ∘ M ∘ w) v + (D + γ q·k) v,  out = y · silu(z)
 
-(``chunk_state``, ``state_passing`` and ``_output_kernel`` here; ``mambalearn.mamba3.chunked`` is
-the same algorithm in PyTorch.) In step 3, q = R(φ)(Q + Q_bias) and k = R(φ)(K + K_bias) turned by
-the *local* angles, M_ts = e^{c_t − c_s} for s < t, w the trapezoid weight and γ = λΔ its
-diagonal; q·k is the same rotated or not. Steps 1 and 3 run a program per (head, chunk, batch),
-8192 at the benchmark shape: every chunk is independent once step 2 has given it its state.
+(``chunk_state``, ``state_passing`` and ``_output_kernel`` here;
+``mambalearn.mamba3.reference_chunked`` is the same algorithm in PyTorch.) In step 3, q = R(φ)(Q +
+Q_bias) and k = R(φ)(K + K_bias) turned by the *local* angles, M_ts = e^{c_t − c_s} for s < t, w the
+trapezoid weight and γ = λΔ its diagonal; q·k is the same rotated or not. Steps 1 and 3 run a
+program per (head, chunk, batch), 8192 at the benchmark shape: every chunk is independent once step
+2 has given it its state.
 
 Matmuls take their operands in the inputs' dtype (bf16 → bf16 tensor cores, float32 → tf32 on a
 GPU) and accumulate in float32; the states between the launches are stored in the inputs' dtype,
@@ -20,9 +21,8 @@ import triton
 import triton.language as tl
 
 from mambalearn import device  # noqa: F401  (TRITON_INTERPRET before @triton.jit)
-from mambalearn.mamba3.sequential import per_head, rotate_pairs
-from mambalearn.triton.mamba3.chunk_state import chunk_states
-from mambalearn.triton.mamba3.common import (
+from mambalearn.mamba3.chunk_state import chunk_states
+from mambalearn.mamba3.common import (
     SIZES,
     blocks,
     causal_decay,
@@ -33,8 +33,9 @@ from mambalearn.triton.mamba3.common import (
     load_turned,
     warps,
 )
-from mambalearn.triton.mamba3.config import DEFAULT
-from mambalearn.triton.mamba3.state_passing import pass_states
+from mambalearn.mamba3.config import DEFAULT
+from mambalearn.mamba3.reference import per_head, rotate_pairs
+from mambalearn.mamba3.state_passing import pass_states
 
 
 @triton.jit(do_not_specialize=SIZES)

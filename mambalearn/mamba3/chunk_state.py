@@ -24,7 +24,7 @@ import triton
 import triton.language as tl
 
 from mambalearn import device  # noqa: F401  (TRITON_INTERPRET before @triton.jit)
-from mambalearn.triton.mamba3.common import (
+from mambalearn.mamba3.common import (
     LOG2E,
     SIZES,
     blocks,
@@ -38,7 +38,7 @@ from mambalearn.triton.mamba3.common import (
     local_angles,
     warps,
 )
-from mambalearn.triton.mamba3.config import DEFAULT
+from mambalearn.mamba3.config import DEFAULT
 
 
 @triton.jit(do_not_specialize=SIZES)

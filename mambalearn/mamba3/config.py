@@ -64,6 +64,6 @@ def resolve(config, shape, device):
     if config is None:
         return default_config(shape, device)
     if not isinstance(config, Config):
-        raise TypeError(f"config must be a mambalearn.triton.mamba3.config.Config (or None), got "
+        raise TypeError(f"config must be a mambalearn.mamba3.config.Config (or None), got "
                         f"{type(config).__name__}")
     return config

@@ -1,8 +1,8 @@
 """``mamba3_mimo_combined``: the Mamba-3 MIMO prefill, forward and backward on Triton kernels.
 
-Arguments and layouts are those of ``mambalearn.mamba3.mimo`` (its oracle and chunked form;
-mamba_ssm's ``mamba3_mimo`` names), plus ``chunk_size`` (q, steps per chunk: q·r rows per tile).
-The per-step preparations run in PyTorch, under autograd: the cumulative angles θ
+Arguments and layouts are those of ``mambalearn.mamba3.mimo_reference`` (its oracle and chunked
+form; mamba_ssm's ``mamba3_mimo`` names), plus ``chunk_size`` (q, steps per chunk: q·r rows per
+tile). The per-step preparations run in PyTorch, under autograd: the cumulative angles θ
 (``angle_cumsum``), the trapezoid weights w, γ, and the pre-state from Input_States; the kernels
 (``mimo_forward``, ``mimo_backward``) take them and give their gradients back.
 
@@ -16,13 +16,13 @@ import torch
 import triton
 
 from mambalearn import device  # noqa: F401  (TRITON_INTERPRET before any kernel module)
-from mambalearn.mamba3.chunked import trapezoid_weights
-from mambalearn.mamba3.mimo import check_inputs, initial_pre_state
-from mambalearn.mamba3.sequential import angle_cumsum
-from mambalearn.triton.mamba3.common import dot_dtype
-from mambalearn.triton.mamba3.mimo_backward import mimo_backward_kernel
-from mambalearn.triton.mamba3.mimo_forward import mimo_forward_kernel
-from mambalearn.triton.selective_scan.deterministic import TreeSum
+from mambalearn.mamba3.common import dot_dtype
+from mambalearn.mamba3.mimo_backward import mimo_backward_kernel
+from mambalearn.mamba3.mimo_forward import mimo_forward_kernel
+from mambalearn.mamba3.mimo_reference import check_inputs, initial_pre_state
+from mambalearn.mamba3.reference import angle_cumsum
+from mambalearn.mamba3.reference_chunked import trapezoid_weights
+from mambalearn.triton.deterministic import TreeSum
 
 # Launch settings (a launcher's ``cfg``): warps per (q·r)-row tile of 64 rows, scaled with it,
 # and pipeline stages up to 64 rows (one beyond). Not tuned on a GPU yet: the backward holds about
@@ -141,7 +141,7 @@ class Mamba3MimoFn(torch.autograd.Function):
 def mamba3_mimo_combined(Q, K, V, ADT, DT, Trap, Q_bias, K_bias, MIMO_V, MIMO_Z, MIMO_Out,
                          Angles, D=None, Z=None, Input_States=None, chunk_size=16,
                          return_final_states=False, cfg=CONFIG, deterministic=False):
-    """Mamba-3 MIMO prefill (formula: ``mambalearn.mamba3.mimo``), forward and backward in Triton.
+    """Mamba-3 MIMO prefill (formula: ``mamba3.mimo_reference``), forward and backward in Triton.
 
     Shapes: Q, K (b, l, r, g, n); V, Z (b, l, h, p); ADT, DT, Trap (b, h, l); Q_bias, K_bias
     (h, r, n); MIMO_V, MIMO_Z, MIMO_Out (h, r, p); Angles (b, l, h, na); D (h,); Input_States
@@ -158,7 +158,8 @@ def mamba3_mimo_combined(Q, K, V, ADT, DT, Trap, Q_bias, K_bias, MIMO_V, MIMO_Z,
     for name, t in (("Q", Q), ("K", K), ("V", V), ("Z", Z)):
         if t is not None and t.dtype == torch.float64:
             raise TypeError(f"{name} is float64; the Triton kernels take float32, bf16 or fp16 "
-                            f"(use mambalearn.mamba3.mimo.mamba3_mimo_sequential for float64)")
+                            f"(use mambalearn.mamba3.mimo_reference.mamba3_mimo_sequential "
+                            f"for float64)")
     tiles(Q.shape[-1], V.shape[-1], Q.shape[2], chunk_size)
     f = lambda t: None if t is None else t.float().contiguous()
     states = None if Input_States is None else tuple(s.float() for s in Input_States)

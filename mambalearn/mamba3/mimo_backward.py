@@ -34,8 +34,8 @@ import triton
 import triton.language as tl
 
 from mambalearn import device  # noqa: F401  (TRITON_INTERPRET before @triton.jit)
-from mambalearn.triton.mamba3.common import exp2, pair_cross, turn
-from mambalearn.triton.mamba3.mimo_forward import (
+from mambalearn.mamba3.common import exp2, pair_cross, turn
+from mambalearn.mamba3.mimo_forward import (
     SIZES,
     load_rows,
     row_angles,
@@ -43,7 +43,7 @@ from mambalearn.triton.mamba3.mimo_forward import (
     rows,
     step_mask,
 )
-from mambalearn.triton.selective_scan.deterministic import slot_of, tree_sum
+from mambalearn.triton.deterministic import slot_of, tree_sum
 
 
 @triton.jit

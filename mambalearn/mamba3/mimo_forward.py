@@ -1,8 +1,8 @@
 """The Mamba-3 MIMO prefill forward in Triton: one program per (head, batch), chunks in order.
 
-The r ranks fold into the rows (``mambalearn.mamba3.mimo``): chunk c is a block of q·r rows, row
-i = t·r + ρ holding q_{t,ρ}, k_{t,ρ} (rotated by θ_t, biases added) and v_{t,ρ} = x_t ⊙ Ψ_ρ. Then
-per chunk, with the state H (p × n, float32) kept in registers from chunk to chunk,
+The r ranks fold into the rows (``mambalearn.mamba3.mimo_reference``): chunk c is a block of q·r
+rows, row i = t·r + ρ holding q_{t,ρ}, k_{t,ρ} (rotated by θ_t, biases added) and v_{t,ρ} = x_t ⊙
+Ψ_ρ. Then per chunk, with the state H (p × n, float32) kept in registers from chunk to chunk,
 
     S = Q Kᵀ                                   (q·r × q·r)  tl.dot: the rank-r products
     y = (S ∘ L) V + e^{c} ∘ (Q Hᵀ) + D V         (q·r × p)    L: e^{c_t − c_s} w_s below the step
@@ -22,7 +22,7 @@ import triton
 import triton.language as tl
 
 from mambalearn import device  # noqa: F401  (TRITON_INTERPRET before @triton.jit)
-from mambalearn.triton.mamba3.common import LOG2E, cos_sin, exp2, turn
+from mambalearn.mamba3.common import LOG2E, cos_sin, exp2, turn
 
 SIZES = ["l", "n_chunks"]  # run-time sizes (no recompilation per length)
 

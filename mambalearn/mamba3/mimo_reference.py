@@ -15,7 +15,7 @@ Chunked (:func:`mamba3_mimo_chunked`), the r ranks fold into the rows: a chunk o
 (q·r)-row block where row (t, ρ) holds q_{t,ρ}, k_{t,ρ}, v_{t,ρ}, and SISO's chunked algorithm runs
 on the rows with the step index of each row deciding the mask — below the step diagonal
 e^{c_t − c_s} w_s, on it (every ρ, ρ′ of the same step) γ_t. The products are (q·r) × (q·r) and
-(q·r) × n matmuls: the tensor-core shape of the Triton kernel (``mambalearn.triton.mamba3.mimo``).
+(q·r) × n matmuls: the tensor-core shape of the Triton kernel (``mambalearn.mamba3.mimo_api``).
 
 Layouts are mamba_ssm's ``mamba3_mimo`` (``ops/tilelang/mamba3/mamba3_mimo.py``): Q, K
 (b, l, r, g, n); V, Z (b, l, h, p); ADT, DT, Trap (b, h, l); Q_bias, K_bias (h, r, n); MIMO_V,
@@ -29,14 +29,14 @@ taken and returned, as by mamba_ssm's decode step (its MIMO prefill has none).
 import torch
 import torch.nn.functional as F
 
-from mambalearn.mamba3.chunked import trapezoid_weights
-from mambalearn.mamba3.sequential import (
+from mambalearn.mamba2.reference import segsum
+from mambalearn.mamba3.reference import (
     angle_cumsum,
     compute_dtype,
     rotate_pairs,
     trapezoid_coefficients,
 )
-from mambalearn.ssd import segsum
+from mambalearn.mamba3.reference_chunked import trapezoid_weights
 from mambalearn.utils import check_same_device, check_tensor
 
 

@@ -26,8 +26,8 @@ import torch
 import torch.nn.functional as F
 
 from mambalearn import ops
-from mambalearn.mamba3.sequential import angle_cumsum, finish, prepare, rotate_pairs
-from mambalearn.ssd import segsum
+from mambalearn.mamba2.reference import segsum
+from mambalearn.mamba3.reference import angle_cumsum, finish, prepare, rotate_pairs
 from mambalearn.utils import check_chunk_size
 
 

@@ -22,8 +22,8 @@ import triton
 import triton.language as tl
 
 from mambalearn import device  # noqa: F401  (TRITON_INTERPRET before @triton.jit)
-from mambalearn.triton.mamba3.common import SIZES, cos_sin, exp, mod_two_pi, turn
-from mambalearn.triton.mamba3.config import DEFAULT
+from mambalearn.mamba3.common import SIZES, cos_sin, exp, mod_two_pi, turn
+from mambalearn.mamba3.config import DEFAULT
 
 
 @triton.jit

@@ -3,8 +3,8 @@
 Both give each program a (BLOCK_P, n) tile of one (batch, head) state, read it once, update it
 in registers and write it once: a step is bound by the bytes of the state (chapter 12), and
 MIMO's r outer products and r read-outs are arithmetic on a tile already in registers. The
-oracles are ``mambalearn.mamba3.step``; the signatures those of mamba_ssm's ``mamba3_siso_step``
-and ``mamba3_step_fn``.
+oracles are ``mambalearn.mamba3.step_reference``; the signatures those of mamba_ssm's
+``mamba3_siso_step`` and ``mamba3_step_fn``.
 """
 
 import torch
@@ -12,9 +12,9 @@ import triton
 import triton.language as tl
 
 from mambalearn import device  # noqa: F401  (TRITON_INTERPRET before @triton.jit)
-from mambalearn.mamba3.step import check_mimo_step, check_siso_step
-from mambalearn.triton.mamba3 import args
-from mambalearn.triton.mamba3.common import PI, cos_sin, exp, mod_two_pi, tanh
+from mambalearn.mamba3 import args
+from mambalearn.mamba3.common import PI, cos_sin, exp, mod_two_pi, tanh
+from mambalearn.mamba3.step_reference import check_mimo_step, check_siso_step
 from mambalearn.utils import check_writable, refuse_grad
 
 
@@ -89,7 +89,7 @@ def mamba3_siso_step(Q, K, V, ADT, DT, Trap, Q_bias, K_bias, Angles, D=None, Z=N
                      Input_States=None):
     """One Mamba-3 SISO token: (out (b, h, p), [angle, ssm, k, v]) — new cache tensors.
 
-    Shapes as ``mambalearn.mamba3.step.mamba3_siso_step_ref`` (the oracle), whose argument
+    Shapes as ``mambalearn.mamba3.step_reference.mamba3_siso_step_ref`` (the oracle), whose argument
     rules it shares (``check_siso_step``); any strides. Not differentiable: while autograd
     records, inputs that require grad are refused. Matches
     ``mamba_ssm.ops.triton.mamba3.mamba3_siso_step.mamba3_siso_step``.
@@ -178,8 +178,8 @@ def mamba3_mimo_step(state, Bstate, Xstate, A, B, C, D, x, dt, trap, xproj, outp
                      z=None, zproj=None):
     """One MIMO token of rank r, ``state`` (float32) updated in place; returns out.
 
-    Shapes and formula as ``mambalearn.mamba3.step.mamba3_mimo_step_ref`` (the oracle), whose
-    argument rules it shares (``check_mimo_step``); argument names of mamba_ssm's
+    Shapes and formula as ``mambalearn.mamba3.step_reference.mamba3_mimo_step_ref`` (the oracle),
+    whose argument rules it shares (``check_mimo_step``); argument names of mamba_ssm's
     ``mamba3_step_fn``. Any strides (a strided state is updated through a contiguous copy; an
     expanded one is refused). Not differentiable: while autograd records, inputs that require
     grad are refused.

@@ -22,7 +22,7 @@ Names and layouts are mamba_ssm's ``mamba3_siso_step`` and ``mamba3_step_fn`` (C
 import torch
 import torch.nn.functional as F
 
-from mambalearn.mamba3.sequential import check_inputs, mamba3_siso_sequential
+from mambalearn.mamba3.reference import check_inputs, mamba3_siso_sequential
 from mambalearn.roofline import Cost
 from mambalearn.utils import check_same_device, check_tensor
 

@@ -22,13 +22,11 @@ import triton
 import triton.language as tl
 
 from mambalearn import device
-from mambalearn.triton.scan import combine_fn  # the ⊗ of chapter 03, jitted in chapter 08
-from mambalearn.triton.selective_scan import config as cfgs
-from mambalearn.triton.selective_scan.deterministic import slot_of, tree_sum
-from mambalearn.triton.selective_scan.forward import fwd_state as _fwd_state_fast
-from mambalearn.triton.selective_scan.gradients import bwd_outputs
-from mambalearn.triton.selective_scan.interface import bc_strides, flags
-from mambalearn.triton.selective_scan.tile import (
+from mambalearn.mamba1 import config as cfgs
+from mambalearn.mamba1.args import bc_strides, flags
+from mambalearn.mamba1.fused.forward import fwd_state as _fwd_state_fast
+from mambalearn.mamba1.fused.gradients import bwd_outputs
+from mambalearn.mamba1.fused.tile import (
     LOG2E,
     column,
     ld,
@@ -39,6 +37,8 @@ from mambalearn.triton.selective_scan.tile import (
     seq_start,
     st,
 )
+from mambalearn.triton.deterministic import slot_of, tree_sum
+from mambalearn.triton.scan import combine_fn  # the ⊗ of chapter 03, jitted in chapter 08
 
 
 # ---------------------------------------------------------------------------------------------

@@ -25,10 +25,9 @@ import triton
 import triton.language as tl
 
 from mambalearn import device
-from mambalearn.triton.scan import combine_fn  # the ⊗ of chapter 03, jitted in chapter 08
-from mambalearn.triton.selective_scan import config as cfgs
-from mambalearn.triton.selective_scan.interface import bc_layout, bc_strides, flags
-from mambalearn.triton.selective_scan.tile import (
+from mambalearn.mamba1 import config as cfgs
+from mambalearn.mamba1.args import bc_layout, bc_strides, flags
+from mambalearn.mamba1.fused.tile import (
     LOG2E,
     column,
     ld,
@@ -36,7 +35,8 @@ from mambalearn.triton.selective_scan.tile import (
     put_column,
     seq_start,
 )
-from mambalearn.triton.selective_scan.tile import softplus as _softplus
+from mambalearn.mamba1.fused.tile import softplus as _softplus
+from mambalearn.triton.scan import combine_fn  # the ⊗ of chapter 03, jitted in chapter 08
 
 
 @triton.jit

@@ -38,9 +38,9 @@ import torch
 import triton
 import triton.language as tl
 
-from mambalearn.triton.selective_scan.deterministic import TreeSum
-from mambalearn.triton.selective_scan.interface import Strides, bc_strides, finish_grads
-from mambalearn.triton.selective_scan.tile import st
+from mambalearn.mamba1.args import Strides, bc_strides, finish_grads
+from mambalearn.mamba1.fused.tile import st
+from mambalearn.triton.deterministic import TreeSum
 
 
 @dataclass

@@ -29,9 +29,9 @@ import triton
 import triton.language as tl
 
 from mambalearn import device
-from mambalearn.triton.selective_scan import config as cfgs
-from mambalearn.triton.selective_scan.interface import flags
-from mambalearn.triton.selective_scan.tile import (
+from mambalearn.mamba1 import config as cfgs
+from mambalearn.mamba1.args import flags
+from mambalearn.mamba1.fused.tile import (
     LOG2E,
     column,
     ld,

@@ -36,9 +36,9 @@ import torch
 import triton
 import triton.language as tl
 
-from mambalearn.triton.selective_scan.forward_recurrent import bt_layout
-from mambalearn.triton.selective_scan.interface import flags
-from mambalearn.triton.selective_scan.tile import (
+from mambalearn.mamba1.args import flags
+from mambalearn.mamba1.fused.recurrent import bt_layout
+from mambalearn.mamba1.fused.tile import (
     LOG2E,
     column,
     fold_summaries,

@@ -24,12 +24,12 @@ measurements behind it in bench/NOTES_ssd.md).
 
 import torch
 
-from mambalearn.triton.ssd import args as ssd_args
-from mambalearn.triton.ssd import outputs, states
-from mambalearn.triton.ssd.common import FUSED_MIN_CHUNK
-from mambalearn.triton.ssd.config import resolve
-from mambalearn.triton.ssd.forward import chunk_cumsum, ssd_forward
-from mambalearn.triton.ssd.one_launch import ssd_one_launch
+from mambalearn.mamba2 import args as ssd_args
+from mambalearn.mamba2.chunk import chunk_cumsum, ssd_forward
+from mambalearn.mamba2.common import FUSED_MIN_CHUNK
+from mambalearn.mamba2.config import resolve
+from mambalearn.mamba2.fused import outputs, states
+from mambalearn.mamba2.fused.one_launch import ssd_one_launch
 from mambalearn.utils import refuse_grad
 
 

@@ -31,7 +31,7 @@ import torch
 import triton
 import triton.language as tl
 
-from mambalearn.triton.ssd.common import (
+from mambalearn.mamba2.common import (
     LOG2E,
     check_dot_k,
     check_fused_chunk,
@@ -41,7 +41,7 @@ from mambalearn.triton.ssd.common import (
     p2,
     stages,
 )
-from mambalearn.triton.ssd.config import defaults
+from mambalearn.mamba2.config import defaults
 
 LIMIT = 2**31  # elements of x, z, out it addresses with 32-bit offsets
 

@@ -33,7 +33,7 @@ import triton
 import triton.language as tl
 from triton.tools.tensor_descriptor import TensorDescriptor
 
-from mambalearn.triton.ssd.common import (
+from mambalearn.mamba2.common import (
     LOG2E,
     check_dot_k,
     check_fused_chunk,
@@ -42,7 +42,7 @@ from mambalearn.triton.ssd.common import (
     p2,
     stages,
 )
-from mambalearn.triton.ssd.config import GRID_YZ, defaults
+from mambalearn.mamba2.config import GRID_YZ, defaults
 
 GRID_Z = GRID_YZ  # (b, c) pairs a launch covers on grid axis 2
 

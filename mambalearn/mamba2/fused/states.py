@@ -48,7 +48,7 @@ import triton
 import triton.language as tl
 from triton.tools.tensor_descriptor import TensorDescriptor
 
-from mambalearn.triton.ssd.common import (
+from mambalearn.mamba2.common import (
     LOG2E,
     check_dot_k,
     check_fused_chunk,
@@ -57,8 +57,8 @@ from mambalearn.triton.ssd.common import (
     stages,
     tile,
 )
-from mambalearn.triton.ssd.config import defaults
-from mambalearn.triton.ssd.outputs import tma_ok
+from mambalearn.mamba2.config import defaults
+from mambalearn.mamba2.fused.outputs import tma_ok
 
 
 @triton.jit
