@@ -25,26 +25,7 @@ __all__ = ["segsum", "ssd_chunked"]
 # every earlier scan: Mamba-1's with channels = heads × p and A repeated, or one of the states
 REBUILDS = {
     "segsum": ["mambalearn.mamba2.reference.segsum"],
-    "ssd_chunked": ["mambalearn.mamba2.reference.ssd_chunked",
-                    "mambalearn.mamba2.reference.ssd_sequential",
-                    "mambalearn.mamba2.reference.ssd_quadratic",
-                    "mambalearn.mamba2.reference.mamba_chunk_scan_ref",
-                    "mambalearn.mamba2.chunk.ssd_forward",
-                    "mambalearn.mamba2.api.mamba_chunk_scan_combined",
-                    "mambalearn.mamba2.fused.forward.ssd_fused_forward",
-                    "mambalearn.scan.sequential.selective_scan_sequential",
-                    "mambalearn.scan.selective.selective_scan_parallel",
-                    "mambalearn.scan.chunked.selective_scan_chunked",
-                    "mambalearn.autograd.selective_scan_recompute",
-                    "mambalearn.autograd.selective_scan_checkpointed",
-                    "mambalearn.mamba1.api.selective_scan_fn",
-                    "mambalearn.mamba1.kernel.selective_scan_teaching",
-                    "mambalearn.scan.sequential.linear_scan_sequential",
-                    "mambalearn.scan.hillis_steele.hillis_steele_scan",
-                    "mambalearn.scan.blelloch.blelloch_scan",
-                    "mambalearn.scan.chunked.chunked_scan",
-                    "mambalearn.scan.chunked.scan_reference", "mambalearn.autograd.ChunkedScanFn",
-                    "mambalearn.triton.scan.scan"],
+    "ssd_chunked": ["@ssd", "@mamba1 scans", "@linear scans"],
 }
 
 HINTS = {

@@ -17,22 +17,7 @@ from mambalearn.check import _core
 __all__ = ["decode_step"]
 # The step, and every earlier scan that takes a state in: one step of it is a decode step.
 REBUILDS = {
-    "decode_step": ["mambalearn.inference.decode_step", "mambalearn.inference.scan_by_steps",
-                    "mambalearn.mamba2.step.selective_state_update",
-                    "mambalearn.scan.sequential.selective_scan_sequential",
-                    "mambalearn.scan.selective.selective_scan_parallel",
-                    "mambalearn.scan.chunked.selective_scan_chunked",
-                    "mambalearn.autograd.selective_scan_recompute",
-                    "mambalearn.autograd.selective_scan_checkpointed",
-                    "mambalearn.mamba1.api.selective_scan_fn",
-                    "mambalearn.mamba1.kernel.selective_scan_teaching",
-                    "mambalearn.mamba2.reference.ssd_chunked",
-                    "mambalearn.mamba2.reference.ssd_sequential",
-                    "mambalearn.mamba2.reference.ssd_quadratic",
-                    "mambalearn.mamba2.reference.mamba_chunk_scan_ref",
-                    "mambalearn.mamba2.chunk.ssd_forward",
-                    "mambalearn.mamba2.api.mamba_chunk_scan_combined",
-                    "mambalearn.mamba2.fused.forward.ssd_fused_forward"],
+    "decode_step": ["@decode steps", "@mamba1 scans", "@ssd"],
 }
 
 HINTS = {

@@ -19,30 +19,11 @@ __all__ = ["rank_scan", "fix_up"]
 # (and for rank_scan every earlier scan of h_t = a_t h_{t−1} + b_t; for fix_up every earlier
 # scan that starts from a given state: run from H with zero input, it is the fix-up)
 REBUILDS = {
-    "rank_scan": ["mambalearn.parallel.summary.rank_scan",
-                  "mambalearn.scan.sequential.linear_scan_sequential",
-                  "mambalearn.scan.hillis_steele.hillis_steele_scan",
-                  "mambalearn.scan.blelloch.blelloch_scan",
-                  "mambalearn.scan.chunked.chunked_scan",
-                  "mambalearn.scan.chunked.scan_reference", "mambalearn.autograd.ChunkedScanFn",
-                  "mambalearn.triton.scan.scan"],
+    "rank_scan": ["mambalearn.parallel.summary.rank_scan", "@linear scans"],
     "fix_up": ["mambalearn.parallel.summary.fix_up",
                "mambalearn.inference.initial_state_contribution",
                "mambalearn.inference.decode_step", "mambalearn.inference.scan_by_steps",
-               "mambalearn.scan.sequential.selective_scan_sequential",
-               "mambalearn.scan.selective.selective_scan_parallel",
-               "mambalearn.scan.chunked.selective_scan_chunked",
-               "mambalearn.autograd.selective_scan_recompute",
-               "mambalearn.autograd.selective_scan_checkpointed",
-               "mambalearn.mamba1.api.selective_scan_fn",
-               "mambalearn.mamba1.kernel.selective_scan_teaching",
-               "mambalearn.mamba2.reference.ssd_chunked",
-               "mambalearn.mamba2.reference.ssd_sequential",
-               "mambalearn.mamba2.reference.ssd_quadratic",
-               "mambalearn.mamba2.reference.mamba_chunk_scan_ref",
-               "mambalearn.mamba2.chunk.ssd_forward",
-               "mambalearn.mamba2.api.mamba_chunk_scan_combined",
-               "mambalearn.mamba2.fused.forward.ssd_fused_forward"],
+               "@mamba1 scans", "@ssd"],
 }
 
 HINTS = {
