@@ -18,6 +18,8 @@ CHAPTERS = {
     "mambalearn.launches": 0,  # the record of interpreted launches (the sm_90 build check)
     "mambalearn.triton.interpreter": 0,  # the interpreter's bf16 matmul made right, on import
     "mambalearn.triton.deterministic": 0,  # the deterministic tree sum the families' kernels share
+    "mambalearn.triton.common": 0,  # LOG2E, exp2_ftz, softplus, sm_count, grid limits: written once
+    "mambalearn.triton.config": 0,  # LaunchConfig: the one style of launch settings
     "mambalearn.discretize": 1,
     "mambalearn.scan.sequential": 2,
     "mambalearn.ops": 3,

@@ -29,7 +29,7 @@ def build(kernel, which, r, q, deterministic=False):
                  HAS_OUT=True, DOT=tl.bfloat16)
     const |= {name: None for name in NONE[which]}
     if which == "backward":  # dQ, dK: atomics, or the deterministic mode's fixed-order sum
-        const |= dict(DET=deterministic, FAN=mimo.CONFIG["tree_fan"], TREE_BLOCK=1024,
+        const |= dict(DET=deterministic, FAN=mimo.CONFIG.tree_fan, TREE_BLOCK=1024,
                       PRECISION="tf32")  # (the setting bf16 operands launch with)
     signature = {name: "constexpr" if name in const else
                  ("*bf16" if name in BF16 else "*i32" if name == "counts_ptr" else "*fp32")

@@ -229,6 +229,7 @@ def step(args, deadline):
     """The decode step: a tile sweep, then default and best against mamba_ssm, interleaved."""
     from mambalearn import inference
     from mambalearn.bench import step as bstep
+    from mambalearn.mamba2.step import StepConfig
     from mambalearn.mamba2.step import selective_state_update as ours
     from mambalearn.timing import compare
     theirs = bstep.load_mamba_ssm_step() if args.gpu else None
@@ -242,7 +243,8 @@ def step(args, deadline):
 
         def fn_for(tune, theirs_fn=None, inp=inp, a=a):
             s = inp["state"].clone()
-            f = (lambda: theirs_fn(s, **a)) if theirs_fn else (lambda: ours(s, **a, **tune))
+            c = StepConfig(**tune)
+            f = (lambda: theirs_fn(s, **a)) if theirs_fn else (lambda: ours(s, **a, config=c))
             return f
 
         def graph(f):

@@ -26,13 +26,13 @@ from mambalearn.mamba1.config import (
     Config,
     default_config,
     segment_plan,
-    sm_count,
     summary_split,
 )
 from mambalearn.mamba1.fused import backward as sub_block
 from mambalearn.mamba1.fused import forward as scan
 from mambalearn.mamba1.fused import recurrent, segments, state_outer
 from mambalearn.mamba1.fused.gradients import GradBuffers
+from mambalearn.triton.common import sm_count
 
 
 def forward(u, delta, A, B, C, D, z, delta_bias, softplus, seq_idx, initial_state, shape,
@@ -119,7 +119,8 @@ def selective_scan_fn(u, delta, A, B, C, D=None, z=None, delta_bias=None, delta_
     it costs and what stays batch-dependent: `Config`); None: the config's (False by default).
     """
     if config is not None and not isinstance(config, Config):
-        raise TypeError(f"config must be a selective_scan.config.Config, got {type(config)}")
+        raise TypeError(f"config must be a mambalearn.mamba1.config.Config (or None), got "
+                        f"{type(config).__name__}")
     if deterministic is not None and not isinstance(deterministic, bool):
         raise TypeError(f"deterministic must be True, False or None, got {deterministic!r}")
     if config is not None and deterministic is not None \

@@ -15,6 +15,8 @@ from dataclasses import dataclass
 
 import torch
 
+from mambalearn.triton.config import LaunchConfig
+
 LAYOUTS = ("state-outer", "sub-block")  # the backward's
 FORWARD_LAYOUTS = ("scan", "recurrent")
 UNROLL_MAX = 16  # the scan forward's states unrolled up to this n (compile time grows)
@@ -22,7 +24,7 @@ MIN_SEGMENT = 512  # the shortest piece of a sequence worth its own summary (ste
 
 
 @dataclass(frozen=True)
-class Forward:
+class Forward(LaunchConfig):
     """The forward kernel's launch: a tile of ``block_d`` channels × ``block_l`` steps.
     ``layout``: "scan" (``forward``: a scan along time per state) or "recurrent"
     (``forward_recurrent``: one channel a thread, every state in registers, step by step)."""
@@ -41,7 +43,7 @@ class Forward:
 
 
 @dataclass(frozen=True)
-class Summary:
+class Summary(LaunchConfig):
     """The launch of the segment summaries (``segments``): one channel a thread, ``block_l``
     steps a tile, each step's B (or C) row loaded one step ahead if ``prefetch``."""
 
@@ -54,7 +56,7 @@ class Summary:
 
 
 @dataclass(frozen=True)
-class Backward:
+class Backward(LaunchConfig):
     """The backward kernel's launch. ``layout``: "state-outer" (a tile is one whole chunk, no
     replay; needs n ≤ chunk) or "sub-block" (sub-blocks of ``block_l`` steps, replayed from the
     chunk's stored state)."""
@@ -73,7 +75,7 @@ class Backward:
 
 
 @dataclass(frozen=True)
-class Config:
+class Config(LaunchConfig):
     """Steps between stored states, the forward's and backward's launches, and how many
     segments a sequence is cut into (``segments``: None = as many as fill the GPU, see
     `segment_plan`; 1 = never cut) with the launch of their summaries.
@@ -131,14 +133,6 @@ class Config:
                              f"{self.chunk} columns of a chunk: needs n ≤ {self.chunk}, "
                              f"got n = {n}")
 
-    def replace(self, **changes):
-        """A copy with fields changed; ``forward=`` / ``backward=`` / ``summary=`` may be dicts
-        of changes."""
-        for part in ("forward", "backward", "summary"):
-            if isinstance(changes.get(part), dict):
-                changes[part] = dataclasses.replace(getattr(self, part), **changes[part])
-        return dataclasses.replace(self, **changes)
-
 
 def chunk_size(n):
     """Steps between stored states: 64 at n ≤ 16 (fwd+bwd peak at the CUDA kernel's), else 128.
@@ -191,14 +185,6 @@ def default_config(n, device, l=None):
 
 
 # --- cutting a sequence into segments (chapter 09's last step) ----------------------------------
-def sm_count(device):
-    """Streaming multiprocessors of a CUDA device (0 elsewhere: the interpreter is not cut)."""
-    device = torch.device(device)
-    if device.type != "cuda":
-        return 0
-    return torch.cuda.get_device_properties(device).multi_processor_count
-
-
 def segment_plan(segments, programs, per_sm, l, unit, sms):
     """(S, steps a segment): how a sequence of l steps is cut for a launch of ``programs``
     programs a segment on ``sms`` SMs. ``segments`` None: ⌊slots / programs⌋ segments (slots: SMs ×

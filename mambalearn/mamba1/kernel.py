@@ -33,6 +33,7 @@ import triton.language as tl
 
 from mambalearn import device
 from mambalearn.mamba1 import args as interface
+from mambalearn.triton.common import softplus
 from mambalearn.triton.scan import combine_fn  # the ⊗ of chapter 03, jitted in chapter 08
 
 CHUNK = 32  # steps between stored states = the backward's time tile
@@ -58,12 +59,6 @@ def column(X, cols, j):
 def put_column(X, cols, j, v):
     """X with column j replaced by the vector v."""
     return tl.where(cols[None, :] == j, v[:, None], X)
-
-
-@triton.jit
-def softplus(x):
-    # log(1 + e^x), stable for large |x|; mamba_ssm returns x itself above 20
-    return tl.where(x <= 20.0, tl.maximum(x, 0.0) + tl.log(1.0 + tl.exp(-tl.abs(x))), x)
 
 
 @triton.jit

@@ -9,6 +9,7 @@ import triton.language as tl
 
 from mambalearn.mamba2.backward_config import backward_config
 from mambalearn.mamba2.common import tile
+from mambalearn.triton.common import softplus
 
 
 # ---------------------------------------------------------------------------------------------
@@ -80,7 +81,7 @@ def _chunk_cumsum_bwd_kernel(
     if HAS_BIAS:
         v += tl.load(bias_ptr + offs_h, mask=ok_h, other=0.0).to(tl.float32)[:, None]
     if SOFTPLUS:  # softplus' = σ below mamba_ssm's threshold of 20, the identity above
-        sp = tl.where(v <= 20.0, tl.log(1.0 + tl.exp(v)), v)
+        sp = softplus(v)
         d_delta = tl.where(v <= 20.0, d_delta * tl.sigmoid(v), d_delta)
     else:
         sp = v

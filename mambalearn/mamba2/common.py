@@ -8,10 +8,10 @@ import triton
 import triton.language as tl
 
 from mambalearn import device
+from mambalearn.triton.common import softplus
 
 INTERP = device.interpreted()  # Triton's CPU interpreter: small tiles, one pipeline stage
 
-LOG2E = tl.constexpr(1.4426950408889634)  # exp(x) = exp2(x · log2 e)
 # The fused kernels (chapter 11) multiply over a chunk's steps on the tensor cores: the steps are
 # the K of a tl.dot, which an sm_90 build takes only from 16 up. Shorter chunks run chapter 10's
 # kernels, which tile the steps in blocks of 16 and mask the rest.
@@ -33,7 +33,6 @@ def check_fused_chunk(q, what):
         raise ValueError(f"{what} tiles a chunk's steps as the K of tl.dot: chunk_size must be "
                          f"≥ {FUSED_MIN_CHUNK} on a GPU's tensor cores, got {q}; chapter 10's "
                          f"kernels (mambalearn.mamba2.chunk) take any chunk")
-_INTERPRETED = tl.constexpr(INTERP)  # the same flag, readable inside @triton.jit functions
 
 
 def p2(v, lo=16):
@@ -61,18 +60,6 @@ def launch_options(maxnreg):
 
 
 @triton.jit
-def exp2_ftz(x):
-    """2^x, one MUFU.EX2 instruction, results below 2^-126 flushed to 0. (``tl.exp``/``tl.exp2``
-    add three instructions per element to handle such denormal results: in the q×q tiles of SSD
-    that is a third of the arithmetic, and values below 1e-38 change no output.)"""
-    if _INTERPRETED:
-        return tl.exp2(x)
-    else:
-        return tl.inline_asm_elementwise("ex2.approx.ftz.f32 $0, $1;", "=f,f", [x],
-                                         dtype=tl.float32, is_pure=True, pack=1)
-
-
-@triton.jit
 def delta_of(dt, bias, dt_min, dt_max,
            HAS_BIAS: tl.constexpr, SOFTPLUS: tl.constexpr, HAS_LIMIT: tl.constexpr):
     """Δ = clamp(softplus(dt + dt_bias), dt_min, dt_max), in float32; each step optional."""
@@ -80,8 +67,7 @@ def delta_of(dt, bias, dt_min, dt_max,
     if HAS_BIAS:
         dt += bias
     if SOFTPLUS:
-        # softplus(x) = log(1 + e^x); above 20 it equals x to fp32 precision (mamba_ssm's threshold)
-        dt = tl.where(dt <= 20.0, tl.log(1.0 + tl.exp(dt)), dt)
+        dt = softplus(dt)  # log(1 + e^x); x itself above 20 (mamba_ssm's threshold)
     if HAS_LIMIT:
         dt = tl.minimum(tl.maximum(dt, dt_min), dt_max)
     return dt

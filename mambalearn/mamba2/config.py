@@ -19,12 +19,13 @@ import torch
 import triton
 
 from mambalearn import device as _device
-
-GRID_YZ = 65535  # CUDA's limit on grid axes 1 and 2 (axis 0: 2³¹ − 1)
+from mambalearn.triton.common import sm_count
+from mambalearn.triton.config import LaunchConfig
+from mambalearn.triton.config import resolve as _resolve
 
 
 @dataclass(frozen=True)
-class Launch:
+class Launch(LaunchConfig):
     """One kernel's launch: a tile of n (``block_n``, where the kernel has one) and options."""
 
     num_warps: int = 4
@@ -34,7 +35,7 @@ class Launch:
 
 
 @dataclass(frozen=True)
-class Stages:
+class Stages(LaunchConfig):
     """Chapter 10's five kernels. ``*_block_*``: tile sizes (rounded to the problem's powers of
     two), ``cumsum_heads``: heads per chunk-cumsum program, ``passing_block``: state values per
     state-passing program."""
@@ -54,7 +55,7 @@ class Stages:
 
 
 @dataclass(frozen=True)
-class States:
+class States(LaunchConfig):
     """Chapter 11's states kernel: a (block_p, block_n) state tile per program, walking chunks.
 
     ``tma``: the tensor-descriptor kernel (a chunk a loop trip, a ``stages`` deep pipeline) or
@@ -75,7 +76,7 @@ class States:
 
 
 @dataclass(frozen=True)
-class Outputs:
+class Outputs(LaunchConfig):
     """Chapter 11's outputs kernel: ``block_m`` rows × ``block_k`` columns of C Bᵀ at a time,
     ``rows`` row blocks per program (None: the whole chunk), ``loop``: every column block in one
     pipelined loop, ``exp2``: decays from log2-scaled a."""
@@ -91,7 +92,7 @@ class Outputs:
 
 
 @dataclass(frozen=True)
-class OneLaunch:
+class OneLaunch(LaunchConfig):
     """Chapter 11's one-launch kernel (its outputs tile as `Outputs`, ``block_p`` channels)."""
 
     block_m: int = 64
@@ -104,7 +105,7 @@ class OneLaunch:
 
 
 @dataclass(frozen=True)
-class Backward:
+class Backward(LaunchConfig):
     """The backward's kernels (``mambalearn.mamba2.backward`` numbers the steps).
 
     ``block_q``: the (t, s) tile of the q × q blocks (steps 4–7 agree on it); ``nsplit``:
@@ -129,7 +130,7 @@ class Backward:
 
 
 @dataclass(frozen=True)
-class Config:
+class Config(LaunchConfig):
     """Every launch setting of one SSD call (module doc)."""
 
     stages: Stages = field(default_factory=Stages)
@@ -146,23 +147,6 @@ class Config:
                         ("backward.nsplit", self.backward.nsplit)):
             if not isinstance(v, int) or v < 1:
                 raise ValueError(f"{name} must be an int ≥ 1, got {v!r}")
-
-    def replace(self, **changes):
-        """A copy with fields changed; a part (``states=``, ``backward=``, …) may be a dict of
-        changes, and so may ``backward``'s kernels (``backward=dict(dx=dict(num_warps=4))``)."""
-        return _replace(self, changes, "config")
-
-
-def _replace(obj, changes, where):
-    """``dataclasses.replace`` with nested dicts of changes, and an error naming the fields."""
-    names = {f.name for f in dataclasses.fields(obj)}
-    unknown = sorted(set(changes) - names)
-    if unknown:
-        raise ValueError(f"{where} has no field {', '.join(unknown)}; its fields: "
-                         f"{', '.join(sorted(names))}")
-    changes = {k: _replace(getattr(obj, k), v, f"{where}.{k}") if isinstance(v, dict) else v
-               for k, v in changes.items()}
-    return dataclasses.replace(obj, **changes)
 
 
 # --- what depends on the shape: the data, and the two rules ------------------------------------
@@ -220,24 +204,10 @@ def defaults(device):
     return CPU if _device.interpreted() or torch.device(device).type == "cpu" else GPU
 
 
-def multiprocessors(device):
-    """SMs of a CUDA ``device`` (the parallelism the shape rules fill); None elsewhere."""
-    device = torch.device(device)
-    if device.type != "cuda":
-        return None
-    return torch.cuda.get_device_properties(device).multi_processor_count
-
-
 def resolve(config, shape, device):
     """``config`` if it is a `Config`, the default for ``shape`` on ``device`` if None, else a
     TypeError (the one check of every entry point's ``config=``)."""
-    if config is None:
-        return default_config(shape, device)
-    if not isinstance(config, Config):
-        raise TypeError(f"config must be a mambalearn.mamba2.config.Config (or None), got "
-                        f"{type(config).__name__}; change a default with "
-                        f"default_config(...).replace(...)")
-    return config
+    return _resolve(config, Config, lambda: default_config(shape, device))
 
 
 def default_config(shape, device):
@@ -245,7 +215,7 @@ def default_config(shape, device):
     device: the interpreter's tiles; a meta device: the H200's 132 SMs, for offline builds)."""
     if defaults(device) is CPU:
         return CPU
-    return gpu_config(shape, multiprocessors(device) or 132)
+    return gpu_config(shape, sm_count(device) or 132)
 
 
 def gpu_config(shape, sms):

@@ -24,19 +24,17 @@ The launcher has the signature of ``mamba_ssm.ops.triton.selective_state_update.
 selective_state_update``; the oracle is :func:`mambalearn.inference.decode_step`.
 """
 
+from dataclasses import dataclass
+
 import torch
 import triton
 import triton.language as tl
 
 from mambalearn import device  # noqa: F401  (TRITON_INTERPRET before @triton.jit)
 from mambalearn.inference import check_step
+from mambalearn.triton.common import softplus
+from mambalearn.triton.config import LaunchConfig, resolve
 from mambalearn.utils import check_kernel_device, check_writable, refuse_grad
-
-
-@triton.jit
-def _softplus(x):
-    # log(1 + e^x), and x itself where e^x would overflow float32's precision anyway
-    return tl.where(x <= 20.0, tl.log(1.0 + tl.exp(x)), x)
 
 
 @triton.jit
@@ -106,7 +104,7 @@ def _state_update_kernel(
         if HAS_DT_BIAS:
             dt += tl.load(dt_bias_ptr + pid_h * stride_biash).to(tl.float32)
         if DT_SOFTPLUS:
-            dt = _softplus(dt)
+            dt = softplus(dt)
         A = tl.load(A_ptr + pid_h * stride_Ah).to(tl.float32)
         A_bar = tl.exp(A * dt)  # a scalar
         B_bar = B * dt  # (BLOCK_N,)
@@ -118,7 +116,7 @@ def _state_update_kernel(
             dt += tl.load(dt_bias_ptr + pid_h * stride_biash + offs_p * stride_biasp,
                           mask=mask_p, other=0.0).to(tl.float32)
         if DT_SOFTPLUS:
-            dt = _softplus(dt)
+            dt = softplus(dt)
         A = tl.load(A_ptr + pid_h * stride_Ah + offs_p[:, None] * stride_Ap
                     + offs_n[None, :] * stride_An, mask=mask_pn, other=0.0).to(tl.float32)
         A_bar = tl.exp(A * dt[:, None])  # (BLOCK_P, BLOCK_N), float32 always
@@ -152,6 +150,28 @@ TILE_SMALL = (8192, 8, False)  # a state that stays in L2 from one token to the 
 SMALL_STATE = 1 << 22  # state values (b·h·p·n) up to which a batch counts as small (16 MB fp32)
 
 
+@dataclass(frozen=True)
+class StepConfig(LaunchConfig):
+    """The decode step's launch, overriding `_tile`'s choice field by field (None: its choice):
+    rows of the head dim per tile, warps per program, the state streamed through L2 first."""
+
+    block_p: int | None = None
+    num_warps: int | None = None
+    stream: bool | None = None
+
+    def __post_init__(self):
+        for name in ("block_p", "num_warps"):
+            v = getattr(self, name)
+            if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v < 1
+                                  or v & (v - 1)):
+                raise ValueError(f"config.{name} must be None or a power of two ≥ 1, got {v!r}")
+        if self.stream is not None and not isinstance(self.stream, bool):
+            raise TypeError(f"config.stream must be None, True or False, got {self.stream!r}")
+
+
+DEFAULT = StepConfig()
+
+
 def _tile(p, n, values):
     """(BLOCK_P, num_warps, stream) for a state of ``values`` values: TILE_LARGE or TILE_SMALL,
     BLOCK_P no wider than the head, at most a warp per 256 values of the tile (at least 4).
@@ -163,8 +183,7 @@ def _tile(p, n, values):
 
 
 def selective_state_update(state, x, dt, A, B, C, D=None, z=None, dt_bias=None,
-                           dt_softplus=False, state_batch_indices=None, *, block_p=None,
-                           num_warps=None, stream=None):
+                           dt_softplus=False, state_batch_indices=None, *, config=None):
     """h ← exp(ΔA) ⊙ h + Δ B x (in place), out = (C·h + D x)·silu(z), Δ = softplus(dt + dt_bias).
 
     Shapes (as ``mamba_ssm``):
@@ -178,13 +197,15 @@ def selective_state_update(state, x, dt, A, B, C, D=None, z=None, dt_bias=None,
             CUDA-graph capture, which forbids looking: a slot past the state gives out NaN and
             leaves the state untouched)
         returns out shaped like x, in x's dtype.
-    ``block_p``, ``num_warps`` and ``stream`` override ``_tile``'s choice (benchmark sweeps).
+    ``config``: a `StepConfig` whose fields override ``_tile``'s choice (benchmark sweeps;
+    None: the choice).
     The arguments' rules are ``inference.check_step``'s (the oracle's); any strides are read as
     they are. Not differentiable: while autograd records, inputs that require grad are refused
     (the state is updated in place).
 
     Matches ``mamba_ssm.ops.triton.selective_state_update.selective_state_update``.
     """
+    config = resolve(config, StepConfig, lambda: DEFAULT)
     refuse_grad("selective_state_update", "it is an inference step that updates the state in "
                 "place: call it under torch.no_grad() (as generate does), or pass detached "
                 "tensors", state=state, x=x, dt=dt, A=A, B=B, C=C, D=D, z=z, dt_bias=dt_bias)
@@ -201,7 +222,8 @@ def selective_state_update(state, x, dt, A, B, C, D=None, z=None, dt_bias=None,
     if out.numel() == 0:  # no row, head or channel: nothing to update
         return out if heads else out[:, 0]
     bp, nw, st = _tile(p, n, bx * h * p * n)
-    bp, nw, st = block_p or bp, num_warps or nw, st if stream is None else stream
+    bp, nw = config.block_p or bp, config.num_warps or nw
+    st = st if config.stream is None else config.stream
     tiles_p = triton.cdiv(p, bp)
     zs = z4.stride() if z4 is not None else (0, 0, 0)
     _state_update_kernel[(tiles_p * h * bx,)](

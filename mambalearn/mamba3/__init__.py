@@ -51,7 +51,7 @@ __all__ = [
     "mamba3_siso_sequential", "rotate_pairs", "trapezoid_coefficients", "trapezoid_weights",
 ]
 
-_KERNELS = {
+_WHERE = {
     "mamba3_siso_combined": "api",
     "mamba3_mimo_combined": "mimo_api",
     "mamba3_siso_step": "step_api",
@@ -61,6 +61,6 @@ _KERNELS = {
 
 def __getattr__(name):
     # the kernels load (and Triton with them) only when asked for
-    if name in _KERNELS:
-        return getattr(importlib.import_module(f"{__name__}.{_KERNELS[name]}"), name)
+    if name in _WHERE:
+        return getattr(importlib.import_module(f"{__name__}.{_WHERE[name]}"), name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -24,16 +24,16 @@ import triton
 import triton.language as tl
 
 from mambalearn import device
+from mambalearn.triton.common import GRID_Y, LOG2E  # noqa: F401  (the kernels' constants)
+from mambalearn.triton.common import exp2_ftz as exp2  # 2^x: MUFU.EX2, denormals flushed
 from mambalearn.utils import check_chunk_size
 
 PI = tl.constexpr(3.141592653589793)  # a global a kernel may read
 TWO_PI = tl.constexpr(6.283185307179586)
-LOG2E = tl.constexpr(1.4426950408889634)
 # The length is a run-time int Triton should not specialise on (it would compile again for every
 # l that is or is not a multiple of 16); the model's sizes (h, g, p, n, na) are compiled in
 # (tl.constexpr): strides become constants and the masks of full tiles fold away.
 SIZES = ["l", "n_chunks"]
-GRID_Y = 65535  # CUDA's limit on grid axes 1 and 2 (axis 0: 2³¹ − 1)
 
 # On a GPU, cos, sin and 2^x come straight from the special-function unit (one MUFU instruction
 # each; |error| < 2⁻²⁰ for cos/sin on |x| ≤ 100π, relative 2⁻²² for 2^x) instead of libdevice's
@@ -43,11 +43,6 @@ if device.interpreted():
     def cos_sin(x):
         """(cos x, sin x) in float32."""
         return tl.cos(x), tl.sin(x)
-
-    @triton.jit
-    def exp2(x):
-        """2^x in float32."""
-        return tl.exp2(x)
 else:
     @triton.jit
     def cos_sin(x):
@@ -57,12 +52,6 @@ else:
         s = tl.inline_asm_elementwise("sin.approx.f32 $0, $1;", "=f,f", [x], dtype=tl.float32,
                                       is_pure=True, pack=1)
         return c, s
-
-    @triton.jit
-    def exp2(x):
-        """2^x in float32, by MUFU.EX2 (denormal results flushed to 0)."""
-        return tl.inline_asm_elementwise("ex2.approx.ftz.f32 $0, $1;", "=f,f", [x],
-                                         dtype=tl.float32, is_pure=True, pack=1)
 
 
 @triton.jit

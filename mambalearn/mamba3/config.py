@@ -12,9 +12,12 @@ register counts, the H200's timings): ``bench/NOTES_mamba3.md``.
 import dataclasses
 from dataclasses import dataclass
 
+from mambalearn.triton.config import LaunchConfig
+from mambalearn.triton.config import resolve as _resolve
+
 
 @dataclass(frozen=True)
-class Config:
+class Config(LaunchConfig):
     """Every launch setting of the SISO forward and backward (module doc)."""
 
     col_block: int = 32  # state columns (n) a kernel holds at once: BN, a power of two ≥ 16
@@ -42,13 +45,6 @@ class Config:
             if v & (v - 1):
                 raise ValueError(f"config.{name} must be a power of two, got {v}")
 
-    def replace(self, **changes):
-        """A copy with fields changed."""
-        unknown = sorted(set(changes) - {f.name for f in dataclasses.fields(self)})
-        if unknown:
-            raise ValueError(f"the Mamba-3 config has no field {', '.join(unknown)}")
-        return dataclasses.replace(self, **changes)
-
 
 DEFAULT = Config()
 
@@ -61,9 +57,36 @@ def default_config(shape, device):
 
 def resolve(config, shape, device):
     """``config`` if it is a `Config`, the default if None, else a TypeError."""
-    if config is None:
-        return default_config(shape, device)
-    if not isinstance(config, Config):
-        raise TypeError(f"config must be a mambalearn.mamba3.config.Config (or None), got "
-                        f"{type(config).__name__}")
-    return config
+    return _resolve(config, Config, lambda: default_config(shape, device))
+
+
+@dataclass(frozen=True)
+class MimoConfig(LaunchConfig):
+    """Launch settings of the MIMO prefill (``mamba3_mimo_combined(..., config=)``): warps per
+    (q·r)-row tile of 64 rows, scaled with it, and pipeline stages up to 64 rows (one beyond).
+
+    Not tuned on a GPU yet: the backward holds about twenty (64 × 64|128) float32 tiles, which
+    spill at any warp count below 16; 8 warps is a first guess for both. The stages are the most
+    whose buffers fit one program's shared memory on an H200 (227 KB), read from the kernels built
+    for sm_90 without a GPU (p 64, n 128, bf16; tests/test_mamba3_mimo_fits.py): at 64 rows the
+    forward needs 48 / 185 / 322 KB at 1 / 2 / 3 stages (Triton's default is 3), the backward
+    104 / 241 / 394 KB; at 128 rows the forward 81 / 355 KB at 1 / 2, the backward 192 KB at 1;
+    at 256 rows the backward 368 KB at 1."""
+
+    forward_warps: int = 8
+    backward_warps: int = 8
+    forward_stages: int = 2
+    backward_stages: int = 1
+    tree_fan: int = 8  # deterministic mode: heads one node of the dQ/dK sum adds
+
+    def __post_init__(self):
+        for f in dataclasses.fields(self):
+            v = getattr(self, f.name)
+            if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+                raise ValueError(f"config.{f.name} must be an int ≥ 1, got {v!r}")
+        if self.tree_fan < 2:
+            raise ValueError(f"config.tree_fan must be ≥ 2, got {self.tree_fan}")
+
+
+MIMO_DEFAULT = MimoConfig()
+

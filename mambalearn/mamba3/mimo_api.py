@@ -17,23 +17,16 @@ import triton
 
 from mambalearn import device  # noqa: F401  (TRITON_INTERPRET before any kernel module)
 from mambalearn.mamba3.common import dot_dtype
+from mambalearn.mamba3.config import MIMO_DEFAULT, MimoConfig
 from mambalearn.mamba3.mimo_backward import mimo_backward_kernel
 from mambalearn.mamba3.mimo_forward import mimo_forward_kernel
 from mambalearn.mamba3.mimo_reference import check_inputs, initial_pre_state
 from mambalearn.mamba3.reference import angle_cumsum
 from mambalearn.mamba3.reference_chunked import trapezoid_weights
+from mambalearn.triton.config import resolve as _resolve
 from mambalearn.triton.deterministic import TreeSum
 
-# Launch settings (a launcher's ``cfg``): warps per (q·r)-row tile of 64 rows, scaled with it,
-# and pipeline stages up to 64 rows (one beyond). Not tuned on a GPU yet: the backward holds about
-# twenty (64 × 64|128) float32 tiles, which spill at any warp count below 16; 8 warps is a first
-# guess for both. The stages are the most whose buffers fit one program's shared memory on an
-# H200 (227 KB), read from the kernels built for sm_90 without a GPU (p 64, n 128, bf16;
-# tests/test_mamba3_mimo_fits.py): at 64 rows the forward needs 48 / 185 / 322 KB at 1 / 2 / 3
-# stages (Triton's default is 3), the backward 104 / 241 / 394 KB; at 128 rows the forward
-# 81 / 355 KB at 1 / 2, the backward 192 KB at 1; at 256 rows the backward 368 KB at 1.
-CONFIG = dict(forward_warps=8, backward_warps=8, forward_stages=2, backward_stages=1,
-              tree_fan=8)  # deterministic mode: heads one node of the dQ/dK sum adds
+CONFIG = MIMO_DEFAULT  # the launch settings (`MimoConfig`: why these)
 MAX_ROWS = 128  # q·r: past it no backward fits an H200's shared memory
 
 
@@ -57,14 +50,14 @@ def backward_precision(V):
     return "ieee" if V.dtype == torch.float32 else "tf32"
 
 
-def launch_warps(cfg, key, rows):
-    """Warps of a launch: ``cfg[key]`` per 64 rows of the (q·r)-row tile."""
-    return cfg[key] * max(1, rows // 64)
+def launch_warps(config, key, rows):
+    """Warps of a launch: ``config.<key>`` per 64 rows of the (q·r)-row tile."""
+    return getattr(config, key) * max(1, rows // 64)
 
 
-def launch_stages(cfg, key, rows):
-    """Pipeline stages of a launch: ``cfg[key]`` up to 64 rows, one beyond (shared memory)."""
-    return cfg[key] if rows <= 64 else 1
+def launch_stages(config, key, rows):
+    """Pipeline stages of a launch: ``config.<key>`` up to 64 rows, one beyond (shared memory)."""
+    return getattr(config, key) if rows <= 64 else 1
 
 
 class Mamba3MimoFn(torch.autograd.Function):
@@ -113,7 +106,7 @@ class Mamba3MimoFn(torch.autograd.Function):
         tree = None  # deterministic: dQ, dK over a group's heads in head order, not atomics
         if ctx.deterministic:
             tree = TreeSum.allocate(h // g, b * g * c, 2 * rows * n,
-                                    ctx.cfg.get("tree_fan", CONFIG["tree_fan"]), V.device)
+                                    ctx.cfg.tree_fan, V.device)
         cont = lambda t: None if t is None else t.contiguous().float()
         mimo_backward_kernel[(h, b)](
             Q, K, V, Z, Q_bias, K_bias, Psi, Zeta, Phi, D, ADT, W, G, theta, Hs,
@@ -140,7 +133,7 @@ class Mamba3MimoFn(torch.autograd.Function):
 
 def mamba3_mimo_combined(Q, K, V, ADT, DT, Trap, Q_bias, K_bias, MIMO_V, MIMO_Z, MIMO_Out,
                          Angles, D=None, Z=None, Input_States=None, chunk_size=16,
-                         return_final_states=False, cfg=CONFIG, deterministic=False):
+                         return_final_states=False, config=None, deterministic=False):
     """Mamba-3 MIMO prefill (formula: ``mamba3.mimo_reference``), forward and backward in Triton.
 
     Shapes: Q, K (b, l, r, g, n); V, Z (b, l, h, p); ADT, DT, Trap (b, h, l); Q_bias, K_bias
@@ -149,8 +142,10 @@ def mamba3_mimo_combined(Q, K, V, ADT, DT, Trap, Q_bias, K_bias, MIMO_V, MIMO_Z,
     (b, l, r, h, p) without MIMO_Out; with ``return_final_states`` (out, angle, ssm, k, v).
     chunk_size q and the rank r powers of two with 16 ≤ q·r ≤ 128; float32, bf16 or fp16 inputs.
     ``deterministic``: dQ, dK summed over a group's heads in a fixed order (not atomics): the same
-    bits on every run and at every position in the batch.
+    bits on every run and at every position in the batch. ``config``: the launch settings, a
+    ``mambalearn.mamba3.config.MimoConfig`` (None: ``MIMO_DEFAULT``).
     """
+    cfg = _resolve(config, MimoConfig, lambda: MIMO_DEFAULT)
     if not isinstance(deterministic, bool):
         raise TypeError(f"deterministic must be True or False, got {deterministic!r}")
     check_inputs(Q, K, V, ADT, DT, Trap, Q_bias, K_bias, MIMO_V, MIMO_Z, MIMO_Out, Angles, D, Z,

@@ -18,13 +18,13 @@ from mambalearn.triton import interpreter
 interpreter.setup()
 
 _WHERE = {
-    "selective_scan_fn": "mambalearn.mamba1.api",
-    "mamba_chunk_scan_combined": "mambalearn.mamba2.api",
-    "selective_state_update": "mambalearn.mamba2.step",
+    "selective_scan_fn": "selective_scan",  # the faces of mamba1, mamba2, mamba2.step
+    "mamba_chunk_scan_combined": "ssd",
+    "selective_state_update": "step",
 }
 
 
 def __getattr__(name):
     if name in _WHERE:
-        return getattr(importlib.import_module(_WHERE[name]), name)
+        return getattr(importlib.import_module(f"{__name__}.{_WHERE[name]}"), name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -27,7 +27,6 @@ from mambalearn.mamba1.args import bc_strides, flags
 from mambalearn.mamba1.fused.forward import fwd_state as _fwd_state_fast
 from mambalearn.mamba1.fused.gradients import bwd_outputs
 from mambalearn.mamba1.fused.tile import (
-    LOG2E,
     column,
     ld,
     load_bc,
@@ -37,6 +36,7 @@ from mambalearn.mamba1.fused.tile import (
     seq_start,
     st,
 )
+from mambalearn.triton.common import LOG2E
 from mambalearn.triton.deterministic import slot_of, tree_sum
 from mambalearn.triton.scan import combine_fn  # the ⊗ of chapter 03, jitted in chapter 08
 

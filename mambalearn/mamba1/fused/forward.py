@@ -28,14 +28,14 @@ from mambalearn import device
 from mambalearn.mamba1 import config as cfgs
 from mambalearn.mamba1.args import bc_layout, bc_strides, flags
 from mambalearn.mamba1.fused.tile import (
-    LOG2E,
     column,
     ld,
     load_bc,
     put_column,
     seq_start,
 )
-from mambalearn.mamba1.fused.tile import softplus as _softplus
+from mambalearn.triton.common import LOG2E
+from mambalearn.triton.common import softplus as _softplus
 from mambalearn.triton.scan import combine_fn  # the ⊗ of chapter 03, jitted in chapter 08
 
 

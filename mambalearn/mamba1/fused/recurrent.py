@@ -32,14 +32,13 @@ from mambalearn import device
 from mambalearn.mamba1 import config as cfgs
 from mambalearn.mamba1.args import flags
 from mambalearn.mamba1.fused.tile import (
-    LOG2E,
     column,
     ld,
     load_step,
     seq_start,
-    softplus,
     st,
 )
+from mambalearn.triton.common import LOG2E, softplus
 
 
 @triton.jit

@@ -39,14 +39,13 @@ import triton.language as tl
 from mambalearn.mamba1.args import flags
 from mambalearn.mamba1.fused.recurrent import bt_layout
 from mambalearn.mamba1.fused.tile import (
-    LOG2E,
     column,
     fold_summaries,
     ld,
     load_step,
     seq_start,
-    softplus,
 )
+from mambalearn.triton.common import LOG2E, softplus
 
 
 @triton.jit

@@ -20,7 +20,6 @@ from mambalearn.mamba1 import config as cfgs
 from mambalearn.mamba1.args import bc_strides, flags
 from mambalearn.mamba1.fused.gradients import bwd_outputs
 from mambalearn.mamba1.fused.tile import (
-    LOG2E,
     column,
     fold_adjoints,
     ld,
@@ -30,6 +29,7 @@ from mambalearn.mamba1.fused.tile import (
     seq_start,
     st,
 )
+from mambalearn.triton.common import LOG2E
 from mambalearn.triton.deterministic import slot_of, tree_sum
 from mambalearn.triton.scan import combine_fn  # the ⊗ of chapter 03, jitted in chapter 08
 

@@ -32,16 +32,15 @@ import triton
 import triton.language as tl
 
 from mambalearn.mamba2.common import (
-    LOG2E,
     check_dot_k,
     check_fused_chunk,
     delta_of,
-    exp2_ftz,
     launch_options,
     p2,
     stages,
 )
 from mambalearn.mamba2.config import defaults
+from mambalearn.triton.common import LOG2E, exp2_ftz
 
 LIMIT = 2**31  # elements of x, z, out it addresses with 32-bit offsets
 

@@ -34,17 +34,14 @@ import triton.language as tl
 from triton.tools.tensor_descriptor import TensorDescriptor
 
 from mambalearn.mamba2.common import (
-    LOG2E,
     check_dot_k,
     check_fused_chunk,
-    exp2_ftz,
     launch_options,
     p2,
     stages,
 )
-from mambalearn.mamba2.config import GRID_YZ, defaults
-
-GRID_Z = GRID_YZ  # (b, c) pairs a launch covers on grid axis 2
+from mambalearn.mamba2.config import defaults
+from mambalearn.triton.common import GRID_Z, LOG2E, exp2_ftz
 
 
 @triton.jit
@@ -212,7 +209,7 @@ def chunk_outputs(x, C, B, dt_c, dA_cs, H, D=None, z=None, seq_idx=None, config=
     out = torch.empty(b, l, h, p, device=x.device, dtype=x.dtype)
     desc = lambda t, m, k: TensorDescriptor.from_tensor(t, [1, m, 1, k])
     Dst = (0, 0) if D is None else ((D.stride(0), 0) if D.ndim == 1 else D.stride())
-    for bc0 in range(0, b * c, GRID_Z):  # (batch, chunk) pairs in slabs of the grid's z limit
+    for bc0 in range(0, b * c, GRID_Z):  # (batch, chunk) pairs in slabs of grid axis 2's limit
         _chunk_outputs_kernel[(q // BM // rows, h, min(GRID_Z, b * c - bc0))](
             desc(C, BM, BN), desc(B, BK, BN), desc(x, BK, BP), desc(x, BM, BP),
             desc(z, BM, BP) if z is not None else None, desc(out, BM, BP),

@@ -49,16 +49,15 @@ import triton.language as tl
 from triton.tools.tensor_descriptor import TensorDescriptor
 
 from mambalearn.mamba2.common import (
-    LOG2E,
     check_dot_k,
     check_fused_chunk,
-    exp2_ftz,
     launch_options,
     stages,
     tile,
 )
 from mambalearn.mamba2.config import defaults
 from mambalearn.mamba2.fused.outputs import tma_ok
+from mambalearn.triton.common import LOG2E, exp2_ftz
 
 
 @triton.jit
