@@ -38,6 +38,7 @@ GROUPS = {
         "mambalearn.mamba2.chunk.ssd_forward",
         "mambalearn.mamba2.api.mamba_chunk_scan_combined",
         "mambalearn.mamba2.fused.forward.ssd_fused_forward",
+        "mambalearn.mamba2.fused.forward.fused_forward",
     ],
     # every scan of h_t = a_t h_{t−1} + b_t (chapters 02–08)
     "linear scans": [

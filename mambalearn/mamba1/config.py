@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 import torch
 
+from mambalearn.triton.common import sm_count  # noqa: F401  (the plan's SMs: config.sm_count)
 from mambalearn.triton.config import LaunchConfig
 
 LAYOUTS = ("state-outer", "sub-block")  # the backward's

@@ -16,7 +16,7 @@ from mambalearn.mamba2 import reference as ssd
 from mambalearn.mamba2.backward import ssd_backward
 from mambalearn.mamba2.chunk import ssd_forward
 from mambalearn.mamba2.config import resolve
-from mambalearn.mamba2.fused.forward import ssd_fused_forward
+from mambalearn.mamba2.fused.forward import fused_forward
 
 BACKWARDS = ("triton", "reference")
 REFERENCE_HEADS = 8  # heads the oracle backward recomputes together (memory ∝ this)
@@ -27,9 +27,8 @@ class _SSDFn(torch.autograd.Function):
     def forward(ctx, x, dt, A, B, C, chunk_size, D, z, dt_bias, initial_states, seq_idx,
                 dt_softplus, dt_limit, fused, backward, config):
         if fused:
-            out, final = ssd_fused_forward(x, dt, A, B, C, chunk_size, D, z, dt_bias,
-                                           initial_states, seq_idx, dt_softplus, dt_limit,
-                                           config=config)
+            out, final = fused_forward(x, dt, A, B, C, chunk_size, D, z, dt_bias, initial_states,
+                                       seq_idx, dt_softplus, dt_limit, 2, torch.float32, config)
         else:
             out, final = ssd_forward(x, dt, A, B, C, chunk_size, D, z, dt_bias, initial_states,
                                      seq_idx, dt_softplus, dt_limit, config.stages)

@@ -76,6 +76,15 @@ def ssd_fused_forward(x, dt, A, B, C, chunk_size, D=None, z=None, dt_bias=None,
     if launches == 1 and seq_idx is not None:
         raise ValueError("the one-launch SSD kernel does not support seq_idx; use launches=2")
     cfg = resolve(config, (b, l, h, p, g, n, q), x.device)
+    return fused_forward(x, dt, A, B, C, q, D, z, dt_bias, initial_states, seq_idx, dt_softplus,
+                         dt_limit, launches, state_dtype, cfg)
+
+
+def fused_forward(x, dt, A, B, C, q, D, z, dt_bias, initial_states, seq_idx, dt_softplus,
+                  dt_limit, launches, state_dtype, cfg):
+    """`ssd_fused_forward` behind its checks: arguments as ``args.check`` returns them (a
+    non-empty call), ``q`` the checked chunk size, ``cfg`` a resolved ``config.Config``. What the
+    public functions call; nothing here checks or resolves again."""
     if q < FUSED_MIN_CHUNK:  # too few steps for a tensor-core tile: chapter 10's kernels
         return ssd_forward(x, dt, A, B, C, q, D, z, dt_bias, initial_states, seq_idx,
                            dt_softplus, dt_limit, cfg.stages)
