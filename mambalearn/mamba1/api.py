@@ -9,14 +9,14 @@ and adds what it lacks: variable-length sequences packed in one row (``seq_idx``
 before step 0 (``initial_state``), and gradients through the returned last state — the two a
 context-parallel scan needs (chapter 14). Its launch settings are a `config.Config`.
 
-The kernels, one module each: ``forward`` (a scan along time per state, a state stored per
-chunk), ``forward_recurrent`` (one channel a thread, every state in registers, step by step),
-``backward_state_outer`` (the default backward up to n = the chunk) and ``backward`` (the
+The kernels, one module each in ``fused/``: ``forward`` (a scan along time per state, a state
+stored per chunk), ``recurrent`` (one channel a thread, every state in registers, step by step),
+``state_outer`` (the default backward up to n = the chunk) and ``backward`` (the
 sub-block backward); ``segments`` cuts a sequence into pieces that run side by side where the
 batch is too small to fill the GPU (a summary per piece, the ⊗-fold of the summaries before each
 segment, then the kernels above on every segment at once); ``config`` holds the settings and the
-plan (`segment_plan`), ``tile`` the jit helpers they share, ``deterministic`` the fixed-order sum
-that replaces the backward's dB/dC atomics in the deterministic mode (``Config.deterministic``).
+plan (`segment_plan`), ``tile`` the jit helpers they share, ``triton.deterministic`` the fixed-order
+sum that replaces the backward's dB/dC atomics in the deterministic mode (``Config.deterministic``).
 """
 
 import triton

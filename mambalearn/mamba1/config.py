@@ -28,7 +28,7 @@ MIN_SEGMENT = 512  # the shortest piece of a sequence worth its own summary (ste
 class Forward(LaunchConfig):
     """The forward kernel's launch: a tile of ``block_d`` channels × ``block_l`` steps.
     ``layout``: "scan" (``forward``: a scan along time per state) or "recurrent"
-    (``forward_recurrent``: one channel a thread, every state in registers, step by step)."""
+    (``recurrent``: one channel a thread, every state in registers, step by step)."""
 
     block_d: int
     block_l: int

@@ -4,9 +4,9 @@
     h_t = Ā_t h_{t−1} + Δ_t B_t x_t           y_t = C_t h_t + D x_t  out_t = y_t · silu(z_t)
 
 This is the version the chapter walks through line by line: plain loads, `tl.exp`, one fixed
-tile, `tl.associative_scan(reverse=True)` for the backward. The tuned kernels (``tuned`` and
+tile, `tl.associative_scan(reverse=True)` for the backward. The tuned kernels (``api`` and
 the modules it names: measured tiles, exp2, B/C upcast once, a flip instead of reverse=True, a
-state-outer backward) share with it only ``interface`` (argument checks, layouts, the autograd
+state-outer backward) share with it only ``args`` (argument checks, layouts, the autograd
 Function) and chapter 08's ``combine_fn``.
 
 The plan of both kernels, in one picture (one program = BLOCK_D channels of one batch row):

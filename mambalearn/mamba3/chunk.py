@@ -114,7 +114,7 @@ def _initial_state(x):
 
 
 def launch_forward(x, chunk_size, save, return_final, cfg=DEFAULT):
-    """The three launches on the prepared inputs ``x`` (see ``interface``); returns a dict with
+    """The three launches on the prepared inputs ``x`` (see ``api``); returns a dict with
     out, and the final states if ``return_final``, and what the backward needs if ``save``."""
     V = x["V"]
     b, l, h, p = V.shape

@@ -1,6 +1,6 @@
 """Mamba-3 MIMO prefill: rank-r inputs and outputs per head, the loop oracle and the chunked form.
 
-SISO (``sequential``) gives each head one input v_t = x_t and one readout per token. MIMO gives it
+SISO (``reference``) gives each head one input v_t = x_t and one readout per token. MIMO gives it
 r of each, from learned per-rank weights Ψ_ρ, ζ_ρ, Φ_ρ (h, r, p) and r pairs (B_{t,ρ}, C_{t,ρ}):
 
     v_{t,ρ} = x_t ⊙ Ψ_ρ, q_{t,ρ} = R(θ_t)(C_{t,ρ} + Cbias_ρ), k_{t,ρ} = R(θ_t)(B_{t,ρ} + Bbias_ρ)

@@ -1,6 +1,6 @@
 """Mamba-3 SISO in chunks: chapter 10's SSD algorithm, with the trapezoid folded into one weight.
 
-Unrolling the recurrence of ``sequential`` (α_t = exp(ADT_t), c_t = Σ_{r≤t} ADT_r):
+Unrolling the recurrence of ``reference`` (α_t = exp(ADT_t), c_t = Σ_{r≤t} ADT_r):
 
     y_t = Σ_{s<t} (q_t·k_s) e^{c_t − c_s} w_s v_s + γ_t (q_t·k_t) v_t
     w_s = γ_s + (1 − λ_{s+1}) Δ_{s+1}     (β_{s+1} = (1 − λ_{s+1}) Δ_{s+1} α_{s+1}; α is decay)

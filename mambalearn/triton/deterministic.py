@@ -90,7 +90,7 @@ def tree_sum(slots_ptr, counts_ptr, idx, tiles, grp, groups, size,
     cnt0 = zero  # counters before this level's parents
     count = zero + tiles  # slots at this level
     go = count > 1
-    while go:  # (`while`, not `for`: triton-lang/triton#9171, see ``forward``)
+    while go:  # (`while`, not `for`: triton-lang/triton#9171, see ``mamba1.fused.forward``)
         parent = idx // FAN
         first = parent * FAN
         kids = tl.minimum(count - first, FAN)

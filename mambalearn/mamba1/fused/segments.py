@@ -24,7 +24,7 @@ finishing kernels do; the fold then runs over the pieces. Each Ā is computed tw
 segment but the last (its summary and its finish): the price of filling the machine. A packed
 sequence starting inside a segment zeroes its P (the kernels' Ā_t = 0 at a start).
 
-The summary kernels use the recurrent layout (``forward_recurrent``): one channel a thread, all
+The summary kernels use the recurrent layout (``recurrent``): one channel a thread, all
 its n states in registers, step by step — per (step, state) one exp2 and three multiply-adds —
 with the next tile's inputs and the next step's B (C) row loaded ahead.
 

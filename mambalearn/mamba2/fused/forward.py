@@ -16,7 +16,7 @@ state passing among themselves with atomics (the lesson of that module's doc).
 
 Rounding: both designs round where chapter 10 rounds (w B_s and the decayed C Bᵀ tile to x's
 dtype before their products, the entering state to x's dtype before C Hᵀ), so with a float32
-state they agree with ``forward.ssd_forward`` at the same chunk size to float32 summation order
+state they agree with ``chunk.ssd_forward`` at the same chunk size to float32 summation order
 (and to ~1e-4 with ``exp2``). Every kernel runs at the caller's ``chunk_size``; the launch
 settings are a ``config.Config`` (``config.default_config`` for the shape by default; the
 measurements behind it in bench/NOTES_ssd.md).

@@ -22,9 +22,9 @@ does not depend on the order programs start or finish (no floating-point atomics
 
 It holds the chunk state, the entering state and the output tile of one chunk in one program:
 255 registers with spills on sm_90, one program per SM — measured slower than the two launches of
-``fused`` (bench/NOTES_ssd.md); it stays as chapter 11's lesson in ordering work across programs.
-Loads are plain pointer loads (tensor descriptors would have to read states another program of
-the same launch has just written).
+``fused.forward`` (bench/NOTES_ssd.md); it stays as chapter 11's lesson in ordering work across
+programs. Loads are plain pointer loads (tensor descriptors would have to read states another
+program of the same launch has just written).
 """
 
 import torch
