@@ -39,7 +39,7 @@ from mambalearn.mamba2 import reference as ssd
 from mambalearn.mamba2.config import default_config
 from mambalearn.mamba2.fused import outputs, states
 from mambalearn.mamba2.fused.forward import ssd_fused_forward
-from mambalearn.mamba2.step import selective_state_update
+from mambalearn.mamba2.step import StepConfig, selective_state_update
 from mambalearn.testing import rel_error
 
 # name -> (chunk, ``Config.replace`` changes of the default); the sm_90 registers of each kernel
@@ -293,7 +293,8 @@ def decode(gpu, limit):
         for t in tiles:
             tune = {} if t is None else dict(block_p=t[0], num_warps=t[1], stream=t[2])
             fns[f"ours {t or 'default'}"] = (lambda tune=tune, i=inp:
-                                             selective_state_update(**i, **tune))
+                                             selective_state_update(
+                                                 **i, config=StepConfig(**tune)))
         for name, f in fns.items():
             r = dict(eager=time_ms(f))
             if gpu:

@@ -142,7 +142,7 @@ def sweep_graph():
     s = inp["state"].clone()
     s_ref = inp["state"].double()
     a = {k: v for k, v in inp.items() if k != "state"}
-    out = selective_state_update(s, **a, **best[0])
+    out = selective_state_update(s, **a, config=StepConfig(**best[0]))
     want = inference.decode_step(s_ref, *(a[k].double() for k in ("x", "dt", "A", "B", "C", "D")),
                                  None, a["dt_bias"].double(), True)
     RES["correct best"] = dict(out=rel_err(out, want), state=rel_err(s, s_ref))
