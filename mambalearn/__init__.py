@@ -38,8 +38,8 @@ __version__ = "0.1.0"
 
 _SUBMODULES = {
     "autograd", "check", "claims", "classroom", "device", "discretize", "doctor", "inference",
-    "machine", "mamba3", "model", "ops", "parallel", "roofline", "scan", "serving", "silent", "ssd",
-    "testing", "timing", "triton", "utils",
+    "machine", "mamba1", "mamba2", "mamba3", "model", "ops", "parallel", "roofline", "scan",
+    "serving", "silent", "testing", "timing", "triton", "utils",
 }
 
 

@@ -17,6 +17,9 @@ CHAPTERS = {
     "mambalearn.chapters": 0,
     "mambalearn.launches": 0,  # the record of interpreted launches (the sm_90 build check)
     "mambalearn.triton.interpreter": 0,  # the interpreter's bf16 matmul made right, on import
+    "mambalearn.triton.deterministic": 0,  # the deterministic tree sum the families' kernels share
+    "mambalearn.triton.common": 0,  # LOG2E, exp2_ftz, softplus, sm_count, grid limits: written once
+    "mambalearn.triton.config": 0,  # LaunchConfig: the one style of launch settings
     "mambalearn.discretize": 1,
     "mambalearn.scan.sequential": 2,
     "mambalearn.ops": 3,
@@ -30,17 +33,17 @@ CHAPTERS = {
     "mambalearn.scan.chunked": 6,
     "mambalearn.autograd": 7,
     "mambalearn.triton.scan": 8,
-    "mambalearn.triton.selective_scan": 9,
-    "mambalearn.ssd": 10,
-    "mambalearn.ssd_grad": 10,
-    "mambalearn.ssd_packed": 10,
-    "mambalearn.triton.ssd": 10,
+    "mambalearn.mamba1": 9,  # Mamba-1: kernel, api, config, fused/ (its oracle is scan.sequential)
+    "mambalearn.triton.selective_scan": 9,  # the old import path: a face of mamba1
+    "mambalearn.mamba2": 10,  # Mamba-2's SSD, oracle beside the kernels (fused/ is chapter 11's)
+    "mambalearn.triton.ssd": 10,  # the old import path: a face of mamba2
     "mambalearn.inference": 12,
-    "mambalearn.triton.step": 12,
+    "mambalearn.mamba2.step": 12,  # the decode step kernel
+    "mambalearn.triton.step": 12,  # the old import path: a face of mamba2.step
     "mambalearn.model": 13,
     "mambalearn.parallel": 14,
-    "mambalearn.mamba3": 15,
-    "mambalearn.triton.mamba3": 15,
+    "mambalearn.mamba3": 15,  # Mamba-3, oracles beside the kernels
+    "mambalearn.triton.mamba3": 15,  # the old import path: a face of mamba3's kernels
     "mambalearn.claims": 16,
     "mambalearn.serving": 16,
     "mambalearn.silent": 17,

@@ -21,7 +21,7 @@ chunks: the recurrence is *linear* in h, so a chunk started from state h₀ is t
 zero plus the decayed h₀ (:func:`initial_state_contribution`). Any scan that returns its last state
 can therefore continue from a cache.
 
-This module holds the slow, obvious versions (oracles); ``mambalearn.triton.step`` is the fast
+This module holds the slow, obvious versions (oracles); ``mambalearn.mamba2.step`` is the fast
 state update with ``mamba_ssm``'s ``selective_state_update`` signature.
 """
 
@@ -132,13 +132,13 @@ def causal_conv1d_step(x, conv_state, weight, bias=None):
 
 
 # ---------------------------------------------------------------------------------------------
-# 3. the state update (the oracle of mambalearn.triton.step)
+# 3. the state update (the oracle of mambalearn.mamba2.step)
 
 
 def check_step(state, x, delta, A, B, C, D=None, z=None, delta_bias=None,
                state_batch_indices=None):
     """The decode step's argument rules, written once for the oracle (:func:`decode_step`) and
-    the kernel (``mambalearn.triton.step``), in the caller's layout; then both layouts brought to
+    the kernel (``mambalearn.mamba2.step``), in the caller's layout; then both layouts brought to
     mamba_ssm's headed one (Mamba-1's state (b, d, n) is one head with p = d; Mamba-2's per-head
     scalars A (h,), delta (b, h), D and delta_bias (h,) are broadcast, as views, over p and n).
 

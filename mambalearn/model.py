@@ -57,12 +57,12 @@ BACKENDS = {
         "blelloch": ("mambalearn.scan.selective", "selective_scan_parallel"),
         "chunked": ("mambalearn.scan.chunked", "selective_scan_chunked"),
         "recompute": ("mambalearn.autograd", "selective_scan_recompute"),
-        "triton": ("mambalearn.triton.selective_scan", "selective_scan_fn"),
+        "triton": ("mambalearn.mamba1", "selective_scan_fn"),
     },
     "mamba2": {
-        "sequential": ("mambalearn.ssd", "ssd_sequential"),
-        "chunked": ("mambalearn.ssd", "mamba_chunk_scan_ref"),
-        "triton": ("mambalearn.triton.ssd", "mamba_chunk_scan_combined"),
+        "sequential": ("mambalearn.mamba2.reference", "ssd_sequential"),
+        "chunked": ("mambalearn.mamba2.reference", "mamba_chunk_scan_ref"),
+        "triton": ("mambalearn.mamba2", "mamba_chunk_scan_combined"),
     },
 }
 
@@ -70,7 +70,7 @@ BACKENDS = {
 # name -> (module, function): the decode steps. Mamba-1/-2 ones have selective_state_update's
 # signature; "auto" in a config picks "triton" on a GPU, "oracle" elsewhere.
 _STEP_SSM = {"oracle": ("mambalearn.inference", "decode_step"),
-             "triton": ("mambalearn.triton.step", "selective_state_update")}
+             "triton": ("mambalearn.mamba2.step", "selective_state_update")}
 STEP_BACKENDS = {"mamba1": _STEP_SSM, "mamba2": _STEP_SSM}
 STEP_CHOICES = ("oracle", "triton", "auto")
 

@@ -32,7 +32,7 @@ import triton.language as tl
 
 from mambalearn import device as _device
 from mambalearn import launches
-from mambalearn.ssd import segsum
+from mambalearn.mamba2.reference import segsum
 from mambalearn.utils import check_tensor
 
 INT32_MAX = 2**31 - 1

@@ -8,8 +8,8 @@ import pytest
 import torch
 
 from bench.gpu import peers
-from mambalearn.triton.mamba3 import mamba3_siso_combined
-from mambalearn.triton.step import selective_state_update
+from mambalearn.mamba2.step import selective_state_update
+from mambalearn.mamba3 import mamba3_siso_combined
 
 
 def by(rows, **match):

@@ -25,8 +25,8 @@ from pathlib import Path
 import nbformat
 import psutil  # comes with ipykernel
 import pytest
-from conftest import require_chromium
 
+from conftest import require_chromium
 from mambalearn.classroom import slides_offline
 
 require_chromium()

@@ -11,8 +11,9 @@ import triton
 import triton.language as tl
 
 from mambalearn import check
-from mambalearn.triton.selective_scan import interface
-from mambalearn.triton.selective_scan.teaching import (
+from mambalearn.mamba1 import args as interface
+from mambalearn.mamba1.api import selective_scan_fn
+from mambalearn.mamba1.kernel import (
     column,
     combine_fn,
     load_bc,
@@ -20,7 +21,6 @@ from mambalearn.triton.selective_scan.teaching import (
     put_column,
     selective_scan_teaching,
 )
-from mambalearn.triton.selective_scan.tuned import selective_scan_fn
 
 
 @triton.jit

@@ -4,7 +4,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from mambalearn import check, ssd
+from mambalearn import check
+from mambalearn.mamba2 import reference as ssd
 
 
 # --- wrong segsums ---------------------------------------------------------------------------

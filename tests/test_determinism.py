@@ -19,13 +19,13 @@ from mambalearn import compiled, machine, testing  # first: the interpreter on a
 import triton
 import triton.language as tl
 
-from mambalearn.mamba3.mimo import mamba3_mimo_chunked
+from mambalearn.mamba1 import default_config, selective_scan_fn
+from mambalearn.mamba1.fused import state_outer
+from mambalearn.mamba3 import mamba3_mimo_combined
+from mambalearn.mamba3.mimo_api import CONFIG as MIMO_CONFIG
+from mambalearn.mamba3.mimo_reference import mamba3_mimo_chunked
 from mambalearn.scan.sequential import selective_scan_sequential
-from mambalearn.triton.mamba3 import mamba3_mimo_combined
-from mambalearn.triton.mamba3.mimo import CONFIG as MIMO_CONFIG
-from mambalearn.triton.selective_scan import backward_state_outer as state_outer
-from mambalearn.triton.selective_scan import default_config, selective_scan_fn
-from mambalearn.triton.selective_scan.deterministic import TreeSum, levels, slot_of, tree_sum
+from mambalearn.triton.deterministic import TreeSum, levels, slot_of, tree_sum
 
 GPU = torch.cuda.is_available()
 DEV = "cuda" if GPU else "cpu"
@@ -201,7 +201,7 @@ def mimo_inputs(b, l, h, g, p, n, na, r, seed):
 # 4 heads a group (a tree of 3 levels at fan 2), 2 chunks of 8 steps; every per-sequence tensor
 # a multiple of 64 floats: see `test_mimo_a_sequence_has_the_same_bits_anywhere_in_its_batch`
 MIMO_DIMS = dict(l=16, h=4, g=1, p=8, n=8, na=2, r=2)
-MIMO_CFG = dict(MIMO_CONFIG, tree_fan=2)
+MIMO_CFG = MIMO_CONFIG.replace(tree_fan=2)
 
 
 def mimo_run(x, dout, deterministic, chunk_size=8, cfg=MIMO_CFG):
@@ -210,7 +210,7 @@ def mimo_run(x, dout, deterministic, chunk_size=8, cfg=MIMO_CFG):
     if deterministic is None:
         out = mamba3_mimo_chunked(**xs, chunk_size=chunk_size)
     else:
-        out = mamba3_mimo_combined(**xs, chunk_size=chunk_size, cfg=cfg,
+        out = mamba3_mimo_combined(**xs, chunk_size=chunk_size, config=cfg,
                                    deterministic=deterministic)
     out.backward(dout)
     return dict(out=out.detach(), **{f"d{k}": xs[k].grad for k in x})

@@ -17,6 +17,7 @@ One class run (``imports``) shares the grading of every import, back-door and ev
 
 import ast
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -25,6 +26,7 @@ import time
 import pytest
 from _grading_cases import BLOCKED, ROOT, edited, repo_copy, table
 
+from mambalearn.check import _groups
 from mambalearn.classroom import grade, gradebook, redact, sandbox
 
 WRONG_DECODE = '''def decode_step(state, x, delta, A, B, C, D):
@@ -155,7 +157,7 @@ IMPORTS = {  # student: (exercise, {solution cell: source}, tasks that must fail
         "from mambalearn.inference import decode_step\n")}, ["decode_step"]),
     # back doors through the rest of the course: a later chapter, an earlier scan, torch itself
     "i10_mamba3_with_lambda_1": ("10_ssd", {"ssd_chunked": textwrap.dedent("""
-        from mambalearn.mamba3.sequential import mamba3_siso_sequential
+        from mambalearn.mamba3.reference import mamba3_siso_sequential
         def ssd_chunked(x, dt, A, B, C, chunk_size, initial_states=None):
             raise RuntimeError("never reached: the import fails")
         """)}, ["ssd_chunked"]),
@@ -328,7 +330,8 @@ def test_rebuilds_are_literals_with_a_task_each():
         assert "REBUILDS" in names, f"{path.name} declares no REBUILDS"
         rebuilds, exported = ast.literal_eval(names["REBUILDS"]), ast.literal_eval(names["__all__"])
         assert set(rebuilds) <= set(exported), path.name
-        assert all(t.startswith(("mambalearn.", "torch.")) for v in rebuilds.values() for t in v)
+        assert all(t.startswith(("mambalearn.", "torch.")) or t[1:] in _groups.GROUPS
+                   for v in rebuilds.values() for t in v), path.name
         hints = ast.literal_eval(names["HINTS"])
         assert set(hints) == set(exported), path.name
         assert all(len(h) >= 2 and all(isinstance(x, str) for x in h) for h in hints.values())
@@ -336,3 +339,27 @@ def test_rebuilds_are_literals_with_a_task_each():
 
 def test_sandbox_mode_is_reported():
     assert sandbox.mode() in ("bwrap", "plain")
+
+
+def test_rebuild_groups_are_defined_once_and_name_real_functions():
+    """check/_groups.py: a literal (the grader reads it unimported), each member a definition of
+    the library, no group a copy of another, every group named by some check."""
+    import importlib
+
+    tree = ast.parse((ROOT / "mambalearn" / "check" / "_groups.py").read_text())
+    literal = next(ast.literal_eval(n.value) for n in tree.body if isinstance(n, ast.Assign)
+                   and getattr(n.targets[0], "id", None) == "GROUPS")
+    assert literal == _groups.GROUPS
+    members = [tuple(sorted(v)) for v in literal.values()]
+    assert len(set(members)) == len(members), "two groups with the same members"
+    for group in literal.values():
+        assert len(group) == len(set(group))
+        for target in group:
+            module, name = target.rsplit(".", 1)
+            assert hasattr(importlib.import_module(module), name), target
+    named = {t[1:] for path in (ROOT / "mambalearn" / "check").glob("ch*.py")
+             for t in re.findall(r'"(@[^"]+)"', path.read_text())}
+    assert named == set(literal), f"unused groups: {set(literal) - named}"
+    with pytest.raises(ValueError, match="nope"):
+        _groups.expand(["@nope"])
+

@@ -77,11 +77,11 @@ def test_the_ssd_exercise_library(tmp_path):
         assert blocked(lambda: importlib.import_module("mambalearn.mamba3"),
                        "belongs to chapter 15")
         assert blocked(lambda: exec("from mambalearn import model"), "belongs to chapter 13")
-        assert blocked(lambda: exec("import mambalearn.ssd_packed"), "chapter 10's own library")
+        assert blocked(lambda: exec("import mambalearn.mamba2.packed"), "chapter 10's own library")
         assert blocked(lambda: exec("import mambalearn.bench"), "tooling")
-        import mambalearn.ssd as ssd
+        import mambalearn.mamba2.reference as ssd
         assert blocked(lambda: ssd.ssd_chunked) and blocked(lambda: getattr(ssd, "segsum"))
-        assert blocked(lambda: exec("from mambalearn.ssd import ssd_sequential"))
+        assert blocked(lambda: exec("from mambalearn.mamba2.reference import ssd_sequential"))
         assert "torch.tril" not in inspect.getsource(ssd)  # segsum's body is not in the copy
         importlib.reload(ssd)
         assert blocked(lambda: ssd.segsum)

@@ -25,7 +25,7 @@ def _mamba1_inputs(b, d, l, n):
 
 
 def test_selective_scan_past_2_31():
-    from mambalearn.triton.selective_scan import selective_scan_fn
+    from mambalearn.mamba1 import selective_scan_fn
     b, d, l, n, tail = 1, 4096, BIG // 4096 + 4096, 16, 4  # 2.16e9 elements a (b, d, l) tensor
     x = _mamba1_inputs(b, d, l, n)
     leaves = {k: v.requires_grad_() for k, v in x.items()}
@@ -48,7 +48,7 @@ def test_selective_scan_past_2_31():
 
 def test_decode_step_past_2_31():
     from mambalearn.bench.step import mamba2_step_inputs
-    from mambalearn.triton.step import selective_state_update
+    from mambalearn.mamba2.step import selective_state_update
     b, h, p, n = BIG // (80 * 64 * 128) + 8, 80, 64, 128  # 2.2e9 state values
     inp = mamba2_step_inputs(b, h, p, n, torch.float32)
     state = inp.pop("state")

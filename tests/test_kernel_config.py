@@ -1,11 +1,13 @@
 """The launch settings of the SSD and Mamba-3 kernels as data: the shape rules, the errors.
 (No kernel runs here; every kernel test runs under these configs.)"""
 
+import dataclasses
+
 import pytest
 import torch
 
-from mambalearn.triton.mamba3 import config as m3
-from mambalearn.triton.ssd import config as C
+from mambalearn.mamba2 import config as C
+from mambalearn.mamba3 import config as m3
 from mambalearn.utils import check_chunk_size
 
 
@@ -55,3 +57,106 @@ def test_chunk_size_has_one_rule(bad, error):
     assert check_chunk_size(12) == 12  # the PyTorch scans take any length ≥ 1
     with pytest.raises(ValueError, match="≥ 16"):
         check_chunk_size(8, power_of_two=True, minimum=16)
+
+
+# --- one config style: a frozen dataclass deriving from mambalearn.triton.config.LaunchConfig --
+KERNEL_PACKAGES = ("mamba1", "mamba2", "mamba3", "triton")
+LAUNCH_OPTIONS = {"num_warps", "num_stages", "maxnreg", "stream"}
+# a model's hyperparameters (chapter 13's ModelConfig style), not launch settings
+MODEL_CONFIGS = {"mambalearn.mamba3.mixer.Mamba3Config"}
+
+
+def _kernel_modules():
+    import importlib
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent / "mambalearn"
+    for package in KERNEL_PACKAGES:
+        for path in sorted((root / package).rglob("*.py")):
+            parts = path.relative_to(root.parent).with_suffix("").parts
+            name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+            yield path, importlib.import_module(name)
+
+
+def test_every_launch_setting_class_is_a_frozen_launch_config():
+    """A class holding launch settings (named *Config, defined in a ``config`` module, or with a
+    field such as num_warps) derives from LaunchConfig and is a frozen dataclass: no dict of
+    settings, no other base, no mutable config."""
+    import dataclasses
+    import inspect
+
+    from mambalearn.triton.config import LaunchConfig
+
+    seen = []
+    for _, module in _kernel_modules():
+        for name, cls in inspect.getmembers(module, inspect.isclass):
+            if (cls.__module__ != module.__name__ or cls is LaunchConfig
+                    or f"{module.__name__}.{name}" in MODEL_CONFIGS):
+                continue
+            fields = {f.name for f in dataclasses.fields(cls)} if dataclasses.is_dataclass(
+                cls) else set()
+            if (name.endswith("Config") or module.__name__.endswith(".config")
+                    or fields & LAUNCH_OPTIONS or any(f.startswith("block_") for f in fields)):
+                seen.append(f"{module.__name__}.{name}")
+                assert issubclass(cls, LaunchConfig), \
+                    f"{module.__name__}.{name}: not a LaunchConfig"
+                assert dataclasses.is_dataclass(cls) and cls.__dataclass_params__.frozen, \
+                    f"{module.__name__}.{name}: not a frozen dataclass"
+    assert {"mambalearn.mamba1.config.Config", "mambalearn.mamba2.config.Config",
+            "mambalearn.mamba3.config.Config", "mambalearn.mamba3.config.MimoConfig",
+            "mambalearn.mamba2.step.StepConfig"} <= set(seen), seen
+
+
+def test_no_launcher_takes_settings_as_a_dict_or_loose_keywords():
+    """Settings travel as a config: no default is a dict (a literal or a module's dict), no
+    keyword-only launch option (``block_*``, ``num_warps``, ...) outside a @triton.jit kernel."""
+    import ast
+
+    bad = []
+    for path, module in _kernel_modules():
+        tree = ast.parse(path.read_text())
+        dicts = {n.targets[0].id for n in tree.body if isinstance(n, ast.Assign)
+                 and isinstance(n.targets[0], ast.Name) and isinstance(n.value, ast.Dict)}
+        for f in ast.walk(tree):
+            if not isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                continue
+            if any("jit" in ast.unparse(d) for d in f.decorator_list):
+                continue
+            defaults = f.args.defaults + [d for d in f.args.kw_defaults if d is not None]
+            if any(isinstance(d, ast.Dict) or isinstance(d, ast.Name) and d.id in dicts
+                   for d in defaults):
+                bad.append(f"{module.__name__}.{f.name}: a dict default")
+            loose = [a.arg for a in f.args.kwonlyargs
+                     if a.arg in LAUNCH_OPTIONS or a.arg.startswith("block_")]
+            if loose:
+                bad.append(f"{module.__name__}.{f.name}: keyword-only launch options {loose}")
+    assert not bad, "\n".join(bad)
+
+
+@pytest.mark.parametrize("make", [
+    lambda: __import__("mambalearn.mamba1.config", fromlist=["x"]).default_config(16, "cpu"),
+    lambda: C.CPU, lambda: m3.DEFAULT, lambda: m3.MIMO_DEFAULT,
+    lambda: __import__("mambalearn.mamba2.step", fromlist=["x"]).DEFAULT,
+], ids=["mamba1", "mamba2", "mamba3", "mimo", "step"])
+def test_replace_names_the_fields_of_every_family_config(make):
+    config = make()
+    with pytest.raises(ValueError, match="config has no field bogus; its fields: "):
+        config.replace(bogus=1)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        config.__setattr__(next(iter(config.__dataclass_fields__)), None)
+
+
+def test_the_entry_points_refuse_a_dict_of_settings():
+    # the config is checked first, before any tensor
+    from mambalearn.mamba2.step import StepConfig, selective_state_update
+    from mambalearn.mamba3.mimo_api import mamba3_mimo_combined
+
+    with pytest.raises(TypeError, match="config must be a mambalearn.mamba2.step.StepConfig"):
+        selective_state_update(*[None] * 6, config=dict(block_p=2))
+    with pytest.raises(TypeError, match="config must be a mambalearn.mamba3.config.MimoConfig"):
+        mamba3_mimo_combined(*[None] * 12, config=dict(tree_fan=2))
+    with pytest.raises(ValueError, match="block_p must be None or a power of two"):
+        StepConfig(block_p=3)
+    with pytest.raises(ValueError, match="tree_fan must be ≥ 2"):
+        m3.MIMO_DEFAULT.replace(tree_fan=1)
+    assert m3.MIMO_DEFAULT.replace(forward_warps=4).forward_warps == 4

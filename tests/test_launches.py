@@ -58,7 +58,9 @@ def problems(paths):
 
 
 def test_every_launch_passes_constexprs_and_options_by_keyword():
-    checked, bad = problems(sorted((ROOT / "mambalearn" / "triton").rglob("*.py")))
+    kernels = [p for d in ("triton", "mamba1", "mamba2", "mamba3")
+               for p in (ROOT / "mambalearn" / d).rglob("*.py")]
+    checked, bad = problems(sorted(kernels))
     assert checked >= 30, f"only {checked} launches found: the walk is broken"
     assert not bad, "\n".join(bad)
 

@@ -20,13 +20,13 @@ import torch
 
 from mambalearn import inference
 from mambalearn import model as M
+from mambalearn.mamba1 import selective_scan_fn, selective_scan_teaching
+from mambalearn.mamba2 import mamba_chunk_scan_combined, ssd_fused_forward
+from mambalearn.mamba2.step import selective_state_update
+from mambalearn.mamba3 import mamba3_mimo_step, mamba3_siso_combined, mamba3_siso_step
 from mambalearn.mamba3.mixer import Mamba3Config
 from mambalearn.testing import assert_close, tolerance
 from mambalearn.triton import scan as tscan
-from mambalearn.triton.mamba3 import mamba3_mimo_step, mamba3_siso_combined, mamba3_siso_step
-from mambalearn.triton.selective_scan import selective_scan_fn, selective_scan_teaching
-from mambalearn.triton.ssd import mamba_chunk_scan_combined, ssd_fused_forward
-from mambalearn.triton.step import selective_state_update
 
 DEV = "cuda" if torch.cuda.is_available() else "cpu"
 LAYOUTS = ("strided", "transposed", "expanded", "mixed")
@@ -355,7 +355,7 @@ def test_bf16_under_the_interpreter_matches_float32():
 
 def test_mamba3_step_without_channels_still_turns_the_angles():
     """p = 0: no state to update, but the angle and the rotated k of the cache are defined."""
-    from mambalearn.mamba3.step import mamba3_siso_step_ref
+    from mambalearn.mamba3.step_reference import mamba3_siso_step_ref
 
     kw = mamba3_one(torch.Generator().manual_seed(5))
     ang, ssm, k, v = kw["Input_States"]
@@ -386,7 +386,7 @@ def _meta(kw, name):
 
 def ssd_default():
     """The SSD kernels' default config at a tiny shape on this device."""
-    from mambalearn.triton.ssd.config import default_config
+    from mambalearn.mamba2.config import default_config
     return default_config((1, 64, 2, 4, 1, 8, 16), torch.device(DEV))
 
 

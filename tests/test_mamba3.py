@@ -5,8 +5,9 @@ import math
 import pytest
 import torch
 
-from mambalearn import discretize, mamba3, ssd
-from mambalearn.mamba3 import step as S
+from mambalearn import discretize, mamba3
+from mambalearn.mamba2 import reference as ssd
+from mambalearn.mamba3 import step_reference as S
 from mambalearn.testing import assert_close
 
 NAMES = ("Q", "K", "V", "ADT", "DT", "Trap", "Q_bias", "K_bias", "Angles", "D", "Z")

@@ -5,8 +5,8 @@ import pytest
 import torch
 
 from mambalearn import mamba3
-from mambalearn.mamba3 import mimo
-from mambalearn.mamba3 import step as mstep
+from mambalearn.mamba3 import mimo_reference as mimo
+from mambalearn.mamba3 import step_reference as mstep
 from mambalearn.testing import assert_close
 
 f64 = torch.float64
@@ -82,7 +82,7 @@ CASES = {  # name: (inputs' arguments, chunk)
 
 @pytest.mark.parametrize("name", CASES)
 def test_the_triton_kernels_equal_the_oracle(name):
-    from mambalearn.triton.mamba3 import mamba3_mimo_combined
+    from mambalearn.mamba3 import mamba3_mimo_combined
 
     kw, chunk = CASES[name]
     x, st = inputs(seed=len(name), dtype=torch.float32, **kw)
@@ -111,7 +111,7 @@ def test_the_triton_kernels_equal_the_oracle(name):
 
 
 def test_bad_input_names_the_argument():
-    from mambalearn.triton.mamba3 import mamba3_mimo_combined
+    from mambalearn.mamba3 import mamba3_mimo_combined
 
     x, st = inputs(r=3, dtype=torch.float32)
     with pytest.raises(ValueError, match="the rank r must be a power of two"):

@@ -11,9 +11,9 @@ import inspect
 import pytest
 
 from mambalearn import compiled, machine  # first: on a CPU it puts Triton in interpreter mode
-from mambalearn.triton.mamba3 import mimo
-from mambalearn.triton.mamba3.mimo_backward import mimo_backward_kernel
-from mambalearn.triton.mamba3.mimo_forward import mimo_forward_kernel
+from mambalearn.mamba3 import mimo_api as mimo
+from mambalearn.mamba3.mimo_backward import mimo_backward_kernel
+from mambalearn.mamba3.mimo_forward import mimo_forward_kernel
 
 BF16 = {"Q_ptr", "K_ptr", "V_ptr", "Z_ptr", "Out_ptr", "Hs_ptr"}  # the inputs' dtype; else fp32
 # pointers the launch passes as None (no initial or final states): compiled in as constants
@@ -29,7 +29,7 @@ def build(kernel, which, r, q, deterministic=False):
                  HAS_OUT=True, DOT=tl.bfloat16)
     const |= {name: None for name in NONE[which]}
     if which == "backward":  # dQ, dK: atomics, or the deterministic mode's fixed-order sum
-        const |= dict(DET=deterministic, FAN=mimo.CONFIG["tree_fan"], TREE_BLOCK=1024,
+        const |= dict(DET=deterministic, FAN=mimo.CONFIG.tree_fan, TREE_BLOCK=1024,
                       PRECISION="tf32")  # (the setting bf16 operands launch with)
     signature = {name: "constexpr" if name in const else
                  ("*bf16" if name in BF16 else "*i32" if name == "counts_ptr" else "*fp32")

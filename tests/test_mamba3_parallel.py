@@ -124,7 +124,7 @@ GPUS = torch.cuda.device_count()
 def test_mamba3_cp_on_gpus_equals_one_gpu(R):
     """Chapter 15's kernels on R GPUs (one process each, NCCL), every algorithm, vs the same
     kernel on one GPU: bf16 at h32 p64 n128, 512 tokens per rank."""
-    from mambalearn.triton.mamba3 import mamba3_siso_combined
+    from mambalearn.mamba3 import mamba3_siso_combined
 
     kw = dict(backend="triton", b=1, h=32, p=64, g=1, n=128, na=32, chunk_size=64,
               dtype=torch.bfloat16, device="cuda")

@@ -11,10 +11,10 @@ import torch
 
 from mambalearn import mamba3
 from mambalearn.bench.mamba3 import load
-from mambalearn.mamba3 import step as S
+from mambalearn.mamba3 import mamba3_mimo_step, mamba3_siso_combined, mamba3_siso_step
+from mambalearn.mamba3 import step_reference as S
+from mambalearn.mamba3.config import DEFAULT
 from mambalearn.testing import assert_close, dot_dtype, rel_error
-from mambalearn.triton.mamba3 import mamba3_mimo_step, mamba3_siso_combined, mamba3_siso_step
-from mambalearn.triton.mamba3.config import DEFAULT
 from tests.test_mamba3 import NAMES, make
 
 GPU = torch.cuda.is_available()

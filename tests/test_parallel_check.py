@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from mambalearn import check, ops
-from mambalearn.check import ch14_parallel
+from mambalearn.check import _groups, ch14_parallel
 from mambalearn.parallel import summary
 
 
@@ -19,7 +19,7 @@ def test_rebuilds_names_real_functions():
     import importlib
 
     assert set(ch14_parallel.REBUILDS) == set(ch14_parallel.__all__)
-    for targets in ch14_parallel.REBUILDS.values():
+    for targets in _groups.rebuilds(ch14_parallel.REBUILDS).values():
         for target in targets:
             module, name = target.rsplit(".", 1)
             assert callable(getattr(importlib.import_module(module), name)), target

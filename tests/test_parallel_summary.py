@@ -4,6 +4,7 @@ import pytest
 import torch
 
 from mambalearn import ops
+from mambalearn.mamba2.reference import ssd_sequential
 from mambalearn.parallel.summary import (
     fix_up,
     rank_scan,
@@ -12,7 +13,6 @@ from mambalearn.parallel.summary import (
     ssd_decay,
 )
 from mambalearn.scan.sequential import effective_delta, selective_scan_sequential
-from mambalearn.ssd import ssd_sequential
 from mambalearn.testing import assert_close
 
 f64 = torch.float64

@@ -19,7 +19,7 @@ several_gpus = pytest.mark.skipif(GPUS < 2, reason="needs ≥ 2 CUDA GPUs (NCCL)
 
 
 def _last_state_has_grad():
-    from mambalearn.triton.selective_scan import selective_scan_fn
+    from mambalearn.mamba1 import selective_scan_fn
 
     b, d, l, n = 1, 2, 3, 2
     u = torch.randn(b, d, l, requires_grad=True)
@@ -40,7 +40,7 @@ def _run_no_grad(rank, c):
 
 
 def test_triton_mamba1_backend_in_context_parallel():
-    from mambalearn.triton.selective_scan import selective_scan_fn
+    from mambalearn.mamba1 import selective_scan_fn
 
     c = V.case("mamba1", (2, 3), "allgather", backend="triton", b=1, d=4, n=2,
                dtype=torch.float32)

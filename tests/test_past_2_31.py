@@ -17,11 +17,12 @@ import torch
 
 from mambalearn.bench import mamba3 as bench_m3
 from mambalearn.bench.ssd import make_inputs
+from mambalearn.mamba2 import mamba_chunk_scan_combined
+from mambalearn.mamba2.config import default_config
+from mambalearn.mamba2.fused import outputs
+from mambalearn.mamba3 import mamba3_siso_combined
+from mambalearn.mamba3.config import DEFAULT as M3_DEFAULT
 from mambalearn.testing import assert_close, rel_error
-from mambalearn.triton.mamba3 import mamba3_siso_combined
-from mambalearn.triton.mamba3.config import DEFAULT as M3_DEFAULT
-from mambalearn.triton.ssd import mamba_chunk_scan_combined, outputs
-from mambalearn.triton.ssd.config import default_config
 
 GPU = torch.cuda.is_available()
 DEV = "cuda" if GPU else "cpu"
@@ -164,7 +165,7 @@ def test_outputs_kernel_in_slabs_of_the_grid_limit(monkeypatch):
 def test_mamba3_backward_names_its_grid_limit(monkeypatch):
     """The dq/dk launch keeps a 3-D grid (a chunk offset argument costs it spills): more chunks
     than grid axis 1 takes is a clear error, not a failed launch."""
-    from mambalearn.triton.mamba3 import backward
+    from mambalearn.mamba3 import backward
 
     monkeypatch.setattr(backward, "GRID_Y", 2)
     kw, _ = m3_inputs(1, 64, 16, 2, 1, 8, 8, 4, torch.float32, True)

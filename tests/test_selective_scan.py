@@ -10,11 +10,11 @@ import pytest
 import torch
 
 from mambalearn import testing
+from mambalearn.mamba1 import config as cfgs
+from mambalearn.mamba1 import default_config, selective_scan_fn
+from mambalearn.mamba1.args import MAX_DSTATE
+from mambalearn.mamba1.kernel import selective_scan_teaching
 from mambalearn.scan.sequential import selective_scan_sequential
-from mambalearn.triton.selective_scan import config as cfgs
-from mambalearn.triton.selective_scan import default_config, selective_scan_fn
-from mambalearn.triton.selective_scan.interface import MAX_DSTATE
-from mambalearn.triton.selective_scan.teaching import selective_scan_teaching
 
 GPU = torch.cuda.is_available()
 DEV = "cuda" if GPU else "cpu"

@@ -10,9 +10,9 @@ import pytest
 import torch
 
 from mambalearn import testing
+from mambalearn.mamba1 import config as cfgs
+from mambalearn.mamba1 import default_config, selective_scan_fn
 from mambalearn.scan.sequential import selective_scan_sequential
-from mambalearn.triton.selective_scan import config as cfgs
-from mambalearn.triton.selective_scan import default_config, selective_scan_fn
 
 GPU = torch.cuda.is_available()
 DEV = "cuda" if GPU else "cpu"

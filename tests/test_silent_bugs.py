@@ -20,13 +20,14 @@
 import pytest
 import torch
 
-from mambalearn import silent, ssd
+from mambalearn import silent
+from mambalearn.mamba1 import selective_scan_fn
+from mambalearn.mamba1.config import default_config
+from mambalearn.mamba2 import mamba_chunk_scan_combined
+from mambalearn.mamba2 import reference as ssd
+from mambalearn.mamba2.step import StepConfig, selective_state_update
 from mambalearn.scan.sequential import selective_scan_sequential
 from mambalearn.testing import assert_close
-from mambalearn.triton.selective_scan import selective_scan_fn
-from mambalearn.triton.selective_scan.config import default_config
-from mambalearn.triton.ssd import mamba_chunk_scan_combined
-from mambalearn.triton.step import selective_state_update
 
 pytestmark = [
     pytest.mark.skipif(torch.cuda.is_available(), reason="CPU interpreter sizes"),
@@ -138,7 +139,7 @@ def test_decode_step_at_the_head_dim_block_edges(p):
     want = (want_state * C[:, :, None, :]).sum(-1) + D[:, None] * x  # (b, h, p)
     poisoned = torch.full((b, h + 1, p, n), float("nan"))[:, :h]  # NaN after the last head
     poisoned.copy_(state)
-    out = selective_state_update(poisoned, x, dt, A, B, C, D, block_p=4)
+    out = selective_state_update(poisoned, x, dt, A, B, C, D, config=StepConfig(block_p=4))
     assert_close(out, want)
     assert_close(poisoned, want_state)
 

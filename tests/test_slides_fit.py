@@ -18,8 +18,8 @@ import re
 from pathlib import Path
 
 import pytest
-from conftest import require_chromium
 
+from conftest import require_chromium
 from mambalearn.classroom import deck, slides, slides_offline
 
 require_chromium()

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import nbformat
 import pytest
-from conftest import require_chromium
 
+from conftest import require_chromium
 from mambalearn.classroom import slides, slides_offline
 
 require_chromium()

@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from mambalearn import ssd
+from mambalearn.mamba2 import reference as ssd
 from mambalearn.testing import assert_close
 
 f64 = torch.float64
@@ -83,9 +83,9 @@ def test_bad_inputs_raise():
         ssd.ssd_chunked(x, dt, A, B, C, 0)
 
 
-# ---- the backward, derived by hand (mambalearn.ssd_grad) --------------------------------------
+# ---- the backward, derived by hand (mambalearn.mamba2.reference_grad) ----------------------------
 
-from mambalearn import ssd_grad  # noqa: E402
+from mambalearn.mamba2 import reference_grad as ssd_grad  # noqa: E402
 
 
 @pytest.mark.parametrize("shape, q", [((2, 37, 4, 3, 2, 5), 8), ((1, 16, 2, 4, 1, 3), 4),
@@ -146,7 +146,7 @@ def test_each_step_backward_equals_autograd_of_its_step():
 
 # ---- linear attention and simple GLA; packed sequences two ways ------------------------------
 
-from mambalearn import ssd_packed  # noqa: E402
+from mambalearn.mamba2 import packed as ssd_packed  # noqa: E402
 
 
 def test_ssd_with_decay_one_is_linear_attention():

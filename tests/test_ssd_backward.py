@@ -1,24 +1,24 @@
-"""The Triton SSD backward (mambalearn.triton.ssd.backward) against autograd (chapter 10).
+"""The Triton SSD backward (mambalearn.mamba2.backward) against autograd (chapter 10).
 
 Each backward kernel is checked against autograd through the PyTorch piece of the chunked oracle it
 differentiates (float64), and the whole ``mamba_chunk_scan_combined`` backward against the
-reference backward (autograd through ``mambalearn.ssd.mamba_chunk_scan_ref``) on fresh random
-inputs. On a CPU the kernels run in Triton's interpreter at tiny fp32 sizes; the `gpu` tests run
-real sizes in bf16.
+reference backward (autograd through ``mambalearn.mamba2.reference.mamba_chunk_scan_ref``) on fresh
+random inputs. On a CPU the kernels run in Triton's interpreter at tiny fp32 sizes; the `gpu` tests
+run real sizes in bf16.
 """
 
 import pytest
 import torch
 import torch.nn.functional as F
 
-from mambalearn import ssd
+from mambalearn.mamba2 import api as combined
+from mambalearn.mamba2 import backward as SB
+from mambalearn.mamba2 import chunk as T
+from mambalearn.mamba2 import reference as ssd
+from mambalearn.mamba2.backward_config import blocks
+from mambalearn.mamba2.common import INTERP
+from mambalearn.mamba2.config import default_config, defaults
 from mambalearn.testing import assert_close, dot_dtype, rel_error
-from mambalearn.triton.ssd import backward as SB
-from mambalearn.triton.ssd import combined
-from mambalearn.triton.ssd import forward as T
-from mambalearn.triton.ssd.backward_config import blocks
-from mambalearn.triton.ssd.common import INTERP
-from mambalearn.triton.ssd.config import default_config, defaults
 
 dev = "cuda" if torch.cuda.is_available() else "cpu"
 SIZES = dict(b=2, l=40, h=4, p=8, g=2, n=16, q=16)  # c = 3 chunks, the last one half empty

@@ -5,11 +5,12 @@ import dataclasses
 import pytest
 import torch
 
+from mambalearn.mamba2 import api as combined
+from mambalearn.mamba2 import chunk as T
+from mambalearn.mamba2.config import default_config
+from mambalearn.mamba2.fused import outputs, states
+from mambalearn.mamba2.fused.forward import ssd_fused_forward
 from mambalearn.testing import assert_close
-from mambalearn.triton.ssd import combined, outputs, states
-from mambalearn.triton.ssd import forward as T
-from mambalearn.triton.ssd.config import default_config
-from mambalearn.triton.ssd.fused import ssd_fused_forward
 from tests.test_ssd_triton import dev, make, ref
 
 

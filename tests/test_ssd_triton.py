@@ -7,10 +7,10 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from mambalearn import ssd
+from mambalearn.mamba2 import api as combined
+from mambalearn.mamba2 import chunk as T
+from mambalearn.mamba2 import reference as ssd
 from mambalearn.testing import assert_close
-from mambalearn.triton.ssd import combined
-from mambalearn.triton.ssd import forward as T
 
 dev = "cuda" if torch.cuda.is_available() else "cpu"
 

@@ -4,9 +4,9 @@ import pytest
 import torch
 
 from mambalearn import inference
+from mambalearn.mamba2.step import StepConfig, selective_state_update
 from mambalearn.scan.sequential import selective_scan_sequential
 from mambalearn.testing import assert_close
-from mambalearn.triton.step import selective_state_update
 
 GPU = torch.cuda.is_available()
 DEV = "cuda" if GPU else "cpu"
@@ -37,7 +37,7 @@ def run_both(inp, **kw):
     args = {k: v for k, v in inp.items() if k != "state"}
     args.update(kw)
     tune = {k: args.pop(k) for k in ("block_p", "num_warps", "stream") if k in args}
-    out = selective_state_update(s_kernel, **args, **tune)
+    out = selective_state_update(s_kernel, **args, config=StepConfig(**tune))
     a = {k: (v.to(torch.float64) if torch.is_tensor(v) and v.is_floating_point() else v)
          for k, v in args.items()}
     want = inference.decode_step(s_oracle, a.pop("x"), a.pop("dt"), a.pop("A"), a.pop("B"),
@@ -245,7 +245,7 @@ def test_tiles_smaller_than_the_head_dim(block_p, num_warps, stream):
 
 
 def test_small_and_large_batches_pick_their_tiles():
-    from mambalearn.triton import step
+    from mambalearn.mamba2 import step
 
     # one sequence: few, large programs, the state kept in L2 (not evicted first) between tokens
     assert step._tile(64, 128, 1 * 80 * 64 * 128) == (64, 8, False)

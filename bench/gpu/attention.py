@@ -11,13 +11,13 @@ At d_model 2048 and a fixed number of tokens per call (b · l = 32768), bf16:
 
 * attention: ``torch.nn.functional.scaled_dot_product_attention``, flash backend, causal,
   16 heads × 128;
-* Mamba-1: ``mambalearn.triton.selective_scan.selective_scan_fn``, d_inner 4096, n 16, with z, D,
+* Mamba-1: ``mambalearn.mamba1.selective_scan_fn``, d_inner 4096, n 16, with z, D,
   delta_bias, softplus;
-* SSD (Mamba-2): ``mambalearn.triton.ssd.mamba_chunk_scan_combined``, 64 heads × 64, n 128,
+* SSD (Mamba-2): ``mambalearn.mamba2.mamba_chunk_scan_combined``, 64 heads × 64, n 128,
   chunk 256, D, dt_bias, softplus;
 
 forward and forward + backward for l = 512 … 32768, then one decode step per token at batch 16:
-attention over a KV cache of l tokens against ``mambalearn.triton.step.selective_state_update``
+attention over a KV cache of l tokens against ``mambalearn.mamba2.step.selective_state_update``
 (Mamba-1 state (b, 4096, 16) and Mamba-2 state (b, 64, 64, 128), fp32), CUDA-graph timed.
 Only the sequence mixers are timed (no projections, MLPs or norms). A budget (seconds) stops
 new measurements in time; what was measured is always written.
@@ -34,7 +34,8 @@ import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
 from bench.gpu.record import record  # noqa: E402
-from mambalearn import device, inference, ssd  # noqa: E402
+from mambalearn import device, inference  # noqa: E402
+from mambalearn.mamba2 import reference as ssd
 from mambalearn.scan.sequential import selective_scan_sequential  # noqa: E402
 
 METHOD = ("scaled_dot_product_attention (flash, causal) against our Mamba-1 scan and SSD at one "
@@ -100,7 +101,7 @@ def _flash(dev):
 
 
 def mamba1(b, l, cfg, dev, backward=False):
-    from mambalearn.triton.selective_scan import selective_scan_fn
+    from mambalearn.mamba1 import selective_scan_fn
 
     d, n = cfg["d_inner"], cfg["n1"]
     dt = torch.bfloat16 if dev.type == "cuda" else torch.float32
@@ -119,7 +120,7 @@ def mamba1(b, l, cfg, dev, backward=False):
 
 
 def mamba2(b, l, cfg, dev, backward=False):
-    from mambalearn.triton.ssd import mamba_chunk_scan_combined
+    from mambalearn.mamba2 import mamba_chunk_scan_combined
 
     h, p, n = cfg["h2"], cfg["p2"], cfg["n2"]
     dt_ = torch.bfloat16 if dev.type == "cuda" else torch.float32
@@ -150,7 +151,7 @@ def kv_step(b, l, cfg, dev):
 
 def state_step(b, cfg, dev, layout):
     """One decode step of a Mamba layer: the fp32 state updated in place (Mamba-1 or -2 layout)."""
-    from mambalearn.triton.step import selective_state_update
+    from mambalearn.mamba2.step import selective_state_update
 
     dt = torch.bfloat16 if dev.type == "cuda" else torch.float32
     r = lambda *s: torch.randn(*s, device=dev)
@@ -180,7 +181,7 @@ def checks(cfg, dev):
     mask = torch.ones(l, l, dtype=torch.bool).tril()
     scores = (q @ k.transpose(-1, -2) / cfg["hd"] ** 0.5).masked_fill(~mask, -torch.inf)
     out["attention"] = err(got, torch.softmax(scores, -1) @ v)
-    from mambalearn.triton.selective_scan import selective_scan_fn
+    from mambalearn.mamba1 import selective_scan_fn
 
     d, n = cfg["d_inner"], cfg["n1"]
     u, delta, A = r(1, d, l), r(1, d, l).abs() * 0.1, -torch.rand(d, n, generator=g) - 0.5
@@ -189,7 +190,7 @@ def checks(cfg, dev):
     got = selective_scan_fn(*(t.to(dev, dt) for t in (u, delta)), A.to(dev),
                             *(t.to(dev, dt) for t in (B, C)))
     out["mamba1"] = err(got, selective_scan_sequential(*lo(u, delta), A, *lo(B, C)))
-    from mambalearn.triton.ssd import mamba_chunk_scan_combined
+    from mambalearn.mamba2 import mamba_chunk_scan_combined
 
     h, p, n2 = cfg["h2"], cfg["p2"], cfg["n2"]
     x, dt_, A2 = r(1, l, h, p), r(1, l, h) - 2, -torch.rand(h, generator=g) - 0.5
@@ -199,7 +200,7 @@ def checks(cfg, dev):
     want = ssd.mamba_chunk_scan_ref(*(t.double() for t in (*lo(x), dt_, A2, *lo(B2, C2))),
                                     cfg["chunk"], dt_softplus=True)
     out["mamba2"] = err(got, want)
-    from mambalearn.triton.step import selective_state_update
+    from mambalearn.mamba2.step import selective_state_update
 
     st, xs, ds, B1, C1 = r(2, d, n), r(2, d), r(2, d).abs() * 0.3, r(2, n), r(2, n)
     want_st = st.double()

@@ -78,7 +78,7 @@ def plan_of(x, n, d, l, b):
     """The segments the default forward and backward use at this shape."""
     import triton
 
-    from mambalearn.triton.selective_scan import config as cfgs
+    from mambalearn.mamba1 import config as cfgs
     cfg = cfgs.default_config(n, "cuda", l)
     f, k = cfg.forward, cfg.backward
     sms = cfgs.sm_count("cuda")
@@ -91,8 +91,8 @@ def plan_of(x, n, d, l, b):
 
 def m1(args, peer, deadline):
     from mambalearn.bench.selective_scan import fwd_bwd, inputs
+    from mambalearn.mamba1 import selective_scan_fn as ours
     from mambalearn.timing import compare
-    from mambalearn.triton.selective_scan import selective_scan_fn as ours
     d = 2048 if args.gpu else 8
     tokens = args.tokens if args.gpu else (64,)
     batches = args.batches if args.gpu else (1, 2)
@@ -138,9 +138,9 @@ def variants(args, peer, deadline):
     import dataclasses
 
     from mambalearn.bench.selective_scan import inputs
+    from mambalearn.mamba1 import config as cfgs
+    from mambalearn.mamba1 import selective_scan_fn as ours
     from mambalearn.timing import compare
-    from mambalearn.triton.selective_scan import config as cfgs
-    from mambalearn.triton.selective_scan import selective_scan_fn as ours
     d, l = (2048, 32768) if args.gpu else (8, 128)
     for n in (args.n if args.gpu else (4,)):
         if time.time() > deadline:
@@ -186,10 +186,11 @@ def _parts_at(args, b, d, l, n):
     import triton
 
     from mambalearn.bench.selective_scan import inputs
+    from mambalearn.mamba1 import api as tuned
+    from mambalearn.mamba1 import config as cfgs
+    from mambalearn.mamba1.fused import forward as scan_forward
+    from mambalearn.mamba1.fused import segments
     from mambalearn.timing import compare
-    from mambalearn.triton.selective_scan import config as cfgs
-    from mambalearn.triton.selective_scan import forward as scan_forward
-    from mambalearn.triton.selective_scan import segments, tuned
     dev = torch.device("cuda" if args.gpu else "cpu")
     x = inputs(b, d, n, l, dev, dtype=torch.bfloat16 if args.gpu else torch.float32)
     cfg = cfgs.default_config(n, dev, l)
@@ -228,8 +229,9 @@ def step(args, deadline):
     """The decode step: a tile sweep, then default and best against mamba_ssm, interleaved."""
     from mambalearn import inference
     from mambalearn.bench import step as bstep
+    from mambalearn.mamba2.step import StepConfig
+    from mambalearn.mamba2.step import selective_state_update as ours
     from mambalearn.timing import compare
-    from mambalearn.triton.step import selective_state_update as ours
     theirs = bstep.load_mamba_ssm_step() if args.gpu else None
     shapes = [(1, 80, 64, 128), (64, 80, 64, 128)] if args.gpu else [(1, 2, 4, 8)]
     for b, h, p, n in shapes:
@@ -241,7 +243,8 @@ def step(args, deadline):
 
         def fn_for(tune, theirs_fn=None, inp=inp, a=a):
             s = inp["state"].clone()
-            f = (lambda: theirs_fn(s, **a)) if theirs_fn else (lambda: ours(s, **a, **tune))
+            c = StepConfig(**tune)
+            f = (lambda: theirs_fn(s, **a)) if theirs_fn else (lambda: ours(s, **a, config=c))
             return f
 
         def graph(f):

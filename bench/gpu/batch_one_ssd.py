@@ -120,7 +120,7 @@ def ssd_inputs(b, l, seed=0):
 
 def ssd_config(args, q, **changes):
     """The default SSD config for the inputs' shape at chunk ``q``, ``changes`` applied."""
-    from mambalearn.triton.ssd.config import default_config
+    from mambalearn.mamba2.config import default_config
 
     (b, l, h, p), (g, n) = args[0].shape, args[3].shape[2:]
     return default_config((b, l, h, p, g, n, q), args[0].device).replace(**changes)
@@ -215,7 +215,7 @@ def job_ours_ssd(shape):
     """Compile our SSD forward (both chunks, fused and chapter 10's) and fwd+bwd at one shape
     class."""
     from mambalearn.bench.ssd import fwd_bwd
-    from mambalearn.triton.ssd import mamba_chunk_scan_combined as ours
+    from mambalearn.mamba2 import mamba_chunk_scan_combined as ours
 
     args, kw = ssd_inputs(*shape)
     for q in SSD_DESIGNS.values():
@@ -231,7 +231,7 @@ def job_ours_ssd(shape):
 
 def job_ours_m3(shape):
     from mambalearn.bench import mamba3 as M
-    from mambalearn.triton.mamba3 import mamba3_siso_combined
+    from mambalearn.mamba3 import mamba3_siso_combined
 
     kw = m3_inputs(*shape, grad=True)
     M._fwd_bwd(mamba3_siso_combined, kw, m3_chunk())()
@@ -374,8 +374,9 @@ def _compared(section, shape, fns, base, other=None, floor_ms=None):
 # 1. Mamba-3
 def _m3_forward(kw, changes):
     """Our forward's three launches with the default config changed by ``changes``."""
-    from mambalearn.triton.mamba3 import forward, interface
-    from mambalearn.triton.mamba3.config import DEFAULT
+    from mambalearn.mamba3 import api as interface
+    from mambalearn.mamba3 import chunk as forward
+    from mambalearn.mamba3.config import DEFAULT
 
     x = interface._prepare([kw[k] for k in interface._NAMES], None)
     c = DEFAULT.replace(**changes)
@@ -385,8 +386,9 @@ def _m3_forward(kw, changes):
 
 def _m3_parts(kw):
     """Our forward's first two launches alone: chunk states, state passing (pipeline depths)."""
-    from mambalearn.triton.mamba3 import chunk_state, interface, state_passing
-    from mambalearn.triton.mamba3.config import DEFAULT
+    from mambalearn.mamba3 import api as interface
+    from mambalearn.mamba3 import chunk_state, state_passing
+    from mambalearn.mamba3.config import DEFAULT
 
     x = interface._prepare([kw[k] for k in interface._NAMES], None)
     q = m3_chunk()
@@ -402,8 +404,8 @@ def _m3_parts(kw):
 def _m3_agreement(shape, kw, m3, q):
     """Our default forward against our forward at other settings (the same arithmetic: 0
     expected) and against mamba_ssm's (bf16 rounding apart)."""
+    from mambalearn.mamba3 import mamba3_siso_combined
     from mambalearn.testing import rel_error
-    from mambalearn.triton.mamba3 import mamba3_siso_combined
 
     ours = _no_grad(mamba3_siso_combined, kw, q).float()
     r = {name: rel_error(_m3_forward(kw, changes)().float(), ours)
@@ -421,7 +423,7 @@ def _no_grad(fn, kw, q):
 def mamba3(limit, m3):
     from mambalearn import roofline
     from mambalearn.bench import mamba3 as M
-    from mambalearn.triton.mamba3 import mamba3_siso_combined
+    from mambalearn.mamba3 import mamba3_siso_combined
 
     q = m3_chunk()
     for b, l in M3_POINTS if gpu() else M3_POINTS[:1]:
@@ -453,8 +455,8 @@ def mamba3(limit, m3):
 # 2. SSD
 def _states_fn(args, kw, q, changes):
     """A closure running the states launch (with ``config.States`` changes) alone."""
-    from mambalearn.triton.ssd import forward as unfused
-    from mambalearn.triton.ssd import states
+    from mambalearn.mamba2 import chunk as unfused
+    from mambalearn.mamba2.fused import states
 
     x, dt, A, B, C = args
     dt_c, dA_cs = unfused.chunk_cumsum(dt, A, q, kw["dt_bias"], True)
@@ -465,8 +467,8 @@ def _states_fn(args, kw, q, changes):
 def _ssd_agreement(shape, args, kw):
     """Our public default forward at each chunk against chapter 10's five kernels at the same
     chunk (the same roundings: ≤ 1e-4 expected, float32 summation order)."""
+    from mambalearn.mamba2 import mamba_chunk_scan_combined as ours
     from mambalearn.testing import rel_error
-    from mambalearn.triton.ssd import mamba_chunk_scan_combined as ours
 
     try:
         r = {name: rel_error(ours(*args, chunks(q), **kw).float(),
@@ -480,7 +482,7 @@ def _ssd_agreement(shape, args, kw):
 def ssd_sweep(limit, mamba, fla, points):
     from mambalearn import roofline
     from mambalearn.bench.ssd import fla_fn
-    from mambalearn.triton.ssd import mamba_chunk_scan_combined as ours
+    from mambalearn.mamba2 import mamba_chunk_scan_combined as ours
 
     for b, l in points if gpu() else points[:1]:
         shape = f"b{b} l{l}"
@@ -510,7 +512,7 @@ def ssd_sweep(limit, mamba, fla, points):
 
 def ssd_backward(limit, mamba):
     from mambalearn.bench.ssd import fwd_bwd
-    from mambalearn.triton.ssd import mamba_chunk_scan_combined as ours
+    from mambalearn.mamba2 import mamba_chunk_scan_combined as ours
 
     for b, l in BWD_POINTS if gpu() else BWD_POINTS[:1]:
         shape = f"b{b} l{l}"

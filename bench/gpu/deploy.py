@@ -9,7 +9,7 @@ inductor (minutes on a CPU) and writes a ``cpu_`` file, never committed.
 1. the Mamba-1 decode step of one 130M-sized layer (b1 and b64, d 1536, n 16, fp32 state),
    checked against the float64 oracle, then timed interleaved (``mambalearn.timing.compare``):
    ``inference.decode_step`` eager, ``serving.step_functional`` eager, the same compiled by
-   ``torch.compile`` (its default mode), and the Triton step kernel (``triton.step``)
+   ``torch.compile`` (its default mode), and the Triton step kernel (``mamba2.step``)
 2. greedy speculative decoding of a 130M-shaped model (random bf16 weights, fp32 state), a draft
    right 90 % and 50 % of the time, k = 4: checkpoint against re-run, ms per generated token,
    the output checked equal to ``MambaLM.generate``
@@ -40,7 +40,7 @@ def step_inputs(b, d, n, dev, g):
 
 def time_step(b, d, n, dev, g, smoke):
     """Rows for one batch size: each way of running the step, checked, then timed interleaved."""
-    from mambalearn.triton.step import selective_state_update
+    from mambalearn.mamba2.step import selective_state_update
 
     args = step_inputs(b, d, n, dev, g)
     state = torch.randn(b, d, n, generator=g).to(dev)

@@ -46,7 +46,7 @@ MIMO_PER_SEQUENCE = ("out", "dQ", "dK", "dV", "dZ", "dADT", "dDT", "dTrap", "dAn
 
 def mamba1_case(b, d, n, l, dtype, device, seed=0):
     """(inputs, upstream gradients, run(x, deterministic) → {name: tensor}) for Mamba-1."""
-    from mambalearn.triton.selective_scan import selective_scan_fn
+    from mambalearn.mamba1 import selective_scan_fn
 
     gen = torch.Generator().manual_seed(seed)
     r = lambda *s: torch.randn(*s, generator=gen)
@@ -70,7 +70,7 @@ def mimo_case(dims, r, q, dtype, device, seed=0):
     """(inputs, upstream gradient, run) for the Mamba-3 MIMO prefill (``bench.gpu.mimo``'s) at
     rank r, chunk q."""
     from bench.gpu.mimo import inputs
-    from mambalearn.triton.mamba3 import mamba3_mimo_combined
+    from mambalearn.mamba3 import mamba3_mimo_combined
 
     x = inputs(**dims, r=r, dtype=dtype, device=device, seed=seed)
     gen = torch.Generator().manual_seed(seed + 1)

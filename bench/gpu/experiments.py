@@ -22,7 +22,7 @@ ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 sys.path.insert(0, ROOT)
 
 from bench.gpu.record import record  # noqa: E402
-from mambalearn.triton.selective_scan.config import Backward, Forward  # noqa: E402
+from mambalearn.mamba1.config import Backward, Forward  # noqa: E402
 
 SO = lambda **k: Backward("state-outer", **{"num_warps": 1, **k})  # the state-outer backward
 RUN_LOOP = Backward("sub-block", block_d=32, block_l=8, num_warps=1, even=False)  # n64, 11-29
@@ -104,8 +104,8 @@ def main():
 
     from mambalearn.bench import peak_gb, time_ms
     from mambalearn.bench.selective_scan import fwd_bwd, inputs, load_mamba_ssm
+    from mambalearn.mamba1 import default_config, selective_scan_fn
     from mambalearn.testing import rel_error
-    from mambalearn.triton.selective_scan import default_config, selective_scan_fn
     gpu = torch.cuda.is_available() and not a.cpu_smoke
     dev, dtype = ("cuda", torch.bfloat16) if gpu else ("cpu", torch.float32)
     rows, refs, peer = [], {}, load_mamba_ssm() if gpu else None

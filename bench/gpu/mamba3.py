@@ -11,7 +11,7 @@
 
 mamba_ssm runs with its full autotune, as its users run it (``bench.mamba3.load``: 27–81 configs
 per kernel, minutes of compiling on a fresh machine; ``bench.gpu.batch_one_ssd`` compiles them in
-parallel first); ours are not autotuned (``mambalearn.triton.mamba3.common.CONFIG``). Each part
+parallel first); ours are not autotuned (``mambalearn.mamba3.common.CONFIG``). Each part
 runs only while ``--limit`` allows; rows are printed as they come, so a run cut short still shows
 them. ``--tiny`` runs the same steps at toy sizes (on a CPU: Triton's interpreter, fp32, no
 mamba_ssm combined — its backward needs CUDA): a test of this script, not a measurement.

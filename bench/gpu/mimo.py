@@ -5,8 +5,8 @@ multiplies the arithmetic per state update by about r on the same state bytes. T
 where that holds for our kernels, at b8 l2048 h32 p64 n128 na32 bf16 (the SISO benchmark shape):
 
     1. agreement first: ``mamba3_mimo_combined`` (chunk 64/r, mamba_ssm's recommendation) against
-       the float64 chunked oracle (``mambalearn.mamba3.mimo``), output and every gradient, at
-       b1 l200 (a partial last chunk) with the timing's head sizes, so the timed kernels are the
+       the float64 chunked oracle (``mambalearn.mamba3.mimo_reference``), output and every gradient,
+       at b1 l200 (a partial last chunk) with the timing's head sizes, so the timed kernels are the
        ones compiled here; then
     2. forward and forward+backward, ``mambalearn.timing.compare`` (each callable warmed ≥ 1 s,
        ≥ 5 interleaved rounds): our SISO (``mamba3_siso_combined``, chunk 64) against MIMO at
@@ -59,9 +59,9 @@ def inputs(b, l, h, g, p, n, na, r, dtype, device, seed=0):
 
 def agreement_rows(r, dims, dtype, device):
     """‖ours − oracle‖/‖oracle‖ of the output and every gradient (float64 chunked oracle)."""
-    from mambalearn.mamba3.mimo import mamba3_mimo_chunked
+    from mambalearn.mamba3 import mamba3_mimo_combined
+    from mambalearn.mamba3.mimo_reference import mamba3_mimo_chunked
     from mambalearn.testing import rel_error
-    from mambalearn.triton.mamba3 import mamba3_mimo_combined
 
     x = inputs(**{**dims, "b": 1, "l": min(AGREE_L, dims["l"])}, r=r, dtype=dtype,
                device=device, seed=1)
@@ -81,8 +81,8 @@ def agreement_rows(r, dims, dtype, device):
 
 def timing_rows(r, dims, dtype, device, warm_s, rounds, rep):
     """Forward and forward+backward: SISO and MIMO rank r side by side (``timing.compare``)."""
+    from mambalearn.mamba3 import mamba3_mimo_combined, mamba3_siso_combined
     from mambalearn.timing import compare
-    from mambalearn.triton.mamba3 import mamba3_mimo_combined, mamba3_siso_combined
 
     siso, mimo = inputs(**dims, r=None, dtype=dtype, device=device), inputs(
         **dims, r=r, dtype=dtype, device=device)

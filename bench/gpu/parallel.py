@@ -92,7 +92,7 @@ def _times(call, x, h0, with_h0=True):
 
 
 def mamba1_rows(rows, lengths=LENGTHS, dims=MAMBA1, dev="cuda"):
-    from mambalearn.triton.selective_scan import selective_scan_fn
+    from mambalearn.mamba1 import selective_scan_fn
 
     has_h0 = takes_initial_state(selective_scan_fn)
 
@@ -109,7 +109,7 @@ def mamba1_rows(rows, lengths=LENGTHS, dims=MAMBA1, dev="cuda"):
 
 
 def ssd_rows(rows, lengths=LENGTHS, dims=SSD, dev="cuda"):
-    from mambalearn.triton.ssd import mamba_chunk_scan_combined
+    from mambalearn.mamba2 import mamba_chunk_scan_combined
 
     def call(x, h0):
         return mamba_chunk_scan_combined(**x, chunk_size=dims["chunk"], initial_states=h0,
@@ -139,10 +139,10 @@ def rank_scan_rows(rows, ranks=(8, 64, 1024), m1=MAMBA1, s=SSD, dev="cuda"):
 
 def accuracy_rows(rows, l=8192, m1=MAMBA1, s=SSD, dev="cuda"):
     """The initial-state kernels against the PyTorch scans, 8k tokens (relative errors)."""
+    from mambalearn.mamba1 import selective_scan_fn
+    from mambalearn.mamba2 import mamba_chunk_scan_combined
+    from mambalearn.mamba2.reference import mamba_chunk_scan_ref
     from mambalearn.scan.chunked import selective_scan_chunked
-    from mambalearn.ssd import mamba_chunk_scan_ref
-    from mambalearn.triton.selective_scan import selective_scan_fn
-    from mambalearn.triton.ssd import mamba_chunk_scan_combined
 
     x, h0 = _ssd_inputs(l, dev=dev, **s)
     with torch.no_grad():

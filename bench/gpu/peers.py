@@ -3,7 +3,7 @@
     PYTHONUNBUFFERED=1 python3 -m bench.gpu.peers [--limit 300] [--out $OUT]
     python3 -m bench.gpu.peers --cpu-smoke --out /tmp/peers   (the control flow, toy sizes, CPU)
 
-1. **step**: the decode step, ours (``mambalearn.triton.step.selective_state_update``) against
+1. **step**: the decode step, ours (``mambalearn.mamba2.step.selective_state_update``) against
    mamba_ssm's ``selective_state_update`` (its source tree, ``mambalearn.bench.step``), at b1 and
    b64 h80 p64 n128, fp32 state, bf16 x/B/C, fp32 A/D/dt_bias broadcast per head as Mamba-2's
    step passes them (``mamba2_step_inputs``), softplus — **without z** (Mamba-2's step: its gate
@@ -197,8 +197,8 @@ def step_case(run, shape, with_z, peer, calls=STEP_CALLS):
     """One shape with or without z: the checks, the graphs timed interleaved, the kernels alone."""
     from mambalearn import inference
     from mambalearn.bench.step import floor_ms
+    from mambalearn.mamba2.step import selective_state_update as ours
     from mambalearn.timing import compare
-    from mambalearn.triton.step import selective_state_update as ours
 
     b, h, p, n = shape
     inp = step_inputs(b, h, p, n, with_z, dev(run))
@@ -316,8 +316,8 @@ def m3_results(fn, kw, path, chunk, dout):
 def m3_case(run, point, path, peer, smoke):
     """One (shape, path): the tuning call, the check, the timing; rows kept in ``run``."""
     from bench.gpu.batch_one_ssd import autotuners
+    from mambalearn.mamba3 import mamba3_siso_combined as ours
     from mambalearn.timing import compare
-    from mambalearn.triton.mamba3 import mamba3_siso_combined as ours
 
     chunk = SMOKE["chunk"] if smoke else M3_CHUNK
     d = m3_dims(point, smoke)
@@ -411,7 +411,7 @@ def m3_part(run, cases):
 # 2. the prewarm: compile every config of the peer's autotuners and our kernels, in parallel
 def job_ours(cases, smoke):
     """Compile our Mamba-3 kernels for each (point, path) (one call each)."""
-    from mambalearn.triton.mamba3 import mamba3_siso_combined as ours
+    from mambalearn.mamba3 import mamba3_siso_combined as ours
 
     for point, path in cases:
         m3_call(ours, m3_inputs(point, path, smoke), path,

@@ -51,7 +51,7 @@ def _workload(name):
             if fn is None:
                 raise SystemExit("mamba_ssm's CUDA extension is not built")
         else:
-            from mambalearn.triton.selective_scan.tuned import selective_scan_fn as fn
+            from mambalearn.mamba1.api import selective_scan_fn as fn
         return fwd_bwd(fn, x)
     from mambalearn.bench.ssd import load_mamba_ssm_ssd, make_inputs
     (x, dt, A, B, C), kw = make_inputs(**SSD)
@@ -59,7 +59,7 @@ def _workload(name):
     if name == "ssdref":
         fn = load_mamba_ssm_ssd()
     else:
-        from mambalearn.triton.ssd import mamba_chunk_scan_combined as fn
+        from mambalearn.mamba2 import mamba_chunk_scan_combined as fn
 
     def run():
         out = fn(*leaves[:5], 256, D=leaves[5], dt_bias=leaves[6], dt_softplus=True)
@@ -181,7 +181,8 @@ def sm90(n, forward=None, dump=None):
     from triton.runtime.jit import JITFunction, create_function_from_signature
 
     from mambalearn.bench.selective_scan import inputs
-    from mambalearn.triton.selective_scan import config, interface, selective_scan_fn
+    from mambalearn.mamba1 import args as interface
+    from mambalearn.mamba1 import config, selective_scan_fn
     target = GPUTarget("cuda", 90, 32)
     backend = make_backend(target)
 

@@ -221,8 +221,8 @@ def main():
     import torch
 
     from mambalearn.bench.selective_scan import EXP_RATE, inputs
-    from mambalearn.triton.selective_scan import config as cfgs
-    from mambalearn.triton.selective_scan import selective_scan_fn
+    from mambalearn.mamba1 import config as cfgs
+    from mambalearn.mamba1 import selective_scan_fn
     gpu = torch.cuda.is_available() and not a.cpu_smoke
     dev, dtype = (torch.device("cuda"), torch.bfloat16) if gpu else (torch.device("cpu"),
                                                                      torch.float32)

@@ -30,16 +30,17 @@ import time
 
 import torch
 
-from mambalearn import roofline, ssd
+from mambalearn import roofline
 from mambalearn.bench import step as bstep
 from mambalearn.bench import time_ms
 from mambalearn.bench.ssd import fla_fn, load_fla, load_mamba_ssm_ssd, make_inputs
+from mambalearn.mamba2 import chunk as unfused
+from mambalearn.mamba2 import reference as ssd
+from mambalearn.mamba2.config import default_config
+from mambalearn.mamba2.fused import outputs, states
+from mambalearn.mamba2.fused.forward import ssd_fused_forward
+from mambalearn.mamba2.step import StepConfig, selective_state_update
 from mambalearn.testing import rel_error
-from mambalearn.triton.ssd import forward as unfused
-from mambalearn.triton.ssd import outputs, states
-from mambalearn.triton.ssd.config import default_config
-from mambalearn.triton.ssd.fused import ssd_fused_forward
-from mambalearn.triton.step import selective_state_update
 
 # name -> (chunk, ``Config.replace`` changes of the default); the sm_90 registers of each kernel
 # are in bench/NOTES_ssd.md
@@ -194,7 +195,7 @@ NEW = {
 
 def _fused_public(q, changes):
     """The public path at chunk ``q`` with the default config changed by ``changes``."""
-    from mambalearn.triton.ssd.combined import mamba_chunk_scan_combined
+    from mambalearn.mamba2.api import mamba_chunk_scan_combined
 
     return lambda args, kw: mamba_chunk_scan_combined(*args, q, fused=True,
                                                       **design(args, q, changes), **kw)
@@ -292,7 +293,8 @@ def decode(gpu, limit):
         for t in tiles:
             tune = {} if t is None else dict(block_p=t[0], num_warps=t[1], stream=t[2])
             fns[f"ours {t or 'default'}"] = (lambda tune=tune, i=inp:
-                                             selective_state_update(**i, **tune))
+                                             selective_state_update(
+                                                 **i, config=StepConfig(**tune)))
         for name, f in fns.items():
             r = dict(eager=time_ms(f))
             if gpu:
@@ -322,7 +324,7 @@ def ncu(limit):
         "smsp__average_warps_issue_stalled_gmma_per_issue_active.ratio",
         "smsp__average_warps_issue_stalled_not_selected_per_issue_active.ratio"])
     code = ("import torch; from mambalearn.bench.ssd import make_inputs; "
-            "from mambalearn.triton.ssd.fused import ssd_fused_forward as f; "
+            "from mambalearn.mamba2.fused.forward import ssd_fused_forward as f; "
             "a, kw = make_inputs(4, 4096, 80, 64, 1, 128); "
             "[f(*a, 256, **kw) for _ in range(3)]; torch.cuda.synchronize()")
     cmd = ["ncu", "--clock-control", "none", "--csv", "--page", "raw", "--metrics", metrics,

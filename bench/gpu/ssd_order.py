@@ -15,8 +15,8 @@ import torch
 from bench.gpu.ssd_fused import part_fn
 from mambalearn.bench import time_ms
 from mambalearn.bench.ssd import HEADS, fwd_bwd, load_mamba_ssm_ssd, make_inputs
-from mambalearn.triton.ssd import mamba_chunk_scan_combined as ours
-from mambalearn.triton.ssd.forward import ssd_forward
+from mambalearn.mamba2 import mamba_chunk_scan_combined as ours
+from mambalearn.mamba2.chunk import ssd_forward
 
 SHAPES = [dict(b=16, l=1024), dict(b=4, l=4096), dict(b=1, l=16384)]
 

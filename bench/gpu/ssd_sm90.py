@@ -27,7 +27,8 @@ from triton.backends.compiler import BaseBackend, GPUTarget
 from triton.runtime.jit import JITFunction, native_specialize_impl
 
 from mambalearn.compiled import opcode_counts, read_cubin
-from mambalearn.triton.ssd import forward, one_launch, outputs, states
+from mambalearn.mamba2 import chunk as forward
+from mambalearn.mamba2.fused import one_launch, outputs, states
 
 STATES_KERNEL = {False: "_chunk_states_kernel", True: "_chunk_states_tma_kernel"}  # by tma
 OPS = ("HGMMA", "HMMA", "MUFU", "LDG", "LDGSTS", "UTMALDG", "STG", "LDL", "STL", "BAR", "SHFL")
@@ -100,7 +101,7 @@ def loop_bodies(sass):
 def launches(names, shape, q, changes):
     """{kernel: [(grid, args, kwargs)]} for the chosen kernels at ``shape``, chunk ``q``, with
     the default config changed by ``changes`` (``Config.replace``'s arguments)."""
-    from mambalearn.triton.ssd.config import default_config
+    from mambalearn.mamba2.config import default_config
 
     b, l, h, p, g, n = shape
     cfg = default_config((b, l, h, p, g, n, q), "meta").replace(**changes)

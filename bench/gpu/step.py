@@ -31,7 +31,7 @@ from mambalearn import inference  # noqa: E402
 from mambalearn import model as M  # noqa: E402
 from mambalearn.bench import step as bstep  # noqa: E402
 from mambalearn.bench import table, time_ms  # noqa: E402
-from mambalearn.triton.step import selective_state_update  # noqa: E402
+from mambalearn.mamba2.step import StepConfig, selective_state_update  # noqa: E402
 
 OUT = os.environ.get("OUT", "/tmp")
 T0 = time.time()
@@ -98,8 +98,8 @@ def sweep():
     for bp in (4, 8, 16, 32, 64):
         for nw in (2, 4, 8):
             try:
-                ms = time_ms(lambda bp=bp, nw=nw: selective_state_update(**inp, block_p=bp,
-                                                                        num_warps=nw))
+                ms = time_ms(lambda bp=bp, nw=nw: selective_state_update(
+                    **inp, config=StepConfig(block_p=bp, num_warps=nw)))
             except Exception as e:  # noqa: BLE001 - e.g. too many registers
                 ms = float("nan")
                 print(bp, nw, type(e).__name__, str(e)[:200])
@@ -126,7 +126,8 @@ def sweep_graph():
                 for bp in (16, 32) for nw in (4, 8) for st in (1, 2, 3) for k in (2, 4, 8)]
     for cfg in configs:
         try:
-            ms = bstep.graph_ms(lambda cfg=cfg: selective_state_update(**inp, **cfg), rep=50)
+            ms = bstep.graph_ms(lambda cfg=cfg: selective_state_update(
+                **inp, config=StepConfig(**cfg)), rep=50)
         except Exception as e:  # noqa: BLE001
             ms = float("nan")
             print(cfg, type(e).__name__, str(e)[:200])
@@ -141,7 +142,7 @@ def sweep_graph():
     s = inp["state"].clone()
     s_ref = inp["state"].double()
     a = {k: v for k, v in inp.items() if k != "state"}
-    out = selective_state_update(s, **a, **best[0])
+    out = selective_state_update(s, **a, config=StepConfig(**best[0]))
     want = inference.decode_step(s_ref, *(a[k].double() for k in ("x", "dt", "A", "B", "C", "D")),
                                  None, a["dt_bias"].double(), True)
     RES["correct best"] = dict(out=rel_err(out, want), state=rel_err(s, s_ref))

@@ -178,7 +178,7 @@ def timings(shape=SHAPE, chunks=(64,), theirs=None):
     64, with the share of the floor (``mamba3_cost``) each reaches."""
     from mambalearn.roofline import floor
     from mambalearn.timing import time_ms
-    from mambalearn.triton.mamba3 import mamba3_siso_combined
+    from mambalearn.mamba3 import mamba3_siso_combined
 
     kw = inputs(**shape, grad=True)
     name = "b{b} l{l} h{h} p{p} n{n}".format(**shape)
@@ -204,7 +204,7 @@ def agreement(shape, dtype, theirs=None, chunk=64):
     autograd on the device), ours and mamba_ssm's, on the bf16-rounded inputs in ``dtype``."""
     from mambalearn import mamba3
     from mambalearn.testing import rel_error
-    from mambalearn.triton.mamba3 import mamba3_siso_combined
+    from mambalearn.mamba3 import mamba3_siso_combined
 
     base = inputs(**shape, dtype=torch.bfloat16)  # rounded once: every side sees the same values
     names = list(base)
@@ -252,10 +252,10 @@ def decode_inputs(shape=DECODE, rank=None, device=None):
 
 def decode(shape=DECODE, ranks=(1, 2, 4, 8), theirs_step=None):
     """Rows of decode-step milliseconds: SISO ours (and mamba_ssm's), MIMO ours at ``ranks``."""
-    from mambalearn.mamba3.step import decode_cost
+    from mambalearn.mamba3.step_reference import decode_cost
     from mambalearn.roofline import floor
     from mambalearn.timing import time_ms
-    from mambalearn.triton.mamba3 import mamba3_mimo_step, mamba3_siso_step
+    from mambalearn.mamba3 import mamba3_mimo_step, mamba3_siso_step
 
     b, h, p, n = shape["b"], shape["h"], shape["p"], shape["n"]
     name = f"b{b} h{h} p{p} n{n}"
@@ -300,7 +300,7 @@ def _recorded_launches(fn):
         def __getitem__(self, grid):
             return lambda *a, **k: calls.append((self.kernel, a, k))
 
-    for mod in (importlib.import_module(f"mambalearn.triton.mamba3.{m}") for m in KERNEL_MODULES):
+    for mod in (importlib.import_module(f"mambalearn.mamba3.{m}") for m in KERNEL_MODULES):
         for name, obj in vars(mod).items():
             if isinstance(obj, triton.runtime.jit.JITFunction) and name.endswith("_kernel"):
                 saved.append((mod, name, obj))
@@ -354,7 +354,7 @@ def sm90_builds(shape=SHAPE, chunk=64, batch=1):
     """Every kernel variant a bf16 forward + backward of ours at ``shape`` (batch cut to
     ``batch``: the build does not depend on it) and the decode steps launch, built for sm_90:
     one row each (``sm90_build``). Needs TRITON_INTERPRET=0 (a CPU is enough)."""
-    from mambalearn.triton.mamba3 import mamba3_mimo_step, mamba3_siso_combined, mamba3_siso_step
+    from mambalearn.mamba3 import mamba3_mimo_step, mamba3_siso_combined, mamba3_siso_step
 
     if _device.interpreted():
         raise RuntimeError("sm90_builds compiles for a GPU: start Python with TRITON_INTERPRET=0")
@@ -391,7 +391,7 @@ MATRIX_CHUNKS = (16, 32, 64, 128)
 def _matrix_case(size, dtype, chunk, extras):
     """A forward + backward of ours on CPU tensors: with D, Z, Input_States and the final
     states' gradients (``extras``) or none of them."""
-    from mambalearn.triton.mamba3 import mamba3_siso_combined
+    from mambalearn.mamba3 import mamba3_siso_combined
 
     kw = inputs(**size, dtype=dtype, device="cpu")
     if not extras:
@@ -410,7 +410,7 @@ def sm90_matrix(chunks=MATRIX_CHUNKS, dtypes=MATRIX_DTYPES, shapes=MATRIX_SHAPES
     without D/Z/Input_States (``_matrix_case``), and the decode steps (bf16, the benchmark's):
     one row per distinct compilation (kernel, specialised signature, constexprs), with its case,
     ``ok`` and the build's numbers (``sm90_build``) or the error. Needs TRITON_INTERPRET=0."""
-    from mambalearn.triton.mamba3 import mamba3_mimo_step, mamba3_siso_step
+    from mambalearn.mamba3 import mamba3_mimo_step, mamba3_siso_step
 
     if _device.interpreted():
         raise RuntimeError("sm90_matrix compiles for a GPU: start Python with TRITON_INTERPRET=0")
@@ -455,7 +455,7 @@ def run(gpu):
     rows = Rows()
     if not gpu:
         from mambalearn.timing import time_ms
-        from mambalearn.triton.mamba3 import mamba3_siso_combined
+        from mambalearn.mamba3 import mamba3_siso_combined
 
         kw = inputs(1, 32, 2, 1, 16, 16, 4, dtype=torch.float32, device="cpu")
         rows.append(dict(topic="mamba3", backend="ours (interpreter)", shape="b1 l32 h2 p16 n16",

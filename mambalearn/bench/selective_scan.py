@@ -79,8 +79,8 @@ def inputs(b, d, n, l, device, dtype=torch.bfloat16, seed=0):
 
 def backends(first_shape, n=16):
     """name → fn(**inputs, delta_softplus=True); the PyTorch scans only at the first shape."""
-    from mambalearn.triton.selective_scan.teaching import selective_scan_teaching
-    from mambalearn.triton.selective_scan.tuned import selective_scan_fn
+    from mambalearn.mamba1.api import selective_scan_fn
+    from mambalearn.mamba1.kernel import selective_scan_teaching
 
     out = {}
     if first_shape:

@@ -13,7 +13,7 @@ Backends (chapters 10–11):
                             launches, or one (fp32 / fp16 passed states)
 Forward+backward rows time ``out = f(...)`` and ``torch.autograd.grad(out, [x, dt, A, B, C, D,
 dt_bias], dout)`` and record the peak memory beyond the inputs (``peak_gb``), for mamba_ssm, ours
-(Triton backward, ``mambalearn.triton.ssd.backward``) and, at the first shape only (it is slow),
+(Triton backward, ``mambalearn.mamba2.backward``) and, at the first shape only (it is slow),
 ours with the PyTorch-recompute oracle backward (``backward="reference"``). Their ``rel_err`` is the
 largest relative error of the seven gradients against that oracle's.
 ``backward_steps`` times each step of our backward alone (where the time goes).
@@ -69,8 +69,8 @@ def shape_name(b, l, h, p, g, n, q, dtype):
 
 def forward_fns(theirs, q, fused_chunks=(256, 128)):
     """{backend: f(x, dt, A, B, C, **kw) -> out} for the forward rows."""
-    from mambalearn.triton.ssd import mamba_chunk_scan_combined as ours
-    from mambalearn.triton.ssd.fused import ssd_fused_forward
+    from mambalearn.mamba2 import mamba_chunk_scan_combined as ours
+    from mambalearn.mamba2.fused.forward import ssd_fused_forward
 
     fns = {}
     if theirs is not None:
@@ -208,7 +208,7 @@ def run(gpu, shapes=None, chunk=None, fused_chunks=None, dtype=None, device=None
 def _forward_rows(args, kw, q, fused_chunks, name, theirs, fla, floor_ms):
     """Forward rows at one shape: FLA first (if there), then mamba_ssm, then ours; each checked
     against the float32 oracle on the same (rounded) inputs (FLA against it without D)."""
-    from mambalearn import ssd
+    from mambalearn.mamba2 import reference as ssd
 
     rows, ref_ms, fla_ms = [], None, None
     if fla is not None:
@@ -230,7 +230,7 @@ def _forward_rows(args, kw, q, fused_chunks, name, theirs, fla, floor_ms):
 def _fwd_bwd_rows(args, kw, q, name, theirs, oracle):
     """fwd+bwd rows: the oracle backward first (only if ``oracle``: it is slow; its gradients are
     the reference of rel_err), then mamba_ssm, then ours."""
-    from mambalearn.triton.ssd import mamba_chunk_scan_combined as ours
+    from mambalearn.mamba2 import mamba_chunk_scan_combined as ours
 
     dout = torch.randn_like(args[0])
     rows, keep, ref_ms = [], [], None
@@ -253,7 +253,7 @@ def _fwd_bwd_rows(args, kw, q, name, theirs, oracle):
 # ``config.Backward``, its ``config.Launch``es), besides the default (why each is there:
 # bench/NOTES_ssd.md)
 def _sweep():
-    from mambalearn.triton.ssd.config import Launch as L
+    from mambalearn.mamba2.config import Launch as L
 
     return {
         "2 dstates": ("dstates", [L(4, 3, 128), L(4, 3, 64), L(8, 2, 64)]),
@@ -274,11 +274,11 @@ def backward_steps(gpu, shape=None, chunk=None, device=None, sweep=False):
     import dataclasses
 
     from mambalearn.bench import time_ms
-    from mambalearn.triton.ssd import backward as SB
-    from mambalearn.triton.ssd import forward as T
-    from mambalearn.triton.ssd.backward_config import blocks
-    from mambalearn.triton.ssd.config import default_config
-    from mambalearn.triton.ssd.states import chunk_states
+    from mambalearn.mamba2 import backward as SB
+    from mambalearn.mamba2 import chunk as T
+    from mambalearn.mamba2.backward_config import blocks
+    from mambalearn.mamba2.config import default_config
+    from mambalearn.mamba2.fused.states import chunk_states
 
     dev = device or ("cuda" if gpu else "cpu")
     s = shape or (dict(b=4, l=4096, **HEADS) if gpu else dict(b=1, l=40, h=2, p=8, g=1, n=8))
@@ -359,8 +359,8 @@ def precision(gpu, chunks=(128, 256), tols=(0.0, 1e-3, 1e-2), shape=None):
 
     Returns {"two launches q256": {"tol 0": share, …, "rel": ‖fused − unfused‖ / ‖unfused‖}, …}.
     """
-    from mambalearn.triton.ssd import mamba_chunk_scan_combined as ours
-    from mambalearn.triton.ssd.fused import ssd_fused_forward
+    from mambalearn.mamba2 import mamba_chunk_scan_combined as ours
+    from mambalearn.mamba2.fused.forward import ssd_fused_forward
 
     dev = "cuda" if gpu else "cpu"
     s = shape or (dict(b=4, l=4096, **HEADS) if gpu else dict(b=1, l=128, h=2, p=16, g=1, n=16))

@@ -53,10 +53,11 @@ def graph_ms(fn, n_calls=20, rep=100):
 
 
 def run(gpu, tune=None, label="mambalearn"):
-    """Rows for ours (with the launcher's defaults, or the ``tune`` keywords) and mamba_ssm's."""
-    from mambalearn.triton.step import selective_state_update
+    """Rows for ours (with the launcher's defaults, or the ``tune`` fields of a ``StepConfig``)
+    and mamba_ssm's."""
+    from mambalearn.mamba2.step import StepConfig, selective_state_update
 
-    tune = tune or {}
+    config = StepConfig(**(tune or {}))
 
     shapes = [(64, 80, 64, 128), (1, 80, 64, 128)] if gpu else [(2, 2, 4, 8)]
     dev = "cuda" if gpu else "cpu"
@@ -67,7 +68,7 @@ def run(gpu, tune=None, label="mambalearn"):
             inp = mamba2_step_inputs(b, h, p, n, state_dtype, device=dev)
             shape = f"b{b} h{h} p{p} n{n} state {str(state_dtype)[6:]}"
             fl = floor_ms(b, h, p, n, state_dtype)
-            fns = {label: lambda inp=inp: selective_state_update(**inp, **tune)}
+            fns = {label: lambda inp=inp: selective_state_update(**inp, config=config)}
             if theirs is not None:
                 fns["mamba_ssm"] = lambda inp=inp: theirs(**inp)
             timed = {}

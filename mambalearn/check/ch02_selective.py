@@ -9,16 +9,7 @@ __all__ = ["selective_scan_sequential"]
 # Switched off while grading: the function itself and every library scan that computes the same
 # thing with the same arguments (a drop-in would be the answer imported under another name).
 REBUILDS = {
-    "selective_scan_sequential": [
-        "mambalearn.scan.sequential.selective_scan_sequential",
-        "mambalearn.scan.selective.selective_scan_parallel",
-        "mambalearn.scan.chunked.selective_scan_chunked",
-        "mambalearn.autograd.selective_scan_recompute",
-        "mambalearn.autograd.selective_scan_checkpointed",
-        "mambalearn.inference.scan_by_steps",
-        "mambalearn.triton.selective_scan.tuned.selective_scan_fn",
-        "mambalearn.triton.selective_scan.teaching.selective_scan_teaching",
-    ],
+    "selective_scan_sequential": ["@mamba1 scans", "mambalearn.inference.scan_by_steps"],
 }
 
 HINTS = {

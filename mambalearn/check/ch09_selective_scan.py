@@ -28,24 +28,10 @@ from mambalearn.scan.sequential import selective_scan_sequential
 
 __all__ = ["selective_scan_kernel"]
 REBUILDS = {  # the Triton kernels and launchers, and the PyTorch scans with the same signature
-    "selective_scan_kernel": [
-        "mambalearn.triton.selective_scan.tuned.selective_scan_fn",
-        "mambalearn.triton.selective_scan.tuned.forward",
-        "mambalearn.triton.selective_scan.forward.forward",
-        "mambalearn.triton.selective_scan.forward_recurrent.forward",
-        "mambalearn.triton.selective_scan.interface.run",
-        "mambalearn.triton.selective_scan.interface.SelectiveScanFn",
-        "mambalearn.triton.selective_scan.teaching.selective_scan_teaching",
-        "mambalearn.triton.selective_scan.teaching._forward",
-        "mambalearn.triton.selective_scan.teaching.selective_scan_fwd_kernel",
-        "mambalearn.scan.sequential.selective_scan_sequential",
-        "mambalearn.scan.selective.selective_scan_parallel",
-        "mambalearn.scan.chunked.selective_scan_chunked",
-        "mambalearn.autograd.selective_scan_recompute",
-        "mambalearn.autograd.selective_scan_checkpointed",
-        "mambalearn.inference.scan_by_steps",
-        "mambalearn.ops.combine_elementwise", "mambalearn.triton.scan.combine_fn",
-    ],
+    "selective_scan_kernel": ["@mamba1 kernels", "@mamba1 scans",
+                              "mambalearn.inference.scan_by_steps",
+                              "mambalearn.ops.combine_elementwise",
+                              "mambalearn.triton.scan.combine_fn"],
 }
 
 HINTS = {

@@ -4,9 +4,10 @@
     ssd_chunked(x, dt, A, B, C, chunk_size, initial_states=None) → (y, final state)
         h_t = exp(Δ_t A) h_{t−1} + Δ_t x_t B_tᵀ,  y_t = h_t C_t, computed by chunks of q steps
 
-Oracles: ``mambalearn.ssd.segsum`` on float64 copies, and the *sequential* scan
-``mambalearn.ssd.ssd_sequential`` in float64 (chapter 02's loop with A scalar per head), so a
-chunked answer is compared with an independent computation, not with another chunked one.
+Oracles: ``mambalearn.mamba2.reference.segsum`` on float64 copies, and the *sequential* scan
+``mambalearn.mamba2.reference.ssd_sequential`` in float64 (chapter 02's loop with A scalar per
+head), so a chunked answer is compared with an independent computation, not with another chunked
+one.
 
 Stability cases: a segsum written as cumsum_t − cumsum_s looks right on small inputs but loses
 every digit after one huge decay step (float32 rounds cumsum ≈ −10⁵ to multiples of 0.008) and
@@ -16,32 +17,15 @@ gives 0 / 0 once the in-chunk cumsum drops below −745 (float64) — both are c
 
 import torch
 
-from mambalearn import ssd
 from mambalearn.check import _core
+from mambalearn.mamba2 import reference as ssd
 
 __all__ = ["segsum", "ssd_chunked"]
 # for ssd_chunked also every library SSD that returns (y, final state) from the same inputs, and
 # every earlier scan: Mamba-1's with channels = heads × p and A repeated, or one of the states
 REBUILDS = {
-    "segsum": ["mambalearn.ssd.segsum"],
-    "ssd_chunked": ["mambalearn.ssd.ssd_chunked", "mambalearn.ssd.ssd_sequential",
-                    "mambalearn.ssd.ssd_quadratic", "mambalearn.ssd.mamba_chunk_scan_ref",
-                    "mambalearn.triton.ssd.forward.ssd_forward",
-                    "mambalearn.triton.ssd.combined.mamba_chunk_scan_combined",
-                    "mambalearn.triton.ssd.fused.ssd_fused_forward",
-                    "mambalearn.scan.sequential.selective_scan_sequential",
-                    "mambalearn.scan.selective.selective_scan_parallel",
-                    "mambalearn.scan.chunked.selective_scan_chunked",
-                    "mambalearn.autograd.selective_scan_recompute",
-                    "mambalearn.autograd.selective_scan_checkpointed",
-                    "mambalearn.triton.selective_scan.tuned.selective_scan_fn",
-                    "mambalearn.triton.selective_scan.teaching.selective_scan_teaching",
-                    "mambalearn.scan.sequential.linear_scan_sequential",
-                    "mambalearn.scan.hillis_steele.hillis_steele_scan",
-                    "mambalearn.scan.blelloch.blelloch_scan",
-                    "mambalearn.scan.chunked.chunked_scan",
-                    "mambalearn.scan.chunked.scan_reference", "mambalearn.autograd.ChunkedScanFn",
-                    "mambalearn.triton.scan.scan"],
+    "segsum": ["mambalearn.mamba2.reference.segsum"],
+    "ssd_chunked": ["@ssd", "@mamba1 scans", "@linear scans"],
 }
 
 HINTS = {

@@ -22,7 +22,7 @@ import torch
 from mambalearn.check import _core, _probes
 
 __all__ = ["work_of_ticket", "pass_state_ops"]
-# The library's ticket order lives inside a Triton kernel (``triton.ssd.fused``): nothing to
+# The library's ticket order lives inside a Triton kernel (``mamba2.fused``): nothing to
 # switch off. A Python twin of it added to the library later must be listed here.
 REBUILDS = {"work_of_ticket": [], "pass_state_ops": []}
 

@@ -17,20 +17,7 @@ from mambalearn.check import _core
 __all__ = ["decode_step"]
 # The step, and every earlier scan that takes a state in: one step of it is a decode step.
 REBUILDS = {
-    "decode_step": ["mambalearn.inference.decode_step", "mambalearn.inference.scan_by_steps",
-                    "mambalearn.triton.step.selective_state_update",
-                    "mambalearn.scan.sequential.selective_scan_sequential",
-                    "mambalearn.scan.selective.selective_scan_parallel",
-                    "mambalearn.scan.chunked.selective_scan_chunked",
-                    "mambalearn.autograd.selective_scan_recompute",
-                    "mambalearn.autograd.selective_scan_checkpointed",
-                    "mambalearn.triton.selective_scan.tuned.selective_scan_fn",
-                    "mambalearn.triton.selective_scan.teaching.selective_scan_teaching",
-                    "mambalearn.ssd.ssd_chunked", "mambalearn.ssd.ssd_sequential",
-                    "mambalearn.ssd.ssd_quadratic", "mambalearn.ssd.mamba_chunk_scan_ref",
-                    "mambalearn.triton.ssd.forward.ssd_forward",
-                    "mambalearn.triton.ssd.combined.mamba_chunk_scan_combined",
-                    "mambalearn.triton.ssd.fused.ssd_fused_forward"],
+    "decode_step": ["@decode steps", "@mamba1 scans", "@ssd"],
 }
 
 HINTS = {

@@ -19,28 +19,11 @@ __all__ = ["rank_scan", "fix_up"]
 # (and for rank_scan every earlier scan of h_t = a_t h_{t−1} + b_t; for fix_up every earlier
 # scan that starts from a given state: run from H with zero input, it is the fix-up)
 REBUILDS = {
-    "rank_scan": ["mambalearn.parallel.summary.rank_scan",
-                  "mambalearn.scan.sequential.linear_scan_sequential",
-                  "mambalearn.scan.hillis_steele.hillis_steele_scan",
-                  "mambalearn.scan.blelloch.blelloch_scan",
-                  "mambalearn.scan.chunked.chunked_scan",
-                  "mambalearn.scan.chunked.scan_reference", "mambalearn.autograd.ChunkedScanFn",
-                  "mambalearn.triton.scan.scan"],
+    "rank_scan": ["mambalearn.parallel.summary.rank_scan", "@linear scans"],
     "fix_up": ["mambalearn.parallel.summary.fix_up",
                "mambalearn.inference.initial_state_contribution",
                "mambalearn.inference.decode_step", "mambalearn.inference.scan_by_steps",
-               "mambalearn.scan.sequential.selective_scan_sequential",
-               "mambalearn.scan.selective.selective_scan_parallel",
-               "mambalearn.scan.chunked.selective_scan_chunked",
-               "mambalearn.autograd.selective_scan_recompute",
-               "mambalearn.autograd.selective_scan_checkpointed",
-               "mambalearn.triton.selective_scan.tuned.selective_scan_fn",
-               "mambalearn.triton.selective_scan.teaching.selective_scan_teaching",
-               "mambalearn.ssd.ssd_chunked", "mambalearn.ssd.ssd_sequential",
-               "mambalearn.ssd.ssd_quadratic", "mambalearn.ssd.mamba_chunk_scan_ref",
-               "mambalearn.triton.ssd.forward.ssd_forward",
-               "mambalearn.triton.ssd.combined.mamba_chunk_scan_combined",
-               "mambalearn.triton.ssd.fused.ssd_fused_forward"],
+               "@mamba1 scans", "@ssd"],
 }
 
 HINTS = {

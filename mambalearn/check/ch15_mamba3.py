@@ -22,16 +22,16 @@ import math
 import torch
 
 from mambalearn.check import _core
-from mambalearn.mamba3 import sequential as _seq
+from mambalearn.mamba3 import reference as _seq
 
 __all__ = ["trapezoid_scan", "rotate_pairs"]
 
 REBUILDS = {
-    "trapezoid_scan": ["mambalearn.mamba3.sequential.mamba3_siso_sequential",
-                       "mambalearn.mamba3.chunked.mamba3_siso_chunked",
-                       "mambalearn.mamba3.sequential.mamba3_complex_sequential",
-                       "mambalearn.mamba3.sequential.trapezoid_coefficients"],
-    "rotate_pairs": ["mambalearn.mamba3.sequential.rotate_pairs"],
+    "trapezoid_scan": ["mambalearn.mamba3.reference.mamba3_siso_sequential",
+                       "mambalearn.mamba3.reference_chunked.mamba3_siso_chunked",
+                       "mambalearn.mamba3.reference.mamba3_complex_sequential",
+                       "mambalearn.mamba3.reference.trapezoid_coefficients"],
+    "rotate_pairs": ["mambalearn.mamba3.reference.rotate_pairs"],
 }
 
 HINTS = {

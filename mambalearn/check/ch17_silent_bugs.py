@@ -17,14 +17,15 @@ sum rounded to float32 still depends on the order).
 
 import torch
 
-from mambalearn import device, ssd
+from mambalearn import device
 from mambalearn.check import _core, _probes
 from mambalearn.check.ch08_triton import triton_evidence
+from mambalearn.mamba2 import reference as ssd
 
 __all__ = ["tile_offsets", "decay_matrix", "row_sums", "deterministic_scatter_sum"]
 REBUILDS = {
     "tile_offsets": ["mambalearn.silent.tile_offsets", "mambalearn.silent.offsets_kernel"],
-    "decay_matrix": ["mambalearn.silent.decay_matrix", "mambalearn.ssd.segsum"],
+    "decay_matrix": ["mambalearn.silent.decay_matrix", "mambalearn.mamba2.reference.segsum"],
     "row_sums": ["mambalearn.silent.row_sums", "mambalearn.silent.row_sums_kernel"],
     "deterministic_scatter_sum": ["mambalearn.silent.scatter_sum_in_order"],
 }

@@ -385,11 +385,13 @@ def _check_names(package):
 
 
 def rebuilds(package=PACKAGE):
-    """{exercise function: [library targets]} from every check module's ``REBUILDS`` literal.
+    """{exercise function: [library targets]} from every check module's ``REBUILDS`` literal,
+    each ``"@group"`` replaced by its members (``check/_groups.py``'s ``GROUPS`` literal).
 
     Read from the source (no import), so the grader never imports a check to learn what to block.
     """
     table = {}
+    groups = _literal(package / "check" / "_groups.py", "GROUPS")
     for path in sorted((package / "check").glob("ch*.py")):
         for node in ast.parse(path.read_text()).body:
             if isinstance(node, ast.Assign) and any(
@@ -397,5 +399,18 @@ def rebuilds(package=PACKAGE):
                 for task, targets in ast.literal_eval(node.value).items():
                     if task in table:
                         raise ValueError(f"{path.name}: REBUILDS[{task!r}] is declared twice")
-                    table[task] = list(targets)
+                    if unknown := [t for t in targets if t.startswith("@") and t[1:] not in groups]:
+                        raise ValueError(f"{path.name}: REBUILDS[{task!r}] names {unknown}, which "
+                                         f"check/_groups.py does not define")
+                    table[task] = list(dict.fromkeys(
+                        m for t in targets for m in (groups[t[1:]] if t[:1] == "@" else [t])))
     return table
+
+
+def _literal(path, name):
+    """The literal assigned to ``name`` in ``path`` (read, not imported)."""
+    for node in ast.parse(path.read_text()).body:
+        if isinstance(node, ast.Assign) and any(
+                isinstance(t, ast.Name) and t.id == name for t in node.targets):
+            return ast.literal_eval(node.value)
+    raise ValueError(f"{path}: no {name} literal")

@@ -14,7 +14,7 @@ What it changes around chapter 13's Mamba-2 block:
                    in_proj like Δ (Mamba-2: one learned A per head)
     angles         na = ⌊n·rope_fraction⌋/2 rotation rates per token, projected once and shared by
                    every head (θ differs per head through Δ); rope_fraction 0.5: half the pairs
-    MIMO           (``mambalearn.mamba3.mimo``) r inputs and outputs per head, contracted to one
+    MIMO           (``mamba3.mimo_reference``) r inputs and outputs per head, contracted to one
                    output by a learned per-rank weight
 
 Names and projections are ``mamba_ssm.modules.mamba3.Mamba3``'s (2.3.2.post1; SISO,
@@ -40,11 +40,11 @@ from mambalearn import model as M
 BACKENDS = {  # Mamba-3 scans, all with mamba3_siso_combined's signature
     "sequential": ("mambalearn.mamba3", "mamba3_siso_sequential"),
     "chunked": ("mambalearn.mamba3", "mamba3_siso_chunked"),
-    "triton": ("mambalearn.triton.mamba3", "mamba3_siso_combined"),
+    "triton": ("mambalearn.mamba3", "mamba3_siso_combined"),
 }
 STEP_BACKENDS = {  # the decode steps, with mamba3_siso_step's signature
-    "oracle": ("mambalearn.mamba3.step", "mamba3_siso_step_ref"),
-    "triton": ("mambalearn.triton.mamba3", "mamba3_siso_step"),
+    "oracle": ("mambalearn.mamba3.step_reference", "mamba3_siso_step_ref"),
+    "triton": ("mambalearn.mamba3", "mamba3_siso_step"),
 }
 
 
@@ -142,8 +142,8 @@ class Mamba3Mixer(nn.Module):
         return self.out_proj(y.flatten(2))  # (b, l, d_model)
 
     def step(self, hidden, cache):
-        """One token: the decode step of ``mambalearn.mamba3.step`` (or its Triton kernel), as
-        ``cfg.step_backend`` names it (``STEP_BACKENDS``)."""
+        """One token: the decode step of ``mambalearn.mamba3.step_reference`` (or its Triton
+        kernel), as ``cfg.step_backend`` names it (``STEP_BACKENDS``)."""
         kw = self.scan_inputs(self.in_proj(hidden)[:, None])
         one = {k: (v[:, 0] if k in ("Q", "K", "V", "Angles", "Z") else
                    v[..., 0] if k in ("ADT", "DT", "Trap") else v) for k, v in kw.items()}

@@ -33,7 +33,7 @@ import torch
 
 from mambalearn import model as M
 from mambalearn.mamba3 import mixer as _mixer  # noqa: F401  (registers the backends by name)
-from mambalearn.mamba3.sequential import (
+from mambalearn.mamba3.reference import (
     angle_rates,
     check_inputs,
     compute_dtype,
@@ -83,7 +83,7 @@ def _meta(x, states, chunk_size, last, backend):
 def mamba3_siso_combined_cp(Q, K, V, ADT, DT, Trap, Q_bias, K_bias, Angles, D=None, Z=None,
                             Input_States=None, chunk_size=64, return_final_states=False,
                             group=None, algorithm="allgather", backend=None):
-    """Mamba-3 SISO (``mambalearn.mamba3.sequential``'s formula) with the tokens split over ranks.
+    """Mamba-3 SISO (``mambalearn.mamba3.reference``'s formula) with the tokens split over ranks.
 
     Shapes (this rank's shard of l_r tokens; ``mamba3_siso_combined``'s layouts):
         Q, K (b, l_r, g, n);  V, Z (b, l_r, h, p);  ADT, DT, Trap (b, h, l_r);

@@ -97,7 +97,7 @@ def reference(c, fn=None):
     """The whole sequence in one process (``fn``: the float64 loop ``mamba3_siso_sequential``),
     with the loss of :func:`run_rank`; rank r's final states are those of the prefix ending with
     shard r."""
-    from mambalearn.mamba3.sequential import mamba3_siso_sequential
+    from mambalearn.mamba3.reference import mamba3_siso_sequential
 
     fn = fn or mamba3_siso_sequential
     x, states = make_inputs(c)

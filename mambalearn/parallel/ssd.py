@@ -52,7 +52,7 @@ def scan_from(fn, x, dt, A, B, C, chunk_size, D, z, dt_bias, softplus, dt_limit,
 
 
 def _local_error(rank, x, dt, A, B, C, chunk_size, D, z, dt_bias, initial_states, dt_limit):
-    from mambalearn import ssd
+    from mambalearn.mamba2 import reference as ssd
 
     def check():
         b, l, h, p, g, n = ssd.check_inputs(x, dt, A, B, C)

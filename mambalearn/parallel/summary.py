@@ -105,10 +105,10 @@ def shard_decay(delta, A, delta_bias=None, delta_softplus=False):
 def ssd_decay(dt, A, dt_bias=None, dt_softplus=False, dt_limit=(0.0, float("inf"))):
     """P = exp(A_h Σ_t Δ_t), one decay per (batch, head) for a Mamba-2 shard.  (b, h, 1, 1)
 
-    Δ as ``mamba_chunk_scan_combined`` computes it (``mambalearn.ssd.effective_dt``).
+    Δ as ``mamba_chunk_scan_combined`` computes it (``mambalearn.mamba2.reference.effective_dt``).
     Shapes: dt (b, l, h); A, dt_bias (h,).
     """
-    from mambalearn.ssd import effective_dt
+    from mambalearn.mamba2.reference import effective_dt
 
     delta = effective_dt(dt, dt_bias, dt_softplus, tuple(dt_limit))  # (b, l, h)
     return torch.exp(delta.sum(1) * A.to(delta.dtype))[..., None, None]  # (b, h, 1, 1)

@@ -132,8 +132,8 @@ def reference(c, fn=None):
     Returns {"out" (whole), "lasts" (R, state), "grads"} with the same loss as :func:`run_rank`;
     the last state of rank r is the scan's last state on the prefix ending with shard r.
     """
+    from mambalearn.mamba2.reference import mamba_chunk_scan_ref
     from mambalearn.scan.sequential import selective_scan_sequential
-    from mambalearn.ssd import mamba_chunk_scan_ref
 
     fn = fn or (selective_scan_sequential if c["model"] == "mamba1" else mamba_chunk_scan_ref)
     x = {k: None if v is None else v.detach().clone().requires_grad_()

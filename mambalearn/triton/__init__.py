@@ -2,13 +2,12 @@
 ``TRITON_INTERPRET=1`` on machines without a GPU *before* any kernel is decorated.
 
     scan            scan.scan (chapter 08: tl.associative_scan with ⊗, blocked, reverse)
-    selective_scan  selective_scan_fn (chapter 09: the fused Mamba-1 kernel, fwd + bwd)
-    ssd             mamba_chunk_scan_combined (chapter 10: the five SSD stages) and
-                    ssd_fused_forward (chapter 11: the fused forward, a states and an outputs
-                    kernel)
-    step            selective_state_update (chapter 12: the decode step)
-    mamba3          mamba3_siso_combined, the decode steps (chapter 15)
+    deterministic   the deterministic tree sum the families' backward kernels share
     interpreter     the CPU interpreter's bf16 matmul made right (applied here, on import)
+
+The families' kernels live with their oracles: `mambalearn.mamba1` (chapter 09),
+`mambalearn.mamba2` (10–12), `mambalearn.mamba3` (15). ``selective_scan``, ``ssd``, ``step`` and
+``mamba3`` here are the old import paths, faces that re-export their public names.
 """
 
 import importlib
@@ -19,7 +18,7 @@ from mambalearn.triton import interpreter
 interpreter.setup()
 
 _WHERE = {
-    "selective_scan_fn": "selective_scan",
+    "selective_scan_fn": "selective_scan",  # the faces of mamba1, mamba2, mamba2.step
     "mamba_chunk_scan_combined": "ssd",
     "selective_state_update": "step",
 }

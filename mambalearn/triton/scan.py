@@ -30,6 +30,7 @@ import triton
 import triton.language as tl
 
 from mambalearn import device, ops
+from mambalearn.triton.common import GRID_Y
 from mambalearn.utils import check_same_device, check_tensor
 
 combine_fn = triton.jit(ops.combine_elementwise)  # ⊗, written once in ops, compiled here
@@ -227,8 +228,8 @@ def scan_racy(a, b):
     """
     a2, b2, h, shape = _rows(a, b, "scan_racy")
     r, l = a2.shape
-    if r > 65535:
-        raise ValueError(f"scan_racy: at most 65535 rows (grid axis 1), got {r}")
+    if r > GRID_Y:
+        raise ValueError(f"scan_racy: at most {GRID_Y} rows (grid axis 1), got {r}")
     h.zero_()  # what a program sees when it reads h_{t−1} before it is written
     if r:
         _scan_racy_kernel[(l, r)](a2, b2, h, *_strides(a2, b2, h))

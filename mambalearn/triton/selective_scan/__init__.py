@@ -1,13 +1,12 @@
-"""Chapter 09: the fused Mamba-1 selective scan, forward and backward.
+"""Mamba-1's fused selective scan (chapter 09):
+the old import path, kept for code written against it.
 
-    selective_scan_fn        the tuned kernels (drop-in for ``mamba_ssm.selective_scan_fn``,
-                             plus initial_state, a differentiable last state, packed sequences)
-    selective_scan_teaching  the readable version the chapter walks through
-    Config, default_config   the tuned kernels' launch settings (``config``)
+The code now lives in `mambalearn.mamba1` (api, kernel, config, args, fused/);
+this module only re-exports its public names.
 """
 
-from mambalearn.triton.selective_scan.config import Config, default_config
-from mambalearn.triton.selective_scan.teaching import selective_scan_teaching
-from mambalearn.triton.selective_scan.tuned import selective_scan_fn
+from mambalearn.mamba1.api import selective_scan_fn
+from mambalearn.mamba1.config import Config, default_config
+from mambalearn.mamba1.kernel import selective_scan_teaching
 
 __all__ = ["Config", "default_config", "selective_scan_fn", "selective_scan_teaching"]

@@ -1,0 +1,32 @@
+"""Mamba-1 (chapter 09, and the state-outer backward of chapter 12): the fused selective scan.
+
+    kernel   the readable kernel the chapter walks through (``selective_scan_teaching``)
+    api      the tuned entry point ``selective_scan_fn`` (drop-in for ``mamba_ssm``'s, plus
+             initial_state, a differentiable last state, packed sequences) and its autograd
+    args     the checks and layouts both share (the interface of kernel and api)
+    config   the tuned kernels' launch settings as data (``Config``, ``default_config``)
+    fused/   the tuned kernels: forward, recurrent, segments, backward, state_outer, and the
+             helpers they share (tile, gradients)
+
+The oracle is chapter 02's loop (`mambalearn.scan.sequential.selective_scan_ref`); the decode
+step a Mamba-1 model takes is `mambalearn.mamba2.step.selective_state_update` (one kernel for
+both layouts).
+"""
+
+import importlib
+
+from mambalearn import triton as _triton  # noqa: F401  (TRITON_INTERPRET, the interpreter's bf16 dot)
+
+_WHERE = {
+    "selective_scan_fn": "api",
+    "selective_scan_teaching": "kernel",
+    "Config": "config",
+    "default_config": "config",
+}
+__all__ = sorted(_WHERE)
+
+
+def __getattr__(name):
+    if name in _WHERE:
+        return getattr(importlib.import_module(f"{__name__}.{_WHERE[name]}"), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,0 +1,139 @@
+"""Register-tile helpers of the tuned Mamba-1 kernels (chapter 09); Triton inlines them.
+
+A (BLOCK_D, BLOCK_L) tile holds BLOCK_D channels × BLOCK_L time steps in registers. Registers
+cannot be indexed by a run-time value, so a column is read or written with a mask (`column`,
+`put_column`); with a compile-time index that folds to register moves. `ld` / `st` drop their
+masks when the tile is known to lie inside the tensor (EVEN: no predicates, no zero-filled
+registers before every load). The teaching kernel has its own, simpler copies of the few it uses.
+"""
+
+import triton
+import triton.language as tl
+
+from mambalearn.triton.common import softplus
+from mambalearn.triton.scan import combine_fn  # the ⊗ of chapter 03, jitted in chapter 08
+
+
+@triton.jit
+def ld(ptr, mask, EVEN: tl.constexpr):
+    """tl.load, unmasked when the tile lies inside the tensor."""
+    if EVEN:
+        return tl.load(ptr)
+    else:
+        return tl.load(ptr, mask=mask, other=0.0)
+
+
+@triton.jit
+def st(ptr, value, mask, EVEN: tl.constexpr):
+    """tl.store, unmasked when the tile lies inside the tensor."""
+    if EVEN:
+        tl.store(ptr, value)
+    else:
+        tl.store(ptr, value, mask=mask)
+
+
+@triton.jit
+def column(X, cols, j):
+    """X[:, j] of a register tile, as a vector (a masked sum; a register move for a constant j)."""
+    return tl.sum(tl.where(cols[None, :] == j, X, 0.0), axis=1)
+
+
+@triton.jit
+def put_column(X, cols, j, v):
+    """X with column j replaced by the vector v."""
+    return tl.where(cols[None, :] == j, v[:, None], X)
+
+
+@triton.jit
+def load_bc(X_ptr, Xv_ptr, n, t, l, d_idx, d_mask, stride_Xn, N: tl.constexpr,
+            VAR: tl.constexpr, EVEN_L: tl.constexpr, EVEN_D: tl.constexpr):
+    """Row n of B or C: (1, BLOCK_L) if it varies with time (b, g, n, l) — ``Xv_ptr`` points at
+    this program's (b, g) slice — else (BLOCK_D, 1) from the fixed, contiguous (d, n) ``X_ptr``."""
+    if VAR:
+        return ld(Xv_ptr + n * stride_Xn + t, t < l, EVEN_L).to(tl.float32)[None, :]
+    else:
+        return ld(X_ptr + d_idx * N + n, d_mask, EVEN_D).to(tl.float32)[:, None]
+
+
+@triton.jit
+def load_step(Xv3, t, stride_Xl, l, zero3, n3, N: tl.constexpr, NP: tl.constexpr,
+              EVEN_L: tl.constexpr):
+    """Row t of a transposed B or C (b, g, l, n) for every state, in a recurrent kernel's state
+    tile shape (BLOCK_D, NP / V, V), the same in every channel row (``zero3`` gives it that
+    shape). (The step's mask is a tensor: a scalar and-ed in is not a bool mask.)"""
+    if EVEN_L and N == NP:
+        return tl.load(Xv3 + t * stride_Xl)
+    else:
+        return tl.load(Xv3 + t * stride_Xl, mask=(zero3 + t < l) & (n3 < N), other=0.0)
+
+
+@triton.jit
+def load_delta(delta_ptr, bias_ptr, offs, mask, d_idx, d_mask, HAS_BIAS: tl.constexpr,
+               SOFTPLUS: tl.constexpr, EVEN: tl.constexpr):
+    """Δ = softplus(delta + bias) for a tile, and delta + bias (the backward needs it). Masked
+    (not EVEN): Δ = 0 outside the tensor, so Ā = exp(0) = 1 and B̄x = 0 there: the state holds."""
+    if EVEN:
+        dt = tl.load(delta_ptr + offs).to(tl.float32)
+        if HAS_BIAS:
+            dt += tl.load(bias_ptr + d_idx)[:, None]
+    else:
+        dt = tl.load(delta_ptr + offs, mask=mask, other=0.0).to(tl.float32)
+        if HAS_BIAS:
+            dt += tl.load(bias_ptr + d_idx, mask=d_mask, other=0.0)[:, None]
+    raw = dt
+    if SOFTPLUS:
+        dt = softplus(dt)
+    if not EVEN:
+        dt = tl.where(mask, dt, 0.0)
+    return dt, raw
+
+
+@triton.jit
+def seq_start(seq_ptr, t, l, HAS_SEQ: tl.constexpr):
+    """True at the steps where a new packed sequence begins (seq_idx changes)."""
+    if HAS_SEQ:
+        cur = tl.load(seq_ptr + t, mask=t < l, other=0)
+        prev = tl.load(seq_ptr + t - 1, mask=(t >= 1) & (t < l), other=0)
+        return (cur != prev) & (t >= 1)
+    else:
+        return t < 0  # no packing: never
+
+
+@triton.jit
+def reverse_scan(a, b):
+    """g_t = a_t g_{t+1} + b_t along axis 1 (g past the end = 0), as flip → scan → flip.
+
+    Same result as ``tl.associative_scan(..., reverse=True)``, whose Triton 3.6 lowering adds
+    ~100 warp shuffles per scan even when the whole axis sits in one thread's registers
+    (measured on the compiled sm_90 code); the flips are register renames there.
+    """
+    _, g = tl.associative_scan((tl.flip(a, 1), tl.flip(b, 1)), 1, combine_fn)
+    return tl.flip(g, 1)
+
+
+@triton.jit
+def fold_summaries(E_ptr, P_ptr, at, mask, count, bdn):
+    """The state entering a segment, folded from the summaries before it (chapter 14's ring pass
+    inside one GPU): H ← P_j H + E_j for j = 0 … count − 1, from H = 0. ``at``: the offsets of the
+    tile's (b, d, n) in one (b, d, n) slot of the (M, b, d, n) summaries (``bdn`` values)."""
+    H = tl.zeros(at.shape, dtype=tl.float32)
+    j = 0
+    while j < count:  # (count is small: pieces before this segment)
+        P = tl.load(P_ptr + j * bdn + at, mask=mask, other=0.0)
+        H = P * H + tl.load(E_ptr + j * bdn + at, mask=mask, other=0.0)
+        j += 1
+    return H
+
+
+@triton.jit
+def fold_adjoints(G_ptr, P_ptr, at, mask, first, count, bdn):
+    """The adjoint entering a segment from the right, folded from the summaries after it:
+    g ← G_j + P_j g for j = count − 1 down to ``first``, from g = 0 (``at``, ``bdn``: as
+    `fold_summaries`)."""
+    g = tl.zeros(at.shape, dtype=tl.float32)
+    j = count - 1
+    while j >= first:
+        g = tl.load(G_ptr + j * bdn + at, mask=mask, other=0.0) + \
+            tl.load(P_ptr + j * bdn + at, mask=mask, other=0.0) * g
+        j -= 1
+    return g

@@ -1,0 +1,241 @@
+"""Chapter 12 — the decode step as one Triton kernel: read the state once, write it once.
+
+    Ā = exp(Δ A)    h ← Ā ⊙ h + Δ B x    y = C·h + D x    out = y · silu(z)
+
+One token's update touches every state value exactly twice (a read and a write) and does a
+handful of flops on each, so it is bound by memory bandwidth: the floor is
+2 · b·h·p·n · sizeof(state) / bandwidth (b64 h80 p64 n128 fp32: 336 MB, ≈0.08 ms at the reference
+H200's copy bandwidth, ``roofline.H200``).
+Everything else (x, Δ, B, C, D, z, the output) is b·h·p or b·g·n values: noise next to the state.
+
+The kernel gives each program a (BLOCK_P, n) tile of one (batch, head): it loads the tile, updates
+it in registers, stores it back in the state's own dtype (float32 or bfloat16; arithmetic is
+always float32), and reduces over n for the output. Tiles are numbered so that programs launched
+together touch neighbouring memory (p-block fastest, then head, then batch row). Large batches
+are bound by bandwidth and take 4096 values a program; small ones (one sequence: 2.6 MB of
+state) by latency, and take 8192 values over 8 warps: fewer programs, each with more loads in
+flight (``_tile``; the measurements are in docs/BENCHMARKS.md and bench/NOTES_ssd.md).
+
+Mamba-2 passes per-head scalars broadcast with stride 0 (A (h, p, n), Δ (b, h, p)); the launcher
+detects that (``TIE_HDIM``) and the kernel then loads one A and one Δ per program instead of a
+(BLOCK_P, n) tile of A — which would otherwise add a third of the traffic again.
+
+The launcher has the signature of ``mamba_ssm.ops.triton.selective_state_update.
+selective_state_update``; the oracle is :func:`mambalearn.inference.decode_step`.
+"""
+
+from dataclasses import dataclass
+
+import torch
+import triton
+import triton.language as tl
+
+from mambalearn import device  # noqa: F401  (TRITON_INTERPRET before @triton.jit)
+from mambalearn.inference import check_step
+from mambalearn.triton.common import softplus
+from mambalearn.triton.config import LaunchConfig, resolve
+from mambalearn.utils import check_kernel_device, check_writable, refuse_grad
+
+
+@triton.jit
+def _state_update_kernel(
+    state_ptr, x_ptr, dt_ptr, dt_bias_ptr, A_ptr, B_ptr, C_ptr, D_ptr, z_ptr, out_ptr, idx_ptr,
+    p, n, heads_per_group,  # head dim, state size, heads sharing one B/C group
+    tiles_p, n_heads, n_slots,  # ⌈p / BLOCK_P⌉ tiles per head; heads; rows of the state
+    stride_sb, stride_sh, stride_sp, stride_sn,  # the state (slots, h, p, n)
+    stride_xb, stride_xh, stride_xp,
+    stride_dtb, stride_dth, stride_dtp,
+    stride_biash, stride_biasp,
+    stride_Ah, stride_Ap, stride_An,
+    stride_Bb, stride_Bg, stride_Bn,
+    stride_Cb, stride_Cg, stride_Cn,
+    stride_Dh, stride_Dp,
+    stride_zb, stride_zh, stride_zp,
+    stride_ob, stride_oh, stride_op,
+    DT_SOFTPLUS: tl.constexpr,  # Δ = softplus(dt + dt_bias)?
+    TIE_HDIM: tl.constexpr,  # A and Δ are one scalar per head (Mamba-2)
+    HAS_DT_BIAS: tl.constexpr, HAS_D: tl.constexpr, HAS_Z: tl.constexpr, HAS_IDX: tl.constexpr,
+    BLOCK_P: tl.constexpr,  # rows of the head dim per tile
+    BLOCK_N: tl.constexpr,  # n rounded up to a power of two
+    STREAM: tl.constexpr,  # evict the state from L2 first (a state larger than L2)
+):
+    # One (BLOCK_P, n) tile per program, numbered p-block fastest, then head, then batch row, so
+    # that programs running together touch neighbouring memory.
+    t = tl.program_id(0)
+    pid_p = t % tiles_p
+    pid_h = (t // tiles_p) % n_heads
+    pid_b = t // (tiles_p * n_heads)
+    offs_p = pid_p * BLOCK_P + tl.arange(0, BLOCK_P)  # (BLOCK_P,)
+    offs_n = tl.arange(0, BLOCK_N)  # (BLOCK_N,)
+    mask_p = offs_p < p  # (BLOCK_P,) bool
+    mask_n = offs_n < n  # (BLOCK_N,) bool
+    slot = pid_b.to(tl.int64)  # (slot · stride_sb passes 2³¹ in a large state)
+    bad = False  # a slot outside the state: nothing is read or written there, out = NaN
+    if HAS_IDX:
+        # continuous batching: row pid_b uses state slot idx[pid_b]; a slot < 0 is padding
+        # (out = 0). The launcher rejects slots ≥ n_slots eagerly; while a CUDA graph is being
+        # captured it cannot look, so the kernel masks them here and writes NaN instead.
+        slot = tl.load(idx_ptr + pid_b).to(tl.int64)
+        bad = slot >= n_slots
+        # where, not &: a block mask combined with a scalar condition stays a boolean block
+        mask_p = tl.where((slot >= 0) & (slot < n_slots), mask_p, False)
+        slot = tl.minimum(tl.maximum(slot, 0), n_slots - 1)
+    mask_pn = mask_p[:, None] & mask_n[None, :]  # (BLOCK_P, BLOCK_N) bool
+    s_ptrs = (state_ptr + slot * stride_sb + pid_h * stride_sh
+              + offs_p[:, None] * stride_sp + offs_n[None, :] * stride_sn)
+    # 1. the old state: the only big read. A state larger than L2 is read once per token: keep it
+    # out of L2's way (STREAM); a small one stays in L2 from one token to the next.
+    if STREAM:
+        h = tl.load(s_ptrs, mask=mask_pn, other=0.0, eviction_policy="evict_first")
+    else:
+        h = tl.load(s_ptrs, mask=mask_pn, other=0.0)
+    h = h.to(tl.float32)
+
+    # 2. the small per-token inputs
+    x = tl.load(x_ptr + pid_b * stride_xb + pid_h * stride_xh + offs_p * stride_xp,
+                mask=mask_p, other=0.0).to(tl.float32)  # (BLOCK_P,)
+    g = pid_h // heads_per_group  # the B/C group this head reads
+    B = tl.load(B_ptr + pid_b * stride_Bb + g * stride_Bg + offs_n * stride_Bn,
+                mask=mask_n, other=0.0).to(tl.float32)  # (BLOCK_N,)
+    C = tl.load(C_ptr + pid_b * stride_Cb + g * stride_Cg + offs_n * stride_Cn,
+                mask=mask_n, other=0.0).to(tl.float32)  # (BLOCK_N,)
+    if TIE_HDIM:  # Mamba-2: one Δ and one A per head, loaded once
+        dt = tl.load(dt_ptr + pid_b * stride_dtb + pid_h * stride_dth).to(tl.float32)
+        if HAS_DT_BIAS:
+            dt += tl.load(dt_bias_ptr + pid_h * stride_biash).to(tl.float32)
+        if DT_SOFTPLUS:
+            dt = softplus(dt)
+        A = tl.load(A_ptr + pid_h * stride_Ah).to(tl.float32)
+        A_bar = tl.exp(A * dt)  # a scalar
+        B_bar = B * dt  # (BLOCK_N,)
+        h = h * A_bar + x[:, None] * B_bar[None, :]  # (BLOCK_P, BLOCK_N)
+    else:  # Mamba-1 (or untied heads): Δ per row, A per (row, state)
+        dt = tl.load(dt_ptr + pid_b * stride_dtb + pid_h * stride_dth + offs_p * stride_dtp,
+                     mask=mask_p, other=0.0).to(tl.float32)  # (BLOCK_P,)
+        if HAS_DT_BIAS:
+            dt += tl.load(dt_bias_ptr + pid_h * stride_biash + offs_p * stride_biasp,
+                          mask=mask_p, other=0.0).to(tl.float32)
+        if DT_SOFTPLUS:
+            dt = softplus(dt)
+        A = tl.load(A_ptr + pid_h * stride_Ah + offs_p[:, None] * stride_Ap
+                    + offs_n[None, :] * stride_An, mask=mask_pn, other=0.0).to(tl.float32)
+        A_bar = tl.exp(A * dt[:, None])  # (BLOCK_P, BLOCK_N), float32 always
+        h = h * A_bar + (dt * x)[:, None] * B[None, :]  # (BLOCK_P, BLOCK_N)
+
+    # 3. write the new state back (in its own dtype), then read it out: y_t sees x_t
+    if STREAM:
+        tl.store(s_ptrs, h.to(state_ptr.dtype.element_ty), mask=mask_pn,
+                 eviction_policy="evict_first")
+    else:
+        tl.store(s_ptrs, h.to(state_ptr.dtype.element_ty), mask=mask_pn)
+    y = tl.sum(h * C[None, :], axis=1)  # (BLOCK_P,)
+    if HAS_D:
+        y += x * tl.load(D_ptr + pid_h * stride_Dh + offs_p * stride_Dp,
+                         mask=mask_p, other=0.0).to(tl.float32)
+    if HAS_Z:
+        z = tl.load(z_ptr + pid_b * stride_zb + pid_h * stride_zh + offs_p * stride_zp,
+                    mask=mask_p, other=0.0).to(tl.float32)
+        y *= z * tl.sigmoid(z)  # silu(z)
+    y = tl.where(mask_p, y, 0.0)  # padding rows write 0 …
+    if HAS_IDX:
+        y = tl.where(bad, float("nan"), y)  # … and rows pointing past the state NaN
+    tl.store(out_ptr + pid_b * stride_ob + pid_h * stride_oh + offs_p * stride_op, y,
+             mask=offs_p < p)
+
+
+# (state values per tile, warps, stream) for large batches (bandwidth-bound) and small ones
+# (latency-bound: fewer, larger programs); the H200 sweeps behind them: bench/NOTES_ssd.md
+TILE_LARGE = (4096, 8, True)
+TILE_SMALL = (8192, 8, False)  # a state that stays in L2 from one token to the next: keep it
+SMALL_STATE = 1 << 22  # state values (b·h·p·n) up to which a batch counts as small (16 MB fp32)
+
+
+@dataclass(frozen=True)
+class StepConfig(LaunchConfig):
+    """The decode step's launch, overriding `_tile`'s choice field by field (None: its choice):
+    rows of the head dim per tile, warps per program, the state streamed through L2 first."""
+
+    block_p: int | None = None
+    num_warps: int | None = None
+    stream: bool | None = None
+
+    def __post_init__(self):
+        for name in ("block_p", "num_warps"):
+            v = getattr(self, name)
+            if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v < 1
+                                  or v & (v - 1)):
+                raise ValueError(f"config.{name} must be None or a power of two ≥ 1, got {v!r}")
+        if self.stream is not None and not isinstance(self.stream, bool):
+            raise TypeError(f"config.stream must be None, True or False, got {self.stream!r}")
+
+
+DEFAULT = StepConfig()
+
+
+def _tile(p, n, values):
+    """(BLOCK_P, num_warps, stream) for a state of ``values`` values: TILE_LARGE or TILE_SMALL,
+    BLOCK_P no wider than the head, at most a warp per 256 values of the tile (at least 4).
+    No autotuning: it would run the in-place update several times."""
+    per_tile, warps, stream = TILE_SMALL if values <= SMALL_STATE else TILE_LARGE
+    block_n = triton.next_power_of_2(n)
+    block_p = max(1, min(triton.next_power_of_2(p), per_tile // block_n))
+    return block_p, min(warps, max(4, block_p * block_n // 256)), stream
+
+
+def selective_state_update(state, x, dt, A, B, C, D=None, z=None, dt_bias=None,
+                           dt_softplus=False, state_batch_indices=None, *, config=None):
+    """h ← exp(ΔA) ⊙ h + Δ B x (in place), out = (C·h + D x)·silu(z), Δ = softplus(dt + dt_bias).
+
+    Shapes (as ``mamba_ssm``):
+        state: (b, d, n) or (b, h, p, n), float32 or bfloat16/float16, updated in place
+        x, dt, z: (b, d) or (b, h, p)  — dt may also be (b, h) (one Δ per head)
+        A: (d, n) or (h, p, n) — or (h,) (one A per head)
+        B, C: (b, n) or (b, g, n) with g dividing h
+        D, dt_bias: (d,) or (h, p) — or (h,)
+        state_batch_indices: (b,) int, row i updates state[idx[i]]; idx < 0 skips the row (out 0);
+            idx ≥ the state's batch, or a slot named by two rows, is a ValueError (under
+            CUDA-graph capture, which forbids looking: a slot past the state gives out NaN and
+            leaves the state untouched)
+        returns out shaped like x, in x's dtype.
+    ``config``: a `StepConfig` whose fields override ``_tile``'s choice (benchmark sweeps;
+    None: the choice).
+    The arguments' rules are ``inference.check_step``'s (the oracle's); any strides are read as
+    they are. Not differentiable: while autograd records, inputs that require grad are refused
+    (the state is updated in place).
+
+    Matches ``mamba_ssm.ops.triton.selective_state_update.selective_state_update``.
+    """
+    config = resolve(config, StepConfig, lambda: DEFAULT)
+    refuse_grad("selective_state_update", "it is an inference step that updates the state in "
+                "place: call it under torch.no_grad() (as generate does), or pass detached "
+                "tensors", state=state, x=x, dt=dt, A=A, B=B, C=C, D=D, z=z, dt_bias=dt_bias)
+    heads, s4, x4, dt4, A3, B3, C3, D2, z4, bias2, idx = check_step(
+        state, x, dt, A, B, C, D, z, dt_bias, state_batch_indices)
+    check_kernel_device(state=state, x=x, dt=dt, A=A, B=B, C=C, D=D, z=z, dt_bias=dt_bias,
+                        state_batch_indices=idx)
+    check_writable("state", state)
+    b, h, p, n = s4.shape
+    bx = x4.shape[0]
+    tie = (A3.stride(1) == 0 and A3.stride(2) == 0 and dt4.stride(2) == 0
+           and (bias2 is None or bias2.stride(1) == 0))
+    out = torch.empty((bx, h, p), dtype=x.dtype, device=x.device)
+    if out.numel() == 0:  # no row, head or channel: nothing to update
+        return out if heads else out[:, 0]
+    bp, nw, st = _tile(p, n, bx * h * p * n)
+    bp, nw = config.block_p or bp, config.num_warps or nw
+    st = st if config.stream is None else config.stream
+    tiles_p = triton.cdiv(p, bp)
+    zs = z4.stride() if z4 is not None else (0, 0, 0)
+    _state_update_kernel[(tiles_p * h * bx,)](
+        s4, x4, dt4, bias2, A3, B3, C3, D2, z4, out, idx,
+        p, n, h // B3.shape[1], tiles_p, h, b,
+        *s4.stride(), *x4.stride(), *dt4.stride(),
+        *(bias2.stride() if bias2 is not None else (0, 0)),
+        *A3.stride(), *B3.stride(), *C3.stride(),
+        *(D2.stride() if D2 is not None else (0, 0)),
+        *zs, *out.stride(),
+        DT_SOFTPLUS=bool(dt_softplus), TIE_HDIM=tie, HAS_DT_BIAS=bias2 is not None,
+        HAS_D=D2 is not None, HAS_Z=z4 is not None, HAS_IDX=idx is not None,
+        BLOCK_P=bp, BLOCK_N=triton.next_power_of_2(n), STREAM=bool(st), num_warps=nw,
+    )
+    return out if heads else out[:, 0]

@@ -1,0 +1,142 @@
+"""The Mamba-3 SISO forward in three launches, chapter 10's chunked algorithm with local frames.
+
+    1. chunk states   S^L_c = Σ_t e^{c_end − c_t} w_t v_t (R(φ_t) k̃_t)ᵀ   every chunk at once
+    2. state passing  H^L_{c+1} = (a_c H^L_c + S^L_c) R(Φ_c)               a short walk per row
+    3. outputs        y = e^{c} (q H^Lᵀ) + (q kᵀ ∘ M ∘ w) v + (D + γ q·k) v,  out = y · silu(z)
+
+(``chunk_state``, ``state_passing`` and ``_output_kernel`` here;
+``mambalearn.mamba3.reference_chunked`` is the same algorithm in PyTorch.) In step 3, q = R(φ)(Q +
+Q_bias) and k = R(φ)(K + K_bias) turned by the *local* angles, M_ts = e^{c_t − c_s} for s < t, w the
+trapezoid weight and γ = λΔ its diagonal; q·k is the same rotated or not. Steps 1 and 3 run a
+program per (head, chunk, batch), 8192 at the benchmark shape: every chunk is independent once step
+2 has given it its state.
+
+Matmuls take their operands in the inputs' dtype (bf16 → bf16 tensor cores, float32 → tf32 on a
+GPU) and accumulate in float32; the states between the launches are stored in the inputs' dtype,
+the final state in float32.
+"""
+
+import torch
+import triton
+import triton.language as tl
+
+from mambalearn import device  # noqa: F401  (TRITON_INTERPRET before @triton.jit)
+from mambalearn.mamba3.chunk_state import chunk_states
+from mambalearn.mamba3.common import (
+    SIZES,
+    blocks,
+    causal_decay,
+    dot_dtype,
+    exp2,
+    load_angles,
+    load_steps,
+    load_turned,
+    warps,
+)
+from mambalearn.mamba3.config import DEFAULT
+from mambalearn.mamba3.reference import per_head, rotate_pairs
+from mambalearn.mamba3.state_passing import pass_states
+
+
+@triton.jit(do_not_specialize=SIZES)
+def _output_kernel(
+    Q_ptr, K_ptr, V_ptr, Qb_ptr, Kb_ptr, D_ptr, Z_ptr,
+    C2_ptr, W_ptr, G_ptr, Phi_ptr,  # per step (``chunk_state``): c log₂e, w, γ, and φ
+    H_ptr,  # (b, h, c, p, n): H^L_c, the state entering each chunk in its frame
+    Out_ptr,  # out (b, l, h, p)
+    Ypre_ptr,  # out (b, l, h, p) or None: y before the gate, kept for the backward
+    l, n_chunks,  # run-time sizes, then the model's, compiled in (strides follow from them)
+    h: tl.constexpr, g: tl.constexpr, p: tl.constexpr, n: tl.constexpr, na: tl.constexpr,
+    Q: tl.constexpr, BN: tl.constexpr, NB: tl.constexpr,  # chunk; column block, blocks
+    P: tl.constexpr,  # channels (≥ p)
+    HAS_D: tl.constexpr, HAS_Z: tl.constexpr,
+    DOT: tl.constexpr,  # operand dtype of tl.dot (the inputs' dtype)
+):
+    # (head, chunk) on grid axis 0, head fastest (axis 1 stops at 65 535 chunks)
+    hi, ci = tl.program_id(0) % h, tl.program_id(0) // h
+    bi = tl.program_id(1).to(tl.int64)
+    row = bi * h + hi
+    offs_t, offs_p = ci * Q + tl.arange(0, Q), tl.arange(0, P)
+    loc_t, l_left = tl.arange(0, Q), l - ci * Q  # steps from the chunk's first; steps left in l
+    mask_tp = (offs_t[:, None] < l) & (offs_p[None, :] < p)
+    # 64-bit bases at the chunk's first step, 32-bit offsets inside it: past 2³¹ elements
+    bt = bi * l + ci * Q  # the chunk's first (batch, step) row
+    tp0 = (bt * h + hi) * p  # element (bi, ci·Q, hi, 0) of V, Z and the outputs
+    tp = loc_t[:, None] * h * p + offs_p[None, :]  # (Q, P) offsets from there
+    qk_off = (bt * g + hi // (h // g)) * n  # element (bi, ci·Q, gi, 0) of Q and K (GQA)
+    H_ptr += (row * n_chunks + ci) * p * n
+
+    # 1. per column block: q, k turned by the local angles; q·k, q kᵀ and q H^Lᵀ summed
+    c2, w, gamma = load_steps(C2_ptr + row * l, W_ptr + row * l, G_ptr + row * l, offs_t, l)
+    qk = tl.zeros([Q], dtype=tl.float32)
+    s = tl.zeros([Q, Q], dtype=tl.float32)
+    y = tl.zeros([Q, P], dtype=tl.float32)
+    for nb in tl.static_range(NB):
+        offs_n = nb * BN + tl.arange(0, BN)
+        cos, sin = load_angles(Phi_ptr + row * l * na, offs_t, nb, l, na, Q, BN)
+        q = load_turned(Q_ptr + qk_off, Qb_ptr + hi * n, g * n, loc_t, offs_n, l_left, n, cos,
+                        sin, Q, BN)  # (Q, BN)
+        k = load_turned(K_ptr + qk_off, Kb_ptr + hi * n, g * n, loc_t, offs_n, l_left, n, cos,
+                        sin, Q, BN)
+        qk += tl.sum(q * k, axis=1)  # q_t·k_t, in float32 (the same rotated or not)
+        q, k = q.to(DOT), k.to(DOT)
+        H = tl.load(H_ptr + offs_p[:, None] * n + offs_n[None, :],
+                    mask=(offs_p[:, None] < p) & (offs_n[None, :] < n), other=0.0)  # (P, BN)
+        y = tl.dot(q, tl.trans(H), acc=y)  # (Q, P)
+        s = tl.dot(q, tl.trans(k), acc=s)  # (Q, Q)
+
+    # 2. the entering state decayed to each step; the chunk's inputs, strictly causal with weight
+    # w_s; the diagonal γ q·k and D
+    y = y * exp2(c2)[:, None]
+    s = s * causal_decay(c2, Q) * w[None, :]
+    v = tl.load(V_ptr + tp0 + tp, mask=mask_tp, other=0.0)  # (Q, P)
+    y = tl.dot(s.to(DOT), v.to(DOT), acc=y)
+    diag = gamma * qk
+    if HAS_D:
+        diag += tl.load(D_ptr + hi).to(tl.float32)
+    y += diag[:, None] * v.to(tl.float32)
+    if Ypre_ptr is not None:
+        tl.store(Ypre_ptr + tp0 + tp, y, mask=mask_tp)
+    if HAS_Z:
+        z = tl.load(Z_ptr + tp0 + tp, mask=mask_tp, other=0.0).to(tl.float32)
+        y = y * z * tl.sigmoid(z)  # silu(z)
+    tl.store(Out_ptr + tp0 + tp, y.to(Out_ptr.dtype.element_ty), mask=mask_tp)
+
+
+def _initial_state(x):
+    """H_in = S_in + (1 − λ₀)Δ₀ v_in k_inᵀ: a previous call's state plus the unpaid half of its
+    last input (absolute frame), and θ_in; (None, None) without Input_States."""
+    if x["states"] is None:
+        return None, None
+    theta, S, k, v = x["states"]
+    owe = (1 - torch.sigmoid(x["Trap"][:, :, 0].float())) * x["DT"][:, :, 0].float()  # (b, h)
+    return (S + owe[..., None, None] * v[..., None] * k[..., None, :]).contiguous(), theta
+
+
+def launch_forward(x, chunk_size, save, return_final, cfg=DEFAULT):
+    """The three launches on the prepared inputs ``x`` (see ``api``); returns a dict with
+    out, and the final states if ``return_final``, and what the backward needs if ``save``."""
+    V = x["V"]
+    b, l, h, p = V.shape
+    g, n, na = x["Q"].shape[2], x["Q"].shape[3], x["Angles"].shape[3]
+    BN, NB, P, Qc = blocks(n, p, chunk_size, cfg.col_block)
+    S, steps = chunk_states(x, Qc, cfg)  # 1. (b, h, c, p, n), the per-step values
+    H_in, theta_in = _initial_state(x)
+    H, final, theta_final = pass_states(S, steps["Turn"], steps["Cend"], theta_in, H_in,
+                                        cfg)  # 2.
+    out = torch.empty_like(V)
+    y_pre = torch.empty_like(V) if save and x["Z"] is not None else None
+    c = S.shape[2]
+    _output_kernel[(h * c, b)](  # 3.
+        x["Q"], x["K"], V, x["Q_bias"], x["K_bias"], x["D"], x["Z"],
+        steps["C2"], steps["W"], steps["G"], steps["Phi"], H, out, y_pre,
+        l, c, h, g, p, n, na,
+        Q=Qc, BN=BN, NB=NB, P=P, HAS_D=x["D"] is not None, HAS_Z=x["Z"] is not None,
+        DOT=dot_dtype(V),
+        num_warps=warps(cfg.output_warps, Qc),
+    )
+    r = dict(out=out, H=H, steps=steps, theta_final=theta_final, y_pre=y_pre)
+    if return_final:  # the last step's k, turned by the final angle: the next call's k_prev
+        k_last = per_head(x["K"][:, -1:].float(), h)[:, 0] + x["K_bias"].float()  # (b, h, n)
+        r.update(angle=theta_final, ssm=final, k=rotate_pairs(k_last, theta_final))
+    return r

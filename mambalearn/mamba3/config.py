@@ -1,0 +1,92 @@
+"""Launch settings of the Mamba-3 SISO kernels (chapter 15), as data passed in.
+
+A `Config` holds every setting of one ``mamba3_siso_combined`` call: the state columns a kernel
+holds at once, the warps of each kernel (for chunks of 64 steps; ``common.warps`` doubles them
+per doubling of the chunk beyond), the state passing's rows per program and pipeline depth, and
+the dq/dk kernel's heads per program. `default_config(shape, device)` returns the default for a
+shape; ``mamba3_siso_combined(..., config=)`` takes any other (``Config.replace`` changes fields).
+The caller's ``chunk_size`` is the one every kernel runs at. How each default was chosen (sm_90
+register counts, the H200's timings): ``bench/NOTES_mamba3.md``.
+"""
+
+import dataclasses
+from dataclasses import dataclass
+
+from mambalearn.triton.config import LaunchConfig
+from mambalearn.triton.config import resolve as _resolve
+
+
+@dataclass(frozen=True)
+class Config(LaunchConfig):
+    """Every launch setting of the SISO forward and backward (module doc)."""
+
+    col_block: int = 32  # state columns (n) a kernel holds at once: BN, a power of two ≥ 16
+    chunk_state_col_block: int = 64  # the same for the chunk-state kernel (which holds less else)
+    chunk_state_warps: int = 4  # chunk states (forward) and state gradients (backward)
+    state_rows: int = 8  # rows of the (p × n) state per state-passing program
+    state_warps: int = 2
+    state_stages: int = 3  # the state passing's loads this many chunks ahead (its pipeline)
+    output_warps: int = 4  # the forward's outputs
+    bwd_v_warps: int = 4  # dv and the per-step weights' gradients
+    bwd_qk_warps: int = 4  # dq and dk (and dθ), one column block per program
+    bwd_qk_stages: int = 2  # its loop over heads prefetches the next head's tiles
+    heads_per_program: int = 32  # heads one dq/dk program sums over (GQA), at most,
+    min_programs: int = 1024  # … as long as this many dq/dk programs are left
+    steps_warps: int = 4  # dAngles, dDT, dTrap, dADT
+    steps_chunks: int = 16  # later chunks' angle totals the steps kernel sums at once
+
+    def __post_init__(self):
+        for f in dataclasses.fields(self):
+            v = getattr(self, f.name)
+            if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+                raise ValueError(f"config.{f.name} must be an int ≥ 1, got {v!r}")
+        for name in ("col_block", "chunk_state_col_block", "state_rows", "steps_chunks"):
+            v = getattr(self, name)
+            if v & (v - 1):
+                raise ValueError(f"config.{name} must be a power of two, got {v}")
+
+
+DEFAULT = Config()
+
+
+def default_config(shape, device):
+    """The default `Config` for ``shape`` = (b, l, h, g, n, p, na, chunk) on ``device``: the
+    same settings at every shape today (the measurements: bench/NOTES_mamba3.md)."""
+    return DEFAULT
+
+
+def resolve(config, shape, device):
+    """``config`` if it is a `Config`, the default if None, else a TypeError."""
+    return _resolve(config, Config, lambda: default_config(shape, device))
+
+
+@dataclass(frozen=True)
+class MimoConfig(LaunchConfig):
+    """Launch settings of the MIMO prefill (``mamba3_mimo_combined(..., config=)``): warps per
+    (q·r)-row tile of 64 rows, scaled with it, and pipeline stages up to 64 rows (one beyond).
+
+    Not tuned on a GPU yet: the backward holds about twenty (64 × 64|128) float32 tiles, which
+    spill at any warp count below 16; 8 warps is a first guess for both. The stages are the most
+    whose buffers fit one program's shared memory on an H200 (227 KB), read from the kernels built
+    for sm_90 without a GPU (p 64, n 128, bf16; tests/test_mamba3_mimo_fits.py): at 64 rows the
+    forward needs 48 / 185 / 322 KB at 1 / 2 / 3 stages (Triton's default is 3), the backward
+    104 / 241 / 394 KB; at 128 rows the forward 81 / 355 KB at 1 / 2, the backward 192 KB at 1;
+    at 256 rows the backward 368 KB at 1."""
+
+    forward_warps: int = 8
+    backward_warps: int = 8
+    forward_stages: int = 2
+    backward_stages: int = 1
+    tree_fan: int = 8  # deterministic mode: heads one node of the dQ/dK sum adds
+
+    def __post_init__(self):
+        for f in dataclasses.fields(self):
+            v = getattr(self, f.name)
+            if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+                raise ValueError(f"config.{f.name} must be an int ≥ 1, got {v!r}")
+        if self.tree_fan < 2:
+            raise ValueError(f"config.tree_fan must be ≥ 2, got {self.tree_fan}")
+
+
+MIMO_DEFAULT = MimoConfig()
+

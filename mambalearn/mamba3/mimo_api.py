@@ -1,0 +1,173 @@
+"""``mamba3_mimo_combined``: the Mamba-3 MIMO prefill, forward and backward on Triton kernels.
+
+Arguments and layouts are those of ``mambalearn.mamba3.mimo_reference`` (its oracle and chunked
+form; mamba_ssm's ``mamba3_mimo`` names), plus ``chunk_size`` (q, steps per chunk: q·r rows per
+tile). The per-step preparations run in PyTorch, under autograd: the cumulative angles θ
+(``angle_cumsum``), the trapezoid weights w, γ, and the pre-state from Input_States; the kernels
+(``mimo_forward``, ``mimo_backward``) take them and give their gradients back.
+
+The autograd function saves its inputs and the state entering every chunk, (b, h, c, p, n) in
+the inputs' dtype; the backward recomputes each chunk from it. ``deterministic=True`` sums dQ, dK
+over a group's heads in a fixed order instead of with atomics (its cost: ``mimo_backward``): the
+same bits on every run and at every position in the batch.
+"""
+
+import torch
+import triton
+
+from mambalearn import device  # noqa: F401  (TRITON_INTERPRET before any kernel module)
+from mambalearn.mamba3.common import dot_dtype
+from mambalearn.mamba3.config import MIMO_DEFAULT, MimoConfig
+from mambalearn.mamba3.mimo_backward import mimo_backward_kernel
+from mambalearn.mamba3.mimo_forward import mimo_forward_kernel
+from mambalearn.mamba3.mimo_reference import check_inputs, initial_pre_state
+from mambalearn.mamba3.reference import angle_cumsum
+from mambalearn.mamba3.reference_chunked import trapezoid_weights
+from mambalearn.triton.config import resolve as _resolve
+from mambalearn.triton.deterministic import TreeSum
+
+CONFIG = MIMO_DEFAULT  # the launch settings (`MimoConfig`: why these)
+MAX_ROWS = 128  # q·r: past it no backward fits an H200's shared memory
+
+
+def tiles(n, p, r, chunk_size):
+    """(N, P): the state and channel tiles; checks q and r (powers of two, 16 ≤ q·r ≤ 128)."""
+    q = int(chunk_size)
+    for name, v in (("chunk_size", q), ("the rank r", r)):
+        if v < 1 or v & (v - 1):
+            raise ValueError(f"{name} must be a power of two, got {v}")
+    if not 16 <= q * r <= MAX_ROWS:
+        raise ValueError(f"chunk_size · r = {q} · {r} must be ≥ 16 (tl.dot's smallest tile) and "
+                         f"≤ {MAX_ROWS} (a tile of more rows does not fit a GPU's shared memory)")
+    return max(16, triton.next_power_of_2(n)), max(16, triton.next_power_of_2(p))
+
+
+def backward_precision(V):
+    """``input_precision`` of the backward's products: float32 operands in IEEE float32 (the
+    CUDA cores), as Triton 3.6's sm_90 pipeline fails on this kernel's tf32 products (its
+    optimize-dot-operands pass; the build check of every launch found it); bf16 and fp16 operands
+    on the tensor cores, where the setting does not apply."""
+    return "ieee" if V.dtype == torch.float32 else "tf32"
+
+
+def launch_warps(config, key, rows):
+    """Warps of a launch: ``config.<key>`` per 64 rows of the (q·r)-row tile."""
+    return getattr(config, key) * max(1, rows // 64)
+
+
+def launch_stages(config, key, rows):
+    """Pipeline stages of a launch: ``config.<key>`` up to 64 rows, one beyond (shared memory)."""
+    return getattr(config, key) if rows <= 64 else 1
+
+
+class Mamba3MimoFn(torch.autograd.Function):
+    """The kernels on prepared inputs; gradients for every tensor input."""
+
+    @staticmethod
+    def forward(ctx, Q, K, V, Z, Q_bias, K_bias, Psi, Zeta, Phi, D, ADT, W, G, theta, H0,
+                chunk_size, return_final, cfg, deterministic):
+        b, l, r, g, n = Q.shape
+        h, p, na = V.shape[2], V.shape[3], theta.shape[3]
+        N, P = tiles(n, p, r, chunk_size)
+        c = -(-l // chunk_size)
+        out = V.new_empty((b, l, h, p) if Phi is not None else (b, l, r, h, p))
+        grad = any(ctx.needs_input_grad)
+        Hs = V.new_empty(b, h, c, p, n) if grad else None
+        Hf = V.new_empty(b, h, p, n, dtype=torch.float32) if return_final else None
+        Kf = V.new_empty(b, r, h, n, dtype=torch.float32) if return_final else None
+        mimo_forward_kernel[(h, b)](
+            Q, K, V, Z, Q_bias, K_bias, Psi, Zeta, Phi, D, ADT, W, G, theta, H0, out, Hs, Hf,
+            Kf, l, c, h, g, p, n, na, Q=chunk_size, R=r, P=P, N=N, HAS_D=D is not None,
+            HAS_Z=Z is not None, HAS_OUT=Phi is not None, DOT=dot_dtype(V),
+            num_warps=launch_warps(cfg, "forward_warps", chunk_size * r),
+            num_stages=launch_stages(cfg, "forward_stages", chunk_size * r))
+        if grad:
+            ctx.save_for_backward(Q, K, V, Z, Q_bias, K_bias, Psi, Zeta, Phi, D, ADT, W, G,
+                                  theta, Hs)
+        ctx.chunk_size, ctx.cfg, ctx.has_H0 = chunk_size, cfg, H0 is not None
+        ctx.deterministic = deterministic
+        return (out, Hf, Kf) if return_final else (out,)
+
+    @staticmethod
+    def backward(ctx, d_out, d_Hf=None, d_Kf=None):
+        Q, K, V, Z, Q_bias, K_bias, Psi, Zeta, Phi, D, ADT, W, G, theta, Hs = ctx.saved_tensors
+        b, l, r, g, n = Q.shape
+        h, p, na = V.shape[2], V.shape[3], theta.shape[3]
+        N, P = tiles(n, p, r, ctx.chunk_size)
+        f32 = dict(dtype=torch.float32, device=V.device)
+        dQ, dK = torch.zeros(Q.shape, **f32), torch.zeros(K.shape, **f32)
+        dV, dZ = torch.empty(V.shape, **f32), torch.zeros(V.shape, **f32)
+        dTh, dADT, dW, dG = (torch.empty(t.shape, **f32) for t in (theta, ADT, W, G))
+        dH0 = torch.empty(b, h, p, n, **f32)
+        dQb, dKb = torch.empty(b, h, r, n, **f32), torch.empty(b, h, r, n, **f32)
+        dPsi, dZeta, dPhi = (torch.zeros(b, h, r, p, **f32) for _ in range(3))
+        dD = torch.empty(b, h, **f32)
+        c, rows = Hs.shape[2], ctx.chunk_size * r
+        tree = None  # deterministic: dQ, dK over a group's heads in head order, not atomics
+        if ctx.deterministic:
+            tree = TreeSum.allocate(h // g, b * g * c, 2 * rows * n,
+                                    ctx.cfg.tree_fan, V.device)
+        cont = lambda t: None if t is None else t.contiguous().float()
+        mimo_backward_kernel[(h, b)](
+            Q, K, V, Z, Q_bias, K_bias, Psi, Zeta, Phi, D, ADT, W, G, theta, Hs,
+            d_out.contiguous(), cont(d_Hf), cont(d_Kf), dQ, dK,
+            *(tree.slots, tree.counts) if tree is not None else (dQ, dQ),
+            dV, dZ, dTh, dADT, dW, dG, dH0,
+            dQb, dKb, dPsi, dZeta, dPhi, dD, l, c, b * g * c, h, g, p, n, na,
+            Q=ctx.chunk_size, R=r, P=P, N=N, HAS_D=D is not None, HAS_Z=Z is not None,
+            HAS_OUT=Phi is not None, DOT=dot_dtype(V), DET=tree is not None,
+            PRECISION=backward_precision(V),
+            FAN=tree.fan if tree is not None else 2,
+            TREE_BLOCK=min(1024, triton.next_power_of_2(2 * rows * n)),
+            num_warps=launch_warps(ctx.cfg, "backward_warps", ctx.chunk_size * r),
+            num_stages=launch_stages(ctx.cfg, "backward_stages", ctx.chunk_size * r))
+        if tree is not None:  # root (b·g·c, [dQ, dK], q, r, n) → (b, c·q, r, g, n)[:, :l]
+            root = tree.root().view(b, g, c, 2, ctx.chunk_size, r, n).permute(3, 0, 2, 4, 5, 1, 6)
+            dQ, dK = root.reshape(2, b, c * ctx.chunk_size, r, g, n)[:, :, :l]
+        like = lambda t, x: None if x is None else t.to(x.dtype)
+        return (like(dQ, Q), like(dK, K), like(dV, V), like(dZ, Z), dQb.sum(0), dKb.sum(0),
+                dPsi.sum(0), None if Zeta is None else dZeta.sum(0),
+                None if Phi is None else dPhi.sum(0), None if D is None else dD.sum(0),
+                dADT, dW, dG, dTh, dH0 if ctx.has_H0 else None, None, None, None, None)
+
+
+def mamba3_mimo_combined(Q, K, V, ADT, DT, Trap, Q_bias, K_bias, MIMO_V, MIMO_Z, MIMO_Out,
+                         Angles, D=None, Z=None, Input_States=None, chunk_size=16,
+                         return_final_states=False, config=None, deterministic=False):
+    """Mamba-3 MIMO prefill (formula: ``mamba3.mimo_reference``), forward and backward in Triton.
+
+    Shapes: Q, K (b, l, r, g, n); V, Z (b, l, h, p); ADT, DT, Trap (b, h, l); Q_bias, K_bias
+    (h, r, n); MIMO_V, MIMO_Z, MIMO_Out (h, r, p); Angles (b, l, h, na); D (h,); Input_States
+    (angle (b, h, na), ssm (b, h, p, n), k (b, r, h, n), v (b, h, p)) → out (b, l, h, p), or
+    (b, l, r, h, p) without MIMO_Out; with ``return_final_states`` (out, angle, ssm, k, v).
+    chunk_size q and the rank r powers of two with 16 ≤ q·r ≤ 128; float32, bf16 or fp16 inputs.
+    ``deterministic``: dQ, dK summed over a group's heads in a fixed order (not atomics): the same
+    bits on every run and at every position in the batch. ``config``: the launch settings, a
+    ``mambalearn.mamba3.config.MimoConfig`` (None: ``MIMO_DEFAULT``).
+    """
+    cfg = _resolve(config, MimoConfig, lambda: MIMO_DEFAULT)
+    if not isinstance(deterministic, bool):
+        raise TypeError(f"deterministic must be True or False, got {deterministic!r}")
+    check_inputs(Q, K, V, ADT, DT, Trap, Q_bias, K_bias, MIMO_V, MIMO_Z, MIMO_Out, Angles, D, Z,
+                 Input_States)
+    for name, t in (("Q", Q), ("K", K), ("V", V), ("Z", Z)):
+        if t is not None and t.dtype == torch.float64:
+            raise TypeError(f"{name} is float64; the Triton kernels take float32, bf16 or fp16 "
+                            f"(use mambalearn.mamba3.mimo_reference.mamba3_mimo_sequential "
+                            f"for float64)")
+    tiles(Q.shape[-1], V.shape[-1], Q.shape[2], chunk_size)
+    f = lambda t: None if t is None else t.float().contiguous()
+    states = None if Input_States is None else tuple(s.float() for s in Input_States)
+    theta = angle_cumsum(f(Angles), f(DT), None if states is None else states[0]).contiguous()
+    W, G = (t.contiguous() for t in trapezoid_weights(f(DT), f(Trap)))  # (b, h, l) each
+    H0 = None if states is None else initial_pre_state(states, f(DT), f(Trap), f(MIMO_V))
+    zeta = MIMO_Z if MIMO_Z is not None or Z is None else torch.ones_like(MIMO_V)
+    c = lambda t: None if t is None else t.contiguous()
+    out, *finals = Mamba3MimoFn.apply(
+        c(Q), c(K), c(V), c(Z), f(Q_bias), f(K_bias), f(MIMO_V), f(zeta), f(MIMO_Out), f(D),
+        f(ADT), W, G, theta, None if H0 is None else H0.contiguous(), int(chunk_size),
+        bool(return_final_states), cfg, deterministic)
+    if not return_final_states:
+        return out
+    Hf, Kf = finals
+    return out, theta[:, -1], Hf, Kf.to(V.dtype), V[:, -1].clone()

@@ -1,0 +1,123 @@
+"""A sum over programs whose bits do not depend on which program finishes first (chapter 09's
+deterministic mode; Mamba-3's MIMO backward uses it too).
+
+Floating-point addition is not associative: ``(a + b) + c`` and ``a + (b + c)`` can differ in the
+last bit. An atomic add over T programs adds their partials in the order they happen to arrive,
+so the same inputs can give different bits from one run to the next. The fix here keeps the
+adds in a fixed order and still lets every program run at once:
+
+1. each of the T programs (``tiles``) that contribute to one group of outputs (``grp``: e.g. a
+   batch row's chunk of dB) stores its partial, ``size`` floats, in its own *slot*;
+2. it then bumps a counter of its parent in a tree of fan-in FAN (an acquire-release atomic, after
+   a barrier: its stores are visible before the count is); the program that brings a parent's
+   count to its number of children is the last to arrive, so all of them are there: it adds the
+   children's slots *in child order* (0, 1, …, never arrival order) into the parent's slot and
+   climbs a level; the others stop. (The FAN loads of a node are unrolled, so they wait on
+   memory together, not one after another.)
+3. the root's slot (`TreeSum.root`) holds the sum, the same bits whoever did which add.
+
+Cost: the slots take ``rows · groups · size · 4`` bytes, rows = T + ⌈T/FAN⌉ + … + 1 ≈ T·FAN/(FAN−1)
+(the atomics they replace wrote the same T·groups·size floats, into L2). Every slot is written once
+and read once, by a program that runs at about the same time as its writer (siblings are
+neighbours in the grid), so the reads are mostly L2 hits; the extra HBM traffic is the slots'
+write-back, under a compute-bound kernel. Counters: one int32 per parent and group, one atomic per
+program, group and level. The tree's shape depends only on T and FAN, and a group's slots only on
+its index: a group's result does not depend on the other groups (nor on the batch around it).
+
+Shapes: slots (rows, groups, size) fp32, counts (parents, groups) int32 (zeroed).
+"""
+
+from dataclasses import dataclass
+
+import torch
+import triton
+import triton.language as tl
+
+
+def levels(tiles, fan):
+    """The number of slots at each level of the tree: [T, ⌈T/FAN⌉, …, 1]."""
+    if tiles < 1 or fan < 2:
+        raise ValueError(f"a tree needs tiles ≥ 1 and fan ≥ 2, got {tiles}, {fan}")
+    sizes = [tiles]
+    while sizes[-1] > 1:
+        sizes.append(-(-sizes[-1] // fan))
+    return sizes
+
+
+@dataclass
+class TreeSum:
+    """The slots and counters of a fixed-order sum of ``tiles`` partials in each of ``groups``
+    groups of ``size`` floats (module docstring)."""
+
+    slots: torch.Tensor  # (rows, groups, size) fp32; rows 0 … T − 1: the programs' partials
+    counts: torch.Tensor  # (parents, groups) int32, zeroed
+    tiles: int
+    fan: int
+
+    @classmethod
+    def allocate(cls, tiles, groups, size, fan, device, zero=False):
+        """Empty slots (``zero``: zeros, for a kernel that leaves some of a slot unwritten)."""
+        sizes = levels(tiles, fan)
+        new = torch.zeros if zero else torch.empty
+        slots = new((sum(sizes), groups, size), device=device, dtype=torch.float32)
+        counts = torch.zeros((max(1, sum(sizes[1:])), groups), device=device, dtype=torch.int32)
+        return cls(slots, counts, tiles, fan)
+
+    def root(self):
+        """(groups, size) fp32: the sums (valid after the kernel that filled the slots)."""
+        return self.slots[-1]
+
+    def extra_bytes(self):
+        """Bytes of the slots and counters: what the deterministic mode allocates."""
+        return self.slots.numel() * 4 + self.counts.numel() * 4
+
+
+@triton.jit
+def slot_of(slots_ptr, idx, grp, groups, size):
+    """The pointer to slot (level 0, idx, grp): where program ``idx`` stores its partial."""
+    return slots_ptr + (idx.to(tl.int64) * groups + grp) * size
+
+
+@triton.jit
+def tree_sum(slots_ptr, counts_ptr, idx, tiles, grp, groups, size,
+             FAN: tl.constexpr, BLOCK: tl.constexpr):
+    """Called by program ``idx`` (of ``tiles``) once its partial for group ``grp`` is in its slot
+    (``slot_of``): climbs the tree while it is the last of its siblings, adding their slots in
+    child order into the parent's. Returns nothing; the root slot ends up holding the sum."""
+    tl.debug_barrier()  # every thread's stores of the partial happen before the release below
+    zero = 0 * idx  # (run-time scalars: ``tiles`` may arrive as a constant 1)
+    row0 = zero  # slot rows before this level
+    cnt0 = zero  # counters before this level's parents
+    count = zero + tiles  # slots at this level
+    go = count > 1
+    while go:  # (`while`, not `for`: triton-lang/triton#9171, see ``mamba1.fused.forward``)
+        parent = idx // FAN
+        first = parent * FAN
+        kids = tl.minimum(count - first, FAN)
+        old = tl.atomic_add(counts_ptr + (cnt0 + parent).to(tl.int64) * groups + grp, 1,
+                            sem="acq_rel")
+        go = old == kids - 1  # the last sibling to arrive adds them all
+        if go:
+            tl.debug_barrier()  # its acquire happens before any thread's loads below
+            src = slots_ptr + ((row0 + first).to(tl.int64) * groups + grp) * size
+            dst = slots_ptr + ((row0 + count + parent).to(tl.int64) * groups + grp) * size
+            row = (zero + groups).to(tl.int64) * size  # one slot row: groups × size floats
+            off = zero
+            while off < size:
+                o = off + tl.arange(0, BLOCK)
+                m = o < size
+                acc = tl.load(src + o, mask=m, other=0.0, volatile=True)  # child 0
+                for k in tl.static_range(1, FAN):  # then 1, 2, …: never the arrival order
+                    # (unrolled: the FAN − 1 loads are in flight together; a missing child
+                    # reads 0, and x + 0 = x)
+                    has = (o * 0 + k) < kids  # (a vector mask: the interpreter wants one)
+                    acc += tl.load(src + k * row + o, mask=m & has, other=0.0,
+                                   volatile=True)
+                tl.store(dst + o, acc, mask=m)
+                off += BLOCK
+            tl.debug_barrier()  # the parent's slot is stored before the next level's release
+        row0 += count
+        cnt0 += tl.cdiv(count, FAN)
+        count = tl.cdiv(count, FAN)
+        idx = parent
+        go = go & (count > 1)
