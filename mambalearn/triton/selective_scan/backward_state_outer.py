@@ -46,8 +46,10 @@ def _so_state(h_in, g_in, A_n, B_n, C_n, C_r, dt, dtx, dt_nx, dy, dy_r, start, s
     three of `reverse_scan` (a flip across the lanes that hold the time axis costs a shuffle
     per element and lane bit)."""
     A2 = (A_n * LOG2E)[:, None]  # (BLOCK_D, 1)
-    a = tl.exp2(dt * A2)  # Ā_t = exp(Δ_t A)
-    a_nx = tl.exp2(dt_nx * A2)  # Ā_{t+1}: the reverse scan's gate
+    # Δ = 0 (a step past l, or a next step past the tile) is no step, whatever A: decay 1, not
+    # exp(0 · (−∞)) = NaN, which the reverse scan would carry to every earlier step
+    a = tl.exp2(tl.where(dt == 0.0, 0.0, dt * A2))  # Ā_t = exp(Δ_t A)
+    a_nx = tl.exp2(tl.where(dt_nx == 0.0, 0.0, dt_nx * A2))  # Ā_{t+1}: the reverse scan's gate
     if HAS_SEQ:
         a = tl.where(start, 0.0, a)
         a_nx = tl.where(start_nx, 0.0, a_nx)
@@ -219,7 +221,7 @@ def _bwd_so_kernel(
             dA_acc += tl.where(cols[None, :] == n, tl.sum(p * dt, axis=1)[:, None], 0.0)
             y += h * C_n
             gB += gg * B_n
-            gahA += p * A_n[:, None]
+            gahA += tl.where(p == 0.0, 0.0, p * A_n[:, None])  # A = −∞: 0, not −∞ · 0 = NaN
             if VAR_B:  # summed over the channel tile, one atomic add per step
                 _so_atomic(dBv_c + n * sdBn + t, tl.sum(gg * dtx, axis=0), t_ok, EVEN_L, DET)
             else:
