@@ -8,10 +8,11 @@
 * masks at every tile edge: lengths block − 1, block, block + 1 of the CPU configuration's tile
   (Mamba-1's time block, SSD's chunk, the decode step's head-dim block), forward and gradients
   against the float64 oracles.
-* non-finite inputs: A very negative (exp(ΔA) underflows to 0) gives finite outputs and gradients
-  equal to the oracle's; a NaN in one token of one sequence stays in that sequence, from that token
-  on — except SSD's, which reaches the earlier steps of its chunk (0 · NaN in the chunk's masked
-  product): a strict xfail, with the reason.
+* non-finite inputs: A very negative (exp(ΔA) underflows to 0) and A = −∞ (forget at once) give
+  finite outputs and gradients, the oracle's (at −∞ its limit); a NaN in one token of one sequence
+  stays in that sequence, from that token on — except SSD's, which reaches the earlier steps of
+  its chunk (0 · NaN in the chunk's tl.dot): a strict xfail, with the reason, and the chunked
+  kernels' docstrings say so.
 * determinism: the same inputs twice give bitwise equal outputs and gradients; a sequence's output
   and its own gradients do not depend on its position in the batch (parameter gradients, summed
   over the batch, may).
@@ -171,22 +172,56 @@ def test_mamba1_forward_with_A_minus_inf():
     assert_close(out, ref({k: v.double() for k, v in kw.items()}))
 
 
-@pytest.mark.xfail(strict=True, reason="A = −∞: Mamba-1's gradients are NaN (the derivative of "
-                   "exp(ΔA) in Δ is A·exp(ΔA) = −∞ · 0), and dB, shared by every channel, "
-                   "carries the NaN to all of them")
+def _finite_limit(kw, family):
+    """The same inputs with A = −∞ replaced by −1e6: exp(Δ A) and A exp(Δ A) are 0 to float64
+    for every Δ here, the limit the kernels must give at A = −∞ (the float64 oracles' autograd
+    takes −∞ · 0 = NaN there)."""
+    kw = {k: v.clone() for k, v in kw.items()}
+    kw["A"] = torch.where(kw["A"] == -float("inf"), -1e6, kw["A"])
+    return oracle_m1(kw) if family == "mamba1" else oracle_ssd(kw)
+
+
 def test_mamba1_gradients_with_A_minus_inf():
+    """dΔ holds A Ā_t h_{t−1} = −∞ · 0 at A = −∞ and dB, shared by every channel, would carry
+    that NaN to all of them: the kernels take the limit, 0."""
     kw, run, _ = _minus_inf_A("mamba1")
-    _, grads = run(kw)
-    assert all(torch.isfinite(g).all() for g in grads.values())
+    same_as_oracle(run(kw), _finite_limit(kw, "mamba1"), "Mamba-1, A = −∞")
 
 
-@pytest.mark.xfail(strict=True, reason="A = −∞: SSD's forward is NaN — its chunks take "
-                   "exp(cumsum_t − cumsum_s) of ΔA, and −∞ − (−∞) = NaN (chapter 17's segment-sum "
-                   "bug; the oracle ssd.mamba_chunk_scan_ref is NaN there too)")
-def test_ssd_forward_with_A_minus_inf():
+def test_ssd_with_A_minus_inf():
+    """SSD's chunks take exp(a_t − a_s) of the in-chunk cumsum a of Δ A, and −∞ − (−∞) = NaN:
+    the kernels floor Δ A at −1e30, so the forward is the sequential recurrence's and the
+    gradients its limit."""
     kw, run, _ = _minus_inf_A("ssd")
-    out, _ = run(kw, grad=False)
-    assert torch.isfinite(out).all()
+    got = run(kw)
+    want = ssd.ssd_sequential(**{k: kw[k].double() for k in ("x", "dt", "A", "B", "C")})[0]
+    want = want + kw["D"].double()[:, None] * kw["x"].double()
+    assert_close(got[0], want, msg="SSD, A = −∞: out vs the sequential recurrence")
+    same_as_oracle(got, _finite_limit(kw, "ssd"), "SSD, A = −∞")
+
+
+@pytest.mark.parametrize("launches", [1, 2])
+def test_ssd_fused_forward_with_A_minus_inf(launches):
+    """The fused forwards (one launch: its own cumsum) at the smallest chunk they run, l odd."""
+    from mambalearn.triton.ssd.fused import FUSED_MIN_CHUNK, ssd_fused_forward
+
+    q = FUSED_MIN_CHUNK
+    kw = ssd_inputs(1, q + 3, 2, 4, 4, seed=3)  # p, n = 4: 16-byte rows, the fused path
+    kw["A"][0] = -float("inf")
+    out, _ = ssd_fused_forward(**kw, chunk_size=q, launches=launches)
+    want = ssd.ssd_sequential(**{k: kw[k].double() for k in ("x", "dt", "A", "B", "C")})[0]
+    assert_close(out, want + kw["D"].double()[:, None] * kw["x"].double())
+
+
+def test_ssd_reference_with_A_minus_inf():
+    """The chunked oracle itself: finite, the recurrence's forward and finite gradients."""
+    kw, _, _ = _minus_inf_A("ssd")
+    kw64 = {k: v.double().requires_grad_() for k, v in kw.items()}
+    out = ssd.mamba_chunk_scan_ref(**kw64, chunk_size=CHUNK)
+    want = ssd.ssd_sequential(**{k: kw[k].double() for k in ("x", "dt", "A", "B", "C")})[0]
+    assert_close(out, want + kw["D"].double()[:, None] * kw["x"].double())
+    grads = torch.autograd.grad(out.sum(), list(kw64.values()))
+    assert all(torch.isfinite(g).all() for g in grads)
 
 
 def _nan_steps(out, time_dim):
@@ -218,9 +253,9 @@ def test_ssd_keeps_a_nan_in_its_sequence_and_out_of_earlier_chunks():
 
 
 @pytest.mark.xfail(strict=True, reason="SSD's intra-chunk product (L ∘ C Bᵀ) X multiplies the NaN "
-                   "of step t0 by L_ts = 0 for the chunk's earlier steps t, and 0 · NaN = NaN: a "
-                   "NaN reaches the steps of its chunk before it (ssd.mamba_chunk_scan_ref, the "
-                   "oracle, and mamba_ssm's chunked form do the same)")
+                   "of step t0 by L_ts = 0 for the chunk's earlier steps t inside one tl.dot, and "
+                   "0 · NaN = NaN: a NaN reaches the steps of its chunk before it (documented in "
+                   "the kernels; ssd.mamba_chunk_scan_ref and mamba_ssm's chunked form do the same)")
 def test_ssd_keeps_a_nan_out_of_earlier_steps_of_its_chunk():
     t0 = CHUNK + 1
     assert min(_nan_steps(_ssd_with_a_nan(t0)[0], 0)) == t0
