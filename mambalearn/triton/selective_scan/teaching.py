@@ -162,7 +162,8 @@ def selective_scan_fwd_kernel(
         for n in tl.static_range(N):  # unrolled: H[:, n] must be a compile-time column
             # 4. discretize: Ā = exp(Δ A_n), B̄x = Δ B_n x          (BLOCK_D, BLOCK_L)
             A_n = tl.load(A_ptr + d_idx * N + n, mask=d_mask, other=0.0)  # (BLOCK_D,)
-            a = tl.exp(tl.where(dt == 0.0, 0.0, dt * A_n[:, None]))  # Δ = 0: no step, even at A = −∞
+            # Δ = 0 (past l) is no step, even at A = −∞: decay 1, not exp(0 · (−∞)) = NaN
+            a = tl.exp(tl.where(dt == 0.0, 0.0, dt * A_n[:, None]))
             if HAS_SEQ:
                 a = tl.where(start, 0.0, a)  # a new sequence: forget the state (Ā = 0)
             B_n = load_bc(B_ptr, Bv_ptr, n, t, l, d_idx, d_mask, stride_B0, stride_B1,

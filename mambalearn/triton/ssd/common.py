@@ -72,20 +72,21 @@ def exp2_ftz(x):
                                          dtype=tl.float32, is_pure=True, pack=1)
 
 
-LOG_DECAY_FLOOR = tl.constexpr(-1e30)  # the least Δ_t A a step keeps (module of ``log_decay``)
+LOG_DECAY_FLOOR = tl.constexpr(-128.0)  # the least Δ A a step keeps (``log_decay``)
 
 
 @triton.jit
 def log_decay(dt, A, ok):
-    """Δ_t A, floored at −1e30, and 0 where not ``ok`` (padding past l).
+    """Δ_t A floored at −128, and 0 where not ``ok`` (padding past l).
 
-    A = −∞ (forget at once) would make a_t = Σ Δ A = −∞ at every step, and every decay
-    exp(a_t − a_s) a NaN, −∞ − (−∞); Δ = 0 on padding would make 0 · (−∞) a NaN too. Floored,
-    a_t stays finite (q steps at most −q · 1e30, far from float32's 3.4e38), a_t − a_s is
-    −(t − s) · 1e30 to a relative rounding, and the decays come out as the sequential
-    recurrence's: exp(0) = 1 on the diagonal, exp(−1e30) = 0 everywhere else. A step whose true
-    Δ A is −1e30 or less decays by exp(Δ A) = 0 either way, so no finite input changes. NaN
-    stays NaN (the comparison is false): a NaN Δ or A reaches a_t as before."""
+    A = −∞ (forget at once) would make a_t = Σ_{s≤t} Δ_s A = −∞ at every step and every decay
+    exp(a_t − a_s) a NaN, −∞ − (−∞); Δ = 0 on the padding would make 0 · (−∞) a NaN too.
+    Floored, a stays finite and the decays are the recurrence's: exp(0) = 1 from a step to
+    itself, and across a floored step exp(≤ −128) = 0 in float32, as exp(Δ A) was. So no output
+    changes for a finite input either (a Δ A below −104 already decays by 0 in float32), and the
+    cumulative sums stay small enough that a_t − a_s keeps its precision. A NaN stays NaN (the
+    comparison is false). The backward gives a floored step no gradient in Δ or A (the floor is
+    flat there; the true derivative A exp(Δ A) · … is 0 in float32 too)."""
     a = dt * A
     return tl.where(ok, tl.where(a < LOG_DECAY_FLOOR, LOG_DECAY_FLOOR, a), 0.0)
 
