@@ -293,3 +293,58 @@ def test_bitwise_twice_and_independent_of_the_batch_position(family):
     assert torch.equal(out, out_s.flip(0)), f"{family}: a sequence's output depends on its row"
     for k in PER_SEQUENCE[family]:
         assert torch.equal(grads[k], grads_s[k].flip(0)), f"{family}: d{k} depends on the row"
+
+
+# --- Mamba-3: ADT = −∞ (its log-decay comes per step) -----------------------------------------
+
+def _m3_grads(fn, kw, names, states=None, **extra):
+    """out and the gradients of a seeded projection of out w.r.t. every input in ``names``."""
+    x = {k: None if v is None else v.detach().clone().requires_grad_() for k, v in kw.items()}
+    out = fn(**x, Input_States=states, **extra)
+    w = torch.randn(out.shape, generator=torch.Generator().manual_seed(3), dtype=torch.float64)
+    (out.double() * w).sum().backward()
+    return out.detach(), {k: x[k].grad for k in names if x[k] is not None}
+
+
+@pytest.mark.parametrize("where", ["head", "steps"])
+def test_mamba3_siso_with_ADT_minus_inf(where):
+    """One head forgetting at every step, or two steps of every head (one mid-chunk, one at a
+    chunk's end): the forward is the recurrence's, the gradients its limit (ADT → −1e6)."""
+    from mambalearn import mamba3
+    from mambalearn.triton.mamba3 import mamba3_siso_combined
+    from tests.test_mamba3 import NAMES, make
+
+    kw = make(b=1, l=37, h=2, g=1, n=8, p=4, na=3, seed=5)
+    if where == "head":
+        kw["ADT"][:, 1] = -float("inf")
+    else:
+        kw["ADT"][:, :, [6, 15]] = -float("inf")
+    f32 = {k: v.float() for k, v in kw.items()}
+    out, grads = _m3_grads(mamba3_siso_combined, f32, NAMES, chunk_size=16)
+    assert torch.isfinite(out).all(), f"ADT = −∞ ({where}): out not finite"
+    assert_close(out, mamba3.mamba3_siso_sequential(**kw), msg=f"ADT = −∞ ({where}): out")
+    limit = dict(kw, ADT=torch.where(kw["ADT"] == -float("inf"), -1e6, kw["ADT"]))
+    _, want = _m3_grads(mamba3.mamba3_siso_sequential, limit, NAMES)
+    for k, g in grads.items():
+        assert torch.isfinite(g).all(), f"ADT = −∞ ({where}): d{k} not finite"
+        assert_close(g, want[k], grad=True, msg=f"ADT = −∞ ({where}): d{k}")
+
+
+def test_mamba3_mimo_with_ADT_minus_inf():
+    from mambalearn.mamba3 import mimo
+    from mambalearn.triton.mamba3 import mamba3_mimo_combined
+    from tests.test_mamba3_mimo import inputs
+
+    x, _ = inputs(seed=4, r=2, l=19, h=2, g=1, p=5, n=12, states=False, dtype=torch.float64)
+    x["ADT"][:, 0] = -float("inf")  # one head
+    x["ADT"][:, 1, 9] = -float("inf")  # one step of the other, mid-chunk
+    names = [k for k, v in x.items() if v is not None]
+    f32 = {k: None if v is None else v.float() for k, v in x.items()}
+    out, grads = _m3_grads(mamba3_mimo_combined, f32, names, chunk_size=8)
+    assert torch.isfinite(out).all(), "MIMO, ADT = −∞: out not finite"
+    assert_close(out, mimo.mamba3_mimo_sequential(**x), msg="MIMO, ADT = −∞: out")
+    limit = dict(x, ADT=torch.where(x["ADT"] == -float("inf"), -1e6, x["ADT"]))
+    _, want = _m3_grads(mimo.mamba3_mimo_sequential, limit, names)
+    for k, g in grads.items():
+        assert torch.isfinite(g).all(), f"MIMO, ADT = −∞: d{k} not finite"
+        assert_close(g, want[k], grad=True, msg=f"MIMO, ADT = −∞: d{k}")
