@@ -181,11 +181,31 @@ def _finite_limit(kw, family):
     return oracle_m1(kw) if family == "mamba1" else oracle_ssd(kw)
 
 
-def test_mamba1_gradients_with_A_minus_inf():
-    """dΔ holds A Ā_t h_{t−1} = −∞ · 0 at A = −∞ and dB, shared by every channel, would carry
-    that NaN to all of them: the kernels take the limit, 0."""
-    kw, run, _ = _minus_inf_A("mamba1")
-    same_as_oracle(run(kw), _finite_limit(kw, "mamba1"), "Mamba-1, A = −∞")
+M1_BACKWARDS = ["default", "runtime-loop 32x16w2", "state-outer 2x64w1 flip3", "deterministic",
+                "teaching"]
+
+
+@pytest.mark.parametrize("backward", M1_BACKWARDS)
+def test_mamba1_gradients_with_A_minus_inf(backward):
+    """dΔ holds A Ā_t h_{t−1} = −∞ · 0 at A = −∞, Δ = 0 past l makes exp(0 · (−∞)) a NaN that
+    the reverse scan carries back, and dB, shared by every channel, would carry either to all of
+    them: every backward (the sub-block and both state-outer kernels, the deterministic sum, the
+    teaching kernel) takes the limit, 0."""
+    from mambalearn.triton.selective_scan import selective_scan_teaching
+    from mambalearn.triton.selective_scan.config import BACKWARD_VARIANTS
+
+    kw, _, _ = _minus_inf_A("mamba1")
+    if backward == "teaching":
+        fn = selective_scan_teaching
+    else:
+        cfg = default_config(2, "cpu")
+        if backward == "deterministic":
+            cfg = cfg.replace(deterministic=True)
+        elif backward != "default":
+            cfg = cfg.replace(backward=BACKWARD_VARIANTS[backward])
+        fn = lambda **k: selective_scan_fn(**k, config=cfg)  # noqa: E731
+    same_as_oracle(_run(fn, kw, True, None), _finite_limit(kw, "mamba1"),
+                   f"Mamba-1, A = −∞, {backward}")
 
 
 def test_ssd_with_A_minus_inf():
