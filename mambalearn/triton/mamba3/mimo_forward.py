@@ -133,7 +133,10 @@ def mimo_forward_kernel(
                         other=0.0)
         # 1. the rank-r products and the mask L; 2. outputs; 3. the state to the chunk's end
         s = tl.dot(q.to(DOT), tl.trans(k.to(DOT)))  # (q·r, q·r)
-        s = s * step_mask(c2, w, gamma, Q, R)
+        # a where, not a product with the mask's zeros: a NaN in a later step's k (its column of
+        # s) must not reach the earlier rows through 0 · NaN
+        step = tl.arange(0, Q * R) // R
+        s = tl.where(step[:, None] >= step[None, :], s * step_mask(c2, w, gamma, Q, R), 0.0)
         y = tl.dot(q.to(DOT), tl.trans(H.to(DOT))) * exp2(c2)[:, None]  # (q·r, P)
         y = tl.dot(s.to(DOT), v.to(DOT), acc=y) + D * v
         if HAS_Z:  # silu(z_t ζ_ρ)
