@@ -368,3 +368,49 @@ def test_mamba3_mimo_with_ADT_minus_inf():
     for k, g in grads.items():
         assert torch.isfinite(g).all(), f"MIMO, ADT = −∞: d{k} not finite"
         assert_close(g, want[k], grad=True, msg=f"MIMO, ADT = −∞: d{k}")
+
+
+# --- where a NaN goes in Mamba-3 (the docstrings of mamba3_siso_combined, mamba3_mimo_combined) ---
+
+M3_CHUNK = 16
+
+
+def _m3_nan_run(family, name, t0):
+    """Batch row 0 gets a NaN at step t0 in ``name`` (head 0, one element); the output."""
+    if family == "siso":
+        from mambalearn.triton.mamba3 import mamba3_siso_combined as fn
+        from tests.test_mamba3 import make
+
+        kw = {k: v.float() for k, v in make(b=2, l=2 * M3_CHUNK + 7, h=2, g=1, n=8, p=4, na=3,
+                                            seed=t0).items()}
+        extra = dict(chunk_size=M3_CHUNK)
+    else:
+        from mambalearn.triton.mamba3 import mamba3_mimo_combined as fn
+        from tests.test_mamba3_mimo import inputs
+
+        kw, _ = inputs(seed=t0, r=2, l=2 * 8 + 5, h=2, g=1, p=4, n=8, states=False,
+                       dtype=torch.float32)
+        extra = dict(chunk_size=8)
+    where = {"V": (0, t0, 0, 1), "ADT": (0, 0, t0), "DT": (0, 0, t0)}.get(name)
+    if where is None:  # Q, K: (b, l, [r,] g, n)
+        where = (0, t0) + (0,) * (kw[name].ndim - 3) + (2,)
+    kw[name][where] = float("nan")
+    with torch.no_grad():
+        return fn(**kw, **extra), extra["chunk_size"]
+
+
+@pytest.mark.parametrize("family", ["siso", "mimo"])
+@pytest.mark.parametrize("name", ["Q", "K", "DT", "ADT", "V"])
+def test_mamba3_keeps_a_nan_from_its_step_on(family, name):
+    """A NaN at step t0 (mid-chunk) of sequence 0: sequence 1 stays finite, and the NaN reaches
+    no step before t0 — except from V, which reaches back to its chunk's first step (0 · NaN in
+    the chunk's tl.dot, as the docstrings say) and only V's channel."""
+    t0 = 19 if family == "siso" else 11  # inside the second chunk
+    out, q = _m3_nan_run(family, name, t0)  # (b, l, h, p)
+    assert torch.isfinite(out[1]).all(), f"{family}: a NaN in {name} of sequence 0 reached 1"
+    steps = _nan_steps(out[0], 0)
+    assert steps, f"{family}: a NaN in {name} vanished"
+    first = (t0 // q) * q if name == "V" else t0
+    assert min(steps) == first, f"{family}: a NaN in {name} at {t0} reached step {min(steps)}"
+    if name == "V":
+        assert torch.isfinite(out[0][..., [0, 2, 3]]).all(), f"{family}: V's NaN left its channel"
