@@ -274,6 +274,8 @@ def mamba_chunk_scan_ref(x, dt, A, B, C, chunk_size, D=None, z=None, dt_bias=Non
     initial_states (b, h, p, n); seq_idx (b, l) int → out (b, l, h, p) in x's dtype, and the final
     states (b, h, p, n) float32 if ``return_final_states``.
     Matches ``mamba_ssm.ops.triton.ssd_combined.mamba_chunk_scan_combined`` (no cu_seqlens).
+    A = −∞ gives the recurrence's output and finite gradients (``ssd_chunked`` floors A at −1e30);
+    a NaN in x reaches its chunk's earlier steps as in the kernels (0 · NaN in the einsum).
     """
     b, l, h, p, g, n = check_inputs(x, dt, A, B, C)
     check_extras(b, l, h, p, n, D, z, dt_bias, initial_states, seq_idx, dt_limit)

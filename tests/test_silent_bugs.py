@@ -266,16 +266,32 @@ def _ssd_with_a_nan(t0):
 
 
 def test_ssd_keeps_a_nan_in_its_sequence_and_out_of_earlier_chunks():
+    """What mamba_chunk_scan_combined's docstring says a NaN in x does: in the interpreter it
+    reaches its chunk from the chunk's first step on, in its head and channel only."""
     t0 = CHUNK + 1  # the second step of chunk 1
-    out = _ssd_with_a_nan(t0)
+    out = _ssd_with_a_nan(t0)  # the NaN at (0, t0, head 0, channel 1)
     assert torch.isfinite(out[1]).all(), "a NaN in sequence 0 reached sequence 1"
-    assert min(_nan_steps(out[0], 0)) >= CHUNK, "a NaN reached an earlier chunk"
+    assert _nan_steps(out[0], 0) == list(range(CHUNK, 3 * CHUNK)), "not from its chunk's start on"
+    assert torch.isfinite(out[0, :, 1]).all() and torch.isfinite(out[0, :, 0, [0, 2]]).all(), \
+        "a NaN in x reached another head or channel"
+
+
+@pytest.mark.parametrize("name", ["dt", "B", "C"])
+def test_ssd_keeps_a_nan_in_dt_B_C_from_its_step_on(name):
+    """A NaN in dt, B or C at t0 reaches no step before t0: the causal masks are wheres."""
+    t0 = CHUNK + 1
+    kw = ssd_inputs(2, 3 * CHUNK, 2, 3, 4, seed=2)
+    kw[name][(0, t0) + (0,) * (kw[name].ndim - 2)] = float("nan")
+    out = run_ssd(kw, grad=False)[0]
+    assert torch.isfinite(out[1]).all(), f"a NaN in {name} of sequence 0 reached sequence 1"
+    assert min(_nan_steps(out[0], 0)) == t0, f"a NaN in {name} reached a step before its own"
 
 
 @pytest.mark.xfail(strict=True, reason="SSD's intra-chunk product (L ∘ C Bᵀ) X multiplies the NaN "
                    "of step t0 by L_ts = 0 for the chunk's earlier steps t inside one tl.dot, and "
                    "0 · NaN = NaN: a NaN reaches the steps of its chunk before it (documented in "
-                   "the kernels; ssd.mamba_chunk_scan_ref and mamba_ssm's chunked form do the same)")
+                   "the kernels; ssd.mamba_chunk_scan_ref and mamba_ssm's chunk scan, a tl.dot "
+                   "of the masked cb and x, do the same)")
 def test_ssd_keeps_a_nan_out_of_earlier_steps_of_its_chunk():
     t0 = CHUNK + 1
     assert min(_nan_steps(_ssd_with_a_nan(t0)[0], 0)) == t0
