@@ -87,8 +87,8 @@ def mamba3_siso_combined(Q, K, V, ADT, DT, Trap, Q_bias, K_bias, Angles, D=None,
     ``common.floor_log_decay``: e^{−128} is 0 in float32 as e^{ADT} was). A NaN in Q, K, DT or ADT
     at step t of a sequence reaches that sequence's outputs at t and after, never before (the
     causal masks are ``tl.where`` calls). A NaN or ±∞ in V at step t also reaches the steps of t's
-    chunk before it: the chunk's product (L ∘ Q Kᵀ) V is one ``tl.dot``, and the zero of L_{t's} for
-    s > t' meets the NaN there (0 · NaN = NaN); never an earlier chunk, another sequence of the
+    chunk before it: the chunk's product (L ∘ Q Kᵀ) V is one ``tl.dot``, where L_{t′t} = 0
+    (t′ < t) meets the NaN (0 · NaN = NaN); never an earlier chunk, another sequence of the
     batch, another head or another channel of V.
     """
     if cu_seqlens is not None:
