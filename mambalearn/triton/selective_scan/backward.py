@@ -31,6 +31,7 @@ from mambalearn.triton.selective_scan.interface import bc_strides, flags
 from mambalearn.triton.selective_scan.tile import (
     LOG2E,
     column,
+    floor_A,
     ld,
     load_bc,
     load_delta,
@@ -70,10 +71,9 @@ def _bwd_state(n, h_in, g_in, x, dt, dtx, dt_nx, dy, start, start_nx, t, t_ok, l
                DET: tl.constexpr):
     """One state n over one sub-block, backwards. Returns the tile terms C·h, ∂x, ∂Δ, the adjoint
     at the first step (carried to the earlier block), and the (BLOCK_D,) sums for dA, dB, dC."""
-    A_n = ld(A_ptr + d_idx * N + n, d_mask, EVEN_D)[:, None]  # (BLOCK_D, 1)
-    # Δ = 0 (past l) is no step, whatever A: decay 1, not exp(0 · (−∞)) = NaN
-    a = tl.exp2(tl.where(dt == 0.0, 0.0, dt * (A_n * LOG2E)))  # Ā_t
-    a_nx = tl.exp2(tl.where(dt_nx == 0.0, 0.0, dt_nx * (A_n * LOG2E)))  # Ā_{t+1}
+    A_n = floor_A(ld(A_ptr + d_idx * N + n, d_mask, EVEN_D))[:, None]  # (BLOCK_D, 1), floored
+    a = tl.exp2(dt * (A_n * LOG2E))  # Ā_t
+    a_nx = tl.exp2(dt_nx * (A_n * LOG2E))  # Ā_{t+1}
     if HAS_SEQ:
         a = tl.where(start, 0.0, a)
         a_nx = tl.where(start_nx, 0.0, a_nx)
@@ -110,10 +110,7 @@ def _bwd_state(n, h_in, g_in, x, dt, dtx, dt_nx, dy, start, start_nx, t, t_ok, l
         else:
             tl.atomic_add(dCv_ptr + n * stride_dCn + t, tl.sum(dy * h, axis=0), mask=t_ok,
                           sem="relaxed")
-    # ∂Δ of Ā_t h_{t−1} is A Ā_t h_{t−1}; at A = −∞ that is −∞ · 0 = NaN, its limit 0 (the where
-    # changes nothing for a finite A: there ah = 0 gives 0 either way)
-    ahA = tl.where(ah == 0.0, 0.0, ah * A_n)
-    return (h * Cn, gdt * Bn, gg * (ahA + x * Bn), column(gg, cols, 0),
+    return (h * Cn, gdt * Bn, gg * (ah * A_n + x * Bn), column(gg, cols, 0),
             tl.sum(gg * ah * dt, axis=1), dB_c, dC_c)
 
 

@@ -24,6 +24,7 @@ from mambalearn.triton.selective_scan.interface import bc_strides, flags
 from mambalearn.triton.selective_scan.tile import (
     LOG2E,
     column,
+    floor_A,
     fold_adjoints,
     ld,
     load_bc,
@@ -46,10 +47,8 @@ def _so_state(h_in, g_in, A_n, B_n, C_n, C_r, dt, dtx, dt_nx, dy, dy_r, start, s
     three of `reverse_scan` (a flip across the lanes that hold the time axis costs a shuffle
     per element and lane bit)."""
     A2 = (A_n * LOG2E)[:, None]  # (BLOCK_D, 1)
-    # Δ = 0 (a step past l, or a next step past the tile) is no step, whatever A: decay 1, not
-    # exp(0 · (−∞)) = NaN, which the reverse scan would carry to every earlier step
-    a = tl.exp2(tl.where(dt == 0.0, 0.0, dt * A2))  # Ā_t = exp(Δ_t A)
-    a_nx = tl.exp2(tl.where(dt_nx == 0.0, 0.0, dt_nx * A2))  # Ā_{t+1}: the reverse scan's gate
+    a = tl.exp2(dt * A2)  # Ā_t = exp(Δ_t A)
+    a_nx = tl.exp2(dt_nx * A2)  # Ā_{t+1}: the reverse scan's gate
     if HAS_SEQ:
         a = tl.where(start, 0.0, a)
         a_nx = tl.where(start_nx, 0.0, a_nx)
@@ -76,7 +75,7 @@ def _so_load_state(n, st_c, g_c, A_ptr, B_ptr, Bv_ptr, C_ptr, Cv_ptr, t, t_r, l,
     """What state n reads in one chunk: A[:, n], the stored state entering the chunk, the
     adjoint leaving the later chunk, B_n, C_n (and C_n reversed). Nothing here depends on an
     earlier state of this chunk, so the loop issues it one state ahead."""
-    A_n = ld(A_ptr + d_idx * N + n, d_mask, EVEN_D)  # (BLOCK_D,)
+    A_n = floor_A(ld(A_ptr + d_idx * N + n, d_mask, EVEN_D))  # (BLOCK_D,); A = −∞: no NaN
     h_n = ld(st_c + n, d_mask, EVEN_D)  # (BLOCK_D,)
     g_n = ld(g_c + n, d_mask, EVEN_D)  # (BLOCK_D,) written in the later chunk
     B_n = load_bc(B_ptr, Bv_ptr, n, t, l, d_idx, d_mask, stride_Bn, N, VAR_B, EVEN_L,
@@ -221,7 +220,7 @@ def _bwd_so_kernel(
             dA_acc += tl.where(cols[None, :] == n, tl.sum(p * dt, axis=1)[:, None], 0.0)
             y += h * C_n
             gB += gg * B_n
-            gahA += tl.where(p == 0.0, 0.0, p * A_n[:, None])  # A = −∞: 0, not −∞ · 0 = NaN
+            gahA += p * A_n[:, None]
             if VAR_B:  # summed over the channel tile, one atomic add per step
                 _so_atomic(dBv_c + n * sdBn + t, tl.sum(gg * dtx, axis=0), t_ok, EVEN_L, DET)
             else:

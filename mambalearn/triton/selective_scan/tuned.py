@@ -120,8 +120,8 @@ def selective_scan_fn(u, delta, A, B, C, D=None, z=None, delta_bias=None, delta_
     position in the batch (the backward's dB/dC summed in a fixed order, not with atomics; what
     it costs and what stays batch-dependent: `Config`); None: the config's (False by default).
     Non-finite inputs: an entry of A at −∞ (a state that forgets at every step) gives the
-    recurrence's output and finite gradients, their limit (A Ā_t h_{t−1} is taken as 0 where
-    Ā_t h_{t−1} is, and Δ = 0 past l as no step); a NaN in one token of one channel reaches that
+    recurrence's output and finite gradients, their limit (the backward floors A at −1e30,
+    ``tile.floor_A``: no 0 · (−∞)); a NaN in one token of one channel reaches that
     channel's outputs of that sequence at that step and after, and nothing else (in the backward
     the gradients that sum over channels or over the batch, dA, dB, dC, dD, carry it further).
     """
