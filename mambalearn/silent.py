@@ -5,9 +5,10 @@ Each bug comes as a broken function and its fix, small enough to run in Triton's
     tile_offsets(rows, stride, length, block, wide)
                       (a) the offsets row·stride + j of a (rows, length) launch: in int32 they
                       wrap past 2³¹ − 1;  wraps_int32(v): what int32 makes of v
-    decay_naive(a), decay_matrix(a)
+    decay_naive(a), decay_matrix(a), decay_floored(a, floor)
                       (b) L = exp(segsum(a)): exp of cumsum differences masked after exp (Inf,
-                      NaN gradients) vs masked to −∞ before exp
+                      NaN gradients) vs masked to −∞ before exp; and the kernels' way, one
+                      cumsum of a floored a, its differences masked before exp
     row_sums(x, block, masked), poisoned(rows, n, pad)
                       (d) a tiled reduction with and without its last tile's mask; rows with
                       poison after them
@@ -103,6 +104,20 @@ def decay_matrix(a):
     and its gradient there is exp(−∞)·g = 0. Shapes: a (..., T) → (..., T, T)."""
     check_tensor("a", a)
     return torch.exp(segsum(a))
+
+
+def decay_floored(a, floor=-128.0):
+    """L = exp(segsum(a)) the way a chunked kernel affords it: one cumsum c of a per chunk (the
+    segment sums cost a (T, T) cumsum), each a_k floored at ``floor`` first, and the differences
+    c_t − c_s masked to −∞ *before* exp. The floor keeps c finite at a reset (a_k = −∞), so no
+    −∞ − (−∞); below ≈ −104 exp is 0 in float32 anyway, so no finite input changes; and c stays
+    small enough that a short segment keeps its digits. Its gradient is 0 where the floor bites
+    (the true one, a_k's e^{a_k}·…, is 0 in float32 too). Shapes: a (..., T) → (..., T, T)."""
+    check_tensor("a", a)
+    cs = torch.cumsum(a.clamp(min=floor), dim=-1)
+    T = a.shape[-1]
+    causal = torch.ones(T, T, dtype=torch.bool, device=a.device).tril()
+    return torch.exp(torch.where(causal, cs[..., :, None] - cs[..., None, :], float("-inf")))
 
 
 # --- (d) masks ------------------------------------------------------------------------------------

@@ -8,10 +8,11 @@
 * masks at every tile edge: lengths block − 1, block, block + 1 of the CPU configuration's tile
   (Mamba-1's time block, SSD's chunk, the decode step's head-dim block), forward and gradients
   against the float64 oracles.
-* non-finite inputs: A very negative (exp(ΔA) underflows to 0) gives finite outputs and gradients
-  equal to the oracle's; a NaN in one token of one sequence stays in that sequence, from that token
-  on — except SSD's, which reaches the earlier steps of its chunk (0 · NaN in the chunk's masked
-  product): a strict xfail, with the reason.
+* non-finite inputs: A very negative (exp(ΔA) underflows to 0) and A = −∞ (forget at once) give
+  finite outputs and gradients, the oracle's (at −∞ its limit); a NaN in one token of one sequence
+  stays in that sequence, from that token on — except SSD's, which reaches the earlier steps of
+  its chunk (0 · NaN in the chunk's tl.dot): a strict xfail, with the reason, and the chunked
+  kernels' docstrings say so.
 * determinism: the same inputs twice give bitwise equal outputs and gradients; a sequence's output
   and its own gradients do not depend on its position in the batch (parameter gradients, summed
   over the batch, may).
@@ -172,22 +173,77 @@ def test_mamba1_forward_with_A_minus_inf():
     assert_close(out, ref({k: v.double() for k, v in kw.items()}))
 
 
-@pytest.mark.xfail(strict=True, reason="A = −∞: Mamba-1's gradients are NaN (the derivative of "
-                   "exp(ΔA) in Δ is A·exp(ΔA) = −∞ · 0), and dB, shared by every channel, "
-                   "carries the NaN to all of them")
-def test_mamba1_gradients_with_A_minus_inf():
-    kw, run, _ = _minus_inf_A("mamba1")
-    _, grads = run(kw)
-    assert all(torch.isfinite(g).all() for g in grads.values())
+def _finite_limit(kw, family):
+    """The same inputs with A = −∞ replaced by −1e6: exp(Δ A) and A exp(Δ A) are 0 to float64
+    for every Δ here, the limit the kernels must give at A = −∞ (the float64 oracles' autograd
+    takes −∞ · 0 = NaN there)."""
+    kw = {k: v.clone() for k, v in kw.items()}
+    kw["A"] = torch.where(kw["A"] == -float("inf"), -1e6, kw["A"])
+    return oracle_m1(kw) if family == "mamba1" else oracle_ssd(kw)
 
 
-@pytest.mark.xfail(strict=True, reason="A = −∞: SSD's forward is NaN — its chunks take "
-                   "exp(cumsum_t − cumsum_s) of ΔA, and −∞ − (−∞) = NaN (chapter 17's segment-sum "
-                   "bug; the oracle ssd.mamba_chunk_scan_ref is NaN there too)")
-def test_ssd_forward_with_A_minus_inf():
+M1_BACKWARDS = ["default", "runtime-loop 32x16w2", "state-outer 2x64w1 flip3", "deterministic",
+                "teaching"]
+
+
+@pytest.mark.parametrize("backward", M1_BACKWARDS)
+def test_mamba1_gradients_with_A_minus_inf(backward):
+    """dΔ holds A Ā_t h_{t−1} = −∞ · 0 at A = −∞, Δ = 0 past l makes exp(0 · (−∞)) a NaN that
+    the reverse scan carries back, and dB, shared by every channel, would carry either to all of
+    them: every backward (the sub-block and both state-outer kernels, the deterministic sum, the
+    teaching kernel) takes the limit, 0."""
+    from mambalearn.mamba1 import selective_scan_teaching
+    from mambalearn.mamba1.config import BACKWARD_VARIANTS
+
+    kw, _, _ = _minus_inf_A("mamba1")
+    if backward == "teaching":
+        fn = selective_scan_teaching
+    else:
+        cfg = default_config(2, "cpu")
+        if backward == "deterministic":
+            cfg = cfg.replace(deterministic=True)
+        elif backward != "default":
+            cfg = cfg.replace(backward=BACKWARD_VARIANTS[backward])
+        fn = lambda **k: selective_scan_fn(**k, config=cfg)  # noqa: E731
+    same_as_oracle(_run(fn, kw, True, None), _finite_limit(kw, "mamba1"),
+                   f"Mamba-1, A = −∞, {backward}")
+
+
+def test_ssd_with_A_minus_inf():
+    """SSD's chunks take exp(a_t − a_s) of the in-chunk cumsum a of Δ A, and −∞ − (−∞) = NaN:
+    the kernels floor Δ A at −1e30, so the forward is the sequential recurrence's and the
+    gradients its limit."""
     kw, run, _ = _minus_inf_A("ssd")
-    out, _ = run(kw, grad=False)
-    assert torch.isfinite(out).all()
+    got = run(kw)
+    want = ssd.ssd_sequential(**{k: kw[k].double() for k in ("x", "dt", "A", "B", "C")})[0]
+    want = want + kw["D"].double()[:, None] * kw["x"].double()
+    assert_close(got[0], want, msg="SSD, A = −∞: out vs the sequential recurrence")
+    same_as_oracle(got, _finite_limit(kw, "ssd"), "SSD, A = −∞")
+
+
+@pytest.mark.parametrize("launches", [1, 2])
+def test_ssd_fused_forward_with_A_minus_inf(launches):
+    """The fused forwards (one launch: its own cumsum) at the smallest chunk they run, l odd."""
+    from mambalearn.mamba2.common import FUSED_MIN_CHUNK
+    from mambalearn.mamba2.fused.forward import ssd_fused_forward
+
+    q = FUSED_MIN_CHUNK
+    kw = ssd_inputs(1, q + 3, 2, 4, 4, seed=3)  # p, n = 4: 16-byte rows, the fused path
+    kw["A"][0] = -float("inf")
+    out, _ = ssd_fused_forward(**kw, chunk_size=q, launches=launches)
+    want = ssd.ssd_sequential(**{k: kw[k].double() for k in ("x", "dt", "A", "B", "C")})[0]
+    assert_close(out, want + kw["D"].double()[:, None] * kw["x"].double())
+
+
+def test_ssd_reference_with_A_minus_inf():
+    """The chunked oracle itself: finite, the recurrence's forward and finite gradients."""
+    kw, _, _ = _minus_inf_A("ssd")
+    kw64 = {k: v.double().requires_grad_() for k, v in kw.items()}
+    out = ssd.mamba_chunk_scan_ref(**kw64, chunk_size=CHUNK)
+    want = ssd.ssd_sequential(**{k: kw[k].double() for k in ("x", "dt", "A", "B", "C")})[0]
+    assert_close(out, want + kw["D"].double()[:, None] * kw["x"].double())
+    grads = torch.autograd.grad(out.sum(), list(kw64.values()))
+    assert all(torch.isfinite(g).all() for g in grads)
 
 
 def _nan_steps(out, time_dim):
@@ -212,16 +268,32 @@ def _ssd_with_a_nan(t0):
 
 
 def test_ssd_keeps_a_nan_in_its_sequence_and_out_of_earlier_chunks():
+    """What mamba_chunk_scan_combined's docstring says a NaN in x does: in the interpreter it
+    reaches its chunk from the chunk's first step on, in its head and channel only."""
     t0 = CHUNK + 1  # the second step of chunk 1
-    out = _ssd_with_a_nan(t0)
+    out = _ssd_with_a_nan(t0)  # the NaN at (0, t0, head 0, channel 1)
     assert torch.isfinite(out[1]).all(), "a NaN in sequence 0 reached sequence 1"
-    assert min(_nan_steps(out[0], 0)) >= CHUNK, "a NaN reached an earlier chunk"
+    assert _nan_steps(out[0], 0) == list(range(CHUNK, 3 * CHUNK)), "not from its chunk's start on"
+    assert torch.isfinite(out[0, :, 1]).all() and torch.isfinite(out[0, :, 0, [0, 2]]).all(), \
+        "a NaN in x reached another head or channel"
+
+
+@pytest.mark.parametrize("name", ["dt", "B", "C"])
+def test_ssd_keeps_a_nan_in_dt_B_C_from_its_step_on(name):
+    """A NaN in dt, B or C at t0 reaches no step before t0: the causal masks are wheres."""
+    t0 = CHUNK + 1
+    kw = ssd_inputs(2, 3 * CHUNK, 2, 3, 4, seed=2)
+    kw[name][(0, t0) + (0,) * (kw[name].ndim - 2)] = float("nan")
+    out = run_ssd(kw, grad=False)[0]
+    assert torch.isfinite(out[1]).all(), f"a NaN in {name} of sequence 0 reached sequence 1"
+    assert min(_nan_steps(out[0], 0)) == t0, f"a NaN in {name} reached a step before its own"
 
 
 @pytest.mark.xfail(strict=True, reason="SSD's intra-chunk product (L ∘ C Bᵀ) X multiplies the NaN "
-                   "of step t0 by L_ts = 0 for the chunk's earlier steps t, and 0 · NaN = NaN: a "
-                   "NaN reaches the steps of its chunk before it (ssd.mamba_chunk_scan_ref, the "
-                   "oracle, and mamba_ssm's chunked form do the same)")
+                   "of step t0 by L_ts = 0 for the chunk's earlier steps t inside one tl.dot, and "
+                   "0 · NaN = NaN: a NaN reaches the steps of its chunk before it (documented in "
+                   "the kernels; ssd.mamba_chunk_scan_ref and mamba_ssm's chunk scan, a tl.dot "
+                   "of the masked cb and x, do the same)")
 def test_ssd_keeps_a_nan_out_of_earlier_steps_of_its_chunk():
     t0 = CHUNK + 1
     assert min(_nan_steps(_ssd_with_a_nan(t0)[0], 0)) == t0
@@ -259,3 +331,104 @@ def test_bitwise_twice_and_independent_of_the_batch_position(family):
     assert torch.equal(out, out_s.flip(0)), f"{family}: a sequence's output depends on its row"
     for k in PER_SEQUENCE[family]:
         assert torch.equal(grads[k], grads_s[k].flip(0)), f"{family}: d{k} depends on the row"
+
+
+# --- Mamba-3: ADT = −∞ (its log-decay comes per step) -----------------------------------------
+
+def _m3_grads(fn, kw, names, states=None, **extra):
+    """out and the gradients of a seeded projection of out w.r.t. every input in ``names``."""
+    x = {k: None if v is None else v.detach().clone().requires_grad_() for k, v in kw.items()}
+    out = fn(**x, Input_States=states, **extra)
+    w = torch.randn(out.shape, generator=torch.Generator().manual_seed(3), dtype=torch.float64)
+    (out.double() * w).sum().backward()
+    return out.detach(), {k: x[k].grad for k in names if x[k] is not None}
+
+
+@pytest.mark.parametrize("where", ["head", "steps"])
+def test_mamba3_siso_with_ADT_minus_inf(where):
+    """One head forgetting at every step, or two steps of every head (one mid-chunk, one at a
+    chunk's end): the forward is the recurrence's, the gradients its limit (ADT → −1e6)."""
+    from mambalearn import mamba3
+    from mambalearn.mamba3 import mamba3_siso_combined
+    from tests.test_mamba3 import NAMES, make
+
+    kw = make(b=1, l=37, h=2, g=1, n=8, p=4, na=3, seed=5)
+    if where == "head":
+        kw["ADT"][:, 1] = -float("inf")
+    else:
+        kw["ADT"][:, :, [6, 15]] = -float("inf")
+    f32 = {k: v.float() for k, v in kw.items()}
+    out, grads = _m3_grads(mamba3_siso_combined, f32, NAMES, chunk_size=16)
+    assert torch.isfinite(out).all(), f"ADT = −∞ ({where}): out not finite"
+    assert_close(out, mamba3.mamba3_siso_sequential(**kw), msg=f"ADT = −∞ ({where}): out")
+    limit = dict(kw, ADT=torch.where(kw["ADT"] == -float("inf"), -1e6, kw["ADT"]))
+    _, want = _m3_grads(mamba3.mamba3_siso_sequential, limit, NAMES)
+    for k, g in grads.items():
+        assert torch.isfinite(g).all(), f"ADT = −∞ ({where}): d{k} not finite"
+        assert_close(g, want[k], grad=True, msg=f"ADT = −∞ ({where}): d{k}")
+
+
+def test_mamba3_mimo_with_ADT_minus_inf():
+    from mambalearn.mamba3 import mamba3_mimo_combined
+    from mambalearn.mamba3 import mimo_reference as mimo
+    from tests.test_mamba3_mimo import inputs
+
+    x, _ = inputs(seed=4, r=2, l=19, h=2, g=1, p=5, n=12, states=False, dtype=torch.float64)
+    x["ADT"][:, 0] = -float("inf")  # one head
+    x["ADT"][:, 1, 9] = -float("inf")  # one step of the other, mid-chunk
+    names = [k for k, v in x.items() if v is not None]
+    f32 = {k: None if v is None else v.float() for k, v in x.items()}
+    out, grads = _m3_grads(mamba3_mimo_combined, f32, names, chunk_size=8)
+    assert torch.isfinite(out).all(), "MIMO, ADT = −∞: out not finite"
+    assert_close(out, mimo.mamba3_mimo_sequential(**x), msg="MIMO, ADT = −∞: out")
+    limit = dict(x, ADT=torch.where(x["ADT"] == -float("inf"), -1e6, x["ADT"]))
+    _, want = _m3_grads(mimo.mamba3_mimo_sequential, limit, names)
+    for k, g in grads.items():
+        assert torch.isfinite(g).all(), f"MIMO, ADT = −∞: d{k} not finite"
+        assert_close(g, want[k], grad=True, msg=f"MIMO, ADT = −∞: d{k}")
+
+
+# --- where a NaN goes in Mamba-3 (the docstrings of mamba3_siso_combined, mamba3_mimo_combined) ---
+
+M3_CHUNK = 16
+
+
+def _m3_nan_run(family, name, t0):
+    """Batch row 0 gets a NaN at step t0 in ``name`` (head 0, one element); the output."""
+    if family == "siso":
+        from mambalearn.mamba3 import mamba3_siso_combined as fn
+        from tests.test_mamba3 import make
+
+        kw = {k: v.float() for k, v in make(b=2, l=2 * M3_CHUNK + 7, h=2, g=1, n=8, p=4, na=3,
+                                            seed=t0).items()}
+        extra = dict(chunk_size=M3_CHUNK)
+    else:
+        from mambalearn.mamba3 import mamba3_mimo_combined as fn
+        from tests.test_mamba3_mimo import inputs
+
+        kw, _ = inputs(seed=t0, r=2, l=2 * 8 + 5, h=2, g=1, p=4, n=8, states=False,
+                       dtype=torch.float32)
+        extra = dict(chunk_size=8)
+    where = {"V": (0, t0, 0, 1), "ADT": (0, 0, t0), "DT": (0, 0, t0)}.get(name)
+    if where is None:  # Q, K: (b, l, [r,] g, n)
+        where = (0, t0) + (0,) * (kw[name].ndim - 3) + (2,)
+    kw[name][where] = float("nan")
+    with torch.no_grad():
+        return fn(**kw, **extra), extra["chunk_size"]
+
+
+@pytest.mark.parametrize("family", ["siso", "mimo"])
+@pytest.mark.parametrize("name", ["Q", "K", "DT", "ADT", "V"])
+def test_mamba3_keeps_a_nan_from_its_step_on(family, name):
+    """A NaN at step t0 (mid-chunk) of sequence 0: sequence 1 stays finite, and the NaN reaches
+    no step before t0 — except from V, which reaches back to its chunk's first step (0 · NaN in
+    the chunk's tl.dot, as the docstrings say) and only V's channel."""
+    t0 = 19 if family == "siso" else 11  # inside the second chunk
+    out, q = _m3_nan_run(family, name, t0)  # (b, l, h, p)
+    assert torch.isfinite(out[1]).all(), f"{family}: a NaN in {name} of sequence 0 reached 1"
+    steps = _nan_steps(out[0], 0)
+    assert steps, f"{family}: a NaN in {name} vanished"
+    first = (t0 // q) * q if name == "V" else t0
+    assert min(steps) == first, f"{family}: a NaN in {name} at {t0} reached step {min(steps)}"
+    if name == "V":
+        assert torch.isfinite(out[0][..., [0, 2, 3]]).all(), f"{family}: V's NaN left its channel"

@@ -117,6 +117,11 @@ def selective_scan_fn(u, delta, A, B, C, D=None, z=None, delta_bias=None, delta_
     ``deterministic`` (not in mamba_ssm): True gives the same bits on every run and at every
     position in the batch (the backward's dB/dC summed in a fixed order, not with atomics; what
     it costs and what stays batch-dependent: `Config`); None: the config's (False by default).
+    Non-finite inputs: an entry of A at −∞ (a state that forgets at every step) gives the
+    recurrence's output and finite gradients, their limit (the backward floors A at −1e30,
+    ``tile.floor_A``: no 0 · (−∞)); a NaN in one token of one channel reaches that
+    channel's outputs of that sequence at that step and after, and nothing else (in the backward
+    the gradients that sum over channels or over the batch, dA, dB, dC, dD, carry it further).
     """
     if config is not None and not isinstance(config, Config):
         raise TypeError(f"config must be a mambalearn.mamba1.config.Config (or None), got "

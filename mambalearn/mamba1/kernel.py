@@ -157,6 +157,7 @@ def selective_scan_fwd_kernel(
         for n in tl.static_range(N):  # unrolled: H[:, n] must be a compile-time column
             # 4. discretize: Ā = exp(Δ A_n), B̄x = Δ B_n x          (BLOCK_D, BLOCK_L)
             A_n = tl.load(A_ptr + d_idx * N + n, mask=d_mask, other=0.0)  # (BLOCK_D,)
+            A_n = tl.maximum(A_n, -1e30)  # A = −∞: 0 · (−∞) = NaN past l; exp(−1e30 Δ) is 0 too
             a = tl.exp(dt * A_n[:, None])
             if HAS_SEQ:
                 a = tl.where(start, 0.0, a)  # a new sequence: forget the state (Ā = 0)
@@ -262,6 +263,7 @@ def selective_scan_bwd_kernel(
         st_ptr = states_ptr + ((bi * d + d_idx).to(tl.int64) * nchunks + c) * N  # (BLOCK_D,)
         for n in tl.static_range(N):
             A_n = tl.load(A_ptr + d_idx * N + n, mask=d_mask, other=0.0)[:, None]  # (BLOCK_D, 1)
+            A_n = tl.maximum(A_n, -1e30)  # A = −∞: Δ A = 0 · (−∞) = NaN past l, and A · 0 in dΔ
             a = tl.exp(dt * A_n)  # Ā_t
             a_nx = tl.exp(dt_nx * A_n)  # Ā_{t+1}
             if HAS_SEQ:

@@ -115,6 +115,17 @@ def mamba_chunk_scan_combined(x, dt, A, B, C, chunk_size, D=None, z=None, dt_bia
     naming the argument (``args.check``).
     Drop-in for ``mamba_ssm.ops.triton.ssd_combined.mamba_chunk_scan_combined`` (without
     ``cu_seqlens``/``return_varlen_states``).
+
+    Non-finite inputs (both forwards, the Triton backward): A = −∞ (a head that forgets at every
+    step) gives the recurrence's output and finite gradients, their limit (Δ A is floored at −128
+    before the chunk cumsum, ``common.log_decay``: exp(−128) is 0 in float32 as exp(Δ A) was).
+    A NaN in dt, B or C at step t of a sequence reaches that sequence's outputs at t and after
+    (B and C through every head of their group), never before: the causal masks are
+    ``tl.where`` calls. A NaN or ±∞ in x at step t, head h, channel p also reaches out[:, t', h, p]
+    for the earlier steps t' of t's tile of the chunk's diagonal block — the block's product
+    (L ∘ C Bᵀ)(Δx) is one ``tl.dot``, and there the zero of L_{t't} meets the NaN (0 · NaN = NaN);
+    in Triton's interpreter, which walks every block, that is the whole chunk up to t. Never an
+    earlier chunk, another sequence of the batch, another head or another channel.
     """
     a = ssd_args.check("mamba_chunk_scan_combined", x, dt, A, B, C, chunk_size, D, z, dt_bias,
                        initial_states, seq_idx, dt_limit)

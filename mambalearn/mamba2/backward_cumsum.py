@@ -8,7 +8,7 @@ import triton
 import triton.language as tl
 
 from mambalearn.mamba2.backward_config import backward_config
-from mambalearn.mamba2.common import tile
+from mambalearn.mamba2.common import LOG_DECAY_FLOOR, tile
 from mambalearn.triton.common import softplus
 
 
@@ -71,8 +71,11 @@ def _chunk_cumsum_bwd_kernel(
     R = tl.cumsum(da, axis=1, reverse=True)  # R_k = Σ_{t ≥ k} ∂loss/∂a_t = ∂loss/∂(Δ_k A)
     A = tl.load(A_ptr + offs_h, mask=ok_h, other=0.0).to(tl.float32)
     dA_out = dA_ptr + (pid_b * nchunks + pid_c) * h + offs_h
-    tl.store(dA_out, tl.sum(delta * R, axis=1), mask=ok_h)
-    d_delta = g_delta + A[:, None] * R  # ∂loss/∂Δ
+    # a step whose Δ A the forward floored (``common.log_decay``: A = −∞) does not move with Δ or
+    # A; the where keeps −∞ · R (a NaN when R = 0) out of both sums
+    free = delta * A[:, None] >= LOG_DECAY_FLOOR
+    tl.store(dA_out, tl.sum(tl.where(free, delta * R, 0.0), axis=1), mask=ok_h)
+    d_delta = g_delta + tl.where(free, A[:, None] * R, 0.0)  # ∂loss/∂Δ
     # back through Δ = clamp(softplus(dt + dt_bias)), recomputing the pre-activation
     ok = ok_h[:, None] & (t[None, :] < l)
     v = tl.load(dt_ptr + pid_b * stride_dtb + (pid_c * Q).to(tl.int64) * stride_dtl

@@ -21,7 +21,7 @@ import torch
 import triton
 import triton.language as tl
 
-from mambalearn.mamba2.common import INTERP, delta_of, p2, stages, tile
+from mambalearn.mamba2.common import INTERP, delta_of, log_decay, p2, stages, tile
 from mambalearn.mamba2.config import defaults
 
 
@@ -51,7 +51,8 @@ def _chunk_cumsum_kernel(
     dt = delta_of(dt, bias, dt_min, dt_max, HAS_BIAS, SOFTPLUS, HAS_LIMIT)  # Δ, float32
     dt = tl.where(mask, dt, 0.0)  # padded steps: Δ = 0, i.e. decay 1 and no input
     A = tl.load(A_ptr + offs_h, mask=offs_h < h, other=0.0).to(tl.float32)
-    dA_cs = tl.cumsum(dt * A[:, None], axis=1)  # (BLOCK_H, BLOCK_Q): Σ_{s≤t} Δ_s A
+    # (BLOCK_H, BLOCK_Q): Σ_{s≤t} Δ_s A, each term floored (A = −∞ gives decays, not NaN)
+    dA_cs = tl.cumsum(log_decay(dt, A[:, None], mask), axis=1)
     out = ((pid_b * h + offs_h[:, None]) * nchunks + pid_c) * Q + offs_t[None, :]  # int64
     m_out = (offs_h[:, None] < h) & (offs_t[None, :] < Q)
     tl.store(dt_out_ptr + out, dt, mask=m_out)

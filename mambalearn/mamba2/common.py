@@ -59,6 +59,25 @@ def launch_options(maxnreg):
     return {} if not maxnreg else dict(maxnreg=int(maxnreg))
 
 
+LOG_DECAY_FLOOR = tl.constexpr(-128.0)  # the least Δ A a step keeps (``log_decay``)
+
+
+@triton.jit
+def log_decay(dt, A, ok):
+    """Δ_t A floored at −128, and 0 where not ``ok`` (padding past l).
+
+    A = −∞ (forget at once) would make a_t = Σ_{s≤t} Δ_s A = −∞ at every step and every decay
+    exp(a_t − a_s) a NaN, −∞ − (−∞); Δ = 0 on the padding would make 0 · (−∞) a NaN too.
+    Floored, a stays finite and the decays are the recurrence's: exp(0) = 1 from a step to
+    itself, and across a floored step exp(≤ −128) = 0 in float32, as exp(Δ A) was. So no output
+    changes for a finite input either (a Δ A below −104 already decays by 0 in float32), and the
+    cumulative sums stay small enough that a_t − a_s keeps its precision. A NaN stays NaN (the
+    comparison is false). The backward gives a floored step no gradient in Δ or A (the floor is
+    flat there; the true derivative A exp(Δ A) · … is 0 in float32 too)."""
+    a = dt * A
+    return tl.where(ok, tl.where(a < LOG_DECAY_FLOOR, LOG_DECAY_FLOOR, a), 0.0)
+
+
 @triton.jit
 def delta_of(dt, bias, dt_min, dt_max,
            HAS_BIAS: tl.constexpr, SOFTPLUS: tl.constexpr, HAS_LIMIT: tl.constexpr):

@@ -145,16 +145,20 @@ def ssd_chunked(x, dt, A, B, C, chunk_size, initial_states=None, seq_idx=None):
     B, C = pad_t(_per_head(B.to(f), h)), pad_t(_per_head(C.to(f), h))  # (b, c·q, h, n)
     x, B, C = (X.reshape(b, c, q, h, -1) for X in (x, B, C))  # (b, c, q, h, ·)
     dt = dt.reshape(b, c, q, h)  # (b, c, q, h)
-    dA = (dt * A.to(f)).permute(0, 3, 1, 2)  # (b, h, c, q)
+    # A floored at −1e30 (the kernels floor Δ A alike): A = −∞ would make the cumulative sums −∞
+    # and exp(dA_cs_t − dA_cs_s) a NaN, −∞ − (−∞); Δ = 0 on the padding would make 0 · (−∞) one
+    A = A.to(f).clamp(min=-1e30)
+    dA = (dt * A).permute(0, 3, 1, 2)  # (b, h, c, q)
     dA_cs = torch.cumsum(dA, dim=-1)  # (b, h, c, q): decay from chunk start to t
     same_in, same_last, keep, same_prev = _seq_masks(seq_idx, b, l, c, q, pad, x.device)
 
     # 1. diagonal blocks: the quadratic form inside each chunk
-    L = torch.exp(segsum(dA)) * same_in  # (b, h, c, q, q)
+    seg = segsum(dA)  # (b, h, c, q, q)
+    L = torch.exp(seg) * same_in  # (b, h, c, q, q)
     scores = torch.einsum("bcthn,bcshn->bhcts", C, B) * L  # (b, h, c, q, q): L ∘ C Bᵀ
     y_diag = torch.einsum("bhcts,bcshp->bcthp", scores, dt[..., None] * x)  # (b, c, q, h, p)
     # 2. chunk states: each chunk's inputs decayed to its last step
-    decay_out = torch.exp(dA_cs[..., -1:] - dA_cs) * same_last  # (b, h, c, q)
+    decay_out = torch.exp(seg[..., -1, :]) * same_last  # (b, h, c, q): segsum's last row
     w = decay_out.permute(0, 2, 3, 1) * dt  # (b, c, q, h): decay to the chunk end times Δ_s
     # two operands per einsum: a 4-operand einsum may build a (b, c, q, h, p, n) intermediate
     S = torch.einsum("bcshn,bcshp->bchpn", B, w[..., None] * x)  # (b, c, h, p, n)
@@ -270,6 +274,8 @@ def mamba_chunk_scan_ref(x, dt, A, B, C, chunk_size, D=None, z=None, dt_bias=Non
     initial_states (b, h, p, n); seq_idx (b, l) int → out (b, l, h, p) in x's dtype, and the final
     states (b, h, p, n) float32 if ``return_final_states``.
     Matches ``mamba_ssm.ops.triton.ssd_combined.mamba_chunk_scan_combined`` (no cu_seqlens).
+    A = −∞ gives the recurrence's output and finite gradients (``ssd_chunked`` floors A at −1e30);
+    a NaN in x reaches its chunk's earlier steps as in the kernels (0 · NaN in the einsum).
     """
     b, l, h, p, g, n = check_inputs(x, dt, A, B, C)
     check_extras(b, l, h, p, n, D, z, dt_bias, initial_states, seq_idx, dt_limit)

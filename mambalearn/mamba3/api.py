@@ -81,6 +81,15 @@ def mamba3_siso_combined(Q, K, V, ADT, DT, Trap, Q_bias, K_bias, Angles, D=None,
     Any layout of the tensors gives the contiguous call's answer; b, l or h = 0 an empty
     output (and the states given). Bad input raises a TypeError/ValueError naming the argument.
     Matches ``mamba_ssm.ops.triton.mamba3.mamba3_siso_combined.mamba3_siso_combined``.
+
+    Non-finite inputs: ADT = −∞ (a step, or a whole head, that forgets at once) gives the
+    recurrence's output and finite gradients, their limit (ADT is floored at −128,
+    ``common.floor_log_decay``: e^{−128} is 0 in float32 as e^{ADT} was). A NaN in Q, K, DT or ADT
+    at step t of a sequence reaches that sequence's outputs at t and after, never before (the
+    causal masks are ``tl.where`` calls). A NaN or ±∞ in V at step t also reaches the steps of t's
+    chunk before it: the chunk's product (L ∘ Q Kᵀ) V is one ``tl.dot``, where L_{t′t} = 0
+    (t′ < t) meets the NaN (0 · NaN = NaN); never an earlier chunk, another sequence of the
+    batch, another head or another channel of V.
     """
     if cu_seqlens is not None:
         raise ValueError("cu_seqlens (packed variable-length sequences) is not supported here; "

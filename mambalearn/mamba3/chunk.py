@@ -88,7 +88,10 @@ def _output_kernel(
     # 2. the entering state decayed to each step; the chunk's inputs, strictly causal with weight
     # w_s; the diagonal γ q·k and D
     y = y * exp2(c2)[:, None]
-    s = s * causal_decay(c2, Q) * w[None, :]
+    # a where, not a product with the mask's zeros: a NaN in k_s (its column of s) or in w_s
+    # must not reach the steps t ≤ s through 0 · NaN
+    steps = tl.arange(0, Q)
+    s = tl.where(steps[:, None] > steps[None, :], s * causal_decay(c2, Q) * w[None, :], 0.0)
     v = tl.load(V_ptr + tp0 + tp, mask=mask_tp, other=0.0)  # (Q, P)
     y = tl.dot(s.to(DOT), v.to(DOT), acc=y)
     diag = gamma * qk

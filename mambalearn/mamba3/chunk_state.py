@@ -84,7 +84,9 @@ def _chunk_state_kernel(
         dt, adt, lam, gamma, w = chunk_scalars(DT_ptr + row * l, ADT_ptr + row * l,
                                                Trap_ptr + row * l, offs_t, l)
         c2 = tl.cumsum(adt, axis=0) * LOG2E  # (Q,): c_t log₂e
-        c2_end = tl.sum(adt, axis=0) * LOG2E
+        # c_end is c's last entry, not a separate sum: rounded alike, e^{c_end − c_t} is 1 at
+        # the last step however large c grows (Δ = ADT = 0 past l, so entry Q − 1 is the end)
+        c2_end = tl.sum(tl.where(tl.arange(0, Q) == Q - 1, c2, 0.0), axis=0)
         tl.store(C2_ptr + row * l + offs_t, c2, mask=mask_t)
         tl.store(W_ptr + row * l + offs_t, w, mask=mask_t)
         tl.store(G_ptr + row * l + offs_t, gamma, mask=mask_t)

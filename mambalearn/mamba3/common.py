@@ -30,6 +30,7 @@ from mambalearn.utils import check_chunk_size
 
 PI = tl.constexpr(3.141592653589793)  # a global a kernel may read
 TWO_PI = tl.constexpr(6.283185307179586)
+LOG_DECAY_FLOOR = tl.constexpr(-128.0)  # the least ADT a step keeps (``floor_log_decay``)
 # The length is a run-time int Triton should not specialise on (it would compile again for every
 # l that is or is not a multiple of 16); the model's sizes (h, g, p, n, na) are compiled in
 # (tl.constexpr): strides become constants and the masks of full tiles fold away.
@@ -74,14 +75,25 @@ def wrap(x):
 
 
 @triton.jit
+def floor_log_decay(adt):
+    """ADT floored at −128. ADT = −∞ (forget at once) would make c_t = Σ_{s≤t} ADT_s = −∞ and
+    every decay e^{c_t − c_s} a NaN, −∞ − (−∞). Floored, c stays finite and the decays are the
+    recurrence's: 1 from a step to itself, and across a floored step e^{≤ −128} = 0 in float32,
+    as e^{ADT} was (below −104 it underflows). So no output changes for a finite input, and c
+    stays small enough that c_t − c_s keeps its precision. A NaN stays NaN."""
+    return tl.where(adt < LOG_DECAY_FLOOR, LOG_DECAY_FLOOR, adt)
+
+
+@triton.jit
 def chunk_scalars(dt_ptr, adt_ptr, trap_ptr, offs_t, l):
-    """Per-step scalars of a chunk: Δ, ADT, λ, γ = λΔ and w = γ + (1 − λ_{t+1})Δ_{t+1}.
+    """Per-step scalars of a chunk: Δ, ADT (floored: ``floor_log_decay``), λ, γ = λΔ and
+    w = γ + (1 − λ_{t+1})Δ_{t+1}.
 
     ``dt_ptr`` etc. point at the (batch, head) row; positions ≥ l read as Δ = ADT = 0 (no step).
     """
     mask_t = offs_t < l
     dt = tl.load(dt_ptr + offs_t, mask=mask_t, other=0.0).to(tl.float32)
-    adt = tl.load(adt_ptr + offs_t, mask=mask_t, other=0.0).to(tl.float32)
+    adt = floor_log_decay(tl.load(adt_ptr + offs_t, mask=mask_t, other=0.0).to(tl.float32))
     lam = tl.sigmoid(tl.load(trap_ptr + offs_t, mask=mask_t, other=0.0).to(tl.float32))
     # the next step's (1 − λ)Δ: the left half of x_t's trapezoid, paid by step t + 1
     ahead = offs_t + 1 < l

@@ -144,6 +144,10 @@ def mamba3_mimo_combined(Q, K, V, ADT, DT, Trap, Q_bias, K_bias, MIMO_V, MIMO_Z,
     ``deterministic``: dQ, dK summed over a group's heads in a fixed order (not atomics): the same
     bits on every run and at every position in the batch. ``config``: the launch settings, a
     ``mambalearn.mamba3.config.MimoConfig`` (None: ``MIMO_DEFAULT``).
+    Non-finite inputs as ``mamba3_siso_combined``: ADT = −∞ gives the recurrence's output and
+    finite gradients; a NaN in Q, K, DT or ADT at step t reaches outputs at t and after; a NaN in
+    V at step t also reaches the earlier steps of its chunk (0 · NaN inside the chunk's
+    ``tl.dot``), never an earlier chunk, another sequence, head or channel.
     """
     cfg = _resolve(config, MimoConfig, lambda: MIMO_DEFAULT)
     if not isinstance(deterministic, bool):

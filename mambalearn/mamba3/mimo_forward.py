@@ -22,7 +22,7 @@ import triton
 import triton.language as tl
 
 from mambalearn import device  # noqa: F401  (TRITON_INTERPRET before @triton.jit)
-from mambalearn.mamba3.common import LOG2E, cos_sin, exp2, turn
+from mambalearn.mamba3.common import LOG2E, cos_sin, exp2, floor_log_decay, turn
 
 SIZES = ["l", "n_chunks"]  # run-time sizes (no recompilation per length)
 
@@ -39,11 +39,14 @@ def rows(c, l, Q: tl.constexpr, R: tl.constexpr):
 def row_scalars(adt_ptr, w_ptr, g_ptr, t, rho, valid):
     """Per row: c_t log₂e (c_t = Σ_{s≤t in chunk} ADT_s, counted once per step), w_t, γ_t; and
     c_end log₂e, the chunk's total."""
-    adt = tl.load(adt_ptr + t, mask=valid, other=0.0)
+    adt = floor_log_decay(tl.load(adt_ptr + t, mask=valid, other=0.0))  # ADT = −∞: no NaN
     w = tl.load(w_ptr + t, mask=valid, other=0.0)
     gamma = tl.load(g_ptr + t, mask=valid, other=0.0)
     once = tl.where(rho == 0, adt, 0.0)  # a step's ADT on its first row only
-    return tl.cumsum(once, axis=0) * LOG2E, w, gamma, tl.sum(once, axis=0) * LOG2E
+    c2 = tl.cumsum(once, axis=0) * LOG2E
+    # the end is c's last entry (rounded as c is, so e^{c_end − c_t} is 1 there), not a new sum
+    return c2, w, gamma, tl.sum(tl.where(tl.arange(0, c2.shape[0]) == c2.shape[0] - 1, c2, 0.0),
+                                axis=0)
 
 
 @triton.jit
@@ -130,7 +133,10 @@ def mimo_forward_kernel(
                         other=0.0)
         # 1. the rank-r products and the mask L; 2. outputs; 3. the state to the chunk's end
         s = tl.dot(q.to(DOT), tl.trans(k.to(DOT)))  # (q·r, q·r)
-        s = s * step_mask(c2, w, gamma, Q, R)
+        # a where, not a product with the mask's zeros: a NaN in a later step's k (its column of
+        # s) must not reach the earlier rows through 0 · NaN
+        step = tl.arange(0, Q * R) // R
+        s = tl.where(step[:, None] >= step[None, :], s * step_mask(c2, w, gamma, Q, R), 0.0)
         y = tl.dot(q.to(DOT), tl.trans(H.to(DOT))) * exp2(c2)[:, None]  # (q·r, P)
         y = tl.dot(s.to(DOT), v.to(DOT), acc=y) + D * v
         if HAS_Z:  # silu(z_t ζ_ρ)

@@ -28,6 +28,7 @@ from mambalearn.mamba1.fused.forward import fwd_state as _fwd_state_fast
 from mambalearn.mamba1.fused.gradients import bwd_outputs
 from mambalearn.mamba1.fused.tile import (
     column,
+    floor_A,
     ld,
     load_bc,
     load_delta,
@@ -70,7 +71,7 @@ def _bwd_state(n, h_in, g_in, x, dt, dtx, dt_nx, dy, start, start_nx, t, t_ok, l
                DET: tl.constexpr):
     """One state n over one sub-block, backwards. Returns the tile terms C·h, ∂x, ∂Δ, the adjoint
     at the first step (carried to the earlier block), and the (BLOCK_D,) sums for dA, dB, dC."""
-    A_n = ld(A_ptr + d_idx * N + n, d_mask, EVEN_D)[:, None]  # (BLOCK_D, 1)
+    A_n = floor_A(ld(A_ptr + d_idx * N + n, d_mask, EVEN_D))[:, None]  # (BLOCK_D, 1), floored
     a = tl.exp2(dt * (A_n * LOG2E))  # Ā_t
     a_nx = tl.exp2(dt_nx * (A_n * LOG2E))  # Ā_{t+1}
     if HAS_SEQ:

@@ -21,6 +21,7 @@ from mambalearn.mamba1.args import bc_strides, flags
 from mambalearn.mamba1.fused.gradients import bwd_outputs
 from mambalearn.mamba1.fused.tile import (
     column,
+    floor_A,
     fold_adjoints,
     ld,
     load_bc,
@@ -74,7 +75,7 @@ def _so_load_state(n, st_c, g_c, A_ptr, B_ptr, Bv_ptr, C_ptr, Cv_ptr, t, t_r, l,
     """What state n reads in one chunk: A[:, n], the stored state entering the chunk, the
     adjoint leaving the later chunk, B_n, C_n (and C_n reversed). Nothing here depends on an
     earlier state of this chunk, so the loop issues it one state ahead."""
-    A_n = ld(A_ptr + d_idx * N + n, d_mask, EVEN_D)  # (BLOCK_D,)
+    A_n = floor_A(ld(A_ptr + d_idx * N + n, d_mask, EVEN_D))  # (BLOCK_D,); A = −∞: no NaN
     h_n = ld(st_c + n, d_mask, EVEN_D)  # (BLOCK_D,)
     g_n = ld(g_c + n, d_mask, EVEN_D)  # (BLOCK_D,) written in the later chunk
     B_n = load_bc(B_ptr, Bv_ptr, n, t, l, d_idx, d_mask, stride_Bn, N, VAR_B, EVEN_L,

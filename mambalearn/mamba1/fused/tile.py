@@ -13,6 +13,18 @@ import triton.language as tl
 from mambalearn.triton.common import softplus
 from mambalearn.triton.scan import combine_fn  # the ⊗ of chapter 03, jitted in chapter 08
 
+A_FLOOR = tl.constexpr(-1e30)  # the least A the backward uses (``floor_A``)
+
+
+@triton.jit
+def floor_A(A):
+    """A floored at −1e30: one select per (channel, state), not per step. At A = −∞ the backward
+    would form Δ A = 0 · (−∞) = NaN where Δ = 0 (past l: no step; the reverse scan carries that
+    NaN to every earlier step) and A Ā_t h_{t−1} = −∞ · 0 = NaN in dΔ; floored, Δ A is 0 there
+    (decay 1, no step) and −1e30 · Δ otherwise (decay 0, as exp(−∞) was), and the product 0. No
+    finite answer changes: exp(Δ A) is 0 in float32 for A ≤ −1e30 and any Δ above 1e-28."""
+    return tl.where(A < A_FLOOR, A_FLOOR, A)
+
 
 @triton.jit
 def ld(ptr, mask, EVEN: tl.constexpr):

@@ -51,7 +51,8 @@ def ssd_fused_forward(x, dt, A, B, C, chunk_size, D=None, z=None, dt_bias=None,
     kernels instead.
 
     A forward only, with no autograd: inputs that require grad are refused while autograd
-    records (``mamba_chunk_scan_combined`` is this forward with its backward).
+    records (``mamba_chunk_scan_combined`` is this forward with its backward). Non-finite
+    inputs (A = −∞, a NaN in one token) as ``mamba_chunk_scan_combined`` says.
     """
     refuse_grad("ssd_fused_forward", "mamba_chunk_scan_combined is this forward with a backward "
                 "(or call it under torch.no_grad())", x=x, dt=dt, A=A, B=B, C=C, D=D, z=z,

@@ -36,6 +36,7 @@ from mambalearn.mamba2.common import (
     check_fused_chunk,
     delta_of,
     launch_options,
+    log_decay,
     p2,
     stages,
 )
@@ -218,8 +219,9 @@ def _ssd_one_launch_kernel(
     d_q = delta_of(tl.load(dt_base + t_q * stride_dtl, mask=t_q < l, other=0.0), bias, dt_min,
                  dt_max, HAS_BIAS, SOFTPLUS, HAS_LIMIT)
     d_q = tl.where(t_q < l, d_q, 0.0)
-    a_q = tl.cumsum(d_q * A, axis=0)  # (Q,)
-    a_last = tl.sum(d_q * A, axis=0)
+    da_q = log_decay(d_q, A, t_q < l)  # Δ A floored: A = −∞ gives decays, not NaN
+    a_q = tl.cumsum(da_q, axis=0)  # (Q,)
+    a_last = tl.sum(tl.where(tl.arange(0, Q) == Q - 1, a_q, 0.0), axis=0)  # a_q's last entry
     cs = (pid_bh * nchunks + pid_c).to(tl.int64) * Q
     tl.store(dtc_ptr + cs + tl.arange(0, Q), d_q)
     tl.store(dacs_ptr + cs + tl.arange(0, Q), a_q)
