@@ -5,6 +5,7 @@ import pytest
 from mambalearn.bench import model as BM
 
 
+@pytest.mark.cpu  # the topic's CPU run (gpu=False): CPU tensors, Triton's interpreter
 @pytest.mark.parametrize("block", ["mamba1", "mamba2"])
 def test_model_topic_backends_agree(block):
     rows = BM.run(gpu=False, blocks=(block,))

@@ -172,7 +172,9 @@ def test_rejects_one_tensors_strides_for_both():
         _blocked_strided[(b.shape[0],)](a, b, h, b.shape[1], *b.stride(), BLOCK_L=block_l)
         return h
 
-    same = torch.rand(2, 9).t().contiguous().t(), torch.randn(2, 9).t().contiguous().t()
+    dev = "cuda" if torch.cuda.is_available() else "cpu"  # where the kernel runs
+    same = (torch.rand(2, 9, device=dev).t().contiguous().t(),
+            torch.randn(2, 9, device=dev).t().contiguous().t())
     testing.assert_close(scan_kernel(*same), S.scan_reference(*same))  # one layout: right
     with pytest.raises(AssertionError, match="different layouts"):
         check.scan_kernel(scan_kernel, S.combine_fn)

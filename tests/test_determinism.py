@@ -130,12 +130,15 @@ def m1_config(**changes):
     return cfg.replace(**changes)
 
 
+@pytest.mark.parametrize("d", [3, 1])
 @pytest.mark.parametrize("layout", ["state-outer", "sub-block"])
-def test_mamba1_deterministic_and_default_match_the_oracle(layout):
-    x = m1_inputs(2, 3, 17, 2, gC=1, seed=0)  # 3 tiles of one channel: a tree of 3 levels
+def test_mamba1_deterministic_and_default_match_the_oracle(layout, d):
+    """d 3: 3 tiles of one channel, a tree of 3 levels; d 1: one tile, its own sum (Triton then
+    passes the tile count as a constant 1)."""
+    x = m1_inputs(2, d, 17, 2, gC=1, seed=0)
     gen = torch.Generator().manual_seed(1)
-    dout = torch.randn(2, 3, 17, generator=gen).to(DEV)
-    dlast = torch.randn(2, 3, 2, generator=gen).to(DEV)
+    dout = torch.randn(2, d, 17, generator=gen).to(DEV)
+    dlast = torch.randn(2, d, 2, generator=gen).to(DEV)
     ref_in = {k: v.double().requires_grad_() for k, v in x.items()}
     out, last = selective_scan_sequential(**ref_in, delta_softplus=True, return_last_state=True)
     torch.autograd.backward([out, last], [dout.double(), dlast.double()])
@@ -216,14 +219,17 @@ def mimo_run(x, dout, deterministic, chunk_size=8, cfg=MIMO_CFG):
     return dict(out=out.detach(), **{f"d{k}": xs[k].grad for k in x})
 
 
-def test_mimo_deterministic_and_default_match_the_oracle():
-    x = mimo_inputs(1, **MIMO_DIMS, seed=6)
+@pytest.mark.parametrize("heads", [4, 1])
+def test_mimo_deterministic_and_default_match_the_oracle(heads):
+    """4 heads a group (a tree of 3 levels), or 1 (one tile, its own sum: a constant 1)."""
+    dims = dict(MIMO_DIMS, g=MIMO_DIMS["h"] // heads)
+    x = mimo_inputs(1, **dims, seed=6)
     dout = torch.randn(1, 16, 4, 8, generator=torch.Generator().manual_seed(7)).to(DEV)
     want = mimo_run({k: v.double() for k, v in x.items()}, dout.double(), None)
     for det in (True, False):
         got = mimo_run(x, dout, det)
         for k, v in want.items():
-            testing.assert_close(got[k], v, dtype=torch.float32, grad=k != "out",
+            testing.assert_close(got[k], v, dtype="dot", grad=k != "out",
                                  msg=f"{k}, deterministic={det}")
 
 

@@ -9,6 +9,8 @@ from mambalearn.mamba3 import mimo_reference as mimo
 from mambalearn.mamba3 import step_reference as mstep
 from mambalearn.testing import assert_close
 
+DEV = "cuda" if torch.cuda.is_available() else "cpu"  # where the kernels run
+
 f64 = torch.float64
 
 
@@ -86,10 +88,11 @@ def test_the_triton_kernels_equal_the_oracle(name):
 
     kw, chunk = CASES[name]
     x, st = inputs(seed=len(name), dtype=torch.float32, **kw)
-    leaf = lambda t, dt=None: None if t is None else t.detach().to(dt or t.dtype).requires_grad_()
-    ours = {k: leaf(v) for k, v in x.items()}
-    ref = {k: leaf(v, f64) for k, v in x.items()}
-    st_ours = None if st is None else [leaf(s) for s in st]
+    leaf = lambda t, dt=None, dev="cpu": (None if t is None else
+                                          t.detach().to(dev, dt or t.dtype).requires_grad_())
+    ours = {k: leaf(v, dev=DEV) for k, v in x.items()}
+    ref = {k: leaf(v, f64) for k, v in x.items()}  # the float64 oracle on the CPU
+    st_ours = None if st is None else [leaf(s, dev=DEV) for s in st]
     st_ref = None if st is None else [leaf(s, f64) for s in st]
     got = mamba3_mimo_combined(**ours, Input_States=st_ours, chunk_size=chunk,
                                return_final_states=True)
@@ -97,17 +100,17 @@ def test_the_triton_kernels_equal_the_oracle(name):
     for i, (a, e) in enumerate(zip(got, want, strict=True)):
         if i == 1:  # the final angle, mod 2π: compare where it points
             a, e = (torch.stack([t.cos(), t.sin()]) for t in (a, e))
-        assert_close(a, e, dtype=torch.float32, msg=f"{name}: result {i}")
+        assert_close(a, e, dtype="dot", msg=f"{name}: result {i}")  # tf32 products on a GPU
     gen = torch.Generator().manual_seed(1)
     cot = [torch.randn(e.shape, generator=gen, dtype=f64) for e in want]
-    sum((a * c.to(a.dtype)).sum() for a, c in zip(got, cot, strict=True)).backward()
+    sum((a * c.to(a)).sum() for a, c in zip(got, cot, strict=True)).backward()
     sum((e * c).sum() for e, c in zip(want, cot, strict=True)).backward()
     pairs = [(k, ours[k], ref[k]) for k in x if x[k] is not None]
     pairs += [] if st is None else [(f"Input_States {i}", a, e)
                                     for i, (a, e) in enumerate(zip(st_ours, st_ref, strict=True))]
     for k, a, e in pairs:
         zero = lambda t: t.grad if t.grad is not None else torch.zeros_like(t)
-        assert_close(zero(a), zero(e), dtype=torch.float32, grad=True, msg=f"{name}: d{k}")
+        assert_close(zero(a), zero(e), dtype="dot", grad=True, msg=f"{name}: d{k}")
 
 
 def test_bad_input_names_the_argument():

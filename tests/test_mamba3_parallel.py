@@ -46,6 +46,7 @@ def test_cases_cover_what_they_claim():
         assert {c["init"] for c in cs} == {True, False} and len({c["g"] for c in cs}) == 3
 
 
+@pytest.mark.cpu  # ranks on the CPU (gloo), kernels in the interpreter; GPUs: the NCCL tests
 def test_the_triton_kernel_as_the_backend():
     """Chapter 15's kernels (the interpreter on a CPU) scan each shard from Input_States."""
     c = V3.case((5, 7), "logscan", backend="triton", dtype=torch.float32, chunk_size=16, n=16,

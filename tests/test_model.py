@@ -6,6 +6,7 @@ import torch
 from mambalearn import model as M
 from mambalearn.testing import assert_close
 
+DEV = "cuda" if torch.cuda.is_available() else "cpu"  # where the Triton backends run
 TINY = dict(vocab_size=12, d_model=16, n_layers=2, d_state=4, headdim=8, chunk_size=4)
 
 
@@ -44,16 +45,17 @@ def test_chunked_prefill_then_decode_equals_full_pass(block):
 def test_all_available_backends_give_the_same_logits(block):
     names = M.available_backends(block)
     assert "sequential" in names
-    m = tiny(block, seed=2)
-    tokens = torch.randint(0, 12, (2, 9), generator=torch.Generator().manual_seed(3))
+    m = tiny(block, seed=2).to(DEV)
+    tokens = torch.randint(0, 12, (2, 9), generator=torch.Generator().manual_seed(3)).to(DEV)
     with torch.no_grad():
         want = m.set_backend("sequential")(tokens)
         for name in names:
-            assert_close(m.set_backend(name)(tokens), want, msg=f"backend {name}")
+            assert_close(m.set_backend(name)(tokens), want, dtype="dot", msg=f"backend {name}")
             # continuing from a cache, too (backends without initial_state use linearity)
             cache = m.empty_cache(2)
             m(tokens[:, :4], cache)
-            assert_close(m(tokens[:, 4:], cache), want[:, 4:], msg=f"backend {name} from a cache")
+            assert_close(m(tokens[:, 4:], cache), want[:, 4:], dtype="dot",
+                         msg=f"backend {name} from a cache")
 
 
 @pytest.mark.parametrize("block", ["mamba1", "mamba2"])
@@ -156,14 +158,15 @@ def test_mamba3_prefill_then_decode_equals_full_pass():
 
 
 def test_mamba3_backends_agree_and_the_rotation_matters():
-    m = tiny("mamba3", seed=10, d_state=8, chunk_size=16)
+    m = tiny("mamba3", seed=10, d_state=8, chunk_size=16).to(DEV)
     names = M.available_backends("mamba3")
     assert {"sequential", "chunked"} <= set(names)
-    tokens = torch.randint(0, 12, (2, 19), generator=torch.Generator().manual_seed(11))
+    tokens = torch.randint(0, 12, (2, 19), generator=torch.Generator().manual_seed(11)).to(DEV)
     with torch.no_grad():
         want = m.set_backend("sequential")(tokens)
         for name in names:
-            assert_close(m.set_backend(name)(tokens), want, msg=f"mamba3 backend {name}")
+            assert_close(m.set_backend(name)(tokens), want, dtype="dot",
+                         msg=f"mamba3 backend {name}")
         m.cfg.rotate = False  # the same weights with a real state give other logits
         assert (m.set_backend("chunked")(tokens) - want).abs().max() > 1e-3
 

@@ -39,6 +39,7 @@ def _run_no_grad(rank, c):
                              algorithm=c["algorithm"], backend="triton")
 
 
+@pytest.mark.cpu  # ranks on the CPU (gloo), kernels in the interpreter; GPUs: the NCCL test
 def test_triton_mamba1_backend_in_context_parallel():
     from mambalearn.mamba1 import selective_scan_fn
 
@@ -56,6 +57,7 @@ def test_triton_mamba1_backend_in_context_parallel():
         assert sorted(e.value.errors) == [0, 1]
 
 
+@pytest.mark.cpu  # as above
 @pytest.mark.parametrize("algorithm", ["allgather", "alltoall"])
 def test_triton_ssd_backend_in_context_parallel(algorithm):
     """The SSD kernels with initial_states in and final states out, gradients through both."""

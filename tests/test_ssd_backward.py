@@ -7,10 +7,13 @@ random inputs. On a CPU the kernels run in Triton's interpreter at tiny fp32 siz
 run real sizes in bf16.
 """
 
+from functools import partial
+
 import pytest
 import torch
 import torch.nn.functional as F
 
+from mambalearn import testing
 from mambalearn.mamba2 import api as combined
 from mambalearn.mamba2 import backward as SB
 from mambalearn.mamba2 import chunk as T
@@ -18,7 +21,10 @@ from mambalearn.mamba2 import reference as ssd
 from mambalearn.mamba2.backward_config import blocks
 from mambalearn.mamba2.common import INTERP
 from mambalearn.mamba2.config import default_config, defaults
-from mambalearn.testing import assert_close, dot_dtype, rel_error
+from mambalearn.testing import dot_dtype, rel_error
+
+# The SSD kernels multiply on the tensor cores: tf32 on a GPU (testing.assert_close, "dot")
+assert_close = partial(testing.assert_close, dtype="dot")
 
 dev = "cuda" if torch.cuda.is_available() else "cpu"
 SIZES = dict(b=2, l=40, h=4, p=8, g=2, n=16, q=16)  # c = 3 chunks, the last one half empty
@@ -248,7 +254,7 @@ def inputs(b, l, h, p, g, n, dtype=torch.float32, softplus=True, extras=True):
     return (x, dt, A, B, C), kw
 
 
-def check_all(got, want, dtype=torch.float32):
+def check_all(got, want, dtype="dot"):
     assert set(got) == set(want)
     for k in want:
         assert_close(got[k], want[k], dtype=dtype, grad=True, msg=k)

@@ -42,7 +42,9 @@ part() {  # part NAME SECONDS PYTEST-ARGS...: junit XML and log in $LOG, one lin
 }
 [ "${NB_PATHS:-}" = none ] || part notebooks "${NB_LIMIT:-400}" --nbval-lax --nbval-current-env -n "${NB_JOBS:-6}" \
   --dist loadfile ${NB_PATHS:-notebooks solutions} &
-[ "${TEST_PATHS:-}" = none ] || part tests "${TEST_LIMIT:-400}" -n "${TEST_JOBS:-6}" --dist loadfile $IGNORE ${TEST_PATHS:-tests} &
+# (tests one by one over the workers: whole files, --dist loadfile, left one worker on
+# test_selective_scan.py for minutes while the others idled)
+[ "${TEST_PATHS:-}" = none ] || part tests "${TEST_LIMIT:-400}" -n "${TEST_JOBS:-6}" --dist "${TEST_DIST:-load}" $IGNORE ${TEST_PATHS:-tests} &
 wait
 for h in $HUNGRY; do part "hungry_$(basename "$h" .py)" "${HUNGRY_LIMIT:-90}" "$h"; done
 python3 -m bench.gpu.verify_summary "$LOG" "$OUT" \

@@ -85,39 +85,43 @@ def tree_sum(slots_ptr, counts_ptr, idx, tiles, grp, groups, size,
     (``slot_of``): climbs the tree while it is the last of its siblings, adding their slots in
     child order into the parent's. Returns nothing; the root slot ends up holding the sum."""
     tl.debug_barrier()  # every thread's stores of the partial happen before the release below
-    zero = 0 * idx  # (run-time scalars: ``tiles`` may arrive as a constant 1)
+    zero = 0 * idx  # (integer scalars of idx's type)
     row0 = zero  # slot rows before this level
     cnt0 = zero  # counters before this level's parents
     count = zero + tiles  # slots at this level
-    go = count > 1
-    while go:  # (`while`, not `for`: triton-lang/triton#9171, see ``mamba1.fused.forward``)
-        parent = idx // FAN
-        first = parent * FAN
-        kids = tl.minimum(count - first, FAN)
-        old = tl.atomic_add(counts_ptr + (cnt0 + parent).to(tl.int64) * groups + grp, 1,
-                            sem="acq_rel")
-        go = old == kids - 1  # the last sibling to arrive adds them all
-        if go:
-            tl.debug_barrier()  # its acquire happens before any thread's loads below
-            src = slots_ptr + ((row0 + first).to(tl.int64) * groups + grp) * size
-            dst = slots_ptr + ((row0 + count + parent).to(tl.int64) * groups + grp) * size
-            row = (zero + groups).to(tl.int64) * size  # one slot row: groups × size floats
-            off = zero
-            while off < size:
-                o = off + tl.arange(0, BLOCK)
-                m = o < size
-                acc = tl.load(src + o, mask=m, other=0.0, volatile=True)  # child 0
-                for k in tl.static_range(1, FAN):  # then 1, 2, …: never the arrival order
-                    # (unrolled: the FAN − 1 loads are in flight together; a missing child
-                    # reads 0, and x + 0 = x)
-                    has = (o * 0 + k) < kids  # (a vector mask: the interpreter wants one)
-                    acc += tl.load(src + k * row + o, mask=m & has, other=0.0,
-                                   volatile=True)
-                tl.store(dst + o, acc, mask=m)
-                off += BLOCK
-            tl.debug_barrier()  # the parent's slot is stored before the next level's release
-        row0 += count
-        cnt0 += tl.cdiv(count, FAN)
-        count = tl.cdiv(count, FAN)
-        idx = parent
-        go = go & (count > 1)
+    # One tile is its own sum. Triton passes an int argument equal to 1 as a constant, and MLIR
+    # folds 0 · idx, so the loop below would be a constant-false loop, which Triton 3.6's sm_90
+    # pipeline fails to build (TritonGPUCoalesce): with a constant 1 this `if` drops it.
+    if tiles > 1:
+        go = count > 1
+        while go:  # (`while`, not `for`: triton-lang/triton#9171, see ``mamba1.fused.forward``)
+            parent = idx // FAN
+            first = parent * FAN
+            kids = tl.minimum(count - first, FAN)
+            old = tl.atomic_add(counts_ptr + (cnt0 + parent).to(tl.int64) * groups + grp, 1,
+                                sem="acq_rel")
+            go = old == kids - 1  # the last sibling to arrive adds them all
+            if go:
+                tl.debug_barrier()  # its acquire happens before any thread's loads below
+                src = slots_ptr + ((row0 + first).to(tl.int64) * groups + grp) * size
+                dst = slots_ptr + ((row0 + count + parent).to(tl.int64) * groups + grp) * size
+                row = (zero + groups).to(tl.int64) * size  # one slot row: groups × size floats
+                off = zero
+                while off < size:
+                    o = off + tl.arange(0, BLOCK)
+                    m = o < size
+                    acc = tl.load(src + o, mask=m, other=0.0, volatile=True)  # child 0
+                    for k in tl.static_range(1, FAN):  # then 1, 2, …: never the arrival order
+                        # (unrolled: the FAN − 1 loads are in flight together; a missing child
+                        # reads 0, and x + 0 = x)
+                        has = (o * 0 + k) < kids  # (a vector mask: the interpreter wants one)
+                        acc += tl.load(src + k * row + o, mask=m & has, other=0.0,
+                                       volatile=True)
+                    tl.store(dst + o, acc, mask=m)
+                    off += BLOCK
+                tl.debug_barrier()  # the parent's slot is stored before the next level's release
+            row0 += count
+            cnt0 += tl.cdiv(count, FAN)
+            count = tl.cdiv(count, FAN)
+            idx = parent
+            go = go & (count > 1)
