@@ -255,3 +255,26 @@ def test_every_deck_has_speaker_notes_and_ends_with_its_exercise():
             assert "exercise-link" in last.metadata.get("tags", []), path.name
             assert f"](../exercises/{exercise})" in last.source, path.name  # the link opens it
             assert f"make grade NB=exercises/{exercise}" in last.source, path.name
+
+
+def test_every_slide_opens_with_a_title_and_figures_say_their_smallest_font():
+    md = lambda text, kind: new_markdown_cell(text, metadata={"slideshow": {"slide_type": kind}})
+    cells = [md("# Chapter", "slide"), md("## The scan\n\ntext", "-"),
+             new_code_cell("x = 1", metadata={"slideshow": {"slide_type": "subslide"}}),
+             md("Prose without a heading", "slide"), md("### Costs", "subslide"),
+             md("```\n# not a heading\n```", "skip"),
+             md("more", "subslide")]
+    out = slides_layout.prepare(new_notebook(cells=cells)).cells
+    heads = [(c.source, c.metadata["slideshow"]["slide_type"]) for c in out
+             if c.metadata["slideshow"]["slide_type"] in ("slide", "subslide")]
+    assert heads == [("# Chapter", "slide"), ("### The scan", "subslide"),
+                     ("### The scan", "slide"), ("### Costs", "subslide"),
+                     ("### Costs", "subslide")]
+    assert len({c.id for c in out}) == len(out)  # the new cells have their own ids
+    assert slides_layout.figure_font("ax.legend(fontsize=6)\nax.set_title('t', fontsize=9)",
+                                     dpi=72) == 6
+    assert slides_layout.figure_font("plt.plot(x)", dpi=144) == 20  # matplotlib's 10 pt
+    assert slides_layout.figure_font("ax.legend(fontsize='small')", dpi=72) == 8.3
+    fig = _png_cell("ax.legend(fontsize=6)")
+    tags = slides_layout.prepare(new_notebook(cells=[md("# T", "slide"), fig])).cells[1]
+    assert f"ml-figure-font-{slides_layout.figure_font('fontsize=6'):g}" in tags.metadata["tags"]
