@@ -241,6 +241,63 @@ def test_a_gpu_cell_shows_its_recording_only_for_the_same_source(tmp_path):
     assert [c.metadata["slideshow"]["slide_type"] for c in out] == ["slide", "fragment", "skip"]
 
 
+DISPLAY_MATH = re.compile(r"\$\$|\\begin\{(align|equation)")
+DURATION = re.compile(r"\b\d+(?:–\d+)? min\b")
+
+
+def slides_of(nb):
+    """The cells of each (sub)slide: a new group at every ``slide`` or ``subslide`` cell."""
+    groups = []
+    for cell in nb.cells:
+        if not groups or cell.metadata["slideshow"]["slide_type"] in ("slide", "subslide"):
+            groups.append([])
+        groups[-1].append(cell)
+    return groups
+
+
+def carries_content(cells):
+    """A result or a figure (a visible code cell) or a derivation (display math) on the slide."""
+    shown = [c for c in cells if c.metadata["slideshow"]["slide_type"] not in ("skip", "notes")]
+    return any(c.cell_type == "code" or DISPLAY_MATH.search(c.source) for c in shown)
+
+
+def missing_notes(nb):
+    """Slides (their first line) that carry content but have no note saying what to say, what to
+    ask (a question) and how long (``N min``)."""
+    missing = []
+    for cells in slides_of(nb):
+        notes = " ".join(c.source for c in cells
+                         if c.metadata["slideshow"]["slide_type"] == "notes")
+        if carries_content(cells) and not (len(notes.split()) >= 30 and "?" in notes
+                                           and DURATION.search(notes)):
+            missing.append(cells[0].source.strip().splitlines()[0][:60] if cells[0].source.strip()
+                           else cells[0].id)
+    return missing
+
+
+@pytest.mark.parametrize("path", CHAPTERS, ids=[p.stem for p in CHAPTERS])
+def test_every_slide_with_a_result_a_figure_or_a_derivation_has_speaker_notes(path):
+    nb = nbformat.read(path, as_version=4)
+    missing = missing_notes(nb)
+    assert not missing, f"{path.name}: {len(missing)} slides without notes: {missing[:5]}"
+
+
+def test_the_notes_check_sees_a_slide_without_a_note():
+    kind = lambda k: {"slideshow": {"slide_type": k}}
+    note = ("Say: the loop decays the state, writes the input and reads it out; three lines carry "
+            "the whole algorithm, and the oracle of every later chapter. Ask: how many "
+            "multiplications per step, in terms of n? About 2 min.")
+    nb = new_notebook(cells=[new_markdown_cell("# Deck", metadata=kind("slide")),
+                             new_markdown_cell("## Prose only", metadata=kind("subslide")),
+                             new_markdown_cell("## Math\n\n$$h_t = a h_{t-1}$$",
+                                               metadata=kind("subslide")),
+                             new_code_cell("print(1)", metadata=kind("subslide")),
+                             new_markdown_cell(note, metadata=kind("notes")),
+                             new_code_cell("print(2)", metadata=kind("subslide")),
+                             new_markdown_cell("Say it. Ask it? 2 min.", metadata=kind("notes"))])
+    assert missing_notes(nb) == ["## Math", "print(2)"]  # no note; a note too short to help
+
+
 def test_every_deck_has_speaker_notes_and_ends_with_its_exercise():
     done = subprocess.run([sys.executable, "tools/exercise_cells.py", "--check"], cwd=ROOT,
                           capture_output=True, text=True, timeout=120)

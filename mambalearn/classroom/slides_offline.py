@@ -318,8 +318,11 @@ CODE_CELLS = """() => {
             const code = cell.querySelector('.jp-Cell-inputWrapper pre');
             const out = [...cell.querySelectorAll('.jp-OutputArea-output')].filter(
                 (o) => o.textContent.trim() || o.querySelector('img'));
-            rows.push({id: cell.id.replace(/^cell-id=/, ''), slide,
-                       code: code ? code.textContent : null, output: out.length > 0});
+            // a block wrapped by deck.js holds one span per line (an empty one: a zero-width space)
+            const text = !code ? null : !code.classList.contains('ml-wrap') ? code.textContent
+                : [...code.children].map((l) => l.textContent.replace(/\\u200b/g, '')).join('\\n');
+            rows.push({id: cell.id.replace(/^cell-id=/, ''), slide, code: text,
+                       output: out.length > 0});
         }
     });
     return rows;
