@@ -387,3 +387,21 @@ def test_the_course_pdf_has_a_title_and_a_bookmark_per_chapter(tmp_path):
     marks = [(o.title, reader.get_destination_page_number(o)) for o in reader.outline]
     assert marks == [("01 · One", 0), ("02 · Two", 2)]
     assert reader.trailer["/Root"]["/PageMode"] == "/UseOutlines"
+
+
+def test_speaker_notes_are_folded_on_a_page():
+    """A notes cell renders as a closed "Speaker notes" box, its markdown still rendered."""
+    from nbconvert import HTMLExporter
+    from nbformat.v4 import new_markdown_cell, new_notebook
+
+    from mambalearn.classroom import site
+
+    nb = new_notebook(cells=[
+        new_markdown_cell("# Title", metadata={"slideshow": {"slide_type": "slide"}}),
+        new_markdown_cell("Say: the *decay* first. Ask: why? About 2 min.",
+                          metadata={"slideshow": {"slide_type": "notes"}})])
+    body, _ = HTMLExporter(template_name="lab").from_notebook_node(site.fold_notes(nb))
+    folded = re.search(r'<details class="ml-notes">(.*?)</details>', body, re.S)
+    assert folded and "<summary>Speaker notes</summary>" in folded.group(1)
+    assert "<em>decay</em>" in folded.group(1)  # markdown inside the box still rendered
+    assert nb.cells[0].source == "# Title"

@@ -20,7 +20,8 @@ link to it. The footer gives the build's date and commit.
 
 The theme follows the system's light or dark setting (links at least 4.5:1 against the background
 in both); a long printed line wraps at a space, never inside a word; a widget shows what it last
-drew, with a line saying it is interactive in JupyterLab. "Open in Colab" needs the repository on
+drew, with a line saying it is interactive in JupyterLab. The decks' speaker notes
+are folded into a closed "Speaker notes" box. "Open in Colab" needs the repository on
 GitHub: ``--colab OWNER/REPO``, else the ``MAMBALEARN_REPOSITORY`` setting, else pyproject's
 ``[project.urls]``, else ``git remote``; with none of them the pages say how to set it.
 
@@ -412,6 +413,16 @@ def relink(body, out_dir):
     return re.sub(r'href="\.\./([^"]+)', local, body)
 
 
+def fold_notes(nb):
+    """``nb`` with each speaker-notes cell (``slide_type`` notes: what a presenter says, asks and
+    how long) folded into a closed "Speaker notes" box, so that a page reads as prose."""
+    for cell in nb.cells:
+        if cell.metadata.get("slideshow", {}).get("slide_type") == "notes":
+            cell.source = ('<details class="ml-notes"><summary>Speaker notes</summary>\n\n'
+                           f"{cell.source.strip()}\n\n</details>")
+    return nb
+
+
 def render(chapters, i, nb, out_dir, online=False, colab=None, api=None, info=None):
     """Write chapter ``i``'s page from its executed notebook ``nb``; its search entries."""
     c = chapters[i]
@@ -420,7 +431,7 @@ def render(chapters, i, nb, out_dir, online=False, colab=None, api=None, info=No
         for trait, url in slides_offline.URLS.items():
             if ex.has_trait(trait):
                 setattr(ex, trait, url)
-    nb = pages.static_widgets(pages.prepare(nb, c.notebook))
+    nb = fold_notes(pages.static_widgets(pages.prepare(nb, c.notebook)))
     nb.metadata["title"] = c.title
     resources = {"metadata": {"name": c.title},
                  "mambalearn": {"dark": _theme("dark"), "nav": "<!--ml-nav-->",
