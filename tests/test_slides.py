@@ -335,3 +335,26 @@ def test_every_slide_opens_with_a_title_and_figures_say_their_smallest_font():
     fig = _png_cell("ax.legend(fontsize=6)")
     tags = slides_layout.prepare(new_notebook(cells=[md("# T", "slide"), fig])).cells[1]
     assert f"ml-figure-font-{slides_layout.figure_font('fontsize=6'):g}" in tags.metadata["tags"]
+
+
+def test_an_interactive_figure_shows_as_on_the_site_with_its_line(tmp_path):
+    """A skipped interact() cell: the deck shows the figure the cell before it drew and the site's
+    line "Interactive in JupyterLab: …" under it (one approach, ``pages.static_widgets``), and no
+    live widget."""
+    from mambalearn.classroom import pages, slides
+
+    kind = lambda k: {"slideshow": {"slide_type": k}}
+    fig = _png_cell("plot_errors(deltas)", slide_type="-")
+    live = new_code_cell("_ = interact(plot_errors, delta=FloatSlider())", metadata=kind("skip"))
+    live.outputs = [new_output("display_data", data={
+        pages.WIDGET_VIEW: {"model_id": "box", "version_major": 2, "version_minor": 0},
+        "text/plain": "interactive(...)"})]
+    state = {"box": {"model_name": "VBoxModel",
+                     "state": {"children": ["IPY_MODEL_s", "IPY_MODEL_o"]}},
+             "s": {"model_name": "FloatSliderModel", "state": {"description": "delta"}},
+             "o": {"model_name": "OutputModel", "state": {"outputs": []}}}
+    nb = new_notebook(cells=[new_markdown_cell("# Errors", metadata=kind("slide")), fig, live],
+                      metadata={"widgets": {pages.WIDGET_STATE: {"state": state}}})
+    html = slides.export(tmp_path / "w.ipynb", tmp_path, offline=False, nb=nb).read_text()
+    assert "Interactive in JupyterLab" in html and "change delta" in html
+    assert pages.WIDGET_VIEW not in html and html.count('src="data:image/png') == 1

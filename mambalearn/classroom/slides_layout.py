@@ -17,9 +17,12 @@ The notebook stays as it is; the deck gets a copy in which, for every visible co
    at that width (the same program either way: its syntax tree is compared before and after);
 4. **no "skipped: no GPU" slides**: a GPU cell that could not run here and has no recorded GPU
    output (``mambalearn.classroom.pages``) is left out where it continues a slide;
-5. **every slide has a title**: a slide or subslide that does not open with a heading gets one,
+5. **an interactive figure says so**: a skipped cell whose widget the site renders statically
+   (``pages.static_widgets``: "Interactive in JupyterLab: …") gives that line to the visible code
+   cell before it on its slide, the one that draws the same figure without sliders;
+6. **every slide has a title**: a slide or subslide that does not open with a heading gets one,
    the title of the chapter section it is in (the last heading before it);
-6. **a figure says how small its text is drawn**: a cell whose output holds an image gets the
+7. **a figure says how small its text is drawn**: a cell whose output holds an image gets the
    tag ``ml-figure-font-<px>``, the smallest font its code asks for (``fontsize=``,
    ``labelsize=``; matplotlib's 10 pt where none is given) in pixels at the figure's own size,
    so the deck test can measure the labels as a presenter sees them.
@@ -51,6 +54,7 @@ def prepare(nb, width=CODE_WIDTH):
     """A copy of the executed notebook ``nb`` with the rules above applied to its visible code."""
     nb = copy.deepcopy(nb)
     nb.cells = titled(nb.cells)
+    interactive_notes(nb.cells)
     for cell in nb.cells:
         if cell.cell_type != "code" or _slide_type(cell) in ("skip", "notes"):
             continue
@@ -121,6 +125,25 @@ def figure_font(source, base=10.0, dpi=None):
         name = arg.strip("\"'")
         sizes.append(float(arg) if arg[0].isdigit() else base * NAMED.get(name, 1.0))
     return round(min(sizes) * dpi / 72, 1)
+
+
+def interactive_notes(cells):
+    """Move the "Interactive in JupyterLab" line of each skipped widget cell (made by
+    ``pages.static_widgets``) to the last visible code cell before it on the same slide."""
+    shown = None
+    for cell in cells:
+        kind = _slide_type(cell)
+        if kind in ("slide", "subslide"):
+            shown = None
+        if cell.cell_type != "code" or kind == "notes":
+            continue
+        if kind != "skip":
+            shown = cell
+            continue
+        lines = [o for o in cell.get("outputs", [])
+                 if 'class="ml-widget"' in str(o.get("data", {}).get("text/html", ""))]
+        if lines and shown is not None:
+            shown.outputs = [*shown.get("outputs", []), *lines]
 
 
 def _slide_type(cell):
