@@ -102,7 +102,7 @@ def _cell_failure(r, where):
         return f"{where} failed: {r['ename']}: {_first(r['evalue'])}"
     if r["status"] == "died":
         status = re.search(r"exit status -?\d+", r.get("evalue") or "")
-        return f"the kernel died in {where}" + (f" ({status.group(0)})" if status else "")
+        return f"the kernel died in {where}" + (f", {status.group(0)}" if status else "")
     if r["status"] in ("timeout", "stopped"):
         return f"{where} {r['evalue']}"
     return f"{where} was {r['status']}: {r.get('evalue')}"
