@@ -129,9 +129,10 @@ title = pages.title
 
 
 def reading_minutes(nb):
-    """Minutes to read the notebook's prose at ``WORDS_PER_MINUTE`` (code and output not
-    counted)."""
-    words = sum(len(re.findall(r"\w+", c.source)) for c in nb.cells if c.cell_type == "markdown")
+    """Minutes to read the notebook's prose at ``WORDS_PER_MINUTE`` (code, output and speaker
+    notes not counted)."""
+    words = sum(len(re.findall(r"\w+", c.source)) for c in nb.cells if c.cell_type == "markdown"
+                and c.metadata.get("slideshow", {}).get("slide_type") != "notes")
     return max(1, math.ceil(words / WORDS_PER_MINUTE))
 
 
