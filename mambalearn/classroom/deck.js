@@ -12,6 +12,8 @@
 //      printed output between lines, at a blank line where one is near). A code cell's source
 //      is never split, nor parted from its output: the cell moves on whole, or only its output
 //      is cut, after at least MIN_LINES of it;
+//      A block that cannot be cut and is taller than the room left keeps its slide, and what
+//      follows it moves on;
 //   3. what still does not fit (one figure or block taller than a slide) is scaled down: a
 //      code cell's source to a font of no less than MIN_CODE px, then, if the cell is still
 //      taller than the slide, it scrolls inside its slide (class ml-scroll); a figure to no
@@ -206,12 +208,30 @@
     return null;
   }
 
+  // The blocks after the first one that crosses the bottom (which cannot be cut), moved to a
+  // continuation: a figure after a code cell too long for any slide gets a slide of its own
+  // instead of being shrunk beside it. Returns the continuation, or null.
+  function splitAfter(section) {
+    const kids = blocks(section);
+    const k = kids.findIndex((c) => bottomIn(c, section) > LIMIT);
+    if (k < 0 || k === kids.length - 1) return null;
+    const rest = shell(section);
+    rest.append(...kids.slice(k + 1));
+    return rest;
+  }
+
   function paginate(section) {
     const heading = section.querySelector("h1, h2, h3");
     const title = heading ? heading.innerHTML : "";
     for (let guard = 0; guard < 40 && extent(section).bottom > LIMIT; guard++) {
-      const rest = split(section, section);
-      if (rest === null) break;  // one block taller than a slide: scaled below
+      // one block taller than a slide stays alone (scaled below), what follows it moves on
+      // a code cell too tall to keep whole: its source in a smaller font, else scrolling in a
+      // box that leaves room for the first lines of its output, which is then cut there
+      let rest = split(section, section);
+      if (rest === null && fitCode(section, false)) rest = split(section, section);
+      if (rest === null && scrollCode(section)) rest = split(section, section);
+      if (rest === null) rest = splitAfter(section);
+      if (rest === null) break;
       if (title) rest.prepend(contHeading(title));
       section.after(rest);
       const lead = blocks(rest).find((c) => !isHeading(c));
@@ -275,8 +295,10 @@
   }
 
   // a code cell's source taller than the slide has room for: a smaller font, down to MIN_CODE
-  // px; still too tall, it scrolls inside the slide (what a presenter scrolls while talking)
-  function fitCode(section) {
+  // px; still too tall (and `scroll`), it scrolls inside the slide (what a presenter scrolls
+  // while talking). Returns whether a font changed.
+  function fitCode(section, scroll = true) {
+    let changed = false;
     for (const pre of section.querySelectorAll(".jp-Cell-inputWrapper pre")) {
       for (let i = 0; i < 8 && extent(section).bottom > LIMIT; i++) {
         const size = parseFloat(getComputedStyle(pre).fontSize);
@@ -284,7 +306,9 @@
         const over = extent(section).bottom - LIMIT, h = rect(pre).height;
         const fit = Math.floor(2 * size * Math.max(0.5, (h - over) / h)) / 2;
         pre.style.fontSize = Math.max(MIN_CODE, Math.min(fit, size - 0.5)) + "px";
+        changed = true;
       }
+      if (!scroll) continue;
       const over = extent(section).bottom - LIMIT;
       if (over > 0) {
         const h = rect(pre).height;
@@ -294,6 +318,26 @@
         deck.scrolls = (deck.scrolls || 0) + 1;
       }
     }
+    return changed;
+  }
+
+  // The first code cell source that crosses the bottom scrolls in a box that ends MIN_LINES + 1
+  // output lines above it (at least 5 lines of code shown). Returns whether one did.
+  function scrollCode(section) {
+    for (const pre of section.querySelectorAll(".jp-Cell-inputWrapper pre:not(.ml-scroll)")) {
+      if (bottomIn(pre, section) <= LIMIT) continue;
+      const cell = pre.closest(".jp-CodeCell");
+      const out = cell && cell.querySelector(".jp-OutputArea-output pre");
+      const line = parseFloat(getComputedStyle(pre).lineHeight);
+      const room = out ? (MIN_LINES + 1) * parseFloat(getComputedStyle(out).lineHeight) + 16 : 0;
+      const top = rect(pre).top - rect(section).top;
+      pre.style.maxHeight = Math.max(5 * line, LIMIT - top - room) + "px";
+      pre.style.overflowY = "auto";
+      pre.classList.add("ml-scroll");
+      deck.scrolls = (deck.scrolls || 0) + 1;
+      return true;
+    }
+    return false;
   }
 
   function slidesOf(root) {
