@@ -93,7 +93,8 @@ CLASS = {
     "s10_hangs_ignoring_interrupts": ("solution ssm_kernel=HANG_IGNORING_INTERRUPTS", (P, P, F),
                                       ("ignored the interrupt",)),
     "s11_kernel_crash": ("solution bilinear=CRASH", (P, F, F),
-                         ("the kernel died in Cell", "not run: the kernel died in Cell")),
+                         ("the kernel died in your `bilinear` cell (code cell ",
+                          "not run: the kernel died in your `bilinear` cell")),
     "s12_syntax_error": ("solution ssm_kernel=SYNTAX_ERROR", (P, P, F), ("SyntaxError",)),
     "s13_not_json": ("truncated", (F, F, F), ("unreadable notebook",) * 3),
     "s14_renamed_metadata_lost": ("solution strip-metadata rename", (P, P, P), ()),
@@ -229,7 +230,8 @@ def test_an_interrupted_cell_reports_the_time_it_really_took(graded):
 def test_one_cell_has_one_name_in_a_report(graded):
     """Issue 26: "kernel died in cell 4 (your `zoh` cell)" next to "cell 1" for the same cell."""
     row = graded["rows"]["s11_kernel_crash"]
-    died = re.search(r"Cell \d+ \(your `bilinear` cell\)", row["bilinear reason"]).group(0)
+    died = re.search(r"your `bilinear` cell \(code cell \d+ from the top\)",
+                     row["bilinear reason"]).group(0)
     assert died in row["ssm_kernel reason"], (row["bilinear reason"], row["ssm_kernel reason"])
 
 

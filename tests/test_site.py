@@ -282,6 +282,11 @@ def test_in_a_browser_search_theme_and_phone(built, browser):
     page, refused, errors = open_page("01_discretization.html",
                                       viewport={"width": 1400, "height": 900})
     assert "$$" not in page.inner_text("main"), "raw TeX left on the page"
+    # every displayed formula numbered, (1), (2), … down the page; the papers it names linked
+    labels = page.eval_on_selector_all(".mjx-label", "els => els.map(e => e.textContent)")
+    assert labels[:3] == ["(1)", "(2)", "(3)"], labels
+    page.click("a.ml-ref")
+    assert page.evaluate("() => location.hash").startswith("#ref-")
     page.fill(".ml-search input", "zebrafish")
     hits = page.eval_on_selector_all(".ml-search ol a",
                                      "els => els.map(e => e.getAttribute('href'))")
@@ -388,3 +393,44 @@ def test_the_course_pdf_has_a_title_and_a_bookmark_per_chapter(tmp_path):
     marks = [(o.title, reader.get_destination_page_number(o)) for o in reader.outline]
     assert marks == [("01 · One", 0), ("02 · Two", 2)]
     assert reader.trailer["/Root"]["/PageMode"] == "/UseOutlines"
+
+
+def test_speaker_notes_are_folded_on_a_page():
+    """A notes cell renders as a closed "Speaker notes" box, its markdown still rendered."""
+    from nbconvert import HTMLExporter
+    from nbformat.v4 import new_markdown_cell, new_notebook
+
+    from mambalearn.classroom import site
+
+    nb = new_notebook(cells=[
+        new_markdown_cell("# Title", metadata={"slideshow": {"slide_type": "slide"}}),
+        new_markdown_cell("Say: the *decay* first. Ask: why? About 2 min.",
+                          metadata={"slideshow": {"slide_type": "notes"}})])
+    body, _ = HTMLExporter(template_name="lab").from_notebook_node(site.fold_notes(nb))
+    folded = re.search(r'<details class="ml-notes">(.*?)</details>', body, re.S)
+    assert folded and "<summary>Speaker notes</summary>" in folded.group(1)
+    assert "<em>decay</em>" in folded.group(1)  # markdown inside the box still rendered
+    assert nb.cells[0].source == "# Title"
+
+
+def test_papers_are_cited_where_a_page_names_them_and_figures_are_numbered():
+    """The first prose mention of each paper links to its numbered entry; code, printed output,
+    headings and links are left alone; no mention, no section; each figure gets "Figure n"."""
+    from mambalearn.classroom import bibliography
+
+    md = '<div class="jp-RenderedHTMLCommon jp-RenderedMarkdown">{}</div>'
+    body = ("<main>" + md.format("<h2>Blelloch</h2><p>Mamba-2, <code>Blelloch</code>, "
+                                 "<a href='x'>Mamba-3</a>, then Blelloch's tree; Mamba-2.</p>")
+            + '<div class="jp-OutputArea-output"><pre>Hillis–Steele</pre></div>'
+            + '<div class="jp-RenderedImage jp-OutputArea-output"><img alt="Error against Δ" '
+              'src="a.png"></div><div class="jp-RenderedImage"><img src="b.png"></div>'
+            + '<footer class="ml-footer"></footer></main>')
+    out = bibliography.number_figures(bibliography.references(body))
+    assert re.findall(r'href="#ref-([\w-]+)">\[(\d)\]', out) == [("mamba2", "1"), ("blelloch", "2")]
+    assert "<h2>Blelloch</h2>" in out and "<code>Blelloch</code>" in out
+    refs = out[out.index('class="ml-references"'):out.index("<footer")]
+    assert refs.count("<li") == 2 and "arxiv.org/abs/2405.21060" in refs and "CMU-CS-90-190" in refs
+    assert "Hillis" not in refs and "Mamba-3" not in refs  # named only in output and a link
+    assert re.findall(r'id="figure-(\d)"><b>Figure \d\.</b>([^<]*)', out) == [
+        ("1", " Error against Δ"), ("2", "")]
+    assert bibliography.references("<main><p>Mamba-2</p></main>") == "<main><p>Mamba-2</p></main>"

@@ -241,6 +241,63 @@ def test_a_gpu_cell_shows_its_recording_only_for_the_same_source(tmp_path):
     assert [c.metadata["slideshow"]["slide_type"] for c in out] == ["slide", "fragment", "skip"]
 
 
+DISPLAY_MATH = re.compile(r"\$\$|\\begin\{(align|equation)")
+DURATION = re.compile(r"\b\d+(?:–\d+)? min\b")
+
+
+def slides_of(nb):
+    """The cells of each (sub)slide: a new group at every ``slide`` or ``subslide`` cell."""
+    groups = []
+    for cell in nb.cells:
+        if not groups or cell.metadata["slideshow"]["slide_type"] in ("slide", "subslide"):
+            groups.append([])
+        groups[-1].append(cell)
+    return groups
+
+
+def carries_content(cells):
+    """A result or a figure (a visible code cell) or a derivation (display math) on the slide."""
+    shown = [c for c in cells if c.metadata["slideshow"]["slide_type"] not in ("skip", "notes")]
+    return any(c.cell_type == "code" or DISPLAY_MATH.search(c.source) for c in shown)
+
+
+def missing_notes(nb):
+    """Slides (their first line) that carry content but have no note saying what to say, what to
+    ask (a question) and how long (``N min``)."""
+    missing = []
+    for cells in slides_of(nb):
+        notes = " ".join(c.source for c in cells
+                         if c.metadata["slideshow"]["slide_type"] == "notes")
+        if carries_content(cells) and not (len(notes.split()) >= 30 and "?" in notes
+                                           and DURATION.search(notes)):
+            missing.append(cells[0].source.strip().splitlines()[0][:60] if cells[0].source.strip()
+                           else cells[0].id)
+    return missing
+
+
+@pytest.mark.parametrize("path", CHAPTERS, ids=[p.stem for p in CHAPTERS])
+def test_every_slide_with_a_result_a_figure_or_a_derivation_has_speaker_notes(path):
+    nb = nbformat.read(path, as_version=4)
+    missing = missing_notes(nb)
+    assert not missing, f"{path.name}: {len(missing)} slides without notes: {missing[:5]}"
+
+
+def test_the_notes_check_sees_a_slide_without_a_note():
+    kind = lambda k: {"slideshow": {"slide_type": k}}
+    note = ("Say: the loop decays the state, writes the input and reads it out; three lines carry "
+            "the whole algorithm, and the oracle of every later chapter. Ask: how many "
+            "multiplications per step, in terms of n? About 2 min.")
+    nb = new_notebook(cells=[new_markdown_cell("# Deck", metadata=kind("slide")),
+                             new_markdown_cell("## Prose only", metadata=kind("subslide")),
+                             new_markdown_cell("## Math\n\n$$h_t = a h_{t-1}$$",
+                                               metadata=kind("subslide")),
+                             new_code_cell("print(1)", metadata=kind("subslide")),
+                             new_markdown_cell(note, metadata=kind("notes")),
+                             new_code_cell("print(2)", metadata=kind("subslide")),
+                             new_markdown_cell("Say it. Ask it? 2 min.", metadata=kind("notes"))])
+    assert missing_notes(nb) == ["## Math", "print(2)"]  # no note; a note too short to help
+
+
 def test_every_deck_has_speaker_notes_and_ends_with_its_exercise():
     done = subprocess.run([sys.executable, "tools/exercise_cells.py", "--check"], cwd=ROOT,
                           capture_output=True, text=True, timeout=120)
@@ -255,3 +312,49 @@ def test_every_deck_has_speaker_notes_and_ends_with_its_exercise():
             assert "exercise-link" in last.metadata.get("tags", []), path.name
             assert f"](../exercises/{exercise})" in last.source, path.name  # the link opens it
             assert f"make grade NB=exercises/{exercise}" in last.source, path.name
+
+
+def test_every_slide_opens_with_a_title_and_figures_say_their_smallest_font():
+    md = lambda text, kind: new_markdown_cell(text, metadata={"slideshow": {"slide_type": kind}})
+    cells = [md("# Chapter", "slide"), md("## The scan\n\ntext", "-"),
+             new_code_cell("x = 1", metadata={"slideshow": {"slide_type": "subslide"}}),
+             md("Prose without a heading", "slide"), md("### Costs", "subslide"),
+             md("```\n# not a heading\n```", "skip"),
+             md("more", "subslide")]
+    out = slides_layout.prepare(new_notebook(cells=cells)).cells
+    heads = [(c.source, c.metadata["slideshow"]["slide_type"]) for c in out
+             if c.metadata["slideshow"]["slide_type"] in ("slide", "subslide")]
+    assert heads == [("# Chapter", "slide"), ("### The scan", "subslide"),
+                     ("### The scan", "slide"), ("### Costs", "subslide"),
+                     ("### Costs", "subslide")]
+    assert len({c.id for c in out}) == len(out)  # the new cells have their own ids
+    assert slides_layout.figure_font("ax.legend(fontsize=6)\nax.set_title('t', fontsize=9)",
+                                     dpi=72) == 6
+    assert slides_layout.figure_font("plt.plot(x)", dpi=144) == 20  # matplotlib's 10 pt
+    assert slides_layout.figure_font("ax.legend(fontsize='small')", dpi=72) == 8.3
+    fig = _png_cell("ax.legend(fontsize=6)")
+    tags = slides_layout.prepare(new_notebook(cells=[md("# T", "slide"), fig])).cells[1]
+    assert f"ml-figure-font-{slides_layout.figure_font('fontsize=6'):g}" in tags.metadata["tags"]
+
+
+def test_an_interactive_figure_shows_as_on_the_site_with_its_line(tmp_path):
+    """A skipped interact() cell: the deck shows the figure the cell before it drew and the site's
+    line "Interactive in JupyterLab: …" under it (one approach, ``pages.static_widgets``), and no
+    live widget."""
+    from mambalearn.classroom import pages, slides
+
+    kind = lambda k: {"slideshow": {"slide_type": k}}
+    fig = _png_cell("plot_errors(deltas)", slide_type="-")
+    live = new_code_cell("_ = interact(plot_errors, delta=FloatSlider())", metadata=kind("skip"))
+    live.outputs = [new_output("display_data", data={
+        pages.WIDGET_VIEW: {"model_id": "box", "version_major": 2, "version_minor": 0},
+        "text/plain": "interactive(...)"})]
+    state = {"box": {"model_name": "VBoxModel",
+                     "state": {"children": ["IPY_MODEL_s", "IPY_MODEL_o"]}},
+             "s": {"model_name": "FloatSliderModel", "state": {"description": "delta"}},
+             "o": {"model_name": "OutputModel", "state": {"outputs": []}}}
+    nb = new_notebook(cells=[new_markdown_cell("# Errors", metadata=kind("slide")), fig, live],
+                      metadata={"widgets": {pages.WIDGET_STATE: {"state": state}}})
+    html = slides.export(tmp_path / "w.ipynb", tmp_path, offline=False, nb=nb).read_text()
+    assert "Interactive in JupyterLab" in html and "change delta" in html
+    assert pages.WIDGET_VIEW not in html and html.count('src="data:image/png') == 1

@@ -20,13 +20,15 @@ from pathlib import Path
 import pytest
 
 from conftest import require_chromium
-from mambalearn.classroom import deck, slides, slides_offline
+from mambalearn.classroom import deck, execute, slides, slides_layout, slides_offline
+from mambalearn.classroom.pages import prepare as page_copy
 
 require_chromium()
 
 ROOT = Path(__file__).resolve().parent.parent
 CHAPTERS = sorted((ROOT / "notebooks").glob("*.ipynb"))
 ARTIFACTS = Path(os.environ.get("MAMBALEARN_ARTIFACTS", ROOT / "build" / "test-artifacts"))
+MIN_FIGURE_FONT = 9  # px on the slide: a figure's smallest label, readable from the back row
 
 
 @pytest.fixture(scope="module")
@@ -70,6 +72,7 @@ def test_deck_fits_navigates_and_prints(notebook, out, browser):
                                        slides_offline.PRESENTER)
     rows = slides_offline.measure_page(page)
     assert rows and all(r["shown"] for r in rows), "a fragment left hidden while measuring"
+    cells = page.evaluate(slides_offline.CODE_CELLS)
     # then, on the same page (measuring ends on the first slide), the right arrow as a presenter
     # presses it: every slide and subslide in order
     fragments = page.evaluate("() => document.querySelectorAll('.reveal .fragment').length")
@@ -79,6 +82,25 @@ def test_deck_fits_navigates_and_prints(notebook, out, browser):
     assert not over, f"{notebook.stem}: {len(over)} of {len(rows)} slides do not fit: {over}"
     small = [slides_offline.describe(r) for r in rows if r["font"] < 12]
     assert not small, f"{notebook.stem}: text smaller than 12 px on {small}"
+    untitled = [slides_offline.describe(r) for r in rows if not r["title"]]
+    assert not untitled, f"{notebook.stem}: slides without a title: {untitled}"
+    labels = [(slides_offline.describe(r), round(r["figureFont"], 1)) for r in rows
+              if r["figureFont"] < MIN_FIGURE_FONT]
+    assert not labels, f"{notebook.stem}: figure labels under {MIN_FIGURE_FONT} px: {labels}"
+    broken = [w for r in rows for w in r["broken"]]
+    assert not broken, f"{notebook.stem}: output wrapped inside a hyphenated word: {broken[:3]}"
+    # each code cell whole on one slide, its output (where it prints or draws) on that slide too
+    prepared = slides_layout.prepare(page_copy(execute.executed(notebook), notebook))
+    shown = {c.id: c for c in prepared.cells if c.cell_type == "code"}
+    for cell in cells:
+        source = shown[cell["id"]]
+        if cell["code"] is not None:
+            assert cell["code"].rstrip() == source.source.rstrip(), \
+                f"{notebook.stem}: code cut on slide {cell['slide']}: {cell['code'][:60]!r}"
+        prints = any(o.get("text", "").strip() or "image/png" in o.get("data", {})
+                     for o in source.get("outputs", []))
+        assert cell["output"] or not prints, \
+            f"{notebook.stem}: slide {cell['slide']}: code without output: {source.source[:50]!r}"
     assert seen == [[r["h"], r["v"]] for r in rows], f"{notebook.stem}: → showed {seen}"
 
     # the print view: every formula typeset (none left blank), one page per slide
@@ -138,3 +160,106 @@ def test_the_slide_sections_own_size_is_measured(out, browser, tmp_path):
     assert not again[0]["fits"] and again[0]["height"] > deck.HEIGHT
     assert again[0]["bottom"] == rows[0]["bottom"], "the text boxes did not move"
     assert f"x{again[0]['height']} px" in slides_offline.describe(again[0])
+
+
+def _figure_png(fontsize, width=10.0):
+    """A bar chart ``width`` inches wide with labels at ``fontsize`` points, as the chapters'
+    kernel draws it (retina: twice the pixels, shown at its size)."""
+    import base64
+    import io
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(width, 3.4))
+    ax.bar(range(3), [1, 2, 3])
+    ax.set_title("shapes", fontsize=fontsize)
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=2 * fig.dpi)
+    plt.close(fig)
+    size = [round(width * fig.dpi), round(3.4 * fig.dpi)]
+    return base64.b64encode(buf.getvalue()).decode(), size
+
+
+def test_code_stays_whole_with_its_output_every_slide_has_a_title_and_words_keep_hyphens(
+        out, browser, tmp_path):
+    """Measured in the deck as a presenter sees it: a code cell that crosses the bottom of a slide
+    moves on whole (never cut mid-statement, never parted from its output), a cell taller than
+    any slide stays whole (smaller font, or it scrolls inside its slide), a slide that opens with
+    code gets its section's title, a wrapped output line never breaks inside a hyphenated file
+    name, and a figure's labels are measured in slide pixels (6 pt on a wide chart is too small;
+    10 pt is not)."""
+    from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, new_output
+
+    from mambalearn.classroom import slides_layout
+
+    def md(text, kind="-"):
+        return new_markdown_cell(text, metadata={"slideshow": {"slide_type": kind}})
+
+    def code(source, text=None, kind="-", png=None, source_font=None):
+        cell = new_code_cell(source, metadata={"slideshow": {"slide_type": kind}})
+        if text is not None:
+            cell.outputs = [new_output("stream", name="stdout", text=text)]
+        if png is not None:
+            data, (w, h) = png
+            cell.outputs = [new_output("display_data", data={"image/png": data,
+                                                             "text/plain": "<Figure>"},
+                                       metadata={"image/png": {"width": w, "height": h}})]
+        return cell
+
+    statement = ("total = combine(\n    first_argument,\n    second_argument,\n"
+                 "    third_argument,\n)\n")
+    medium = "".join(statement.replace("total", f"total_{i}") for i in range(4))  # 24 lines
+    huge = "".join(statement.replace("total", f"value_{i}") for i in range(14))   # 70 lines
+    names = " ".join(f"docs/results/ssd-h200-2026-12-0{i}-run.json" for i in range(1, 8))
+    cells = [
+        md("# A deck", "slide"),
+        md("## Section A"),
+        md("\n\n".join(f"Paragraph {i} of the slide's prose, long enough to take a line." for i in
+                       range(9))),
+        code(medium, "".join(f"row {i}\n" for i in range(12))),
+        code("print(rows)", "".join(f"line {i}\n" for i in range(6)), kind="subslide"),
+        code(huge, "done\n", kind="subslide"),
+        code("print(names)", names + "\n", kind="subslide"),
+        md("## Figures", "slide"),
+        code("ax.set_title('shapes', fontsize=6)", png=_figure_png(6), kind="-"),
+        code("ax.set_title('shapes')", png=_figure_png(10), kind="subslide"),
+    ]
+    nb = new_notebook(cells=cells)
+    path = slides.export(tmp_path / "cut.ipynb", out, nb=nb)
+    page, _ = slides_offline.open_deck(browser, path, "?transition=none",
+                                       slides_offline.PRESENTER)
+    rows = slides_offline.measure_page(page)
+    found = page.evaluate(slides_offline.CODE_CELLS)
+    page.context.close()
+    bad = [slides_offline.describe(r) for r in rows if not r["fits"] or r["font"] < 12]
+    assert not bad, bad
+    assert all(r["title"] for r in rows), [r["title"] for r in rows]
+    assert [r["title"] for r in rows].count("Section A") >= 3  # the subslides that open with code
+    prepared = {c.id: c for c in slides_layout.prepare(nb).cells if c.cell_type == "code"}
+    assert len(found) == len(prepared)  # no cell cut in two: each once, on one slide
+    for cell in found:  # every code cell: all its code, and its output on the same slide
+        shown = "transient" not in prepared[cell["id"]].metadata  # a figure comes without code
+        assert (cell["code"] or "").rstrip() == (prepared[cell["id"]].source.rstrip() if shown
+                                                 else ""), cell
+        assert cell["output"], f"code and output parted: {cell}"
+    assert any(r["scrolls"] for r in rows) or max(r["bottom"] for r in rows) <= deck.HEIGHT
+    assert not [r["broken"] for r in rows if r["broken"]]
+    fonts = [r["figureFont"] for r in rows if r["figureFont"] < 99]
+    assert len(fonts) == 2 and fonts[0] < MIN_FIGURE_FONT <= fonts[1], fonts
+
+
+def test_a_wrapped_line_broken_at_a_hyphen_is_reported(out, browser, tmp_path):
+    """The hyphen measure can fail: a hyphenated word longer than half a line may wrap at a
+    hyphen (it could not fit on a line anyway), and the measure reports it."""
+    from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, new_output
+
+    word = "-".join(["segment"] * 14)  # 111 characters with no space
+    cell = new_code_cell("print(word)", metadata={"slideshow": {"slide_type": "-"}})
+    cell.outputs = [new_output("stream", name="stdout", text=("pad " * 10 + word) + "\n")]
+    nb = new_notebook(cells=[new_markdown_cell("# Hyphens", metadata={
+        "slideshow": {"slide_type": "slide"}}), cell])
+    rows = slides_offline.measure(browser, slides.export(tmp_path / "hy.ipynb", out, nb=nb))
+    assert rows[0]["broken"], rows

@@ -3,24 +3,31 @@
 // Every slide must fit reveal's SLIDE_W x SLIDE_H box. Sizes are only known once the page is
 // laid out, fonts loaded and math typeset, so this runs then, on every (sub)slide:
 //   1. a <pre> (code or printed output) wider than the slide gets a smaller font, down to
-//      MIN_FONT px; one still too wide wraps at spaces (never inside a word); so does a display
-//      formula, down to MIN_MATH of its size;
+//      MIN_FONT px; one still too wide wraps at spaces
+//      (never inside a word, and never at a hyphen: "ssd-h200.json" stays one piece); so does a
+//      display formula, down to MIN_MATH of its size;
 //   2. content below the slide's bottom moves to a continuation slide right after it (same
 //      stack, so the arrow keys reach it), headed "<title> (cont.)": whole cells where they can,
 //      else the block that crosses the bottom is split (a markdown cell between paragraphs,
-//      a code cell between its code and its output, a <pre> between lines, at a blank line
-//      where one is near);
-//   3. what still does not fit (one figure or block taller than a slide) is scaled down, a
-//      figure to no less than MIN_IMAGE of its size, a slide's content (zoom on a div inside
-//      the section, so the section stays 960 px wide) to no less than MIN_ZOOM; a figure
-//      on a slide with room to spare grows, up to MAX_GROW.
+//      printed output between lines, at a blank line where one is near). A code cell's source
+//      is never split, nor parted from its output: the cell moves on whole, or only its output
+//      is cut, after at least MIN_LINES of it;
+//      A block that cannot be cut and is taller than the room left keeps its slide, and what
+//      follows it moves on;
+//   3. what still does not fit (one figure or block taller than a slide) is scaled down: a
+//      code cell's source to a font of no less than MIN_CODE px, then, if the cell is still
+//      taller than the slide, it scrolls inside its slide (class ml-scroll); a figure to no
+//      less than MIN_IMAGE of its size, a slide's content (zoom on a div inside the section,
+//      so the section stays 960 px wide) to no less than MIN_ZOOM; a figure on a slide with
+//      room to spare grows, up to MAX_GROW.
 // Then reveal.js starts (linear navigation: the arrow keys step through every slide and
 // fragment) and window.mambalearnDeck.ready becomes true.
 (function () {
   "use strict";
   const SLIDE_W = 960, SLIDE_H = 700;
   const LIMIT = SLIDE_H - 12;       // px from a slide's top that its content may reach
-  const MIN_FONT = 14, MIN_MATH = 0.7, MIN_IMAGE = 0.6, MIN_ZOOM = 0.7, MIN_LINES = 3, MAX_GROW = 1.6;
+  const NOBREAK = 50;  // characters: a longer hyphenated word may wrap at a hyphen
+  const MIN_FONT = 14, MIN_CODE = 12, MIN_MATH = 0.7, MIN_IMAGE = 0.6, MIN_ZOOM = 0.7, MIN_LINES = 3, MAX_GROW = 1.6;
   const deck = window.mambalearnDeck = {ready: false, continued: 0, scaled: []};
 
   const rect = (el) => el.getBoundingClientRect();
@@ -62,6 +69,15 @@
     let k = kids.findIndex((c) => bottomIn(c, section) > LIMIT);
     if (k < 0) return null;
     let rest = null;
+    if (el.classList.contains("jp-CodeCell")) {
+      // its source never splits, nor leaves its output: cut inside the output, or not at all
+      if (kids[k].classList.contains("jp-Cell-inputWrapper")) return null;
+      const inner = split(kids[k], section);
+      if (inner === null) return null;
+      rest = shell(el);
+      rest.append(inner, ...kids.slice(k + 1));
+      return rest;
+    }
     if (kids.slice(0, k).some((c) => !isHeading(c))) {
       while (isHeading(kids[k - 1])) k--;  // a heading goes with what it introduces
       rest = shell(el);
@@ -159,6 +175,28 @@
       return span;
     }));
     pre.classList.add("ml-wrap");
+    keepHyphenated(pre);
+  }
+
+  // a word with a hyphen in it (a file name, "fwd+bwd-h200", "--flag") wraps as one piece: the
+  // browser would break a pre-wrap line after any hyphen
+  function keepHyphenated(pre) {
+    const walker = document.createTreeWalker(pre, NodeFilter.SHOW_TEXT);
+    const nodes = [];
+    for (let node = walker.nextNode(); node; node = walker.nextNode()) {
+      if (/\S-|-\S/.test(node.data)) nodes.push(node);
+    }
+    for (const node of nodes) {
+      const parts = node.data.split(/(\S*-\S*)/);
+      node.replaceWith(...parts.filter((t) => t).map((t) => {
+        // (one longer than half a line may still break: it could not fit on a line anyway)
+        if (!t.includes("-") || t.length > NOBREAK) return document.createTextNode(t);
+        const span = document.createElement("span");
+        span.className = "ml-nobreak";
+        span.textContent = t;
+        return span;
+      }));
+    }
   }
 
   function firstNewline(el) {
@@ -170,12 +208,30 @@
     return null;
   }
 
+  // The blocks after the first one that crosses the bottom (which cannot be cut), moved to a
+  // continuation: a figure after a code cell too long for any slide gets a slide of its own
+  // instead of being shrunk beside it. Returns the continuation, or null.
+  function splitAfter(section) {
+    const kids = blocks(section);
+    const k = kids.findIndex((c) => bottomIn(c, section) > LIMIT);
+    if (k < 0 || k === kids.length - 1) return null;
+    const rest = shell(section);
+    rest.append(...kids.slice(k + 1));
+    return rest;
+  }
+
   function paginate(section) {
     const heading = section.querySelector("h1, h2, h3");
     const title = heading ? heading.innerHTML : "";
     for (let guard = 0; guard < 40 && extent(section).bottom > LIMIT; guard++) {
-      const rest = split(section, section);
-      if (rest === null) break;  // one block taller than a slide: scaled below
+      // one block taller than a slide stays alone (scaled below), what follows it moves on
+      // a code cell too tall to keep whole: its source in a smaller font, else scrolling in a
+      // box that leaves room for the first lines of its output, which is then cut there
+      let rest = split(section, section);
+      if (rest === null && fitCode(section, false)) rest = split(section, section);
+      if (rest === null && scrollCode(section)) rest = split(section, section);
+      if (rest === null) rest = splitAfter(section);
+      if (rest === null) break;
       if (title) rest.prepend(contHeading(title));
       section.after(rest);
       const lead = blocks(rest).find((c) => !isHeading(c));
@@ -192,8 +248,10 @@
     let right = 0, bottom = 0;
     for (const el of section.querySelectorAll("*")) {
       if (el.closest("aside.notes, script, .MJX_Assistive_MathML")) continue;
+      const scroller = el.closest(".ml-scroll");  // what scrolls inside its box takes that box
+      if (scroller && scroller !== el) continue;
       const rects = [rect(el)];
-      for (const c of el.childNodes) {  // text can run past its element's box
+      for (const c of scroller ? [] : el.childNodes) {  // text can run past its element's box
         if (c.nodeType !== Node.TEXT_NODE || !c.data.trim()) continue;
         text.selectNodeContents(c);
         rects.push(...text.getClientRects());
@@ -221,6 +279,7 @@
         img.style.maxWidth = "100%";
       }
     }
+    fitCode(section);
     const {right, bottom} = extent(section);
     const zoom = Math.min(1, LIMIT / bottom, SLIDE_W / right);
     if (zoom < 1) {
@@ -233,6 +292,52 @@
       inner.style.zoom = Math.max(MIN_ZOOM, Math.floor(zoom * 100) / 100);
       deck.scaled.push([section.querySelector("h1, h2, h3")?.textContent, inner.style.zoom]);
     }
+  }
+
+  // a code cell's source taller than the slide has room for: a smaller font, down to MIN_CODE
+  // px; still too tall (and `scroll`), it scrolls inside the slide (what a presenter scrolls
+  // while talking). Returns whether a font changed.
+  function fitCode(section, scroll = true) {
+    let changed = false;
+    for (const pre of section.querySelectorAll(".jp-Cell-inputWrapper pre")) {
+      for (let i = 0; i < 8 && extent(section).bottom > LIMIT; i++) {
+        const size = parseFloat(getComputedStyle(pre).fontSize);
+        if (size <= MIN_CODE) break;
+        const over = extent(section).bottom - LIMIT, h = rect(pre).height;
+        const fit = Math.floor(2 * size * Math.max(0.5, (h - over) / h)) / 2;
+        pre.style.fontSize = Math.max(MIN_CODE, Math.min(fit, size - 0.5)) + "px";
+        changed = true;
+      }
+      if (!scroll) continue;
+      const over = extent(section).bottom - LIMIT;
+      if (over > 0) {
+        const h = rect(pre).height;
+        pre.style.maxHeight = Math.max(5 * parseFloat(getComputedStyle(pre).lineHeight), h - over) + "px";
+        pre.style.overflowY = "auto";
+        pre.classList.add("ml-scroll");
+        deck.scrolls = (deck.scrolls || 0) + 1;
+      }
+    }
+    return changed;
+  }
+
+  // The first code cell source that crosses the bottom scrolls in a box that ends MIN_LINES + 1
+  // output lines above it (at least 5 lines of code shown). Returns whether one did.
+  function scrollCode(section) {
+    for (const pre of section.querySelectorAll(".jp-Cell-inputWrapper pre:not(.ml-scroll)")) {
+      if (bottomIn(pre, section) <= LIMIT) continue;
+      const cell = pre.closest(".jp-CodeCell");
+      const out = cell && cell.querySelector(".jp-OutputArea-output pre");
+      const line = parseFloat(getComputedStyle(pre).lineHeight);
+      const room = out ? (MIN_LINES + 1) * parseFloat(getComputedStyle(out).lineHeight) + 16 : 0;
+      const top = rect(pre).top - rect(section).top;
+      pre.style.maxHeight = Math.max(5 * line, LIMIT - top - room) + "px";
+      pre.style.overflowY = "auto";
+      pre.classList.add("ml-scroll");
+      deck.scrolls = (deck.scrolls || 0) + 1;
+      return true;
+    }
+    return false;
   }
 
   function slidesOf(root) {

@@ -76,10 +76,11 @@ class GradedCell(IPyNbCell):
             res = dict(res, status="ok")  # raises-exception: the error was expected
         self._keep(res)
         if res["status"] != "ok":
-            label = notebook.job["cells"][self.cell_num]["label"]  # "Cell 3 (your `zoh` cell)"
-            where = label.partition(" (")[2].rstrip(")")  # nbval prints "Cell 3:" itself
+            # "your `zoh` cell (code cell 3 from the top)": the name a student finds it by (nbval's
+            # own "Cell 2" counts from 0 and matches no number JupyterLab shows)
+            where = notebook.job["cells"][self.cell_num]["label"]
             what = f"{res['ename']}: {res['evalue']}" if res.get("ename") else res.get("evalue")
-            raise NbCellError(self.cell_num, f"{where}: {what}" if where else what,
+            raise NbCellError(self.cell_num, f"{where}: {what}",
                               self.cell.source, "\n".join(res.get("traceback") or []) or None)
 
     def _keep(self, res):

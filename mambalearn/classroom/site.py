@@ -20,7 +20,11 @@ link to it. The footer gives the build's date and commit.
 
 The theme follows the system's light or dark setting (links at least 4.5:1 against the background
 in both); a long printed line wraps at a space, never inside a word; a widget shows what it last
-drew, with a line saying it is interactive in JupyterLab. "Open in Colab" needs the repository on
+drew, with a line saying it is interactive in JupyterLab. Displayed formulas are numbered, figures
+captioned "Figure n", and the papers a page names (Mamba, Mamba-2, Mamba-3, Blelloch, Hillis and
+Steele) are linked from their first mention to a "References" section at its end
+(``mambalearn.classroom.bibliography``). The decks' speaker notes
+are folded into a closed "Speaker notes" box. "Open in Colab" needs the repository on
 GitHub: ``--colab OWNER/REPO``, else the ``MAMBALEARN_REPOSITORY`` setting, else pyproject's
 ``[project.urls]``, else ``git remote``; with none of them the pages say how to set it.
 
@@ -46,7 +50,7 @@ from pathlib import Path
 
 from nbformat.v4 import new_markdown_cell
 
-from mambalearn.classroom import apiref, cli, pages, pristine, slides, slides_offline
+from mambalearn.classroom import apiref, bibliography, cli, pages, pristine, slides, slides_offline
 from mambalearn.classroom.execute import executed
 
 HERE = Path(__file__).resolve().parent
@@ -60,6 +64,10 @@ TEMPLATE = """{%- extends 'index.html.j2' -%}
 <link rel="stylesheet" href="site.css">
 <script src="search-index.js"></script><script src="site.js"></script>
 {% endblock notebook_css %}
+{%- block html_head_js_mathjax -%}
+{{ super() }}
+{{ resources.mambalearn.equations }}
+{%- endblock html_head_js_mathjax -%}
 {%- block body_header -%}
 <body class="jp-Notebook ml-page" data-jp-theme-light="true" data-jp-theme-name="JupyterLab Light">
 {{ resources.mambalearn.nav }}
@@ -121,9 +129,10 @@ title = pages.title
 
 
 def reading_minutes(nb):
-    """Minutes to read the notebook's prose at ``WORDS_PER_MINUTE`` (code and output not
-    counted)."""
-    words = sum(len(re.findall(r"\w+", c.source)) for c in nb.cells if c.cell_type == "markdown")
+    """Minutes to read the notebook's prose at ``WORDS_PER_MINUTE`` (code, output and speaker
+    notes not counted)."""
+    words = sum(len(re.findall(r"\w+", c.source)) for c in nb.cells if c.cell_type == "markdown"
+                and c.metadata.get("slideshow", {}).get("slide_type") != "notes")
     return max(1, math.ceil(words / WORDS_PER_MINUTE))
 
 
@@ -412,6 +421,16 @@ def relink(body, out_dir):
     return re.sub(r'href="\.\./([^"]+)', local, body)
 
 
+def fold_notes(nb):
+    """``nb`` with each speaker-notes cell (``slide_type`` notes: what a presenter says, asks and
+    how long) folded into a closed "Speaker notes" box, so that a page reads as prose."""
+    for cell in nb.cells:
+        if cell.metadata.get("slideshow", {}).get("slide_type") == "notes":
+            cell.source = ('<details class="ml-notes"><summary>Speaker notes</summary>\n\n'
+                           f"{cell.source.strip()}\n\n</details>")
+    return nb
+
+
 def render(chapters, i, nb, out_dir, online=False, colab=None, api=None, info=None):
     """Write chapter ``i``'s page from its executed notebook ``nb``; its search entries."""
     c = chapters[i]
@@ -420,15 +439,17 @@ def render(chapters, i, nb, out_dir, online=False, colab=None, api=None, info=No
         for trait, url in slides_offline.URLS.items():
             if ex.has_trait(trait):
                 setattr(ex, trait, url)
-    nb = pages.static_widgets(pages.prepare(nb, c.notebook))
+    nb = fold_notes(pages.static_widgets(pages.prepare(nb, c.notebook)))
     nb.metadata["title"] = c.title
     resources = {"metadata": {"name": c.title},
                  "mambalearn": {"dark": _theme("dark"), "nav": "<!--ml-nav-->",
+                                "equations": bibliography.EQUATIONS,
                                 "top": bar(chapters, i, "top") + links(c, colab),
                                 "bottom": bar(chapters, i, "bottom")
                                 + footer(info or build_info(), colab)}}
     body, _ = ex.from_notebook_node(nb, resources=resources)
     body = set_alts(body, figure_alts(nb))
+    body = bibliography.number_figures(bibliography.references(body))
     body = body.replace("<!--ml-nav-->", nav(chapters, c, outline(body)), 1)
     body = relink(body, out_dir)
     body, _ = link_citations(body, out_dir)

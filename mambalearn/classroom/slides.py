@@ -4,7 +4,9 @@
 
 The deck follows each cell's ``slideshow.slide_type`` (slide, subslide, fragment, skip, notes).
 ``mambalearn.classroom.slides_layout`` chooses what a code cell shows (figures without their
-code, no plumbing imports, code reflowed to the slide's width), ``mambalearn.classroom.deck``
+code, no plumbing imports, code reflowed to the slide's width; an interactive figure as the site
+shows it, ``pages.static_widgets``: its last drawing and a line saying it is interactive in
+JupyterLab), ``mambalearn.classroom.deck``
 lays the slides out in the browser (continuation slides, fonts that fit) and starts reveal.js
 with linear navigation. Decks are offline: reveal.js, MathJax, require.js, jQuery, fonts and the
 widget manager are copies under ``<out>/vendor`` (``mambalearn.classroom.slides_offline``, which
@@ -39,7 +41,8 @@ def export(notebook, out_dir, offline=True, timeout=300, nb=None, fresh=False):
         from mambalearn.classroom import slides_offline
 
         slides_offline.configure(exporter, out_dir, template=False)
-    body, _ = exporter.from_notebook_node(slides_layout.prepare(pages.prepare(nb, notebook)),
+    body, _ = exporter.from_notebook_node(slides_layout.prepare(
+        pages.static_widgets(pages.prepare(nb, notebook))),
                                           resources=deck.resources(notebook.stem,
                                                                    notebook.parent))
     if offline:

@@ -16,7 +16,16 @@ The notebook stays as it is; the deck gets a copy in which, for every visible co
    comment is wrapped at words, and a statement still too long is reformatted by ``ruff format``
    at that width (the same program either way: its syntax tree is compared before and after);
 4. **no "skipped: no GPU" slides**: a GPU cell that could not run here and has no recorded GPU
-   output (``mambalearn.classroom.pages``) is left out where it continues a slide.
+   output (``mambalearn.classroom.pages``) is left out where it continues a slide;
+5. **an interactive figure says so**: a skipped cell whose widget the site renders statically
+   (``pages.static_widgets``: "Interactive in JupyterLab: …") gives that line to the visible code
+   cell before it on its slide, the one that draws the same figure without sliders;
+6. **every slide has a title**: a slide or subslide that does not open with a heading gets one,
+   the title of the chapter section it is in (the last heading before it);
+7. **a figure says how small its text is drawn**: a cell whose output holds an image gets the
+   tag ``ml-figure-font-<px>``, the smallest font its code asks for (``fontsize=``,
+   ``labelsize=``; matplotlib's 10 pt where none is given) in pixels at the figure's own size,
+   so the deck test can measure the labels as a presenter sees them.
 
 Everything that needs real sizes (moving cells that do not fit onto a continuation slide,
 splitting long code or output at a line, shrinking a wide block) happens in the browser, where
@@ -27,6 +36,7 @@ import ast
 import copy
 import importlib.util
 import io
+import re
 import subprocess
 import sys
 import textwrap
@@ -43,6 +53,8 @@ PLUMBING = {"torch", "numpy", "matplotlib", "ipywidgets", "IPython", "tqdm", "ma
 def prepare(nb, width=CODE_WIDTH):
     """A copy of the executed notebook ``nb`` with the rules above applied to its visible code."""
     nb = copy.deepcopy(nb)
+    nb.cells = titled(nb.cells)
+    interactive_notes(nb.cells)
     for cell in nb.cells:
         if cell.cell_type != "code" or _slide_type(cell) in ("skip", "notes"):
             continue
@@ -52,6 +64,9 @@ def prepare(nb, width=CODE_WIDTH):
         if continues and (plumbing or pages.is_skipped(cell)):
             cell.metadata["slideshow"] = dict(cell.metadata.get("slideshow", {}), slide_type="skip")
             continue
+        if _draws_figure(cell):
+            cell.metadata["tags"] = [*cell.metadata.get("tags", []),
+                                     f"ml-figure-font-{figure_font(cell.source):g}"]
         if HIDE_CODE in tags or (_draws_figure(cell) and SHOW_CODE not in tags):
             cell.metadata["transient"] = {"remove_source": True}
             continue
@@ -59,6 +74,76 @@ def prepare(nb, width=CODE_WIDTH):
         if not cell.source.strip():
             cell.metadata["transient"] = {"remove_source": True}
     return nb
+
+
+HEADING = re.compile(r"^ {0,3}(#{1,3})\s+(.+?)\s*#*\s*$", re.M)
+
+
+def _headings(cell):
+    if cell.cell_type != "markdown":
+        return []
+    fenced = re.sub(r"^```.*?^```", "", cell.source, flags=re.M | re.S)
+    return [m.group(2) for m in HEADING.finditer(fenced)]
+
+
+def titled(cells):
+    """``cells`` where every slide and subslide opens with a heading: one that does not gets a
+    markdown cell before it, ``### <section>``, the last heading of the cells before it (the
+    new cell takes over its slide type; the cell continues the slide)."""
+    from nbformat.v4 import new_markdown_cell
+
+    out, section = [], None
+    for cell in cells:
+        kind = _slide_type(cell)
+        if kind in ("slide", "subslide") and section and not (
+                cell.cell_type == "markdown" and HEADING.match(cell.source.lstrip("\n"))):
+            head = new_markdown_cell(f"### {section}", metadata={"slideshow": {"slide_type": kind}})
+            head.id = f"{cell.get('id', 'cell')}-title"[:64]
+            cell.metadata["slideshow"] = dict(cell.metadata["slideshow"], slide_type="-")
+            out.append(head)
+        if kind not in ("skip", "notes"):
+            section = (_headings(cell) or [section])[-1]
+        out.append(cell)
+    return out
+
+
+FONT_ARG = re.compile(r"\b(?:fontsize|labelsize|size)\s*=\s*(\d+(?:\.\d+)?|[\"'][a-z-]+[\"'])")
+NAMED = {"xx-small": 0.579, "x-small": 0.694, "small": 0.833, "medium": 1.0, "large": 1.2,
+         "x-large": 1.44, "xx-large": 1.728, "smaller": 0.833, "larger": 1.2}
+
+
+def figure_font(source, base=10.0, dpi=None):
+    """The smallest font ``source`` draws text in, in pixels at the figure's size: the
+    ``fontsize=``/``labelsize=``/``size=`` it passes (points or matplotlib's names), else
+    ``base`` points; ``dpi``: the figure's (default matplotlib's ``figure.dpi``)."""
+    if dpi is None:
+        import matplotlib
+
+        dpi = matplotlib.rcParamsDefault["figure.dpi"]
+    sizes = [base]
+    for arg in FONT_ARG.findall(source):
+        name = arg.strip("\"'")
+        sizes.append(float(arg) if arg[0].isdigit() else base * NAMED.get(name, 1.0))
+    return round(min(sizes) * dpi / 72, 1)
+
+
+def interactive_notes(cells):
+    """Move the "Interactive in JupyterLab" line of each skipped widget cell (made by
+    ``pages.static_widgets``) to the last visible code cell before it on the same slide."""
+    shown = None
+    for cell in cells:
+        kind = _slide_type(cell)
+        if kind in ("slide", "subslide"):
+            shown = None
+        if cell.cell_type != "code" or kind == "notes":
+            continue
+        if kind != "skip":
+            shown = cell
+            continue
+        lines = [o for o in cell.get("outputs", [])
+                 if 'class="ml-widget"' in str(o.get("data", {}).get("text/html", ""))]
+        if lines and shown is not None:
+            shown.outputs = [*shown.get("outputs", []), *lines]
 
 
 def _slide_type(cell):

@@ -218,7 +218,10 @@ READY = "() => window.mambalearnDeck && window.mambalearnDeck.ready === true"
 # size (scrollWidth x scrollHeight: reveal's 960 x 700 box, or more where something sticks out),
 # the box of its visible content in slide pixels (reveal scales the 960 x 700 slide to the
 # window), the smallest font on it, and any element that hides part of its content (a scroll box
-# or a clip).
+# or a clip; a code cell that deck.js lets scroll is counted apart), the smallest label of its
+# figures in slide pixels (the tag slides_layout puts on a figure's cell: its smallest font at the
+# figure's own size, scaled by how wide the image is shown) and the words of printed output that
+# wrap at a hyphen ("ssd-" / "h200.json").
 MEASURE = """async (deck) => {
     const [W, H] = [deck.width, deck.height];
     const frame = () => new Promise((r) => requestAnimationFrame(() => requestAnimationFrame(r)));
@@ -234,13 +237,15 @@ MEASURE = """async (deck) => {
             const s = Reveal.getCurrentSlide();
             const box = slides.getBoundingClientRect();
             const k = box.width / W;  // reveal's scale of the slide to the window
-            let [x0, y0, x1, y1, font, hidden] = [W, H, 0, 0, 99, []];
+            let [x0, y0, x1, y1, font, hidden, scrolls, figureFont] = [W, H, 0, 0, 99, [], 0, 99];
             for (const e of s.querySelectorAll('*')) {
                 if (e.closest('aside.notes, script, .MJX_Assistive_MathML')) continue;
+                const scroller = e.closest('.ml-scroll');  // a code cell scrolling in its box
+                if (scroller && scroller !== e) continue;
                 const r = e.getBoundingClientRect();
                 if (r.width === 0 || r.height === 0) continue;
                 const rects = [r];
-                for (const c of e.childNodes) {  // text can run past its element's box
+                for (const c of scroller ? [] : e.childNodes) {  // text can run past its box
                     if (c.nodeType !== 3 || !c.data.trim()) continue;
                     text.selectNodeContents(c);
                     rects.push(...text.getClientRects());
@@ -252,7 +257,7 @@ MEASURE = """async (deck) => {
                     y1 = Math.max(y1, (q.bottom - box.top) / k);
                 }
                 const cs = getComputedStyle(e);
-                if (rects.length > 1) {  // text: its size in slide pixels, zoom included
+                if (rects.length > 1 || scroller === e) {  // text: its size in slide px, zoomed
                     let zoom = 1;
                     for (let a = e; a && a !== slides; a = a.parentElement)
                         zoom *= parseFloat(getComputedStyle(a).zoom) || 1;
@@ -260,7 +265,29 @@ MEASURE = """async (deck) => {
                 }
                 const clipX = cs.overflowX !== 'visible' && e.scrollWidth > e.clientWidth + 1;
                 const clipY = cs.overflowY !== 'visible' && e.scrollHeight > e.clientHeight + 1;
-                if (clipX || clipY) hidden.push(e.className || e.tagName);
+                // a code cell too long for any slide scrolls there (deck.js: class ml-scroll)
+                if (clipX || (clipY && !e.classList.contains('ml-scroll')))
+                    hidden.push(e.className || e.tagName);
+                scrolls += clipY && e.classList.contains('ml-scroll');
+                const tag = e.tagName === 'IMG' && e.closest('[class*="celltag_ml-figure-font-"]');
+                if (tag) {
+                    const px = parseFloat(
+                        tag.className.match(/celltag_ml-figure-font-([\\d.]+)/)[1]);
+                    const natural = parseFloat(e.getAttribute('width')) || e.naturalWidth;
+                    figureFont = Math.min(figureFont, px * (r.width / k) / natural);
+                }
+            }
+            const broken = [];  // a word of output wrapped at a hyphen: its two sides on two lines
+            for (const pre of s.querySelectorAll('pre.ml-wrap')) {
+                const walker = document.createTreeWalker(pre, NodeFilter.SHOW_TEXT);
+                for (let t = walker.nextNode(); t; t = walker.nextNode()) {
+                    for (const m of t.data.matchAll(/\\S-\\S/g)) {
+                        const side = (i) => { text.setStart(t, i); text.setEnd(t, i + 1);
+                                              return text.getBoundingClientRect().top; };
+                        if (Math.abs(side(m.index) - side(m.index + 2)) > 2)
+                            broken.push(t.data.slice(Math.max(0, m.index - 20), m.index + 20));
+                    }
+                }
             }
             const heading = s.querySelector('h1, h2, h3')?.cloneNode(true);
             heading?.querySelectorAll('script, .anchor-link, .MJX_Assistive_MathML')
@@ -269,13 +296,35 @@ MEASURE = """async (deck) => {
                 (f) => f.classList.contains('visible'));
             const [sw, sh] = [s.scrollWidth, s.scrollHeight];
             rows.push({h, v, title: heading ? heading.textContent.trim() : '',
-                       left: x0, top: y0, right: x1, bottom: y1, font, hidden, shown,
+                       left: x0, top: y0, right: x1, bottom: y1, font, hidden, shown, scrolls,
+                       figureFont, broken,
                        width: sw, height: sh,
                        fits: sw <= W && sh <= H && shown && x0 >= -1 && y0 >= -1
                              && x1 <= W + 1 && y1 <= H + 1 && !hidden.length});
         }
     }
     Reveal.slide(0, 0, 0);
+    return rows;
+}"""
+
+
+# Every code cell of the notebook (nbconvert gives its element the cell's id; a continuation made
+# by deck.js is a copy without one): the slide it is on, the code it shows, whether its output
+# is on the same slide, and whether the slide has more of the same cell (its output continued).
+CODE_CELLS = """() => {
+    const rows = [];
+    Reveal.getSlides().forEach((s, slide) => {
+        for (const cell of s.querySelectorAll('.jp-CodeCell[id]')) {
+            const code = cell.querySelector('.jp-Cell-inputWrapper pre');
+            const out = [...cell.querySelectorAll('.jp-OutputArea-output')].filter(
+                (o) => o.textContent.trim() || o.querySelector('img'));
+            // a block wrapped by deck.js holds one span per line (an empty one: a zero-width space)
+            const text = !code ? null : !code.classList.contains('ml-wrap') ? code.textContent
+                : [...code.children].map((l) => l.textContent.replace(/\\u200b/g, '')).join('\\n');
+            rows.push({id: cell.id.replace(/^cell-id=/, ''), slide, code: text,
+                       output: out.length > 0});
+        }
+    });
     return rows;
 }"""
 
@@ -311,8 +360,10 @@ def measure(browser, deck):
     """One row per (sub)slide of ``deck``, measured in a 960 x 700 window with every fragment
     shown: position ``h``/``v``, ``title``, the slide section's ``width`` and ``height``
     (``scrollWidth``, ``scrollHeight``), the content box ``left, top, right, bottom`` in slide
-    pixels, the smallest ``font`` (px), ``hidden`` (elements that clip content), ``shown`` (every
-    fragment visible) and ``fits`` (all of it inside the 960 x 700 slide)."""
+    pixels, the smallest ``font`` (px), ``hidden`` (elements that clip content), ``scrolls`` (code
+    cells too long for a slide, scrolling in it), ``figureFont`` (the smallest figure label, px
+    on the slide; 99 without figures), ``broken`` (output words wrapped at a hyphen), ``shown``
+    (every fragment visible) and ``fits`` (all of it inside the 960 x 700 slide)."""
     page, _ = open_deck(browser, deck, "?transition=none", PRESENTER)
     try:
         return measure_page(page)

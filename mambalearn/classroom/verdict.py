@@ -3,9 +3,12 @@
 A task (one check cell) passes when its check ran and raised nothing, and no solution cell it
 depends on is a copy of the library's code. Otherwise its reason says what a student can act on:
 the check's message, or that the solution cell itself failed, died, ran too long, or was never
-written — naming the cell as nbval does (``Cell N``, counting code cells from 0) and as the student
-knows it (``your `zoh` cell``). A NameError for a helper the student defined in a cell of their
-own says that such cells are not graded.
+written — naming the cell as the student sees it: JupyterLab numbers cells by execution (``[7]``),
+which changes with every run, so a cell is named by what it is (``your `zoh` cell``, the check
+``check.zoh(zoh)``, or its first line and the heading above it) and its position among the code
+cells of the exercise as shipped, counted from the top from 1 (``code cell 3 from the top``). A
+NameError for a helper the student defined in a cell of their own says that such cells are not
+graded.
 
 Rows: ``{task, points, passed, status ("pass" | "fail" | "not attempted"), reason, short, hint,
 flags}``; ``short`` is the table's one line, ``hint`` the first hint the check gave.
@@ -50,14 +53,45 @@ def _first(text):
     return (text or "").strip().splitlines()[0] if (text or "").strip() else ""
 
 
+def first_line(source, width=40):
+    """The first line of code of ``source`` (comments and blank lines skipped), cut to ``width``."""
+    lines = [line.strip() for line in source.splitlines()]
+    code = [x for x in lines if x and not x.startswith("#")]
+    line = (code or [x for x in lines if x] or [""])[0]
+    return line if len(line) <= width else line[: width - 1] + "…"
+
+
+def heading_above(nb, cell):
+    """The text of the last markdown heading before ``cell`` in ``nb`` (or "")."""
+    title = ""
+    for c in nb.cells:
+        if c is cell:
+            return title
+        if c.cell_type == "markdown":
+            found = re.findall(r"^#{1,6}\s+(.+?)\s*#*\s*$", c.source, re.M)
+            title = found[-1] if found else title
+    return title
+
+
+def position(index):
+    """``index`` (nbval's count of code cells from 0) as a student counts them: "code cell 3 from
+    the top" (the 3rd code cell of the exercise as shipped; markdown cells not counted)."""
+    return f"code cell {index + 1} from the top"
+
+
 def label(nb, index):
-    """How a report names code cell ``index``: "Cell 3 (your `zoh` cell)", "Cell 4 (check.zoh)"."""
+    """How a report names code cell ``index`` of the restored notebook ``nb``, as a student finds
+    it in JupyterLab (whose ``[n]`` are execution counts, not positions): "your `zoh` cell (code
+    cell 3 from the top)", "the check `check.zoh(zoh)` (code cell 4 from the top)", "code cell 6
+    from the top (`x = torch.randn(4)`, under “Zero-order hold”)"."""
     cell = P.code_cells(nb)[index]
+    where = position(index)
     if P.meta(cell).get("solution"):
-        return f"Cell {index} (your `{P.meta(cell)['grade_id']}` cell)"
+        return f"your `{P.meta(cell)['grade_id']}` cell ({where})"
     if P.meta(cell).get("grade"):
-        return f"Cell {index} (check.{P.check_call(cell.source)[0]})"
-    return f"Cell {index}"
+        return f"the check `{cell.source.strip()}` ({where})"
+    heading = heading_above(nb, cell)
+    return f"{where} (`{first_line(cell.source)}`" + (f", under “{heading}”)" if heading else ")")
 
 
 def _cell_failure(r, where):
@@ -68,7 +102,7 @@ def _cell_failure(r, where):
         return f"{where} failed: {r['ename']}: {_first(r['evalue'])}"
     if r["status"] == "died":
         status = re.search(r"exit status -?\d+", r.get("evalue") or "")
-        return f"the kernel died in {where}" + (f" ({status.group(0)})" if status else "")
+        return f"the kernel died in {where}" + (f", {status.group(0)}" if status else "")
     if r["status"] in ("timeout", "stopped"):
         return f"{where} {r['evalue']}"
     return f"{where} was {r['status']}: {r.get('evalue')}"
@@ -107,8 +141,9 @@ def _explain(nb, idx, r, deps, results, unchanged, killed, wall):
 
 
 def own_definitions(submission, shipped):
-    """{name: "Cell N"} defined at the top of code cells the student added (not solution cells,
-    not shipped cells): code there is not graded."""
+    """{name: "code cell N from the top (`first line`)"} defined at the top of code cells the
+    student added (not solution cells, not shipped cells; N counts the student's file): code there
+    is not graded."""
     graded = {P.meta(c)["grade_id"] for c in shipped.cells if P.meta(c).get("solution")}
     solutions = {id(c) for g, c in P.solution_cells(submission).items() if g in graded}
     shipped_sources = {P.normal(c.source) for c in P.code_cells(shipped)}
@@ -125,7 +160,8 @@ def own_definitions(submission, shipped):
                                                      ast.ClassDef)) else \
                 [t.id for t in getattr(node, "targets", []) if isinstance(t, ast.Name)]
             for name in names:
-                found.setdefault(name, f"Cell {i} of your notebook")
+                found.setdefault(name, f"{position(i)} of your notebook "
+                                       f"(`{first_line(c.source)}`)")
     return found
 
 
