@@ -52,6 +52,8 @@ def rel_error(actual, expected):
     """‖actual − expected‖ / ‖expected‖ over the whole tensor, in float64."""
     a = actual.detach().to(torch.float64)
     e = expected.detach().to(device=a.device, dtype=torch.float64)
+    if not e.norm():  # an expected zero tensor: 0 only for zeros (inf otherwise, NaN included)
+        return 0.0 if a.norm() == 0 else float("inf")
     return ((a - e).norm() / e.norm()).item()
 
 

@@ -11,7 +11,8 @@ interpreter; the tests are marked ``gpu`` and skipped without one.
 import pytest
 import torch
 
-from mambalearn import mamba3, ssd
+from mambalearn import mamba3
+from mambalearn.mamba2 import reference as ssd
 from mambalearn.scan.sequential import selective_scan_sequential
 from mambalearn.testing import assert_close, dot_dtype
 
