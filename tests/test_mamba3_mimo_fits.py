@@ -20,19 +20,21 @@ BF16 = {"Q_ptr", "K_ptr", "V_ptr", "Z_ptr", "Out_ptr", "Hs_ptr"}  # the inputs' 
 NONE = {"forward": ("H0_ptr", "Hf_ptr", "Kf_ptr"), "backward": ("dHf_ptr", "dKf_ptr")}
 
 
-def build(kernel, which, r, q, deterministic=False):
+def build(kernel, which, r, q, deterministic=False, fp32=False, n=128):
+    """``fp32``: float32 operands, launched with IEEE products (``mimo.dot_precision``)."""
     import triton.language as tl  # after mambalearn (interpreter mode on a CPU)
 
     names = inspect.signature(kernel.fn).parameters
-    N, P = mimo.tiles(128, 64, r, q)
-    const = dict(h=32, g=1, p=64, n=128, na=32, Q=q, R=r, P=P, N=N, HAS_D=True, HAS_Z=True,
-                 HAS_OUT=True, DOT=tl.bfloat16)
+    N, P = mimo.tiles(n, 64, r, q)
+    const = dict(h=32, g=1, p=64, n=n, na=32, Q=q, R=r, P=P, N=N, HAS_D=True, HAS_Z=True,
+                 HAS_OUT=True, DOT=tl.float32 if fp32 else tl.bfloat16)
     const |= {name: None for name in NONE[which]}
+    const |= dict(PRECISION="ieee" if fp32 else "tf32")  # (what each launches with)
     if which == "backward":  # dQ, dK: atomics, or the deterministic mode's fixed-order sum
-        const |= dict(DET=deterministic, FAN=mimo.CONFIG.tree_fan, TREE_BLOCK=1024,
-                      PRECISION="tf32")  # (the setting bf16 operands launch with)
+        const |= dict(DET=deterministic, FAN=mimo.CONFIG.tree_fan, TREE_BLOCK=1024)
+    low = set() if fp32 else BF16  # the pointers of the inputs' dtype
     signature = {name: "constexpr" if name in const else
-                 ("*bf16" if name in BF16 else "*i32" if name == "counts_ptr" else "*fp32")
+                 ("*bf16" if name in low else "*i32" if name == "counts_ptr" else "*fp32")
                  if name.endswith("_ptr") else "i32" for name in names}
     cfg = mimo.CONFIG
     return compiled.compile_for(kernel, signature, const,
@@ -49,6 +51,16 @@ def test_the_launch_fits_an_h200(which, kernel, det):
     assert 0 < k.shared_bytes <= machine.H200.shared_per_block, (
         f"the MIMO {which} kernel asks for {k.shared_bytes} bytes of shared memory; one program "
         f"may have {machine.H200.shared_per_block} on an H200")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("which, kernel", [("forward", mimo_forward_kernel),
+                                           ("backward", mimo_backward_kernel)])
+def test_float32_operands_build_for_sm90(which, kernel):
+    """float32 inputs at rank 4, p 64, n 64, chunk 16: Triton 3.6 could not build these kernels'
+    products in tf32 (an H200 run found the forward's), so float32 launches ask for IEEE."""
+    k = build(kernel, which, r=4, q=16, fp32=True, n=64)
+    assert 0 < k.shared_bytes <= machine.H200.shared_per_block
 
 
 def test_tiles_too_tall_for_shared_memory_are_refused():

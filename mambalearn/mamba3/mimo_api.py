@@ -42,11 +42,12 @@ def tiles(n, p, r, chunk_size):
     return max(16, triton.next_power_of_2(n)), max(16, triton.next_power_of_2(p))
 
 
-def backward_precision(V):
-    """``input_precision`` of the backward's products: float32 operands in IEEE float32 (the
-    CUDA cores), as Triton 3.6's sm_90 pipeline fails on this kernel's tf32 products (its
-    optimize-dot-operands pass; the build check of every launch found it); bf16 and fp16 operands
-    on the tensor cores, where the setting does not apply."""
+def dot_precision(V):
+    """``input_precision`` of the forward's and the backward's products: float32 operands in IEEE
+    float32 (the CUDA cores), as Triton 3.6's sm_90 pipeline fails on these kernels' tf32
+    products (the backward's in its optimize-dot-operands pass; the forward's at rank 4, p 64,
+    n 64: the build check of every launch found them); bf16 and fp16 operands on the tensor
+    cores, where the setting does not apply."""
     return "ieee" if V.dtype == torch.float32 else "tf32"
 
 
@@ -79,6 +80,7 @@ class Mamba3MimoFn(torch.autograd.Function):
             Q, K, V, Z, Q_bias, K_bias, Psi, Zeta, Phi, D, ADT, W, G, theta, H0, out, Hs, Hf,
             Kf, l, c, h, g, p, n, na, Q=chunk_size, R=r, P=P, N=N, HAS_D=D is not None,
             HAS_Z=Z is not None, HAS_OUT=Phi is not None, DOT=dot_dtype(V),
+            PRECISION=dot_precision(V),
             num_warps=launch_warps(cfg, "forward_warps", chunk_size * r),
             num_stages=launch_stages(cfg, "forward_stages", chunk_size * r))
         if grad:
@@ -116,7 +118,7 @@ class Mamba3MimoFn(torch.autograd.Function):
             dQb, dKb, dPsi, dZeta, dPhi, dD, l, c, b * g * c, h, g, p, n, na,
             Q=ctx.chunk_size, R=r, P=P, N=N, HAS_D=D is not None, HAS_Z=Z is not None,
             HAS_OUT=Phi is not None, DOT=dot_dtype(V), DET=tree is not None,
-            PRECISION=backward_precision(V),
+            PRECISION=dot_precision(V),
             FAN=tree.fan if tree is not None else 2,
             TREE_BLOCK=min(1024, triton.next_power_of_2(2 * rows * n)),
             num_warps=launch_warps(ctx.cfg, "backward_warps", ctx.chunk_size * r),

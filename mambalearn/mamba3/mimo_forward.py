@@ -98,6 +98,7 @@ def mimo_forward_kernel(
     Q: tl.constexpr, R: tl.constexpr,  # steps per chunk, rank (powers of two, 16 ≤ q·r ≤ 128)
     P: tl.constexpr, N: tl.constexpr,  # channel and state tiles (≥ p, n)
     HAS_D: tl.constexpr, HAS_Z: tl.constexpr, HAS_OUT: tl.constexpr, DOT: tl.constexpr,
+    PRECISION: tl.constexpr,  # "ieee" for float32 operands: Triton 3.6 cannot build them in tf32
 ):
     hi, bi = tl.program_id(0), tl.program_id(1).to(tl.int64)
     QR: tl.constexpr = Q * R
@@ -132,13 +133,14 @@ def mimo_forward_kernel(
         v = x * tl.load(Psi_ptr + (hi * R + rho)[:, None] * p + offs_p[None, :], mask=mask_rp,
                         other=0.0)
         # 1. the rank-r products and the mask L; 2. outputs; 3. the state to the chunk's end
-        s = tl.dot(q.to(DOT), tl.trans(k.to(DOT)))  # (q·r, q·r)
+        s = tl.dot(q.to(DOT), tl.trans(k.to(DOT)), input_precision=PRECISION)  # (q·r, q·r)
         # a where, not a product with the mask's zeros: a NaN in a later step's k (its column of
         # s) must not reach the earlier rows through 0 · NaN
         step = tl.arange(0, Q * R) // R
         s = tl.where(step[:, None] >= step[None, :], s * step_mask(c2, w, gamma, Q, R), 0.0)
-        y = tl.dot(q.to(DOT), tl.trans(H.to(DOT))) * exp2(c2)[:, None]  # (q·r, P)
-        y = tl.dot(s.to(DOT), v.to(DOT), acc=y) + D * v
+        y = tl.dot(q.to(DOT), tl.trans(H.to(DOT)),
+                   input_precision=PRECISION) * exp2(c2)[:, None]  # (q·r, P)
+        y = tl.dot(s.to(DOT), v.to(DOT), acc=y, input_precision=PRECISION) + D * v
         if HAS_Z:  # silu(z_t ζ_ρ)
             zz = tl.load(Z_ptr + vt, mask=mask_rp, other=0.0).to(tl.float32) * tl.load(
                 Zeta_ptr + (hi * R + rho)[:, None] * p + offs_p[None, :], mask=mask_rp,
@@ -156,6 +158,7 @@ def mimo_forward_kernel(
             tl.store(Out_ptr + (((bi * l + t) * R + rho) * h + hi)[:, None] * p
                      + offs_p[None, :], y.to(Out_ptr.dtype.element_ty), mask=mask_rp)
         u = exp2(c2_end - c2) * w  # (q·r,): each row's input decayed to the chunk's end
-        H = H * exp2(c2_end) + tl.dot(tl.trans((v * u[:, None]).to(DOT)), k.to(DOT))
+        H = H * exp2(c2_end) + tl.dot(tl.trans((v * u[:, None]).to(DOT)), k.to(DOT),
+                                       input_precision=PRECISION)
     if Hf_ptr is not None:
         tl.store(Hf_ptr + head * p * n + offs_p[:, None] * n + offs_n[None, :], H, mask=mask_pn)
