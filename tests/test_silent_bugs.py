@@ -183,7 +183,7 @@ def _finite_limit(kw, family):
 
 
 M1_BACKWARDS = ["default", "runtime-loop 32x16w2", "state-outer 2x64w1 flip3", "deterministic",
-                "teaching"]
+                "teaching", "a GPU's settings, cut"]
 
 
 @pytest.mark.parametrize("backward", M1_BACKWARDS)
@@ -191,13 +191,19 @@ def test_mamba1_gradients_with_A_minus_inf(backward):
     """dΔ holds A Ā_t h_{t−1} = −∞ · 0 at A = −∞, Δ = 0 past l makes exp(0 · (−∞)) a NaN that
     the reverse scan carries back, and dB, shared by every channel, would carry either to all of
     them: every backward (the sub-block and both state-outer kernels, the deterministic sum, the
-    teaching kernel) takes the limit, 0."""
+    teaching kernel) takes the limit, 0. So does a sequence cut into segments with a GPU's tiles
+    (chapter 09's cut; its summaries met Δ = 0 past l with A = −∞ in exp(Δ A))."""
     from mambalearn.mamba1 import selective_scan_teaching
     from mambalearn.mamba1.config import BACKWARD_VARIANTS
 
     kw, _, _ = _minus_inf_A("mamba1")
     if backward == "teaching":
         fn = selective_scan_teaching
+    elif backward.endswith("cut"):  # 3 segments of the GPU's chunks, the last one partly past l
+        kw = m1_inputs(1, 2, 70, 4, seed=1)
+        kw["A"][::2, ::3] = -float("inf")
+        cfg = default_config(4, "cuda", 70).replace(segments=3)
+        fn = lambda **k: selective_scan_fn(**k, config=cfg)  # noqa: E731
     else:
         cfg = default_config(2, "cpu")
         if backward == "deterministic":

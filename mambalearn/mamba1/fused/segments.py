@@ -40,6 +40,7 @@ from mambalearn.mamba1.args import flags
 from mambalearn.mamba1.fused.recurrent import bt_layout
 from mambalearn.mamba1.fused.tile import (
     column,
+    floor_A,
     fold_summaries,
     ld,
     load_step,
@@ -80,7 +81,8 @@ def _state_summary_kernel(
     EVEN_N: tl.constexpr = EVEN_D and N == NP
     n_mask = d_mask[:, None, None] & (n3 < N)  # (BLOCK_D, NP/V, V)
     cols = tl.arange(0, BLOCK_L)
-    A2 = ld(A_ptr + d_idx[:, None, None] * N + n3, n_mask, EVEN_N) * LOG2E  # A·log2 e
+    # A·log2 e, A floored (``tile.floor_A``): A = −∞ times a Δ of 0 (past l) is no NaN
+    A2 = floor_A(ld(A_ptr + d_idx[:, None, None] * N + n3, n_mask, EVEN_N)) * LOG2E
     bias_v = tl.zeros((BLOCK_D,), dtype=tl.float32)
     if HAS_BIAS:
         bias_v = ld(bias_ptr + d_idx, d_mask, EVEN_D)
@@ -169,7 +171,7 @@ def _adjoint_summary_kernel(
     EVEN_N: tl.constexpr = EVEN_D and N == NP
     n_mask = d_mask[:, None, None] & (n3 < N)
     cols = tl.arange(0, BLOCK_L)
-    A2 = ld(A_ptr + d_idx[:, None, None] * N + n3, n_mask, EVEN_N) * LOG2E
+    A2 = floor_A(ld(A_ptr + d_idx[:, None, None] * N + n3, n_mask, EVEN_N)) * LOG2E  # as above
     bias_v = tl.zeros((BLOCK_D,), dtype=tl.float32)
     if HAS_BIAS:
         bias_v = ld(bias_ptr + d_idx, d_mask, EVEN_D)
