@@ -32,12 +32,14 @@ REFERENCES = [
               "Algorithms Through Structured State Space Duality</i>. ICML 2024; "
               "arXiv:2405.21060.", "https://arxiv.org/abs/2405.21060"),
     Reference("mamba3", r"\bMamba-3\b",
-              "Lahoti et al. <i>Mamba-3</i>. arXiv:2603.15569, 2026.",
+              "Aakash Lahoti, Kevin Y. Li, Berlin Chen, Caitlin Wang, Aviv Bick, J. Zico Kolter, "
+              "Tri Dao, Albert Gu. <i>Mamba-3: Improved Sequence Modeling using State Space "
+              "Principles</i>. ICLR 2026, arXiv:2603.15569.",
               "https://arxiv.org/abs/2603.15569"),
     Reference("blelloch", r"\bBlelloch(?:'s)?\b",
               "Guy E. Blelloch. <i>Prefix Sums and Their Applications</i>. Technical Report "
               "CMU-CS-90-190, Carnegie Mellon University, 1990.",
-              "https://www.cs.cmu.edu/~guyb/papers/Ble93.pdf"),
+              "http://www.cs.cmu.edu/afs/cs.cmu.edu/project/scandal/public/papers/CMU-CS-90-190.html"),
     Reference("hillis-steele", r"\bHillis[–-]Steele\b",
               "W. Daniel Hillis and Guy L. Steele Jr. <i>Data Parallel Algorithms</i>. "
               "Communications of the ACM 29(12), 1170–1183, 1986.",
