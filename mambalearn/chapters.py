@@ -41,6 +41,7 @@ CHAPTERS = {
     "mambalearn.mamba2.step": 12,  # the decode step kernel
     "mambalearn.triton.step": 12,  # the old import path: a face of mamba2.step
     "mambalearn.model": 13,
+    "mambalearn.train": 13,  # the task only selection solves, the training loop
     "mambalearn.parallel": 14,
     "mambalearn.mamba3": 15,  # Mamba-3, oracles beside the kernels
     "mambalearn.triton.mamba3": 15,  # the old import path: a face of mamba3's kernels
