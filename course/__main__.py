@@ -1,7 +1,8 @@
-"""Command line: ``python -m mambalearn COMMAND`` (the ``mambalearn`` script is the same program).
+"""Command line: ``python -m mambalearn COMMAND`` (``mambalearn/__main__.py`` hands its arguments
+here; the ``mambalearn`` script and ``python -m course`` are the same program).
 
 Each command parses its own options (``python -m mambalearn COMMAND --help``) with a parser from
-``mambalearn.classroom.cli``: one program name, "did you mean" on a typo, a one-line error after
+``course.classroom.cli``: one program name, "did you mean" on a typo, a one-line error after
 the usage and exit status 2 for a bad argument.
 """
 
@@ -13,23 +14,23 @@ from pathlib import Path
 
 # command: ("module:function" that takes the rest of the arguments, one line of help)
 COMMANDS = {
-    "doctor": ("mambalearn.__main__:_doctor", "check versions, device mode and a tiny Triton scan"),
-    "grade": ("mambalearn.classroom.grade:main", "grade an exercise notebook or a class folder"),
-    "bench": ("mambalearn.bench:cli", "time every backend at the benchmark shapes"),
-    "slides": ("mambalearn.classroom.slides:main",
+    "doctor": ("course.__main__:_doctor", "check versions, device mode and a tiny Triton scan"),
+    "grade": ("course.classroom.grade:main", "grade an exercise notebook or a class folder"),
+    "bench": ("course.bench:cli", "time every backend at the benchmark shapes"),
+    "slides": ("course.classroom.slides:main",
                "execute chapters into reveal.js decks (and PDFs, one for the course)"),
-    "site": ("mambalearn.classroom.site:main", "execute every chapter into a static site"),
-    "exercises": ("mambalearn.classroom.exercises:main",
+    "site": ("course.classroom.site:main", "execute every chapter into a static site"),
+    "exercises": ("course.classroom.exercises:main",
                   "regenerate exercises/ from solutions/ (never over a student's work)"),
-    "submit": ("mambalearn.classroom.submit:main",
+    "submit": ("course.classroom.submit:main",
                "check an exercise notebook and write the copy to hand in (submission/)"),
-    "lab": ("mambalearn.__main__:_lab", "open JupyterLab on notebooks/ (localhost, token auth)"),
+    "lab": ("course.__main__:_lab", "open JupyterLab on notebooks/ (localhost, token auth)"),
 }
 
 
 def _doctor(argv):
-    from mambalearn import doctor
-    from mambalearn.classroom import cli
+    from course import doctor
+    from course.classroom import cli
 
     cli.parser("doctor", description=COMMANDS["doctor"][1] + ".").parse_args(argv)
     return 0 if doctor.main() else 1
@@ -38,7 +39,7 @@ def _doctor(argv):
 def _lab(argv):
     """JupyterLab as ``make lab`` opens it: the course's Jupyter config (nbgrader's menus off:
     grading is ``grade``), localhost only, a token; options after ``--`` go to JupyterLab."""
-    from mambalearn.classroom import cli
+    from course.classroom import cli
 
     p = cli.parser("lab", description=COMMANDS["lab"][1] + ".",
                    epilog="Arguments after -- go to jupyter lab itself, e.g. -- --port 8899.")
@@ -80,7 +81,7 @@ def version():
 
 
 def main(argv=None):
-    from mambalearn.classroom import cli
+    from course.classroom import cli
 
     jobs = "\n".join(f"  {name:10s}  {text}" for name, (_, text) in COMMANDS.items())
     p = cli.parser(raw=True, description="mambalearn: the course's command line.",
@@ -96,7 +97,7 @@ def main(argv=None):
         p.print_help()
         return 0
     module, function = COMMANDS[args.command][0].split(":")
-    run = (globals()[function] if module == "mambalearn.__main__"
+    run = (globals()[function] if module == "course.__main__"
            else getattr(importlib.import_module(module), function))
     return run(rest)
 

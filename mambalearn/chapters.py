@@ -3,7 +3,7 @@
 ``CHAPTERS`` maps a module (or package: the longest prefix wins) to its chapter; 0 is a utility
 every chapter may use. ``TOOLING`` sits above the chapters, and no chapter imports it. Everything
 that needs the course's order reads it here: the grader (what a student of chapter N may use,
-`classroom.syllabus`), tests/test_layers.py (import-linter's layers in pyproject.toml, the
+`course.classroom.syllabus`), tests/test_layers.py (import-linter's layers in pyproject.toml, the
 notebooks' imports and docs/ARCHITECTURE.md's diagram are held to it).
 """
 
@@ -49,5 +49,6 @@ CHAPTERS = {
     "mambalearn.serving": 16,
     "mambalearn.silent": 17,
 }
-TOOLING = ("mambalearn.check", "mambalearn.bench", "mambalearn.classroom", "mambalearn.doctor",
-           "mambalearn.__main__")
+# Above the chapters, in the package: the exercises' checks and the command line's face (the rest
+# of the tooling, ``course/``, lives beside the package and imports it).
+TOOLING = ("mambalearn.check", "mambalearn.__main__")

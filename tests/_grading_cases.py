@@ -76,7 +76,7 @@ def grade_class_in(repo, class_dir, exercises, jobs=2, timeout=60, **limits):
     returns ({student: {task: (passed, reason)}}, spans [(start, end)], stderr)."""
     script = (
         "import json, sys\n"
-        "from mambalearn.classroom import gradebook, sandbox\n"
+        "from course.classroom import gradebook, sandbox\n"
         f"rows, cols, spans = gradebook.grade_class({str(class_dir)!r}, {list(exercises)!r}, "
         f"jobs={jobs}, timeout={timeout}, limits=sandbox.Limits(**{limits!r}))\n"
         "json.dump({'rows': {r['student']: {t['column']: [t['passed'], t['reason']] "

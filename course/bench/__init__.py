@@ -146,7 +146,7 @@ def describe(topic):
 
 
 def _topic(name):
-    from mambalearn.classroom.cli import suggest
+    from course.classroom.cli import suggest
 
     if name not in TOPICS:
         raise argparse.ArgumentTypeError(f"unknown topic {name!r}{suggest(name, TOPICS)} "
@@ -156,7 +156,7 @@ def _topic(name):
 
 def parser():
     """The argument parser of ``python -m mambalearn bench``; its help lists the topics."""
-    from mambalearn.classroom import cli
+    from course.classroom import cli
 
     topics = "\n".join(textwrap.fill(describe(t), cli.WIDTH - 2, initial_indent=f"  {t:15s} ",
                                       subsequent_indent=" " * 18) for t in TOPICS)

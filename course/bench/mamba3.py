@@ -5,7 +5,7 @@ bf16, b8 l2048 h32 p64 n128, one Q/K head, 32 angles, with D and Z), their agree
 float64 oracle, and the decode steps — SISO ours and theirs, MIMO ours at ranks 1–8 (mamba_ssm's
 MIMO step is CuTe DSL, not runnable here) — with the floor of each (``mamba3_cost``). Without a
 GPU, ``sm90_builds`` compiles every kernel of ours for sm_90 and reports registers and spills
-(``TRITON_INTERPRET=0 python -m mambalearn.bench.mamba3 --sm90``).
+(``TRITON_INTERPRET=0 python -m course.bench.mamba3 --sm90``).
 
 Loading mamba_ssm's kernels (``load``): on a GPU ``_reference.load`` with its **full** autotune
 (27–81 configs per kernel: a peer is timed as its users run it; minutes of compiling on a fresh
@@ -29,7 +29,7 @@ import types
 import torch
 
 from mambalearn import device as _device  # noqa: F401
-from mambalearn.bench import _reference
+from course.bench import _reference
 from mambalearn.triton import interpreter  # noqa: F401  (bf16 tl.dot right in the interpreter)
 
 import triton
@@ -450,7 +450,7 @@ def sm90_matrix(chunks=MATRIX_CHUNKS, dtypes=MATRIX_DTYPES, shapes=MATRIX_SHAPES
 
 def run(gpu):
     """The bench topic: timings and decode rows (GPU), or one tiny interpreted call (CPU)."""
-    from mambalearn.bench import Rows
+    from course.bench import Rows
 
     rows = Rows()
     if not gpu:
@@ -467,7 +467,7 @@ def run(gpu):
     return rows
 
 
-if __name__ == "__main__":  # TRITON_INTERPRET=0 python -m mambalearn.bench.mamba3 --sm90 [--all]
+if __name__ == "__main__":  # TRITON_INTERPRET=0 python -m course.bench.mamba3 --sm90 [--all]
     if "--sm90" in sys.argv:
         chunks = [int(a) for a in sys.argv[sys.argv.index("--sm90") + 1:] if a.isdigit()]
         show = lambda row: print("  ".join(f"{k}={v}" for k, v in row.items()), flush=True)

@@ -10,13 +10,13 @@ Rows (fp32, b8 d2048 n16 on a GPU; a tiny shape on a CPU):
   * the chunk-size trade-off: ``chunked_scan`` forward time, and recompute fwd+bwd time and memory,
     against q.
 
-    python -m mambalearn bench memory       (or: python -c "from mambalearn.bench import memory;
+    python -m mambalearn bench memory       (or: python -c "from course.bench import memory;
                                               print(memory.run(True))")
 """
 
 import torch
 
-from mambalearn import bench, roofline
+from course import bench, roofline
 from mambalearn.autograd import (
     saved_tensor_bytes,
     selective_scan_checkpointed,

@@ -11,7 +11,7 @@ and the logits' relative error against the ``sequential`` backend on the same we
 
 import torch
 
-from mambalearn import bench
+from course import bench
 from mambalearn import model as M
 from mambalearn.testing import rel_error
 

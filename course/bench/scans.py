@@ -22,7 +22,7 @@ import torch
 import torch.nn.functional as F
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from mambalearn.bench import Rows, peak_gb, time_ms
+from course.bench import Rows, peak_gb, time_ms
 from mambalearn.scan.blelloch import blelloch_scan
 from mambalearn.scan.hillis_steele import hillis_steele_scan
 from mambalearn.scan.selective import selective_scan_parallel

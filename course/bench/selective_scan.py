@@ -25,8 +25,8 @@ import types
 
 import torch
 
+from course.bench import peak_gb, time_ms
 from mambalearn import roofline
-from mambalearn.bench import peak_gb, time_ms
 
 EXP_RATE = roofline.H200.exps  # exp2 per second on the reference H200 (MUFU: 16 per SM a clock)
 REF = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".mamba_ref"))

@@ -18,9 +18,9 @@ ours with the PyTorch-recompute oracle backward (``backward="reference"``). Thei
 largest relative error of the seven gradients against that oracle's.
 ``backward_steps`` times each step of our backward alone (where the time goes).
 
-    python -m mambalearn.bench.ssd             all rows (also: python -m mambalearn bench ssd)
-    python -m mambalearn.bench.ssd --backward  first shape: fwd+bwd rows and the backward's steps
-    python -m mambalearn.bench.ssd --backward --sweep   … and launch settings of those steps
+    python -m course.bench.ssd             all rows (also: python -m mambalearn bench ssd)
+    python -m course.bench.ssd --backward  first shape: fwd+bwd rows and the backward's steps
+    python -m course.bench.ssd --backward --sweep   … and launch settings of those steps
 
 Shapes (GPU, Mamba-2 2.7B heads): b4 l4096, b1 l16384, b16 l1024, all h80 p64 n128 g1,
 bf16 x/B/C, fp32 dt/A/D/dt_bias, softplus, chunk 256. On a CPU: one tiny fp32 shape through
@@ -38,8 +38,8 @@ import os
 
 import torch
 
+from course.bench import _reference, peak_gb, show, time_ms
 from mambalearn import roofline
-from mambalearn.bench import _reference, peak_gb, show, time_ms
 from mambalearn.testing import rel_error
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
@@ -273,7 +273,7 @@ def backward_steps(gpu, shape=None, chunk=None, device=None, sweep=False):
     4–6 (rows "sweep …"), each handed to the launcher as a ``config.Backward``."""
     import dataclasses
 
-    from mambalearn.bench import time_ms
+    from course.bench import time_ms
     from mambalearn.mamba2 import backward as SB
     from mambalearn.mamba2 import chunk as T
     from mambalearn.mamba2.backward_config import blocks
@@ -385,7 +385,7 @@ def precision(gpu, chunks=(128, 256), tols=(0.0, 1e-3, 1e-2), shape=None):
 if __name__ == "__main__":
     import sys
 
-    from mambalearn.bench import table
+    from course.bench import table
 
     gpu = torch.cuda.is_available()
     if "--backward" in sys.argv:  # the first shape only: fwd+bwd rows, then the backward's steps

@@ -13,8 +13,8 @@ x/dt/B/C bfloat16, A/D/dt_bias float32 broadcast per head with stride 0 exactly 
 
 import torch
 
+from course.bench import _reference, time_ms
 from mambalearn import roofline
-from mambalearn.bench import _reference, time_ms
 
 
 def load_mamba_ssm_step():

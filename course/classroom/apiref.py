@@ -14,8 +14,8 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from course.classroom import syllabus
 from mambalearn.chapters import TOOLING
-from mambalearn.classroom import syllabus
 
 
 @dataclass

@@ -103,7 +103,7 @@ def notebook_problem(path, command="grade"):
 
     import nbformat
 
-    from mambalearn.classroom import pristine
+    from course.classroom import pristine
 
     path = Path(path)
     if path.is_dir():

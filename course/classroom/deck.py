@@ -11,12 +11,12 @@
 * reveal.js in linear navigation (the arrow keys step through every slide, subslide and
   fragment), slide numbers, top-aligned slides, one PDF page per slide in the print view
   (``?print-pdf``), and ``window.Reveal`` / ``window.mambalearnDeck`` for tests;
-* images inside the deck (``mambalearn.classroom.pages`` makes markdown images attachments,
+* images inside the deck (``course.classroom.pages`` makes markdown images attachments,
   nbconvert embeds them); MathJax without automatic line breaks;
 * no mermaid.js (an ES module from a CDN; no chapter draws mermaid diagrams).
 
-Offline decks (the default of ``mambalearn.classroom.slides``) take every asset from
-``<out_dir>/vendor`` (``mambalearn.classroom.slides_offline``); else reveal.js and MathJax come
+Offline decks (the default of ``course.classroom.slides``) take every asset from
+``<out_dir>/vendor`` (``course.classroom.slides_offline``); else reveal.js and MathJax come
 from public CDNs.
 """
 

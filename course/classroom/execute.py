@@ -3,12 +3,13 @@
     executed("notebooks/03_operator.ipynb")   # runs it, or returns the copy already made
 
 A copy is kept under ``build/executed/`` (``MAMBALEARN_EXECUTED`` moves it), named by a hash of
-the notebook, every source file of the ``mambalearn`` package but ``classroom/`` (no chapter
-imports the instructor tooling) and the python/torch/triton versions: change any of them and the
+the notebook, every source file of the ``mambalearn`` package and of ``course/bench/`` (the
+benchmark topics chapters import; no chapter imports the rest of the tooling) and the
+python/torch/triton versions: change any of them and the
 chapter runs again. A lock per chapter lets parallel test
 workers and ``make slides``/``make site`` wait for one run instead of starting their own.
 
-Each run is a child process (``python -m mambalearn.classroom.execute``) whose kernel talks over
+Each run is a child process (``python -m course.classroom.execute``) whose kernel talks over
 IPC sockets, not TCP (no "running over TCP without encryption" warning, nothing on a port), draws
 with matplotlib's inline backend (``make`` and the tests export MPLBACKEND=Agg, under which
 ``plt.show()`` outputs nothing) and reports each finished cell, which drives a progress bar.
@@ -27,7 +28,10 @@ from pathlib import Path
 
 import nbformat
 
-PACKAGE = Path(__file__).resolve().parents[1]
+import mambalearn
+
+PACKAGE = Path(mambalearn.__file__).resolve().parent  # the library the chapters run
+BENCH = Path(__file__).resolve().parents[1] / "bench"  # the benchmark topics chapters import
 CACHE = Path(os.environ.get("MAMBALEARN_EXECUTED", PACKAGE.parent / "build" / "executed"))
 CELL_DONE = "mambalearn-cell-done"  # the line the child prints after each cell
 CELL_ERROR = "mambalearn-cell-error"  # ... and before the error of a cell that raised
@@ -41,10 +45,9 @@ KERNEL_CONFIG = {"KernelManager": {"transport": "ipc"}}
 def fingerprint(notebook):
     """sha256 of the notebook, the course sources and the versions that change its outputs."""
     h = hashlib.sha256(Path(notebook).read_bytes())
-    for path in sorted(PACKAGE.rglob("*.py")):
-        if "classroom" in path.relative_to(PACKAGE).parts:
-            continue
-        h.update(str(path.relative_to(PACKAGE)).encode() + path.read_bytes())
+    for root in (PACKAGE, BENCH):
+        for path in sorted(root.rglob("*.py")):
+            h.update(str(path.relative_to(root.parent)).encode() + path.read_bytes())
     for dist in ("torch", "triton", "numpy", "matplotlib"):
         try:
             h.update(f"{dist}=={importlib.metadata.version(dist)}".encode())

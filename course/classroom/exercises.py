@@ -16,7 +16,7 @@ chapter's, ``notebooks/NN_name.ipynb``):
   is, even with ``--force``: it is said whether it holds changes, and what to do with it.
 
 Cells are compared by type and source: outputs and run counts are not work (they are cleared).
-The grader's pristine copies (``mambalearn/classroom/pristine/``) are always brought up to date:
+The grader's pristine copies (``course/classroom/pristine/``) are always brought up to date:
 no student edits those. ``--dry-run`` says what would happen and writes nothing. Exit status 0
 when a notebook was kept or left too (keeping a student's work is this command's job, and ``make
 slides site exercises`` goes on); 2 for a bad argument.
@@ -27,7 +27,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from mambalearn.classroom import cli, pristine
+from course.classroom import cli, pristine
 
 REPO = Path(__file__).resolve().parents[2]
 

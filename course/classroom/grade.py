@@ -1,6 +1,6 @@
 """Exercise notebooks: generate them from solutions, and grade a student's copy.
 
-    python -m mambalearn.classroom.grade make-exercise solutions/01_x.ipynb exercises/ex01_x.ipynb
+    python -m course.classroom.grade make-exercise solutions/01_x.ipynb exercises/ex01_x.ipynb
     python -m mambalearn grade my_01_x.ipynb [--timeout 120]
     python -m mambalearn grade --class submissions/ --exercises 01,03 --out grades.csv [--jobs 2]
     pytest --nbval-lax exercises/ex01_x.ipynb        (the same grading, cell by cell: a self-check)
@@ -14,13 +14,13 @@ exercise comes from the notebook's metadata (or name), the checks from the packa
 copy, the student's code runs under nbval in a box with the library of its chapter (the exercise's
 answers switched off), and the checks run outside it. docs/GRADING.md explains what is defended
 and what is not. A whole class (one folder per student) is graded by
-``mambalearn.classroom.gradebook``. Exit status: 0 full marks, 1 graded below full, 2 an error.
+``course.classroom.gradebook``. Exit status: 0 full marks, 1 graded below full, 2 an error.
 """
 
 import argparse
 import sys
 
-from mambalearn.classroom import cli, gradebook, pristine, sandbox, submission
+from course.classroom import cli, gradebook, pristine, sandbox, submission
 
 make_exercise = pristine.make_exercise
 grade = submission.grade
@@ -71,7 +71,7 @@ def parser():
                    "folder: the exercise is read from its metadata)")
     p.add_argument("--timeout", type=_positive, default=120, help="seconds per cell (default 120)")
     p.add_argument("--class", dest="class_dir", metavar="DIR",
-                   help="grade every student folder under DIR (see mambalearn.classroom.gradebook)")
+                   help="grade every student folder under DIR (see course.classroom.gradebook)")
     p.add_argument("--exercises", metavar="LIST", help="with --class: the assignment, chapter "
                    "numbers or exercise names (01,03_operator) or `all`")
     p.add_argument("--out", default="grades.csv", help="with --class: the gradebook CSV "
@@ -125,7 +125,7 @@ def main(argv=None):
 if __name__ == "__main__":
     if len(sys.argv) > 1 and sys.argv[1] == "make-exercise":
         if len(sys.argv) != 4:
-            sys.exit("usage: python -m mambalearn.classroom.grade make-exercise SOLUTION EXERCISE")
+            sys.exit("usage: python -m course.classroom.grade make-exercise SOLUTION EXERCISE")
         make_exercise(sys.argv[2], sys.argv[3], pristine_dir=pristine.PRISTINE)
     else:
         sys.exit(main())

@@ -11,14 +11,14 @@ not hand in scores 0, "not submitted"; a notebook of another exercise is ignored
 
 Before any submission runs, every pristine exercise is read and every submission restored in
 memory, and the graded library copies are built. Then ``jobs`` submissions run at once, each in its
-own process group and box (``mambalearn.classroom.submission``): one that hangs, crashes its kernel,
+own process group and box (``course.classroom.submission``): one that hangs, crashes its kernel,
 writes elsewhere or is not valid JSON fails its own tasks and nothing else. Progress goes to
 stderr as "graded 3 of 17 … about 2 min left".
 
 The CSV has one row per student: ``student``, one column per task (points earned), ``total``,
 ``max``, then ``<task> reason`` per task (the full reason; empty when passed) and ``notes`` (code
 copied from the library, files ignored). Task columns are the bare task names (``zoh``), or
-``NN_name:task`` when two exercises share a task name. ``mambalearn.classroom.classpage`` writes
+``NN_name:task`` when two exercises share a task name. ``course.classroom.classpage`` writes
 each student's feedback file and the class page from the same rows.
 """
 
@@ -31,9 +31,9 @@ from pathlib import Path
 
 import nbformat
 
-from mambalearn.classroom import classpage, sandbox, submission
-from mambalearn.classroom import pristine as P
-from mambalearn.classroom.classpage import LEGEND, MARK
+from course.classroom import classpage, sandbox, submission
+from course.classroom import pristine as P
+from course.classroom.classpage import LEGEND, MARK
 
 # Python 3.11's ast can raise "SystemError: AST constructor recursion depth mismatch" when two
 # threads parse at once (seen grading a class with 3 test workers): the verdicts take turns.
@@ -213,7 +213,7 @@ def table(rows, columns):
 
 
 def main(args):
-    """``mambalearn grade --class``: parsed arguments from ``mambalearn.classroom.grade.main``."""
+    """``mambalearn grade --class``: parsed arguments from ``course.classroom.grade.main``."""
     if not Path(args.class_dir).is_dir():
         print(f"error: --class {args.class_dir} is not a folder", file=sys.stderr)
         return 2

@@ -19,7 +19,7 @@ import zmq
 from jupyter_client import BlockingKernelClient
 from jupyter_client.connect import write_connection_file
 
-from mambalearn.classroom import sandbox
+from course.classroom import sandbox
 
 MAX_MESSAGE = 256 * 2**20  # bytes; a kernel sending more is disconnected
 TAIL = 4000  # characters of a cell's output kept for the report

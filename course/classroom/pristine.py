@@ -3,7 +3,7 @@
 ``make-exercise`` (what ``make exercises`` runs) writes the student version of each solution
 notebook twice: to ``exercises/exNN_name.ipynb``, the copy students open and edit (``ex``: its
 JupyterLab tab is not named like its chapter's, ``notebooks/NN_name.ipynb``), and to
-``mambalearn/classroom/pristine/NN_name.ipynb``, the copy the grader restores check cells from. The
+``course/classroom/pristine/NN_name.ipynb``, the copy the grader restores check cells from. The
 exercise's id (``NN_name``) goes into the notebook's metadata (``metadata.mambalearn.exercise``),
 which JupyterLab keeps on Duplicate, Rename and Download, so a submission is matched to its exercise
 by that id, whatever its file is called or wherever it lies — ``exercises/exNN_name.ipynb`` graded

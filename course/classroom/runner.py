@@ -2,8 +2,8 @@
 
 Two ways in, one path:
 
-* the grader: ``python -m mambalearn.classroom.runner JOB.json`` (started by
-  ``mambalearn.classroom.submission`` in a process group of its own, killed past the wall limit)
+* the grader: ``python -m course.classroom.runner JOB.json`` (started by
+  ``course.classroom.submission`` in a process group of its own, killed past the wall limit)
   runs ``pytest --nbval-lax`` on the restored notebook of the job with this plugin; each cell's
   result is written to the job's results file as it finishes (a killed run still says how far it
   got) and from there becomes the verdicts and the gradebook;
@@ -48,7 +48,7 @@ class GradedNotebook(IPyNbFile):
                                          options=options)
 
     def setup(self):
-        from mambalearn.classroom.session import Session
+        from course.classroom.session import Session
 
         self.grading = Session(self.job)
 
@@ -127,7 +127,7 @@ def pytest_collect_file(file_path, parent):
     if not (getattr(opt, "nbval", False) or getattr(opt, "nbval_lax", False)) \
             or Path(file_path).suffix != ".ipynb":
         return
-    from mambalearn.classroom import pristine
+    from course.classroom import pristine
 
     try:
         content = nbformat.read(file_path, as_version=4)
@@ -148,7 +148,7 @@ class SelfCheck:
         self.path, self.timeout, self.config = Path(path), timeout, config
 
     def make_job(self):
-        from mambalearn.classroom import sandbox, submission
+        from course.classroom import sandbox, submission
 
         self.ws = submission.Workspace()
         self.config.add_cleanup(self.ws.close)
@@ -160,7 +160,7 @@ class SelfCheck:
         return spec, lambda res: None
 
     def finish(self, results):
-        from mambalearn.classroom import grade, submission
+        from course.classroom import grade, submission
 
         rows = submission.verdicts(self.nb, self.submission, self.shipped, results)
         REPORTS.append(grade.report(rows, title=f"{self.path}, as `make grade` grades it:"))
@@ -181,7 +181,7 @@ def pytest_terminal_summary(terminalreporter):
 def main(argv=None):
     import json
 
-    from mambalearn.classroom.session import Results
+    from course.classroom.session import Results
 
     argv = sys.argv[1:] if argv is None else argv
     job = json.loads(Path(argv[0]).read_text())

@@ -11,7 +11,7 @@ Jupyter kernel is started as
 
 Nothing else of the host is mounted: not the repository (so not ``solutions/``), not the other
 submissions, not the gradebook, not the checks (they run outside, in the grader; see
-``mambalearn.classroom.runner``). ``--unshare-net`` leaves the kernel only a loopback of its own;
+``course.classroom.runner``). ``--unshare-net`` leaves the kernel only a loopback of its own;
 it talks to the grader through Unix sockets in the scratch folder. ``--die-with-parent`` and a
 pid namespace of its own make the whole box vanish when the grader lets go of it.
 

@@ -5,7 +5,7 @@ the bridge (``remote``); ``run_cell(i)`` sends code cell i to the kernel, or, fo
 the check *here*: ``check.zoh(zoh)`` becomes ``mambalearn.check.zoh(Remote("zoh"))``, so the checks
 and their oracles never run where the student's code could change them. Each cell has the job's
 time limit; one that outlives it is interrupted (and killed if it ignores that for ``grace``
-seconds), and its result says how long it really ran. ``mambalearn.classroom.runner`` drives a
+seconds), and its result says how long it really ran. ``course.classroom.runner`` drives a
 session from nbval, one pytest item per cell. A result is
 
     {"index": code-cell index (nbval's "Cell N"),
@@ -20,8 +20,8 @@ import os
 import time
 from pathlib import Path
 
-from mambalearn.classroom import kernel as K
-from mambalearn.classroom import pristine, remote, sandbox
+from course.classroom import kernel as K
+from course.classroom import pristine, remote, sandbox
 
 
 def judge(source, bridge):

@@ -1,4 +1,4 @@
-// The reading copy's search, theme and reading aids (mambalearn.classroom.site). Offline: the
+// The reading copy's search, theme and reading aids (course.classroom.site). Offline: the
 // index is search-index.js beside the pages (window.mambalearnIndex: one entry per section of
 // prose, per code cell and per API name, written when the site is built), loaded with a
 // <script> tag, so it works from file:// too.

@@ -5,7 +5,7 @@
 For students who want to read before they run anything. ``site/index.html`` is the table of
 chapters (what each is about, from the README's table, and its reading time); ``site/NN_name.html``
 is each one executed top to bottom (nbconvert's ``lab`` template, one file: figures and markdown
-images embedded, ``mambalearn.classroom.pages``), titled by its first heading. Every page has the
+images embedded, ``course.classroom.pages``), titled by its first heading. Every page has the
 list of chapters with the open chapter's outline (the section on screen marked as it scrolls), a
 search box over a prebuilt index (``search-index.js``: the prose's sections, every code cell and
 the API's names; the hit is highlighted on the page it opens), previous / next / home links, a
@@ -15,7 +15,7 @@ its deck (``NN_name.slides.html``, made here too, with a link back), its PDF (``
 Chromium; ``course.pdf`` has a bookmark per chapter), the notebook with its outputs and a setup
 note, the same as a ``.py`` script, "open in Colab", the papers and code the course builds on, and
 the ``docs/results/*.json`` files a page cites (copied into the site). ``api.html`` documents every
-public module from its docstrings (``mambalearn.classroom.apiref``); library names in the code
+public module from its docstrings (``course.classroom.apiref``); library names in the code
 link to it. The footer gives the build's date and commit.
 
 The theme follows the system's light or dark setting (links at least 4.5:1 against the background
@@ -23,16 +23,16 @@ in both); a long printed line wraps at a space, never inside a word; a widget sh
 drew, with a line saying it is interactive in JupyterLab. Displayed formulas are numbered, figures
 captioned "Figure n", and the papers a page names (Mamba, Mamba-2, Mamba-3, Blelloch, Hillis and
 Steele) are linked from their first mention to a "References" section at its end
-(``mambalearn.classroom.bibliography``). The decks' speaker notes
+(``course.classroom.bibliography``). The decks' speaker notes
 are folded into a closed "Speaker notes" box. "Open in Colab" needs the repository on
 GitHub: ``--colab OWNER/REPO``, else the ``MAMBALEARN_REPOSITORY`` setting, else pyproject's
 ``[project.urls]``, else ``git remote``; with none of them the pages say how to set it.
 
 Offline by default: MathJax, require.js and reveal.js come from ``site/vendor``
-(``mambalearn.classroom.slides_offline``, pinned versions); ``--online`` loads the same pinned
+(``course.classroom.slides_offline``, pinned versions); ``--online`` loads the same pinned
 versions from CDNs. A chapter that raises stops nothing else, but the build reports it and exits
 1: the site never shows a traceback. The executed chapters are the copies ``make slides`` made
-where they are current (``mambalearn.classroom.execute``); ``--fresh`` runs them again.
+where they are current (``course.classroom.execute``); ``--fresh`` runs them again.
 """
 
 import datetime
@@ -50,8 +50,8 @@ from pathlib import Path
 
 from nbformat.v4 import new_markdown_cell
 
-from mambalearn.classroom import apiref, bibliography, cli, pages, pristine, slides, slides_offline
-from mambalearn.classroom.execute import executed
+from course.classroom import apiref, bibliography, cli, pages, pristine, slides, slides_offline
+from course.classroom.execute import executed
 
 HERE = Path(__file__).resolve().parent
 REPO = pages.REPO

@@ -3,28 +3,28 @@
     python -m mambalearn slides [NOTEBOOK | NN ...] [--out slides] [--pdf] [--online]  # make slides
 
 The deck follows each cell's ``slideshow.slide_type`` (slide, subslide, fragment, skip, notes).
-``mambalearn.classroom.slides_layout`` chooses what a code cell shows (figures without their
+``course.classroom.slides_layout`` chooses what a code cell shows (figures without their
 code, no plumbing imports, code reflowed to the slide's width; an interactive figure as the site
 shows it, ``pages.static_widgets``: its last drawing and a line saying it is interactive in
-JupyterLab), ``mambalearn.classroom.deck``
+JupyterLab), ``course.classroom.deck``
 lays the slides out in the browser (continuation slides, fonts that fit) and starts reveal.js
 with linear navigation. Decks are offline: reveal.js, MathJax, require.js, jQuery, fonts and the
-widget manager are copies under ``<out>/vendor`` (``mambalearn.classroom.slides_offline``, which
+widget manager are copies under ``<out>/vendor`` (``course.classroom.slides_offline``, which
 fetches them from the npm registry once); ``--online`` loads them from CDNs instead.
 ``--pdf`` prints each deck to ``<out>/<name>.pdf`` (one page per slide, for skimming) through
 headless Chromium, says for each deck whether every slide fits reveal's 960 x 700 box, and puts
 all of them in ``<out>/course.pdf`` (one bookmark per deck). A deck is made from
-``mambalearn.classroom.pages``' copy of the chapter: its images inside, and on a machine without
+``course.classroom.pages``' copy of the chapter: its images inside, and on a machine without
 a GPU the output recorded on one where the chapter has it.
-Executed copies of the chapters are kept (``mambalearn.classroom.execute``) and reused by the
+Executed copies of the chapters are kept (``course.classroom.execute``) and reused by the
 site and the tests; ``--fresh`` runs them again.
 """
 
 import sys
 from pathlib import Path
 
-from mambalearn.classroom import cli, deck, pages, slides_layout
-from mambalearn.classroom.execute import executed
+from course.classroom import cli, deck, pages, slides_layout
+from course.classroom.execute import executed
 
 
 def export(notebook, out_dir, offline=True, timeout=300, nb=None, fresh=False):
@@ -38,7 +38,7 @@ def export(notebook, out_dir, offline=True, timeout=300, nb=None, fresh=False):
         nb = executed(notebook, timeout=timeout, fresh=fresh)
     exporter = deck.exporter()
     if offline:
-        from mambalearn.classroom import slides_offline
+        from course.classroom import slides_offline
 
         slides_offline.configure(exporter, out_dir, template=False)
     body, _ = exporter.from_notebook_node(slides_layout.prepare(
@@ -61,7 +61,7 @@ def print_decks(decks, course=None, titles=None):
     not fit."""
     from playwright.sync_api import sync_playwright
 
-    from mambalearn.classroom import slides_offline
+    from course.classroom import slides_offline
 
     try:
         slides_offline.chromium()

@@ -16,7 +16,7 @@ The notebook stays as it is; the deck gets a copy in which, for every visible co
    comment is wrapped at words, and a statement still too long is reformatted by ``ruff format``
    at that width (the same program either way: its syntax tree is compared before and after);
 4. **no "skipped: no GPU" slides**: a GPU cell that could not run here and has no recorded GPU
-   output (``mambalearn.classroom.pages``) is left out where it continues a slide;
+   output (``course.classroom.pages``) is left out where it continues a slide;
 5. **an interactive figure says so**: a skipped cell whose widget the site renders statically
    (``pages.static_widgets``: "Interactive in JupyterLab: …") gives that line to the visible code
    cell before it on its slide, the one that draws the same figure without sliders;
@@ -29,7 +29,7 @@ The notebook stays as it is; the deck gets a copy in which, for every visible co
 
 Everything that needs real sizes (moving cells that do not fit onto a continuation slide,
 splitting long code or output at a line, shrinking a wide block) happens in the browser, where
-the sizes are known: ``mambalearn.classroom.deck``.
+the sizes are known: ``course.classroom.deck``.
 """
 
 import ast
@@ -42,7 +42,7 @@ import sys
 import textwrap
 import tokenize
 
-from mambalearn.classroom import pages
+from course.classroom import pages
 
 CODE_WIDTH = 88  # characters of code per line at the deck's 17 px code font on a 960 px slide
 SHOW_CODE, HIDE_CODE = "slides-show-code", "slides-hide-code"

@@ -1,7 +1,7 @@
 """Offline decks: reveal.js, MathJax, require.js, jQuery, fonts and the widget manager, all local.
 
-    python -m mambalearn.classroom.slides_offline fetch     # npm packages -> build/vendor (once)
-    python -m mambalearn.classroom.slides_offline pdf slides/01_discretization.slides.html
+    python -m course.classroom.slides_offline fetch     # npm packages -> build/vendor (once)
+    python -m course.classroom.slides_offline pdf slides/01_discretization.slides.html
 
 ``fetch`` runs ``npm pack`` for the pinned packages below (the registry's tarballs, checked against
 the sha512 recorded here) and unpacks them under ``build/vendor/`` (git-ignored; never committed).
@@ -373,7 +373,7 @@ def measure(browser, deck):
 
 def measure_page(page):
     """``measure``'s rows on a deck already open (``open_deck``); ends on the first slide."""
-    from mambalearn.classroom.deck import HEIGHT, WIDTH
+    from course.classroom.deck import HEIGHT, WIDTH
 
     return page.evaluate(MEASURE, {"width": WIDTH, "height": HEIGHT})
 
@@ -414,7 +414,7 @@ def pdf(deck, out=None, browser=None):
 def main(argv=None):
     import argparse
 
-    p = argparse.ArgumentParser(prog="python -m mambalearn.classroom.slides_offline",
+    p = argparse.ArgumentParser(prog="python -m course.classroom.slides_offline",
                                 description=__doc__.split("\n\n")[0])
     sub = p.add_subparsers(dest="command", required=True)
     f = sub.add_parser("fetch", help="npm packages -> build/vendor (once)")

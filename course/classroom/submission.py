@@ -26,10 +26,10 @@ from pathlib import Path
 
 import nbformat
 
-from mambalearn.classroom import kernel as kernel_mod
-from mambalearn.classroom import pristine as P
-from mambalearn.classroom import redact, sandbox
-from mambalearn.classroom.verdict import failed_all, verdicts
+from course.classroom import kernel as kernel_mod
+from course.classroom import pristine as P
+from course.classroom import redact, sandbox
+from course.classroom.verdict import failed_all, verdicts
 
 __all__ = ["Workspace", "Unreadable", "prepare", "job", "run", "grade", "failed_all", "verdicts"]
 
@@ -100,7 +100,7 @@ def prepare(notebook, exercises=None, pristine=None):
 
 def _cells(nb, plan):
     """The job's cells: code cells of ``nb`` up to its last check, each with its label."""
-    from mambalearn.classroom.verdict import label
+    from course.classroom.verdict import label
 
     cells = P.code_cells(nb)
     last = max([i for i, _, _ in P.tasks(nb)], default=len(cells) - 1)
@@ -145,7 +145,7 @@ def run(nb, library, workspace, timeout=120, wall=None, limits=None, plan=None):
     start = time.monotonic()
     # its own process group (killed whole past the wall limit), and SIGKILL if the grader dies
     with open(private / "runner.log", "wb") as log:
-        proc = subprocess.Popen([sys.executable, "-m", "mambalearn.classroom.runner",
+        proc = subprocess.Popen([sys.executable, "-m", "course.classroom.runner",
                                  str(private / "job.json")], cwd=private, start_new_session=True,
                                 preexec_fn=kernel_mod.die_with_parent,
                                 stdout=log, stderr=subprocess.STDOUT)

@@ -1,7 +1,7 @@
 """Hand in an exercise: check the notebook, then write the copy to hand in.
 
     make submit NB=exercises/ex01_discretization.ipynb [STUDENT=ada]
-    python -m mambalearn.classroom.submit NOTEBOOK [--student NAME] [--out submission]
+    python -m course.classroom.submit NOTEBOOK [--student NAME] [--out submission]
 
 The checks run nothing: the file must be a notebook; it must be one of the course's exercises (its
 metadata, its name or its cells say which); every solution cell of the exercise must be there and
@@ -25,8 +25,8 @@ from pathlib import Path
 
 import nbformat
 
-from mambalearn.classroom import cli
-from mambalearn.classroom import pristine as P
+from course.classroom import cli
+from course.classroom import pristine as P
 
 
 class Refused(ValueError):

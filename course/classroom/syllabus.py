@@ -11,7 +11,7 @@ kernel sees
 * nothing of later chapters, and none of the course's tooling (checks, grading, benchmarks);
 
 and within that, each task's ``REBUILDS`` (the functions that compute its answer another way) are
-switched off (``mambalearn.classroom.redact``). A module left out raises, on import, an error that
+switched off (``course.classroom.redact``). A module left out raises, on import, an error that
 says why.
 """
 
@@ -22,7 +22,7 @@ from pathlib import Path
 
 from mambalearn import chapters
 
-PACKAGE = Path(__file__).resolve().parents[1]
+PACKAGE = Path(chapters.__file__).resolve().parent  # the mambalearn package
 
 # The chapter that introduces each course module (the longest prefix wins), from the one map
 CHAPTER = {m: c for m, c in chapters.CHAPTERS.items() if c > 0}

@@ -17,8 +17,8 @@ flags}``; ``short`` is the table's one line, ``hint`` the first hint the check g
 import ast
 import re
 
-from mambalearn.classroom import copies
-from mambalearn.classroom import pristine as P
+from course.classroom import copies
+from course.classroom import pristine as P
 
 
 def _cut(text, width):
