@@ -29,6 +29,7 @@ CHAPTER = {m: c for m, c in chapters.CHAPTERS.items() if c > 0}
 UTILITIES = tuple(m for m, c in chapters.CHAPTERS.items() if c == 0)
 FACES = ("mambalearn", "mambalearn.scan", "mambalearn.triton")  # packages that only hand on names
 TOOLING = chapters.TOOLING
+BESIDE = ("course",)  # the tooling's own package, beside mambalearn: never graded code's
 _CHAPTER_OF_EXERCISE = re.compile(r"^(\d\d)_")
 
 
@@ -126,6 +127,7 @@ def library_of(exercise, nb, package=PACKAGE):
         raise ValueError(f"exercise {exercise}: chapter {n}'s library would import later "
                          f"chapters' modules {later} (the layers of pyproject.toml forbid it)")
     left_out = {m: why(m, chapter[m], n, exercise) for m in files if m not in keep}
+    left_out.update({m: why(m, None, n, exercise) for m in BESIDE})  # never in the box either
     return keep, left_out
 
 
