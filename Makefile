@@ -63,12 +63,12 @@ $(NEWEST_STAMP): constraints.txt Makefile
 
 lab: $(STAMP)  ## JupyterLab opened on notebooks/ (exercises/ beside it), localhost only, token auth on
 	@# nbgrader's menus and server extensions off: grading is `make grade` (docs/GRADING.md)
-	JUPYTER_CONFIG_PATH=$(CURDIR)/mambalearn/classroom/jupyter \
+	JUPYTER_CONFIG_PATH=$(CURDIR)/course/classroom/jupyter \
 	  $(VENV)/bin/jupyter lab --ip=127.0.0.1 --no-browser --ServerApp.root_dir=. \
 	  --LabApp.default_url=/lab/tree/notebooks $(if $(filter 0,$(shell id -u)),--allow-root,)
 
 test: $(STAMP) $(NEWEST_STAMP) browser  ## everything: lint, layers, unit, property, notebooks, grading, slides, browser, newest Triton
-	$(PY) -m ruff check mambalearn tests tools bench
+	$(PY) -m ruff check mambalearn course tests tools bench
 	$(VENV)/bin/lint-imports --no-cache
 	@# each notebook runs once: tests/test_chapters_run.py executes every chapter (the copy the
 	@# deck, widget and site tests share) and fails on any error, as nbval-lax would; and

@@ -2,4 +2,4 @@
 does (restored checks, the chapter's library, the box, the checks outside the kernel), one pytest
 item per cell, and prints the grader's report (docs/GRADING.md)."""
 
-from mambalearn.classroom.runner import pytest_collect_file, pytest_terminal_summary  # noqa: F401
+from course.classroom.runner import pytest_collect_file, pytest_terminal_summary  # noqa: F401

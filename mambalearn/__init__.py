@@ -37,9 +37,9 @@ from mambalearn import device  # noqa: F401  (on a CPU: TRITON_INTERPRET=1 befor
 __version__ = "0.1.0"
 
 _SUBMODULES = {
-    "autograd", "check", "claims", "classroom", "device", "discretize", "doctor", "inference",
-    "machine", "mamba1", "mamba2", "mamba3", "model", "ops", "parallel", "roofline", "scan",
-    "serving", "silent", "testing", "timing", "triton", "utils",
+    "autograd", "check", "claims", "device", "discretize", "inference", "machine", "mamba1",
+    "mamba2", "mamba3", "model", "ops", "parallel", "roofline", "scan", "serving", "silent",
+    "testing", "timing", "train", "triton", "utils",
 }
 
 

@@ -3,7 +3,7 @@
 ``CHAPTERS`` maps a module (or package: the longest prefix wins) to its chapter; 0 is a utility
 every chapter may use. ``TOOLING`` sits above the chapters, and no chapter imports it. Everything
 that needs the course's order reads it here: the grader (what a student of chapter N may use,
-`classroom.syllabus`), tests/test_layers.py (import-linter's layers in pyproject.toml, the
+`course.classroom.syllabus`), tests/test_layers.py (import-linter's layers in pyproject.toml, the
 notebooks' imports and docs/ARCHITECTURE.md's diagram are held to it).
 """
 
@@ -41,6 +41,7 @@ CHAPTERS = {
     "mambalearn.mamba2.step": 12,  # the decode step kernel
     "mambalearn.triton.step": 12,  # the old import path: a face of mamba2.step
     "mambalearn.model": 13,
+    "mambalearn.train": 13,  # the task only selection solves, the training loop
     "mambalearn.parallel": 14,
     "mambalearn.mamba3": 15,  # Mamba-3, oracles beside the kernels
     "mambalearn.triton.mamba3": 15,  # the old import path: a face of mamba3's kernels
@@ -48,5 +49,6 @@ CHAPTERS = {
     "mambalearn.serving": 16,
     "mambalearn.silent": 17,
 }
-TOOLING = ("mambalearn.check", "mambalearn.bench", "mambalearn.classroom", "mambalearn.doctor",
-           "mambalearn.__main__")
+# Above the chapters, in the package: the exercises' checks and the command line's face (the rest
+# of the tooling, ``course/``, lives beside the package and imports it).
+TOOLING = ("mambalearn.check", "mambalearn.__main__")

@@ -53,11 +53,12 @@ def edited(src, dst, replace=None, check_source=None, drop_checks=False, strip_m
 
 
 def repo_copy(dest):
-    """A copy of the package (and exercises/) to grade with, so that a submission that got out
-    of its box could only damage the copy. Returns the copy's root (for PYTHONPATH)."""
+    """A copy of the package and the grader (and exercises/) to grade with, so that a submission
+    that got out of its box could only damage the copy. Returns the copy's root (for PYTHONPATH)."""
     dest = Path(dest)
-    shutil.copytree(ROOT / "mambalearn", dest / "mambalearn",
-                    ignore=shutil.ignore_patterns("__pycache__", "build"))
+    for package in ("mambalearn", "course"):
+        shutil.copytree(ROOT / package, dest / package,
+                        ignore=shutil.ignore_patterns("__pycache__", "build"))
     shutil.copytree(ROOT / "exercises", dest / "exercises")
     shutil.copytree(ROOT / "solutions", dest / "solutions")
     # the results store the library's measured figures come from (mambalearn.results)
@@ -76,7 +77,7 @@ def grade_class_in(repo, class_dir, exercises, jobs=2, timeout=60, **limits):
     returns ({student: {task: (passed, reason)}}, spans [(start, end)], stderr)."""
     script = (
         "import json, sys\n"
-        "from mambalearn.classroom import gradebook, sandbox\n"
+        "from course.classroom import gradebook, sandbox\n"
         f"rows, cols, spans = gradebook.grade_class({str(class_dir)!r}, {list(exercises)!r}, "
         f"jobs={jobs}, timeout={timeout}, limits=sandbox.Limits(**{limits!r}))\n"
         "json.dump({'rows': {r['student']: {t['column']: [t['passed'], t['reason']] "

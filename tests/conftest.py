@@ -33,7 +33,7 @@ def pytest_collection_modifyitems(config, items):
 def require_chromium():
     """Skip a browser test where Debian's chromium is missing (`make browser` installs it), except
     in CI, where a missing browser must fail rather than pass silently."""
-    from mambalearn.classroom import slides_offline
+    from course.classroom import slides_offline
 
     try:
         return slides_offline.chromium()
@@ -48,7 +48,7 @@ def browser():
     """Debian's Chromium, headless, through Playwright (the dev extra), one per test module."""
     from playwright.sync_api import sync_playwright
 
-    from mambalearn.classroom import slides_offline
+    from course.classroom import slides_offline
 
     with sync_playwright() as p:
         b = p.chromium.launch(executable_path=slides_offline.chromium(),

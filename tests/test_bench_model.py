@@ -2,7 +2,7 @@
 
 import pytest
 
-from mambalearn.bench import model as BM
+from course.bench import model as BM
 
 
 @pytest.mark.cpu  # the topic's CPU run (gpu=False): CPU tensors, Triton's interpreter

@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from mambalearn.bench import ssd as S
+from course.bench import ssd as S
 
 
 @pytest.mark.cpu
@@ -64,7 +64,7 @@ def test_bench_json_and_plot(tmp_path):
     """`mambalearn bench TOPIC --json FILE` writes the rows and a bar chart of them."""
     import json
 
-    from mambalearn import bench
+    from course import bench
 
     out = tmp_path / "bench.json"
     rows = bench.main(["step"], str(out))

@@ -9,8 +9,8 @@ import os
 import pytest
 import torch
 
+from course.bench.scans import count_passes
 from mambalearn.autograd import saved_tensor_bytes
-from mambalearn.bench.scans import count_passes
 from mambalearn.scan.blelloch import BlellochScan, blelloch_scan
 from mambalearn.scan.layout import ScanCounter
 from mambalearn.scan.selective import selective_scan_parallel

@@ -27,7 +27,7 @@ import psutil  # comes with ipykernel
 import pytest
 
 from conftest import require_chromium
-from mambalearn.classroom import slides_offline
+from course.classroom import slides_offline
 
 require_chromium()
 

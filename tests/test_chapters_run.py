@@ -2,7 +2,7 @@
 
 This is what ``pytest --nbval-lax notebooks/`` checks (no chapter cell compares its outputs), run
 once per chapter: the run is the executed copy the decks, the widgets and the site are made from
-(``mambalearn.classroom.execute.executed``, kept in ``build/executed/`` and shared with
+(``course.classroom.execute.executed``, kept in ``build/executed/`` and shared with
 tests/test_slides*.py and tests/test_site.py under a lock per chapter), so ``make test`` executes
 each chapter once instead of twice. Students and the GPU runs use nbval itself
 (``pytest --nbval-lax --nbval-current-env notebooks/``).
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from mambalearn.classroom import execute
+from course.classroom import execute
 
 ROOT = Path(__file__).resolve().parent.parent
 CHAPTERS = sorted((ROOT / "notebooks").glob("*.ipynb"))

@@ -106,7 +106,7 @@ def test_a_vacuous_claim_fails_when_graded(tmp_path):
     cannot fail is refused there too, and the report says why."""
     from _grading_cases import edited
 
-    from mambalearn.classroom import grade
+    from course.classroom import grade
 
     nb = edited("solutions/16_claims.ipynb", tmp_path / "16_claims.ipynb",
                 replace={"holds": "def holds(value):\n    return value == value  # always true\n"})

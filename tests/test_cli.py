@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from mambalearn import bench
-from mambalearn.__main__ import COMMANDS, main
+from course import bench
+from course.__main__ import COMMANDS, main
 
 ROOT = Path(__file__).resolve().parent.parent
-TOPICS = sorted(p.stem for p in (ROOT / "mambalearn" / "bench").glob("*.py")
+TOPICS = sorted(p.stem for p in (ROOT / "course" / "bench").glob("*.py")
                 if not p.stem.startswith("_"))
 
 
@@ -90,7 +90,7 @@ def test_grade_options_come_from_the_grader(capsys):
 
 
 def test_the_program_alone_shows_the_help_and_its_version(capsys):
-    from mambalearn.__main__ import version
+    from course.__main__ import version
 
     code, out, err = _run([], capsys)
     assert code == 0 and not err
@@ -104,7 +104,7 @@ def test_lab_and_submit_are_commands(capsys, tmp_path):
     code, out, _ = _run(["lab", "--dry-run", "--root", str(tmp_path), "--", "--port", "8899"],
                         capsys)
     assert code == 0
-    assert "JUPYTER_CONFIG_PATH=" in out and "mambalearn/classroom/jupyter" in out
+    assert "JUPYTER_CONFIG_PATH=" in out and "course/classroom/jupyter" in out
     assert " lab --ip=127.0.0.1 " in out and f"--ServerApp.root_dir={tmp_path}" in out
     assert out.rstrip().endswith("--port 8899")
     code, _, err = _run(["submit", str(tmp_path / "ex01_discretization.ipynbx")], capsys)
@@ -163,7 +163,7 @@ def _exercise_folders(tmp_path, solutions):
     """exercises/ and the pristine copies, as shipped, for ``solutions``, under ``tmp_path``."""
     import shutil
 
-    from mambalearn.classroom import pristine
+    from course.classroom import pristine
 
     out, last = tmp_path / "exercises", tmp_path / "pristine"
     out.mkdir(), last.mkdir()
@@ -191,7 +191,7 @@ def test_exercises_never_replace_a_students_work(tmp_path, capsys):
     and named, unless --force; --dry-run writes nothing."""
     import nbformat
 
-    from mambalearn.classroom import exercises
+    from course.classroom import exercises
 
     solutions = [ROOT / "solutions" / n for n in ("01_discretization.ipynb", "03_operator.ipynb")]
     out, last = _exercise_folders(tmp_path, solutions)
@@ -223,7 +223,7 @@ def test_exercises_leave_a_notebook_under_its_old_name(tmp_path, monkeypatch, ca
     what to do is said (copy the work across, or delete a copy with none); exit status 1."""
     import shutil
 
-    from mambalearn.classroom import exercises
+    from course.classroom import exercises
 
     solutions = [ROOT / "solutions" / n for n in ("01_discretization.ipynb", "03_operator.ipynb")]
     out, last = _exercise_folders(tmp_path, solutions)
@@ -261,7 +261,7 @@ def test_grading_says_why_it_installs_bubblewrap_and_doctor_checks_the_tools(tmp
     import os
     import shutil
 
-    from mambalearn import doctor
+    from course import doctor
 
     bin_ = tmp_path / "bin"
     bin_.mkdir()

@@ -4,7 +4,7 @@ import importlib.metadata
 
 import pytest
 
-from mambalearn import doctor
+from course import doctor
 
 try:  # the ranges are the installed package's (pip install -e .); a bare checkout has none
     importlib.metadata.distribution("mambalearn")

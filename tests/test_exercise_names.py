@@ -7,8 +7,8 @@ from pathlib import Path
 import nbformat
 import pytest
 
+from course.classroom import gradebook, pristine
 from mambalearn import chapters
-from mambalearn.classroom import gradebook, pristine
 
 ROOT = Path(__file__).resolve().parent.parent
 NUMBERS = sorted({n for n in chapters.CHAPTERS.values() if n > 0})

@@ -19,7 +19,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from mambalearn.classroom import grade, pristine
+from course.classroom import grade, pristine
 
 ROOT = Path(__file__).resolve().parent.parent
 CH01 = "01_discretization.ipynb"  # the solution; and the name exercises had before

@@ -9,7 +9,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from mambalearn.classroom import grade, pristine, submission, verdict
+from course.classroom import grade, pristine, submission, verdict
 
 ROOT = Path(__file__).resolve().parent.parent
 SOLUTIONS = sorted((ROOT / "solutions").glob("*.ipynb"))
@@ -21,7 +21,7 @@ def test_every_solution_has_an_exercise_and_a_pristine_copy():
     assert SOLUTIONS, "no solution notebooks found"
     assert [pristine.exercise_file(s.stem) for s in SOLUTIONS] == names(EXERCISES)
     assert names(SOLUTIONS) == [f"{e}.ipynb" for e in pristine.shipped()], \
-        "mambalearn/classroom/pristine/ is stale: run `make exercises`"
+        "course/classroom/pristine/ is stale: run `make exercises`"
 
 
 @pytest.mark.parametrize("solution", SOLUTIONS, ids=names(SOLUTIONS))

@@ -6,7 +6,7 @@ import textwrap
 import pytest
 from _grading_cases import edited, table
 
-from mambalearn.classroom import gradebook
+from course.classroom import gradebook
 
 CLASS = {  # student: (exercise, {solution cell: source}, {task: words the reason must contain})
     "w11_program_id_order": ("11_fusing_ssd", {"work_of_ticket": textwrap.dedent("""

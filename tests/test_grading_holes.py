@@ -26,8 +26,8 @@ import time
 import pytest
 from _grading_cases import BLOCKED, ROOT, edited, repo_copy, table
 
+from course.classroom import grade, gradebook, redact, sandbox
 from mambalearn.check import _groups
-from mambalearn.classroom import grade, gradebook, redact, sandbox
 
 WRONG_DECODE = '''def decode_step(state, x, delta, A, B, C, D):
     state.copy_(torch.exp(delta[..., None] * A) * state
@@ -284,7 +284,7 @@ def test_redacted_library_blocks_the_answers_and_keeps_the_rest(tmp_path):
     of the earlier chapters still imports and runs."""
     import nbformat
 
-    from mambalearn.classroom import pristine
+    from course.classroom import pristine
 
     table = redact.rebuilds()
     assert {"zoh", "hillis_steele_scan", "decode_step", "scan_kernel"} <= set(table)

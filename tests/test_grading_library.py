@@ -13,7 +13,7 @@ import nbformat
 import pytest
 from _grading_cases import BLOCKED, ROOT
 
-from mambalearn.classroom import pristine, redact, syllabus
+from course.classroom import pristine, redact, syllabus
 
 
 def test_the_chapter_map_follows_the_layers_of_pyproject():
@@ -78,7 +78,7 @@ def test_the_ssd_exercise_library(tmp_path):
                        "belongs to chapter 15")
         assert blocked(lambda: exec("from mambalearn import model"), "belongs to chapter 13")
         assert blocked(lambda: exec("import mambalearn.mamba2.packed"), "chapter 10's own library")
-        assert blocked(lambda: exec("import mambalearn.bench"), "tooling")
+        assert blocked(lambda: exec("import course.bench"), "tooling")
         import mambalearn.mamba2.reference as ssd
         assert blocked(lambda: ssd.ssd_chunked) and blocked(lambda: getattr(ssd, "segsum"))
         assert blocked(lambda: exec("from mambalearn.mamba2.reference import ssd_sequential"))

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 from _grading_cases import edited, grade_class_in, repo_copy
 
-from mambalearn.classroom import sandbox
+from course.classroom import sandbox
 
 if not sandbox.bwrap_works():
     if os.environ.get("CI"):
@@ -45,7 +45,7 @@ def attacks(root, repo, port, secret):
         "dave_writes_checks": f"""
             import mambalearn, os
             for path in ({str(repo / "mambalearn/check/ch01_discretization.py")!r},
-                         {str(repo / "mambalearn/classroom/pristine/01_discretization.ipynb")!r},
+                         {str(repo / "course/classroom/pristine/01_discretization.ipynb")!r},
                          {str(repo / "exercises/ex01_discretization.ipynb")!r},
                          os.path.join(os.path.dirname(mambalearn.__file__), "discretize.py")):
                 try:
@@ -125,7 +125,7 @@ def boxed(tmp_path_factory):
     # is stopped, the cell stops before zoh is defined and the zoh task fails with its error
     watched = [root / "class" / "bob" / "01_discretization.ipynb",
                repo / "mambalearn/check/ch01_discretization.py",
-               repo / "mambalearn/classroom/pristine/01_discretization.ipynb",
+               repo / "course/classroom/pristine/01_discretization.ipynb",
                repo / "exercises/ex01_discretization.ipynb", repo / "mambalearn/discretize.py"]
     before = {p: p.read_bytes() for p in watched}
     rows, spans, log = grade_class_in(repo, root / "class", ["01_discretization"], jobs=2,

@@ -9,7 +9,7 @@ import xml.etree.ElementTree as ET
 
 from _grading_cases import ROOT, edited
 
-from mambalearn.classroom import grade
+from course.classroom import grade
 
 EULER = '''def zoh(A, B, delta):
     delta = torch.as_tensor(delta, dtype=A.dtype)

@@ -47,7 +47,7 @@ def test_selective_scan_past_2_31():
 
 
 def test_decode_step_past_2_31():
-    from mambalearn.bench.step import mamba2_step_inputs
+    from course.bench.step import mamba2_step_inputs
     from mambalearn.mamba2.step import selective_state_update
     b, h, p, n = BIG // (80 * 64 * 128) + 8, 80, 64, 128  # 2.2e9 state values
     inp = mamba2_step_inputs(b, h, p, n, torch.float32)

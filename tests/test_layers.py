@@ -24,7 +24,9 @@ PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]
 # The chapter that introduces each course module (longest prefix wins). Utilities (chapter 0)
 # and tooling may be used anywhere.
 CHAPTER = {m: c for m, c in chapters.CHAPTERS.items() if c > 0}
-ANYWHERE = tuple(m for m, c in chapters.CHAPTERS.items() if c == 0) + chapters.TOOLING
+# The tooling: the package's own (checks, the command line's face) and course/ beside it.
+TOOLING = chapters.TOOLING + ("course",)
+ANYWHERE = tuple(m for m, c in chapters.CHAPTERS.items() if c == 0) + TOOLING
 FACES = ("mambalearn", "mambalearn.scan", "mambalearn.triton")  # packages that only hand names on
 
 
@@ -59,8 +61,6 @@ def test_the_chapter_map_knows_every_course_module():
     for path in (ROOT / "mambalearn").rglob("*.py"):
         parts = path.relative_to(ROOT).with_suffix("").parts
         module = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
-        if module.startswith(("mambalearn.__main__", "mambalearn.doctor")):
-            continue
         assert chapter_of(module) is not None, \
             f"{module}: add it to mambalearn/chapters.py (CHAPTERS or TOOLING)"
 
@@ -98,9 +98,9 @@ def test_the_layers_follow_the_chapter_map():
     rising downwards, then the utilities; every module of the map stands in a layer."""
     order = [(chapter_of(m.strip()), m.strip()) for layer in LAYERS for m in layer.split("|")]
     assert all(c is not None for c, _ in order), [m for c, m in order if c is None]
-    course = [(c, m) for c, m in order if c and not m.startswith(tuple(chapters.TOOLING))]
+    course = [(c, m) for c, m in order if c and not m.startswith(TOOLING)]
     assert [c for c, _ in course] == sorted((c for c, _ in course), reverse=True), course
-    kinds = ["tooling" if m.startswith(tuple(chapters.TOOLING)) else "course" if c else "utility"
+    kinds = ["tooling" if m.startswith(TOOLING) else "course" if c else "utility"
              for c, m in order]
     assert kinds == sorted(kinds, key=["tooling", "course", "utility"].index), kinds
     named = {m for _, m in order}

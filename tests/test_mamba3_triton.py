@@ -1,7 +1,7 @@
 """Chapter 15's kernels against the oracle and against mamba_ssm's own Mamba-3 Triton kernels.
 
 On a CPU the kernels run in Triton's interpreter at tiny sizes; mamba_ssm's kernels too, through
-``mambalearn.bench.mamba3`` (``mambalearn.triton.interpreter`` makes the interpreter's bf16
+``course.bench.mamba3`` (``mambalearn.triton.interpreter`` makes the interpreter's bf16
 matmul right for both, on import). mamba_ssm's backward
 refuses CPU tensors, so gradients against it are GPU tests.
 """
@@ -9,8 +9,8 @@ refuses CPU tensors, so gradients against it are GPU tests.
 import pytest
 import torch
 
+from course.bench.mamba3 import load
 from mambalearn import mamba3
-from mambalearn.bench.mamba3 import load
 from mambalearn.mamba3 import mamba3_mimo_step, mamba3_siso_combined, mamba3_siso_step
 from mambalearn.mamba3 import step_reference as S
 from mambalearn.mamba3.config import DEFAULT
@@ -223,7 +223,7 @@ def test_siso_step_matches_mamba_ssm():
 def test_fwd_bwd_match_mamba_ssm_on_gpu(ref_combined, dtype):
     """At a model's size (n 128, p 64, q 64, l 1008): the output and every gradient of ours and of
     mamba_ssm against the float64 oracle (chunked autograd) on the same bf16-rounded inputs."""
-    from mambalearn.bench.mamba3 import AGREE, agreement
+    from course.bench.mamba3 import AGREE, agreement
 
     rows = agreement(AGREE, dtype, ref_combined)
     for r in rows:

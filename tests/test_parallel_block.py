@@ -13,6 +13,7 @@ from mambalearn.parallel import RankError, spawn
 from mambalearn.parallel import verify as V
 from mambalearn.parallel.block import ContextParallelLM, all_reduce_grads, conv_halo, train_cp
 from mambalearn.testing import assert_close
+from mambalearn.train import train
 
 # ---------------------------------------------------------------------------------------------
 # spawn
@@ -167,7 +168,7 @@ def test_training_context_parallel_follows_one_process(block):
     hist = spawn(_train_work, 2, args=(block, "allgather", run))
     torch.manual_seed(0)
     model = M.MambaLM(_cfg(block)).set_backend("chunked")
-    want = M.train(model, progress=False, **run)
+    want = train(model, progress=False, **run)
     assert hist[0]["loss"] == hist[1]["loss"]  # every rank reports the global loss
     assert_close(torch.tensor(hist[0]["loss"]), torch.tensor(want["loss"]))
 

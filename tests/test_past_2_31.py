@@ -15,8 +15,8 @@ run the sizes past 2³¹: SSD b1 l2¹⁹ h80 p64 (x: 2.7·10⁹ elements), Mamba
 import pytest
 import torch
 
-from mambalearn.bench import mamba3 as bench_m3
-from mambalearn.bench.ssd import make_inputs
+from course.bench import mamba3 as bench_m3
+from course.bench.ssd import make_inputs
 from mambalearn.mamba2 import mamba_chunk_scan_combined
 from mambalearn.mamba2.config import default_config
 from mambalearn.mamba2.fused import outputs

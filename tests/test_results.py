@@ -140,7 +140,7 @@ def student_text():
         for nb in sorted((ROOT / d).glob("*.ipynb")):
             for i, cell in enumerate(json.loads(nb.read_text())["cells"]):
                 yield f"{d}/{nb.name} cell {i}", "".join(cell["source"])
-    for py in sorted((ROOT / "mambalearn").rglob("*.py")):
+    for py in sorted(p for d in ("mambalearn", "course") for p in (ROOT / d).rglob("*.py")):
         yield str(py.relative_to(ROOT)), py.read_text()
 
 

@@ -180,7 +180,7 @@ def test_selective_scan_parallel_bf16_in_bf16_out():
 
 def test_bench_peer_pscan_is_right():
     """The benchmark's peer (an in-place up-/down-sweep with a hand-written backward) is correct."""
-    from mambalearn.bench.scans import PeerPScan, peer_selective_scan
+    from course.bench.scans import PeerPScan, peer_selective_scan
 
     torch.manual_seed(0)
     A = torch.rand(2, 16, 3, 2, dtype=torch.float64, requires_grad=True)  # (b, l, d, n)
@@ -194,7 +194,7 @@ def test_bench_peer_pscan_is_right():
 
 
 def test_bench_topic_runs_on_cpu():
-    from mambalearn.bench import scans
+    from course.bench import scans
 
     rows = scans.run(gpu=False)
     assert {r["topic"] for r in rows} == {"scans", "selective fwd", "selective fwd+bwd"}

@@ -9,7 +9,7 @@ import nbformat
 import pytest
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
 
-from mambalearn.classroom import site, slides_offline
+from course.classroom import site, slides_offline
 
 ROOT = Path(__file__).resolve().parent.parent
 CH01 = ROOT / "notebooks" / "01_discretization.ipynb"
@@ -79,7 +79,7 @@ def test_pages_figures_offline_and_failures(built):
                  "api.html", f"docs/results/{RESULT}"):
         assert (out / path).exists(), path
     # the exercise published is the one shipped (the grader's copy), not the checkout's
-    from mambalearn.classroom import pristine
+    from course.classroom import pristine
 
     assert (out / "exercises" / "ex01_discretization.ipynb").read_bytes() == (
         pristine.PRISTINE / "01_discretization.ipynb").read_bytes()
@@ -123,7 +123,7 @@ def test_titles_alt_text_downloads_and_footer(built):
 
 
 def test_api_reference_and_code_links(built):
-    from mambalearn.classroom import apiref
+    from course.classroom import apiref
 
     out, _ = built
     api = (out / "api.html").read_text()
@@ -131,7 +131,7 @@ def test_api_reference_and_code_links(built):
     names = {m.name for m in mods}
     assert {"mambalearn.discretize", "mambalearn.mamba2.reference",
             "mambalearn.triton.scan"} <= names
-    assert not any(n.startswith(("mambalearn.classroom", "mambalearn.check", "mambalearn.bench"))
+    assert not any(n.startswith(("course.classroom", "mambalearn.check", "course.bench"))
                    for n in names), "the instructor's tooling is not the library's API"
     zoh = next(m for m in mods if m.name == "mambalearn.discretize").members
     assert "zoh" in [m.name for m in zoh]
@@ -374,7 +374,7 @@ def test_in_a_browser_search_theme_and_phone(built, browser):
 def test_the_course_pdf_has_a_title_and_a_bookmark_per_chapter(tmp_path):
     from pypdf import PdfReader, PdfWriter
 
-    from mambalearn.classroom import slides
+    from course.classroom import slides
 
     pdfs = []
     for k, pages in enumerate((2, 3)):
@@ -400,7 +400,7 @@ def test_speaker_notes_are_folded_on_a_page():
     from nbconvert import HTMLExporter
     from nbformat.v4 import new_markdown_cell, new_notebook
 
-    from mambalearn.classroom import site
+    from course.classroom import site
 
     nb = new_notebook(cells=[
         new_markdown_cell("# Title", metadata={"slideshow": {"slide_type": "slide"}}),
@@ -416,7 +416,7 @@ def test_speaker_notes_are_folded_on_a_page():
 def test_papers_are_cited_where_a_page_names_them_and_figures_are_numbered():
     """The first prose mention of each paper links to its numbered entry; code, printed output,
     headings and links are left alone; no mention, no section; each figure gets "Figure n"."""
-    from mambalearn.classroom import bibliography
+    from course.classroom import bibliography
 
     md = '<div class="jp-RenderedHTMLCommon jp-RenderedMarkdown">{}</div>'
     body = ("<main>" + md.format("<h2>Blelloch</h2><p>Mamba-2, <code>Blelloch</code>, "

@@ -13,7 +13,7 @@ import nbformat
 import pytest
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, new_output
 
-from mambalearn.classroom import execute, pristine, slides_layout
+from course.classroom import execute, pristine, slides_layout
 
 ROOT = Path(__file__).resolve().parent.parent
 CHAPTERS = sorted((ROOT / "notebooks").glob("*.ipynb"))
@@ -26,7 +26,7 @@ def _kinds(path):
 
 def test_chapter_01_deck(tmp_path):
     # a subprocess, as `make slides` runs it; the kernel is the executed copy's, kept or made now
-    done = subprocess.run([sys.executable, "-m", "mambalearn.classroom.slides", str(CH01),
+    done = subprocess.run([sys.executable, "-m", "course.classroom.slides", str(CH01),
                            "--out", str(tmp_path)], capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "without encryption" not in done.stderr and "IPKernelApp" not in done.stderr
@@ -180,7 +180,7 @@ def test_a_cell_or_a_child_that_runs_too_long_is_stopped(tmp_path):
 
 
 def test_online_deck_loads_its_assets_from_cdns(tmp_path):
-    from mambalearn.classroom import slides, slides_offline
+    from course.classroom import slides, slides_offline
 
     html = slides.export(CH01, tmp_path, offline=False).read_text()
     remote = slides_offline.remote_urls(html)
@@ -189,7 +189,7 @@ def test_online_deck_loads_its_assets_from_cdns(tmp_path):
 
 
 def test_markdown_images_are_embedded_and_a_missing_one_is_an_error(tmp_path):
-    from mambalearn.classroom import pages, slides
+    from course.classroom import pages, slides
 
     (tmp_path / "figs").mkdir()
     (tmp_path / "book").mkdir()
@@ -214,7 +214,7 @@ def test_a_gpu_cell_shows_its_recording_only_for_the_same_source(tmp_path):
     import hashlib
     import json
 
-    from mambalearn.classroom import pages
+    from course.classroom import pages
 
     gpu = 'if not device.HAS_GPU:\n    print("skipped: no GPU")\nelse:\n    print(run())'
     other = gpu.replace("run()", "run(2)")
@@ -341,7 +341,7 @@ def test_an_interactive_figure_shows_as_on_the_site_with_its_line(tmp_path):
     """A skipped interact() cell: the deck shows the figure the cell before it drew and the site's
     line "Interactive in JupyterLab: …" under it (one approach, ``pages.static_widgets``), and no
     live widget."""
-    from mambalearn.classroom import pages, slides
+    from course.classroom import pages, slides
 
     kind = lambda k: {"slideshow": {"slide_type": k}}
     fig = _png_cell("plot_errors(deltas)", slide_type="-")

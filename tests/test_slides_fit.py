@@ -6,7 +6,7 @@ and the print view has all its math.
 The chapters are found, not listed (every ``notebooks/*.ipynb``). Each deck is built as
 ``make slides`` builds it (``slides.export``: images embedded, so the temporary folder sees every
 figure) from the executed copy the other slide and site tests share
-(``mambalearn.classroom.execute``). The print view must lay out one page per slide; the first
+(``course.classroom.execute``). The print view must lay out one page per slide; the first
 chapter's is printed to a PDF (its pages counted; kept for an instructor to skim in
 ``build/test-artifacts/slides/``, ``MAMBALEARN_ARTIFACTS`` moves it), the others' pages are
 counted in the page (printing every deck took a quarter of this test's time), and
@@ -20,8 +20,8 @@ from pathlib import Path
 import pytest
 
 from conftest import require_chromium
-from mambalearn.classroom import deck, execute, slides, slides_layout, slides_offline
-from mambalearn.classroom.pages import prepare as page_copy
+from course.classroom import deck, execute, slides, slides_layout, slides_offline
+from course.classroom.pages import prepare as page_copy
 
 require_chromium()
 
@@ -193,7 +193,7 @@ def test_code_stays_whole_with_its_output_every_slide_has_a_title_and_words_keep
     10 pt is not)."""
     from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, new_output
 
-    from mambalearn.classroom import slides_layout
+    from course.classroom import slides_layout
 
     def md(text, kind="-"):
         return new_markdown_cell(text, metadata={"slideshow": {"slide_type": kind}})

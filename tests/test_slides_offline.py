@@ -13,7 +13,7 @@ import nbformat
 import pytest
 
 from conftest import require_chromium
-from mambalearn.classroom import slides, slides_offline
+from course.classroom import slides, slides_offline
 
 require_chromium()
 

@@ -32,7 +32,7 @@ def student_text():
             for i, cell in enumerate(json.loads(nb.read_text())["cells"]):
                 for n, line in enumerate("".join(cell["source"]).splitlines(), 1):
                     yield f"{d}/{nb.name} cell {i} line {n}", line
-    for py in sorted((ROOT / "mambalearn").rglob("*.py")):
+    for py in sorted(p for d in ("mambalearn", "course") for p in (ROOT / d).rglob("*.py")):
         for n, line in enumerate(py.read_text().splitlines(), 1):
             yield f"{py.relative_to(ROOT)}:{n}", line
 

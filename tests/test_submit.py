@@ -4,7 +4,7 @@ import nbformat
 import pytest
 from _grading_cases import ROOT, edited
 
-from mambalearn.classroom import submit
+from course.classroom import submit
 
 
 def test_a_good_notebook_is_packaged_with_outputs_cleared(tmp_path, capsys):
@@ -50,7 +50,7 @@ def test_make_lab_switches_nbgrader_off():
     import sys
     from pathlib import Path
 
-    config = ROOT / "mambalearn" / "classroom" / "jupyter"
+    config = ROOT / "course" / "classroom" / "jupyter"
     assert f"JUPYTER_CONFIG_PATH=$(CURDIR)/{config.relative_to(ROOT)}" in \
         (ROOT / "Makefile").read_text()
     page = json.loads((config / "labconfig" / "page_config.json").read_text())
@@ -66,8 +66,8 @@ def test_make_lab_switches_nbgrader_off():
 def test_a_later_submission_never_loses_an_earlier_one(tmp_path, capsys):
     """Submitting again keeps the earlier copy numbered; the untouched exercise does not replace a
     finished one unless --replace; the grader's class folder grades the latest."""
-    from mambalearn.classroom import gradebook
-    from mambalearn.classroom import pristine as P
+    from course.classroom import gradebook
+    from course.classroom import pristine as P
 
     out = tmp_path / "out"
     done = tmp_path / "work" / "ex01_discretization.ipynb"
@@ -106,7 +106,7 @@ def test_a_later_submission_never_loses_an_earlier_one(tmp_path, capsys):
     ("exercises", "is a folder: NB= takes one notebook"),
 ])
 def test_a_wrong_notebook_gets_the_right_one_named(given, said, capsys, monkeypatch):
-    from mambalearn.classroom import grade
+    from course.classroom import grade
 
     monkeypatch.chdir(ROOT)
     assert submit.main([given]) == 2

@@ -12,8 +12,8 @@ import nbformat
 import pytest
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
 
-from mambalearn.classroom import pristine as P
-from mambalearn.classroom import verdict
+from course.classroom import pristine as P
+from course.classroom import verdict
 
 ROOT = Path(__file__).resolve().parent.parent
 EXERCISES = sorted((ROOT / "exercises").glob("ex*.ipynb"))

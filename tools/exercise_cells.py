@@ -18,7 +18,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from mambalearn.classroom.pristine import exercise_file  # noqa: E402
+from course.classroom.pristine import exercise_file  # noqa: E402
 
 TAG = "exercise-link"
 CELL = """## ✎ Your exercise: `exercises/{name}`

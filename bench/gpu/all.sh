@@ -39,8 +39,8 @@ PY
         ${NBV:-notebooks/0*.ipynb notebooks/12*.ipynb solutions} ;;
     executed)  # the notebooks whose outputs we read (tables, figures), kept with their outputs
       step executed 270 env -u MPLBACKEND python3 bench/gpu/run_notebook.py "$LOG" ${NBS:-notebooks/1[013]*.ipynb} ;;
-    ssd_steps) step ssd_steps 70 python3 -c "from mambalearn.bench import ssd, table; print(table(ssd.backward_steps(True)))" ;;
-    ssd_acc) step ssd_acc 60 python3 -c "from mambalearn.bench import ssd
+    ssd_steps) step ssd_steps 70 python3 -c "from course.bench import ssd, table; print(table(ssd.backward_steps(True)))" ;;
+    ssd_acc) step ssd_acc 60 python3 -c "from course.bench import ssd
 ssd.run(True, shapes=[dict(b=4, l=4096, **ssd.HEADS)], forward=False)" ;;
     ssd_fused) step ssd_fused 130 python3 bench/gpu/ssd_fused.py --limit 110 --json "$LOG/ssd_fused.json" ;;
     selective) step selective 200 python3 bench/gpu/selective_scan.py --stage final --limit 195 ;;
@@ -85,7 +85,7 @@ ssd.run(True, shapes=[dict(b=4, l=4096, **ssd.HEADS)], forward=False)" ;;
     ssd_sweep)  # call 3: the backward's steps and launch settings (b4 l4096), the new state passing
       section prep; step ssd_gpu_tests 120 python3 -m pytest -m gpu -q -p no:cacheprovider \
         tests/test_ssd_backward.py
-      step ssd_sweep 300 python3 -m mambalearn.bench.ssd --backward --sweep; section pack ;;
+      step ssd_sweep 300 python3 -m course.bench.ssd --backward --sweep; section pack ;;
     final5)  # call 4: everything changed in session 2 checked and timed with the chosen defaults
       section prep; section build
       # (chapter 11 has no solutions notebook: a glob that matches nothing made pytest collect
@@ -127,7 +127,7 @@ ssd.run(True, shapes=[dict(b=4, l=4096, **ssd.HEADS)], forward=False)" ;;
       NBV="notebooks/15*.ipynb" TLIMIT=60 section notebooks
       step ssd_step 45 python3 -m bench.gpu.ssd_fused --sections step --limit 40 \
         --json "$LOG/ssd_step.json"
-      step ssd_b16 110 python3 -c "from mambalearn.bench import ssd, table
+      step ssd_b16 110 python3 -c "from course.bench import ssd, table
 print(table(ssd.run(True, shapes=[dict(b=16, l=1024, **ssd.HEADS)])))"
       section pack ;;
     session4)  # 2026-12-01, the lead's fourth session, call 1: every GPU test, chapters 05, 14, 15
@@ -139,7 +139,7 @@ print(table(ssd.run(True, shapes=[dict(b=16, l=1024, **ssd.HEADS)])))"
         solutions/14*.ipynb solutions/15*.ipynb" TLIMIT=${TLIMIT:-200} section notebooks &
       wait
       step selective 150 python3 -m bench.gpu.selective_scan --limit 140
-      step ssd_b16_bwd 100 python3 -c "from mambalearn.bench import ssd, table
+      step ssd_b16_bwd 100 python3 -c "from course.bench import ssd, table
 print(table(ssd.run(True, shapes=[dict(b=16, l=1024, **ssd.HEADS)], forward=False)))"
       section pack ;;
     session4b)  # call 2: chapter 14 under nbval with fresh rank processes (spawn fix), the
@@ -149,7 +149,7 @@ print(table(ssd.run(True, shapes=[dict(b=16, l=1024, **ssd.HEADS)], forward=Fals
       step parallel_tests 170 python3 -m pytest -q -p no:cacheprovider tests/test_parallel_block.py \
         tests/test_parallel.py tests/test_parallel_triton.py
       wait
-      step ssd_b16_bwd 100 python3 -c "from mambalearn.bench import ssd, table
+      step ssd_b16_bwd 100 python3 -c "from course.bench import ssd, table
 s = dict(b=16, l=1024, **ssd.HEADS); args, kw = ssd.make_inputs(**s, dtype=ssd.torch.bfloat16)
 print(table(ssd._fwd_bwd_rows(args, kw, 256, ssd.shape_name(**s, q=256,
     dtype=ssd.torch.bfloat16), ssd.load_mamba_ssm_ssd(), oracle=False)))"

@@ -90,7 +90,7 @@ def plan_of(x, n, d, l, b):
 
 
 def m1(args, peer, deadline):
-    from mambalearn.bench.selective_scan import fwd_bwd, inputs
+    from course.bench.selective_scan import fwd_bwd, inputs
     from mambalearn.mamba1 import selective_scan_fn as ours
     from mambalearn.timing import compare
     d = 2048 if args.gpu else 8
@@ -137,7 +137,7 @@ def variants(args, peer, deadline):
     """b1 l32768: the forward with each segment count, and the recurrent forward."""
     import dataclasses
 
-    from mambalearn.bench.selective_scan import inputs
+    from course.bench.selective_scan import inputs
     from mambalearn.mamba1 import config as cfgs
     from mambalearn.mamba1 import selective_scan_fn as ours
     from mambalearn.timing import compare
@@ -185,7 +185,7 @@ def parts(args, peer, deadline):
 def _parts_at(args, b, d, l, n):
     import triton
 
-    from mambalearn.bench.selective_scan import inputs
+    from course.bench.selective_scan import inputs
     from mambalearn.mamba1 import api as tuned
     from mambalearn.mamba1 import config as cfgs
     from mambalearn.mamba1.fused import forward as scan_forward
@@ -227,8 +227,8 @@ def _parts_at(args, b, d, l, n):
 
 def step(args, deadline):
     """The decode step: a tile sweep, then default and best against mamba_ssm, interleaved."""
+    from course.bench import step as bstep
     from mambalearn import inference
-    from mambalearn.bench import step as bstep
     from mambalearn.mamba2.step import StepConfig
     from mambalearn.mamba2.step import selective_state_update as ours
     from mambalearn.timing import compare

@@ -111,7 +111,7 @@ def m3_chunk():
 
 
 def ssd_inputs(b, l, seed=0):
-    from mambalearn.bench.ssd import make_inputs
+    from course.bench.ssd import make_inputs
 
     b, l = ssd_point(b, l)
     return make_inputs(b, l, **ssd_heads(), dtype=torch.bfloat16 if gpu() else torch.float32,
@@ -127,7 +127,7 @@ def ssd_config(args, q, **changes):
 
 
 def m3_inputs(b, l, grad):
-    from mambalearn.bench import mamba3 as M
+    from course.bench import mamba3 as M
 
     return M.inputs(**m3_point(b, l), dtype=torch.bfloat16 if gpu() else torch.float32,
                     device=dev(), grad=grad)
@@ -171,8 +171,8 @@ def peers():
     absent (on a CPU: all)."""
     if not gpu():
         return None, None, None, {}
-    from mambalearn.bench import mamba3 as M
-    from mambalearn.bench.ssd import load_fla, load_mamba_ssm_ssd
+    from course.bench import mamba3 as M
+    from course.bench.ssd import load_fla, load_mamba_ssm_ssd
 
     versions = {"mamba_ssm": "2.3.2.post1 (source, .mamba_ref)"}
     fla = load_fla()
@@ -214,7 +214,7 @@ def job_pytest(seconds):
 def job_ours_ssd(shape):
     """Compile our SSD forward (both chunks, fused and chapter 10's) and fwd+bwd at one shape
     class."""
-    from mambalearn.bench.ssd import fwd_bwd
+    from course.bench.ssd import fwd_bwd
     from mambalearn.mamba2 import mamba_chunk_scan_combined as ours
 
     args, kw = ssd_inputs(*shape)
@@ -230,7 +230,7 @@ def job_ours_ssd(shape):
 
 
 def job_ours_m3(shape):
-    from mambalearn.bench import mamba3 as M
+    from course.bench import mamba3 as M
     from mambalearn.mamba3 import mamba3_siso_combined
 
     kw = m3_inputs(*shape, grad=True)
@@ -247,7 +247,7 @@ def job_peer(kind, i, n):
     mamba, fla, m3, _ = peers()
     slice_autotuners(PREFIX[kind], i, n)
     if kind == "ssd" and mamba is not None:
-        from mambalearn.bench.ssd import fwd_bwd
+        from course.bench.ssd import fwd_bwd
 
         for shape in SSD_WARM:
             clear_autotuners(PREFIX[kind])
@@ -256,13 +256,13 @@ def job_peer(kind, i, n):
             fwd_bwd(lambda *a, **k: mamba(*a, SSD_CHUNK, **k), args, kw,
                     torch.randn_like(args[0]))()
     if kind == "fla" and fla is not None:
-        from mambalearn.bench.ssd import fla_fn
+        from course.bench.ssd import fla_fn
 
         for shape in SSD_WARM:
             clear_autotuners(PREFIX[kind])
             fla_fn(fla, *ssd_inputs(*shape))()
     if kind == "m3" and m3 is not None:
-        from mambalearn.bench import mamba3 as M
+        from course.bench import mamba3 as M
 
         for shape in M3_WARM:
             clear_autotuners(PREFIX[kind])
@@ -421,8 +421,8 @@ def _no_grad(fn, kw, q):
 
 
 def mamba3(limit, m3):
+    from course.bench import mamba3 as M
     from mambalearn import roofline
-    from mambalearn.bench import mamba3 as M
     from mambalearn.mamba3 import mamba3_siso_combined
 
     q = m3_chunk()
@@ -480,8 +480,8 @@ def _ssd_agreement(shape, args, kw):
 
 
 def ssd_sweep(limit, mamba, fla, points):
+    from course.bench.ssd import fla_fn
     from mambalearn import roofline
-    from mambalearn.bench.ssd import fla_fn
     from mambalearn.mamba2 import mamba_chunk_scan_combined as ours
 
     for b, l in points if gpu() else points[:1]:
@@ -511,7 +511,7 @@ def ssd_sweep(limit, mamba, fla, points):
 
 
 def ssd_backward(limit, mamba):
-    from mambalearn.bench.ssd import fwd_bwd
+    from course.bench.ssd import fwd_bwd
     from mambalearn.mamba2 import mamba_chunk_scan_combined as ours
 
     for b, l in BWD_POINTS if gpu() else BWD_POINTS[:1]:

@@ -102,8 +102,8 @@ def main():
     t0 = time.time()
     import torch
 
-    from mambalearn.bench import peak_gb, time_ms
-    from mambalearn.bench.selective_scan import fwd_bwd, inputs, load_mamba_ssm
+    from course.bench import peak_gb, time_ms
+    from course.bench.selective_scan import fwd_bwd, inputs, load_mamba_ssm
     from mambalearn.mamba1 import default_config, selective_scan_fn
     from mambalearn.testing import rel_error
     gpu = torch.cuda.is_available() and not a.cpu_smoke

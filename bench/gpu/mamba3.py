@@ -23,7 +23,7 @@ import time
 
 import torch
 
-from mambalearn.bench import mamba3 as B
+from course.bench import mamba3 as B
 
 TINY = dict(shape=dict(b=1, l=40, h=2, g=1, n=16, p=16, na=4),
             agree=dict(b=1, l=20, h=2, g=1, n=16, p=16, na=4), decode=dict(b=1, h=2, p=16, n=16))

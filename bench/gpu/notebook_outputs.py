@@ -11,7 +11,7 @@ the timings they print are not measured against each other), and for each one
 commit, torch, triton) and one row per GPU-only cell (``cell`` index, ``source_sha256``, its
 ``outputs`` as nbformat stores them). Copied to ``docs/results/``, the decks and the site built on a
 machine without a GPU show these outputs with that device and date
-(``mambalearn.classroom.pages``), and only for a cell whose source has not changed since.
+(``course.classroom.pages``), and only for a cell whose source has not changed since.
 ``--cpu-smoke`` runs chapter 04 on the CPU into OUTDIR (its GPU cell then prints ``skipped``:
 the file shows the plumbing works, it is no recording) and reads it back.
 """
@@ -114,7 +114,7 @@ def main(argv=None):
             path = record(nb, Path(executed_dir) / Path(nb).name, args.out, info)
             print(f"{path or Path(nb).name + ': no GPU-only cell'}", flush=True)
     if args.cpu_smoke:
-        from mambalearn.classroom import pages
+        from course.classroom import pages
 
         found = pages.recordings(Path(notebooks[0]).stem, args.out)
         print(f"smoke: {len(found)} recorded cell(s) read back from {args.out}")

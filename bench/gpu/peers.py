@@ -4,7 +4,7 @@
     python3 -m bench.gpu.peers --cpu-smoke --out /tmp/peers   (the control flow, toy sizes, CPU)
 
 1. **step**: the decode step, ours (``mambalearn.mamba2.step.selective_state_update``) against
-   mamba_ssm's ``selective_state_update`` (its source tree, ``mambalearn.bench.step``), at b1 and
+   mamba_ssm's ``selective_state_update`` (its source tree, ``course.bench.step``), at b1 and
    b64 h80 p64 n128, fp32 state, bf16 x/B/C, fp32 A/D/dt_bias broadcast per head as Mamba-2's
    step passes them (``mamba2_step_inputs``), softplus — **without z** (Mamba-2's step: its gate
    is in the norm) and **with z** (b, h, p) bf16 (as Mamba-1's step calls it). Each side checked
@@ -17,7 +17,7 @@
    (shape, path) calls step 3 times (each worker a slice of each autotuner's configs, as
    ``bench.gpu.batch_one_ssd``'s prewarm, whose autotuner helpers it uses). Nothing is timed.
 3. **mamba3**: ``mamba3_siso_combined``, ours against mamba_ssm's **with its full autotune**
-   (``mambalearn.bench.mamba3.load``), b8 l2048 and b1 l32768 (h32 g1 n128 p64 na32, chunk 64,
+   (``course.bench.mamba3.load``), b8 l2048 and b1 l32768 (h32 g1 n128 p64 na32, chunk 64,
    bf16, D and Z), the forward alone and forward+backward, **each (shape, path) in a fresh Python
    process**: its first call is the call timed, so mamba_ssm's autotuner is tuned on it and on
    nothing else (its key holds neither batch nor length, and its forward's holds whether the
@@ -69,7 +69,7 @@ import mambalearn.device  # noqa: E402,F401  (on a CPU: TRITON_INTERPRET=1 befor
 T0 = time.time()
 STEP_SHAPES = [(1, 80, 64, 128), (64, 80, 64, 128)]  # (b, h, p, n)
 STEP_CALLS = (1, 20)  # calls a CUDA graph
-M3_POINTS = [(8, 2048), (1, 32768)]  # (b, l) at mambalearn.bench.mamba3.SHAPE's h, g, n, p, na
+M3_POINTS = [(8, 2048), (1, 32768)]  # (b, l) at course.bench.mamba3.SHAPE's h, g, n, p, na
 M3_PATHS = ("fwd", "fwd+bwd")
 M3_CHUNK = 64
 M3_PREFIX = "mamba_ssm.ops.triton.mamba3"  # the modules whose autotuners the prewarm slices
@@ -149,7 +149,7 @@ def dev(run):
 def step_inputs(b, h, p, n, with_z, device, seed=0):
     """``mamba2_step_inputs`` (fp32 state, bf16 x/B/C, per-head A/D/dt_bias), with z (b, h, p)
     bf16 when ``with_z``."""
-    from mambalearn.bench.step import mamba2_step_inputs
+    from course.bench.step import mamba2_step_inputs
 
     inp = mamba2_step_inputs(b, h, p, n, torch.float32, device=device, seed=seed)
     if with_z:
@@ -195,8 +195,8 @@ def kernel_ms(fn, reps=200):
 
 def step_case(run, shape, with_z, peer, calls=STEP_CALLS):
     """One shape with or without z: the checks, the graphs timed interleaved, the kernels alone."""
+    from course.bench.step import floor_ms
     from mambalearn import inference
-    from mambalearn.bench.step import floor_ms
     from mambalearn.mamba2.step import selective_state_update as ours
     from mambalearn.timing import compare
 
@@ -247,12 +247,12 @@ def step_case(run, shape, with_z, peer, calls=STEP_CALLS):
 
 
 def step_part(run):
-    from mambalearn.bench.step import load_mamba_ssm_step
+    from course.bench.step import load_mamba_ssm_step
 
     peer = load_mamba_ssm_step() if run.gpu else None
     if peer is None:
         run.keep(op="step", backend="mamba_ssm", error="not timed: " + (
-            "its source tree did not load (mambalearn.bench._reference printed why)" if run.gpu
+            "its source tree did not load (course.bench._reference printed why)" if run.gpu
             else "its launcher needs CUDA (torch.cuda.device)"))
     shapes, calls = (STEP_SHAPES, STEP_CALLS) if not run.smoke else (SMOKE["step"], SMOKE["calls"])
     for with_z in (True, False):  # with z first: the figure found wrong
@@ -275,14 +275,14 @@ def step_part(run):
 # --------------------------------------------------------------------------------------------
 # 3. Mamba-3 (the prewarm, 2., below: it compiles what these calls run)
 def m3_dims(point, smoke):
-    from mambalearn.bench.mamba3 import SHAPE
+    from course.bench.mamba3 import SHAPE
 
     b, l = point
     return dict(SMOKE["m3_dims"] if smoke else SHAPE, b=b, l=l)
 
 
 def m3_inputs(point, path, smoke):
-    from mambalearn.bench import mamba3 as M
+    from course.bench import mamba3 as M
 
     gpu = torch.cuda.is_available() and not smoke
     return M.inputs(**m3_dims(point, smoke), dtype=torch.bfloat16 if gpu else torch.float32,
@@ -296,7 +296,7 @@ def m3_call(fn, kw, path, chunk):
             with torch.no_grad():
                 return fn(**kw, chunk_size=chunk)
         return forward
-    from mambalearn.bench.mamba3 import _fwd_bwd
+    from course.bench.mamba3 import _fwd_bwd
 
     return _fwd_bwd(fn, kw, chunk)
 
@@ -360,7 +360,7 @@ def m3_case(run, point, path, peer, smoke):
 def load_m3_peer(run):
     """mamba_ssm's ``mamba3_siso_combined`` with its full autotune (None on a CPU: its forward
     allocates on CUDA and its backward needs it; the row says so)."""
-    from mambalearn.bench import mamba3 as M
+    from course.bench import mamba3 as M
 
     if not run.gpu:
         run.keep(op="mamba3", backend="mamba_ssm", error="not timed: Triton's interpreter cannot "
@@ -369,7 +369,7 @@ def load_m3_peer(run):
     peer = M.load(autotune="full")
     if peer is None:
         run.keep(op="mamba3", backend="mamba_ssm", error="not timed: its source tree did not "
-                 "load (mambalearn.bench._reference printed why)")
+                 "load (course.bench._reference printed why)")
     return peer
 
 
@@ -422,7 +422,7 @@ def job_peer(i, n, cases):
     """Compile configs i, i + n, … of every mamba_ssm Mamba-3 autotuner at each (point, path),
     each tuned afresh (``clear_autotuners``), so every specialisation the run meets compiles."""
     from bench.gpu.batch_one_ssd import clear_autotuners, slice_autotuners
-    from mambalearn.bench import mamba3 as M
+    from course.bench import mamba3 as M
 
     peer = M.load(autotune="full")
     if peer is None:
@@ -475,8 +475,8 @@ def prewarm(run, cases, workers, seconds):
 # --------------------------------------------------------------------------------------------
 def peers_meta(run):
     """{name: version} of the peers this run timed: mamba_ssm's from its source tree's folder
-    (``mamba_ssm-<version>``, found as ``mambalearn.bench._reference`` finds it)."""
-    from mambalearn.bench import _reference
+    (``mamba_ssm-<version>``, found as ``course.bench._reference`` finds it)."""
+    from course.bench import _reference
 
     if not any(r.get("backend") == "mamba_ssm" and "ms" in r for r in run.rows):
         return {}

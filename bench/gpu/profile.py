@@ -42,7 +42,7 @@ def _workload(name):
     """A closure that runs the workload once (forward and backward)."""
     import torch
 
-    from mambalearn.bench.selective_scan import fwd_bwd, inputs, load_mamba_ssm
+    from course.bench.selective_scan import fwd_bwd, inputs, load_mamba_ssm
     if name.startswith("m1"):
         n = int(name.split("_")[1])
         x = inputs(**M1, n=n, device=torch.device("cuda"))
@@ -53,7 +53,7 @@ def _workload(name):
         else:
             from mambalearn.mamba1.api import selective_scan_fn as fn
         return fwd_bwd(fn, x)
-    from mambalearn.bench.ssd import load_mamba_ssm_ssd, make_inputs
+    from course.bench.ssd import load_mamba_ssm_ssd, make_inputs
     (x, dt, A, B, C), kw = make_inputs(**SSD)
     leaves = [t.detach().requires_grad_() for t in (x, dt, A, B, C, kw["D"], kw["dt_bias"])]
     if name == "ssdref":
@@ -180,7 +180,7 @@ def sm90(n, forward=None, dump=None):
     from triton.compiler import compile as tcompile
     from triton.runtime.jit import JITFunction, create_function_from_signature
 
-    from mambalearn.bench.selective_scan import inputs
+    from course.bench.selective_scan import inputs
     from mambalearn.mamba1 import args as interface
     from mambalearn.mamba1 import config, selective_scan_fn
     target = GPUTarget("cuda", 90, 32)

@@ -11,7 +11,7 @@ of the day not taken in OUT_DIR or in docs/results. Copy the file into docs/resu
 
     python3 -m bench.gpu.record TOPIC [TOPIC ...] [--out DIR]
 
-runs ``mambalearn bench`` topics (``mambalearn.bench.<topic>.run``) and records each; on a
+runs ``mambalearn bench`` topics (``course.bench.<topic>.run``) and records each; on a
 machine without a GPU it writes a ``cpu_…`` file of the interpreter's tiny shapes (a smoke run,
 never committed).
 """
@@ -158,7 +158,7 @@ def peer_versions():
 
 
 def main(argv=None):
-    from mambalearn import bench
+    from course import bench
 
     p = argparse.ArgumentParser(description="run mambalearn bench topics and record each")
     p.add_argument("topics", nargs="+", choices=bench.TOPICS)
@@ -168,11 +168,11 @@ def main(argv=None):
 
     gpu = torch.cuda.is_available()
     for topic in args.topics:
-        rows = importlib.import_module(f"mambalearn.bench.{topic}").run(gpu)
+        rows = importlib.import_module(f"course.bench.{topic}").run(gpu)
         record(topic, as_rows(topic, list(rows)),
                command=f"python3 -m bench.gpu.record {topic}", peers=peer_versions(),
                out_dir=args.out,
-               method=f"mambalearn.bench.{topic}.run({gpu}): see its docstring")
+               method=f"course.bench.{topic}.run({gpu}): see its docstring")
 
 
 if __name__ == "__main__":

@@ -68,7 +68,7 @@ def start_build():
 
 def wait_peer(deadline):
     """mamba_ssm's selective_scan_fn once its .so is there (None at the deadline)."""
-    from mambalearn.bench.selective_scan import load_mamba_ssm
+    from course.bench.selective_scan import load_mamba_ssm
     while time.time() < deadline:
         if glob.glob(os.path.join(REF, "build", "selective_scan_cuda*.so")):
             return load_mamba_ssm()
@@ -128,7 +128,7 @@ def accuracy(fns, s, dev, dtype, report):
     """‖· − ref‖/‖ref‖ of out, every gradient and d initial_state vs the fp32 oracle."""
     import torch
 
-    from mambalearn.bench.selective_scan import inputs
+    from course.bench.selective_scan import inputs
     from mambalearn.scan.sequential import selective_scan_sequential
     from mambalearn.testing import rel_error
     x = inputs(**s, device=dev, dtype=dtype)
@@ -166,8 +166,8 @@ def time_row(label, fn, x, s, gpu, h0=False):
     """fwd and fwd+bwd medians and peaks of ``fn`` on inputs ``x`` (with an initial state)."""
     import torch
 
-    from mambalearn.bench import peak_gb, time_ms
-    from mambalearn.bench.selective_scan import fwd_bwd
+    from course.bench import peak_gb, time_ms
+    from course.bench.selective_scan import fwd_bwd
     kw = dict(initial_state=torch.zeros(s["b"], s["d"], s["n"], device=x["u"].device)) if h0 \
         else {}
     row = dict(label=label + (" + initial_state" if h0 else ""), n=s["n"], l=s["l"],
@@ -220,7 +220,7 @@ def main():
         run_tests(min(a.tests, left() - 60))
     import torch
 
-    from mambalearn.bench.selective_scan import EXP_RATE, inputs
+    from course.bench.selective_scan import EXP_RATE, inputs
     from mambalearn.mamba1 import config as cfgs
     from mambalearn.mamba1 import selective_scan_fn
     gpu = torch.cuda.is_available() and not a.cpu_smoke

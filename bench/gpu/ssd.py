@@ -17,7 +17,7 @@ import time
 
 import torch
 
-from mambalearn.bench import ssd, step, table
+from course.bench import ssd, step, table
 
 OUT = os.environ.get("OUT", "/tmp")
 

@@ -30,10 +30,10 @@ import time
 
 import torch
 
+from course.bench import step as bstep
+from course.bench import time_ms
+from course.bench.ssd import fla_fn, load_fla, load_mamba_ssm_ssd, make_inputs
 from mambalearn import roofline
-from mambalearn.bench import step as bstep
-from mambalearn.bench import time_ms
-from mambalearn.bench.ssd import fla_fn, load_fla, load_mamba_ssm_ssd, make_inputs
 from mambalearn.mamba2 import chunk as unfused
 from mambalearn.mamba2 import reference as ssd
 from mambalearn.mamba2.config import default_config
@@ -323,7 +323,7 @@ def ncu(limit):
         "smsp__average_warps_issue_stalled_mio_throttle_per_issue_active.ratio",
         "smsp__average_warps_issue_stalled_gmma_per_issue_active.ratio",
         "smsp__average_warps_issue_stalled_not_selected_per_issue_active.ratio"])
-    code = ("import torch; from mambalearn.bench.ssd import make_inputs; "
+    code = ("import torch; from course.bench.ssd import make_inputs; "
             "from mambalearn.mamba2.fused.forward import ssd_fused_forward as f; "
             "a, kw = make_inputs(4, 4096, 80, 64, 1, 128); "
             "[f(*a, 256, **kw) for _ in range(3)]; torch.cuda.synchronize()")

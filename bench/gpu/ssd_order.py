@@ -13,8 +13,8 @@ import argparse
 import torch
 
 from bench.gpu.ssd_fused import part_fn
-from mambalearn.bench import time_ms
-from mambalearn.bench.ssd import HEADS, fwd_bwd, load_mamba_ssm_ssd, make_inputs
+from course.bench import time_ms
+from course.bench.ssd import HEADS, fwd_bwd, load_mamba_ssm_ssd, make_inputs
 from mambalearn.mamba2 import mamba_chunk_scan_combined as ours
 from mambalearn.mamba2.chunk import ssd_forward
 
@@ -43,7 +43,7 @@ def sweep(label, table):
 def bench_order(table):
     """The order of ``mambalearn bench ssd`` (forward rows at b4, its fwd+bwd rows with the oracle,
     then the forward rows at b1), the b1 fused forward and launches probed after each step."""
-    from mambalearn.bench import ssd
+    from course.bench import ssd
 
     theirs, fla = ssd.load_mamba_ssm_ssd(), ssd.load_fla()
     b1 = make_inputs(b=1, l=16384, **HEADS)

@@ -27,10 +27,10 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", ".."))
 
 import torch  # noqa: E402
 
+from course.bench import step as bstep  # noqa: E402
+from course.bench import table, time_ms  # noqa: E402
 from mambalearn import inference  # noqa: E402
 from mambalearn import model as M  # noqa: E402
-from mambalearn.bench import step as bstep  # noqa: E402
-from mambalearn.bench import table, time_ms  # noqa: E402
 from mambalearn.mamba2.step import StepConfig, selective_state_update  # noqa: E402
 
 OUT = os.environ.get("OUT", "/tmp")

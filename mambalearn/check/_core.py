@@ -12,7 +12,7 @@ The student's code never sees the check's own tensors: :func:`call` hands it pri
 compares them with the originals afterwards, so the expected answer is computed from inputs the
 student's code cannot have changed, and an input changed in place fails with a message saying so.
 
-While grading, the student's function is a ``Remote`` (``mambalearn.classroom.remote``): calls go
+While grading, the student's function is a ``Remote`` (``course.classroom.remote``): calls go
 to the student's kernel and come back. ``call`` and ``compare`` work the same for both; ``probe``
 runs a function of ``check._probes`` next to the student's object, here or in that kernel.
 """

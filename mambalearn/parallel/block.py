@@ -14,7 +14,7 @@ loss is the global one: each rank's token losses divided by the global count of 
     ContextParallelLM  a ``model.MambaLM``'s own modules run on a token shard (no copy of weights);
                        its blocks' mixers by name (``MIXERS``, ``register_mixer``)
     all_reduce_grads   sum the parameter gradients over the ranks (one flat all-reduce)
-    train_cp           ``model.train`` with each rank holding a shard of every sequence
+    train_cp           ``train.train`` with each rank holding a shard of every sequence
 """
 
 import time
@@ -170,9 +170,9 @@ def loss_and_accuracy_cp(cp_model, inputs, targets, group=None):
 
 
 def train_cp(cp_model, steps=300, batch=32, lr=3e-3, task=None, seed=0, log_every=10):
-    """``model.train`` with the sequence split over the ranks: same data, same optimizer, same
+    """``train.train`` with the sequence split over the ranks: same data, same optimizer, same
     schedule; the gradients are summed over ranks before each step. Returns the same history."""
-    from mambalearn.model import selective_copying
+    from mambalearn.train import selective_copying
 
     model, group, task = cp_model.model, cp_model.group, dict(task or {})
     g = torch.Generator().manual_seed(seed)  # every rank draws the same batches
