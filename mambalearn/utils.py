@@ -15,6 +15,19 @@ import torch
 from mambalearn import device
 
 
+def lazy_attributes(package, where):
+    """A package's ``__getattr__`` that imports ``package.<where[name]>`` only when ``name`` is
+    asked for (the kernels, and Triton with them, load on first use)."""
+    import importlib
+
+    def __getattr__(name):
+        if name in where:
+            return getattr(importlib.import_module(f"{package}.{where[name]}"), name)
+        raise AttributeError(f"module {package!r} has no attribute {name!r}")
+
+    return __getattr__
+
+
 def progress(iterable=None, **kwargs):
     """A ``tqdm.auto`` progress bar (a widget in Jupyter, text in a terminal).
 

@@ -13,9 +13,9 @@ step a Mamba-1 model takes is `mambalearn.mamba2.step.selective_state_update` (o
 both layouts).
 """
 
-import importlib
 
 from mambalearn import triton as _triton  # noqa: F401  (TRITON_INTERPRET, the interpreter's bf16 dot)
+from mambalearn.utils import lazy_attributes
 
 _WHERE = {
     "selective_scan_fn": "api",
@@ -26,7 +26,4 @@ _WHERE = {
 __all__ = sorted(_WHERE)
 
 
-def __getattr__(name):
-    if name in _WHERE:
-        return getattr(importlib.import_module(f"{__name__}.{_WHERE[name]}"), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = lazy_attributes(__name__, _WHERE)  # the kernels load when asked for

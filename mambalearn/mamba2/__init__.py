@@ -17,9 +17,9 @@
                     Mamba-2's (b, h, p, n) state and Mamba-1's (b, d, n)
 """
 
-import importlib
 
 from mambalearn import triton as _triton  # noqa: F401  (TRITON_INTERPRET, the interpreter's bf16 dot)
+from mambalearn.utils import lazy_attributes
 
 _WHERE = {
     "mamba_chunk_scan_combined": "api",
@@ -31,7 +31,4 @@ _WHERE = {
 __all__ = sorted(_WHERE)
 
 
-def __getattr__(name):
-    if name in _WHERE:
-        return getattr(importlib.import_module(f"{__name__}.{_WHERE[name]}"), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = lazy_attributes(__name__, _WHERE)  # the kernels load when asked for

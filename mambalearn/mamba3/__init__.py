@@ -32,7 +32,6 @@ Glossary (mamba_ssm's names → the course's letters): Q = C, K = B, V = x, ADT 
 Trap = logit of the trapezoid weight λ, Angles = the raw rotation rates ω (θ = Σ Δ·π·tanh(ω)).
 """
 
-import importlib
 
 from mambalearn import triton as _triton  # noqa: F401  (TRITON_INTERPRET, the interpreter's bf16 dot)
 from mambalearn.mamba3 import mixer  # noqa: F401  (registers the "mamba3" block with the model)
@@ -45,6 +44,7 @@ from mambalearn.mamba3.reference import (
     trapezoid_coefficients,
 )
 from mambalearn.mamba3.reference_chunked import mamba3_siso_chunked, trapezoid_weights
+from mambalearn.utils import lazy_attributes
 
 __all__ = [
     "angle_cumsum", "angle_rates", "mamba3_complex_sequential", "mamba3_siso_chunked",
@@ -59,8 +59,4 @@ _WHERE = {
 }
 
 
-def __getattr__(name):
-    # the kernels load (and Triton with them) only when asked for
-    if name in _WHERE:
-        return getattr(importlib.import_module(f"{__name__}.{_WHERE[name]}"), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = lazy_attributes(__name__, _WHERE)  # the kernels load when asked for

@@ -10,10 +10,10 @@ The families' kernels live with their oracles: `mambalearn.mamba1` (chapter 09),
 ``mamba3`` here are the old import paths, faces that re-export their public names.
 """
 
-import importlib
 
 from mambalearn import device  # noqa: F401  (sets TRITON_INTERPRET before kernels exist)
 from mambalearn.triton import interpreter
+from mambalearn.utils import lazy_attributes
 
 interpreter.setup()
 
@@ -24,7 +24,4 @@ _WHERE = {
 }
 
 
-def __getattr__(name):
-    if name in _WHERE:
-        return getattr(importlib.import_module(f"{__name__}.{_WHERE[name]}"), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = lazy_attributes(__name__, _WHERE)  # the kernels load when asked for
