@@ -33,7 +33,7 @@ from typing import NamedTuple
 
 ROOT = Path(__file__).resolve().parents[1]
 STORE = Path(os.environ.get("MAMBALEARN_RESULTS") or ROOT / "docs" / "results")
-NAME = re.compile(r"^(?P<device>[a-z0-9]+)_(?P<topic>[a-z0-9_]+)_(?P<date>\d{4}-\d{2}-\d{2})"
+NAME = re.compile(r"^(?P<device>[a-z0-9]+)_(?P<topic>[a-z0-9_-]+)_(?P<date>\d{4}-\d{2}-\d{2})"
                   r"(?:\.(?P<run>[2-9]|[1-9]\d+))?\.json$")
 META = ("device", "date", "command", "commit", "torch", "triton", "peers", "method")
 

@@ -95,6 +95,8 @@ def main(argv=None):
                    "(run_notebook.py's OUTDIR) instead of running the notebooks")
     p.add_argument("--cpu-smoke", action="store_true", help="no GPU: chapter 04 on the CPU")
     p.add_argument("--timeout", type=int, default=900, help="seconds per cell")
+    p.add_argument("--keep", help="keep the executed copies in this folder (a failed chapter's "
+                   "copy shows where it stopped)")
     args = p.parse_args(argv)
     notebooks = args.notebooks or ([str(REPO / "notebooks" / "04_parallel_scans.ipynb")]
                                    if args.cpu_smoke else [])
@@ -105,8 +107,10 @@ def main(argv=None):
     os.environ["MAMBALEARN_PROGRESS"] = "0"  # no progress-bar widgets in the outputs
     info = meta("python3 -m bench.gpu.notebook_outputs " + " ".join(argv or sys.argv[1:]))
     failed = 0
+    os.environ.setdefault("PYTHONFAULTHANDLER", "1")  # a kernel that crashes leaves its stack
     with tempfile.TemporaryDirectory() as tmp:
-        executed_dir = args.executed or tmp
+        executed_dir = args.executed or args.keep or tmp
+        Path(executed_dir).mkdir(parents=True, exist_ok=True)
         for nb in notebooks:
             if not args.executed and not run_notebook.execute(nb, executed_dir, args.timeout):
                 failed += 1
