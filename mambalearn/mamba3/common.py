@@ -18,6 +18,11 @@ one ``tl.dot``. The n columns are taken BN at a time (``col_block``; pairs never
 which halves what a program holds at n = 128 and lets blocks without turning pairs skip the
 angles. Layouts are mamba_ssm's: Q, K (b, l, g, n); V, Z (b, l, h, p); ADT, DT, Trap
 (b, h, l); Q_bias, K_bias (h, n); Angles (b, l, h, na).
+
+**Names inside the kernels** follow the glossary (``mambalearn.mamba3``: Q = C, K = B, V = x):
+``C_ptr``, ``B_ptr``, ``X_ptr`` and the biases ``Cb_ptr``, ``Bb_ptr`` (their tiles keep the
+paper's q, k, v), so that ``Q`` is the chunk length, as in Mamba-2's kernels; ``c2_ptr`` holds the
+log-decays c_t log₂e; the program ids are ``pid_b``, ``pid_h``, ``pid_c``.
 """
 
 import triton
