@@ -456,10 +456,12 @@ def mamba3(limit, m3):
 def _states_fn(args, kw, q, changes):
     """A closure running the states launch (with ``config.States`` changes) alone."""
     from mambalearn.mamba2 import chunk as unfused
+    from mambalearn.mamba2.config import defaults
     from mambalearn.mamba2.fused import states
 
     x, dt, A, B, C = args
-    dt_c, dA_cs = unfused.chunk_cumsum(dt, A, q, kw["dt_bias"], True)
+    dt_c, dA_cs = unfused.chunk_cumsum(dt, A, q, kw["dt_bias"], True,
+                                       heads=defaults(x.device).stages.cumsum_heads)
     cfg = ssd_config(args, q, states=changes).states
     return lambda: states.chunk_states(x, B, dt_c, dA_cs, config=cfg)
 
