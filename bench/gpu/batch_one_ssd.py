@@ -392,12 +392,12 @@ def _m3_parts(kw):
 
     x = interface._prepare([kw[k] for k in interface._NAMES], None)
     q = m3_chunk()
-    S, steps = chunk_state.chunk_states(x, q)
-    parts = {"chunk states": lambda: chunk_state.chunk_states(x, q)}
+    S, steps = chunk_state.chunk_states(x, q, DEFAULT)
+    parts = {"chunk states": lambda: chunk_state.chunk_states(x, q, DEFAULT)}
     for stages in (1, 2, 3, 4):
         c = DEFAULT.replace(state_stages=stages)
         parts[f"state passing, {stages} stages"] = lambda c=c: state_passing.pass_states(
-            S, steps["Turn"], steps["Cend"], cfg=c)
+            S, steps["Turn"], steps["Cend"], None, None, c)
     return parts
 
 

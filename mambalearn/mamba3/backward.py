@@ -37,7 +37,6 @@ from mambalearn.mamba3.common import (
     tanh,
     warps,
 )
-from mambalearn.mamba3.config import DEFAULT
 from mambalearn.mamba3.reference import per_head, rotate_pairs
 from mambalearn.mamba3.state_passing import pass_state_grads
 
@@ -132,8 +131,9 @@ def _state_grads(x, dH_in, dth_in):
             owe * torch.einsum("bhpn,bhn->bhp", dH_in, k)), d_owe
 
 
-def launch_backward(x, saved, d_out, finals, chunk_size, cfg=DEFAULT):
-    """All five launches; returns a dict of gradients by argument name (and "states")."""
+def launch_backward(x, saved, d_out, finals, chunk_size, cfg):
+    """All five launches; returns a dict of gradients by argument name (and "states").
+    ``chunk_size`` as the entry point checked it, ``cfg`` the `config.Config` it resolved."""
     V = x["V"]
     b, l, h, p = V.shape
     g, n, na = x["Q"].shape[2], x["Q"].shape[3], x["Angles"].shape[3]

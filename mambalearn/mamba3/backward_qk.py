@@ -26,8 +26,8 @@ from mambalearn.mamba3.common import (
     causal_decay,
     exp2,
     load_angles,
+    load_qk,
     load_steps,
-    load_turned,
     pair_cross,
     turn,
 )
@@ -91,10 +91,9 @@ def bwd_qk_kernel(
         cos, sin = load_angles(Phi_ptr + row * l * na, offs_t, nb, l, na, Q, BN)
         # (in the matmuls' dtype: the products below then differentiate exactly what the forward
         # computed, so that the parts of dθ that cancel, cancel: Σ_t dθ_t of q kᵀ is 0)
-        q = load_turned(C_ptr + bc_off, Cb_ptr + hi * n, g * n, offs_t, offs_n, l, n, cos, sin,
-                        Q, BN).to(DOT)  # (Q, BN)
-        k = load_turned(B_ptr + bc_off, Bb_ptr + hi * n, g * n, offs_t, offs_n, l, n, cos, sin,
-                        Q, BN).to(DOT)
+        q, k = load_qk(C_ptr + bc_off, B_ptr + bc_off, Cb_ptr + hi * n, Bb_ptr + hi * n, g * n,
+                       offs_t, offs_n, l, n, cos, sin, Q, BN)  # (Q, BN) each
+        q, k = q.to(DOT), k.to(DOT)
         # 4. the decays' gradient from the entering state; the chunk's inputs' parts A k, Aᵀ q
         tl.store(dc_ptr + (row * NB + nb) * l + offs_t, tl.sum(q.to(tl.float32) * dq, axis=1),
                  mask=mask_t)

@@ -23,8 +23,8 @@ from mambalearn.mamba3.common import (
     causal_decay,
     exp2,
     load_angles,
+    load_qk,
     load_steps,
-    load_turned,
 )
 
 
@@ -73,10 +73,8 @@ def bwd_v_kernel(
     for nb in tl.static_range(NB):
         offs_n = nb * BN + tl.arange(0, BN)
         cos, sin = load_angles(Phi_ptr + row * l * na, offs_t, nb, l, na, Q, BN)
-        q = load_turned(C_ptr + bc_off, Cb_ptr + pid_h * n, g * n, loc_t, offs_n, l_left, n, cos,
-                        sin, Q, BN)  # (Q, BN)
-        k = load_turned(B_ptr + bc_off, Bb_ptr + pid_h * n, g * n, loc_t, offs_n, l_left, n, cos,
-                        sin, Q, BN)
+        q, k = load_qk(C_ptr + bc_off, B_ptr + bc_off, Cb_ptr + pid_h * n, Bb_ptr + pid_h * n,
+                       g * n, loc_t, offs_n, l_left, n, cos, sin, Q, BN)  # (Q, BN) each
         qk += tl.sum(q * k, axis=1)
         k = k.to(DOT)
         Dc = tl.load(Dst_ptr + offs_p[:, None] * n + offs_n[None, :],

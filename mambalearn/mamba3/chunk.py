@@ -29,11 +29,10 @@ from mambalearn.mamba3.common import (
     dot_dtype,
     exp2,
     load_angles,
+    load_qk,
     load_steps,
-    load_turned,
     warps,
 )
-from mambalearn.mamba3.config import DEFAULT
 from mambalearn.mamba3.reference import per_head, rotate_pairs
 from mambalearn.mamba3.state_passing import pass_states
 
@@ -74,10 +73,8 @@ def _output_kernel(
     for nb in tl.static_range(NB):
         offs_n = nb * BN + tl.arange(0, BN)
         cos, sin = load_angles(Phi_ptr + row * l * na, offs_t, nb, l, na, Q, BN)
-        q = load_turned(C_ptr + bc_off, Cb_ptr + pid_h * n, g * n, loc_t, offs_n, l_left, n, cos,
-                        sin, Q, BN)  # (Q, BN)
-        k = load_turned(B_ptr + bc_off, Bb_ptr + pid_h * n, g * n, loc_t, offs_n, l_left, n, cos,
-                        sin, Q, BN)
+        q, k = load_qk(C_ptr + bc_off, B_ptr + bc_off, Cb_ptr + pid_h * n, Bb_ptr + pid_h * n,
+                       g * n, loc_t, offs_n, l_left, n, cos, sin, Q, BN)  # (Q, BN) each
         qk += tl.sum(q * k, axis=1)  # q_t·k_t, in float32 (the same rotated or not)
         q, k = q.to(DOT), k.to(DOT)
         H = tl.load(H_ptr + offs_p[:, None] * n + offs_n[None, :],
@@ -116,9 +113,10 @@ def _initial_state(x):
     return (S + owe[..., None, None] * v[..., None] * k[..., None, :]).contiguous(), theta
 
 
-def launch_forward(x, chunk_size, save, return_final, cfg=DEFAULT):
+def launch_forward(x, chunk_size, save, return_final, cfg):
     """The three launches on the prepared inputs ``x`` (see ``api``); returns a dict with
-    out, and the final states if ``return_final``, and what the backward needs if ``save``."""
+    out, and the final states if ``return_final``, and what the backward needs if ``save``.
+    ``chunk_size`` as the entry point checked it, ``cfg`` the `config.Config` it resolved."""
     V = x["V"]
     b, l, h, p = V.shape
     g, n, na = x["Q"].shape[2], x["Q"].shape[3], x["Angles"].shape[3]

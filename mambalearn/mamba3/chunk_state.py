@@ -38,7 +38,6 @@ from mambalearn.mamba3.common import (
     local_angles,
     warps,
 )
-from mambalearn.mamba3.config import DEFAULT
 
 
 @triton.jit(do_not_specialize=SIZES)
@@ -151,7 +150,7 @@ def _launch(x, steps, X, Y, Yb, S, Z, Ypre, dZ, dY, chunk_size, grad, cfg):
     )
 
 
-def chunk_states(x, chunk_size, cfg=DEFAULT):
+def chunk_states(x, chunk_size, cfg):
     """Forward: (S^L (b, h, c, p, n) in V's dtype, steps): ``steps`` holds the per-step values
     every later kernel reads: C2 = c log₂e, W = w, G = γ (b, h, l), Phi = φ (b, h, l, na;
     float16 for bf16 inputs), and per chunk Turn = Φ_c (b, h, c, na) and Cend = c_end (b, h, c);
@@ -171,7 +170,7 @@ def chunk_states(x, chunk_size, cfg=DEFAULT):
     return S, steps
 
 
-def state_grads(x, steps, d_out, y_pre, chunk_size, cfg=DEFAULT):
+def state_grads(x, steps, d_out, y_pre, chunk_size, cfg):
     """Backward: (dS^L (b, h, c, p, n) in V's dtype, dy, dz): dy = dout·silu(z) and dz in
     dout's dtype (dy is dout itself and dz None without Z)."""
     V = x["V"]

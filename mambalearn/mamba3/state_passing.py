@@ -23,7 +23,6 @@ import triton.language as tl
 
 from mambalearn import device  # noqa: F401  (TRITON_INTERPRET before @triton.jit)
 from mambalearn.mamba3.common import SIZES, cos_sin, exp, mod_two_pi, turn
-from mambalearn.mamba3.config import DEFAULT
 
 
 @triton.jit
@@ -109,9 +108,10 @@ def _launch(S, Phi, Cend, theta_in, theta_final, X0, Out, XF, H, HD, reverse, cf
     )
 
 
-def pass_states(S, Phi, Cend, theta_in=None, H_in=None, cfg=DEFAULT):
+def pass_states(S, Phi, Cend, theta_in, H_in, cfg):
     """Forward: (H^L (b, h, c, p, n) in S's dtype, final state (b, h, p, n) and final angle
-    (b, h, na), float32). ``H_in`` (b, h, p, n) in the absolute frame, ``theta_in`` (b, h, na)."""
+    (b, h, na), float32). ``H_in`` (b, h, p, n) in the absolute frame, ``theta_in`` (b, h, na),
+    or None; ``cfg`` a `config.Config`."""
     b, h, c, p, n = S.shape
     H = torch.empty_like(S)
     final = torch.empty(b, h, p, n, device=S.device, dtype=torch.float32)
@@ -120,8 +120,7 @@ def pass_states(S, Phi, Cend, theta_in=None, H_in=None, cfg=DEFAULT):
     return H, final, theta_final
 
 
-def pass_state_grads(dS, Phi, Cend, H, theta_final, theta_in=None, dH_final=None,
-                     cfg=DEFAULT):
+def pass_state_grads(dS, Phi, Cend, H, theta_final, theta_in, dH_final, cfg):
     """Backward: (D (b, h, c, p, n) in dS's dtype, dH_in (b, h, p, n) float32, ⟨D_c, H^L_c⟩
     (b, h, c, T) float32, a part per program of rows (T a power of two, the rest 0))."""
     b, h, c, p, n = dS.shape
@@ -130,6 +129,5 @@ def pass_state_grads(dS, Phi, Cend, H, theta_final, theta_in=None, dH_final=None
     R = min(cfg.state_rows, triton.next_power_of_2(p))
     HD = torch.zeros(b, h, c, triton.next_power_of_2(triton.cdiv(p, R)), device=dS.device,
                      dtype=torch.float32)
-    _launch(dS, Phi, Cend, theta_in, theta_final.contiguous(), dH_final, D, dH_in, H, HD, True,
-            cfg)
+    _launch(dS, Phi, Cend, theta_in, theta_final, dH_final, D, dH_in, H, HD, True, cfg)
     return D, dH_in, HD
