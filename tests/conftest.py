@@ -43,6 +43,16 @@ def require_chromium():
         pytest.skip(str(e), allow_module_level=True)
 
 
+@pytest.fixture
+def one_thread():
+    """torch on one thread for the test (``pytestmark = pytest.mark.usefixtures("one_thread")``):
+    on two small CPU cores, threads only fight over them for tensors this small."""
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
 @pytest.fixture(scope="module")
 def browser():
     """Debian's Chromium, headless, through Playwright (the dev extra), one per test module."""

@@ -15,9 +15,9 @@ from mambalearn.mamba3 import mimo_api as mimo
 from mambalearn.mamba3.mimo_backward import mimo_backward_kernel
 from mambalearn.mamba3.mimo_forward import mimo_forward_kernel
 
-BF16 = {"Q_ptr", "K_ptr", "V_ptr", "Z_ptr", "Out_ptr", "Hs_ptr"}  # the inputs' dtype; else fp32
+BF16 = {"C_ptr", "B_ptr", "X_ptr", "Z_ptr", "Out_ptr", "Hs_ptr"}  # the inputs' dtype; else fp32
 # pointers the launch passes as None (no initial or final states): compiled in as constants
-NONE = {"forward": ("H0_ptr", "Hf_ptr", "Kf_ptr"), "backward": ("dHf_ptr", "dKf_ptr")}
+NONE = {"forward": ("H0_ptr", "Hf_ptr", "Bf_ptr"), "backward": ("dHf_ptr", "dBf_ptr")}
 
 
 def build(kernel, which, r, q, deterministic=False, fp32=False, n=128):
@@ -29,6 +29,8 @@ def build(kernel, which, r, q, deterministic=False, fp32=False, n=128):
     const = dict(h=32, g=1, p=64, n=n, na=32, Q=q, R=r, P=P, N=N, HAS_D=True, HAS_Z=True,
                  HAS_OUT=True, DOT=tl.float32 if fp32 else tl.bfloat16)
     const |= {name: None for name in NONE[which]}
+    if which == "forward":
+        const |= dict(HAS_H0=False)  # no initial state (H0_ptr None)
     const |= dict(PRECISION="ieee" if fp32 else "tf32")  # (what each launches with)
     if which == "backward":  # dQ, dK: atomics, or the deterministic mode's fixed-order sum
         const |= dict(DET=deterministic, FAN=mimo.CONFIG.tree_fan, TREE_BLOCK=1024)

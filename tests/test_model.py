@@ -10,13 +10,7 @@ DEV = "cuda" if torch.cuda.is_available() else "cpu"  # where the Triton backend
 TINY = dict(vocab_size=12, d_model=16, n_layers=2, d_state=4, headdim=8, chunk_size=4)
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    # two small CPU cores: threads only fight over them for tensors this small
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_thread")  # conftest.py
 
 
 def tiny(block, seed=0, **kw):

@@ -76,10 +76,12 @@ def case():
     dt, A = torch.randn(b, l, h, device=dev) - 1, -torch.rand(h, device=dev) - 0.5
     B, C = torch.randn(b, l, g, n, device=dev), torch.randn(b, l, g, n, device=dev)
     bias, h0 = torch.randn(h, device=dev), torch.randn(b, h, p, n, device=dev)
-    dt_c, dA_cs = T.chunk_cumsum(dt, A, q, bias, dt_softplus=True)  # (b, h, c, q)
-    S = T.chunk_state(x, B, dt_c, dA_cs)
-    H, final = T.state_passing(S, dA_cs, h0, l=l)  # float32 states for the tests
-    CB = T.bmm_chunk(C, B, q)
+    st = defaults(dev).stages
+    dt_c, dA_cs = T.chunk_cumsum(dt, A, q, bias, dt_softplus=True,
+                                 heads=st.cumsum_heads)  # (b, h, c, q)
+    S = T.chunk_state(x, B, dt_c, dA_cs, None, st)
+    H, final = T.state_passing(S, dA_cs, h0, l=l, cfg=st)  # float32 states for the tests
+    CB = T.bmm_chunk(C, B, q, st)
     causal = torch.ones(q, q, dtype=torch.bool, device=dev).tril()
     return dict(x=x, dt=dt, A=A, B=B, C=C, bias=bias, h0=h0, dt_c=dt_c, dA_cs=dA_cs, S=S, H=H,
                 final=final, CB=CB.masked_fill(~causal, 0), dy=torch.randn(b, l, h, p, device=dev))
@@ -213,7 +215,8 @@ def test_chunk_cumsum_backward(case, limit):
     a = torch.cumsum(delta * A[:, None, None], -1)  # (b, h, c, q)
     loss = (a * (ddA - v)).sum() + (a[..., -1] * (dlast + v.sum(-1))).sum()
     (loss + (delta * ddt_x).sum()).backward()
-    dt_c, _ = T.chunk_cumsum(case["dt"], case["A"], q, case["bias"], True, limit)
+    dt_c, _ = T.chunk_cumsum(case["dt"], case["A"], q, case["bias"], True, limit,
+                             heads=defaults(dev).stages.cumsum_heads)
     ddt, dA, dbias = SB.chunk_cumsum_backward(ddA, ddt_x, dlast, dt_c, case["dt"], case["A"],
                                               case["bias"], True, limit, v)
     assert_close(ddt, dt.grad, grad=True)

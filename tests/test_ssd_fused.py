@@ -12,7 +12,7 @@ from mambalearn.mamba2 import chunk as T
 from mambalearn.mamba2.config import default_config
 from mambalearn.mamba2.fused import outputs, states
 from mambalearn.mamba2.fused.forward import ssd_fused_forward
-from tests.test_ssd_triton import dev, make, ref
+from tests.test_ssd_triton import ST, dev, make, ref
 
 # The SSD kernels multiply on the tensor cores: tf32 on a GPU (testing.assert_close, "dot")
 assert_close = partial(testing.assert_close, dtype="dot")
@@ -106,9 +106,10 @@ def test_the_two_kernels_equal_chapter_10s_stages():
     b, l, h, p, g, n, q = 2, 40, 4, 8, 2, 16, 16
     x, dt, A, B, C = make(b, l, h, p, g, n)
     kw = extras(b, l, h, p, n)
-    dt_c, dA_cs = T.chunk_cumsum(dt, A, q, kw["dt_bias"], True)
-    S = T.chunk_state(x, B, dt_c, dA_cs)
-    H_want, final_want = T.state_passing(S, dA_cs, kw["initial_states"], l=l, out_dtype=x.dtype)
+    dt_c, dA_cs = T.chunk_cumsum(dt, A, q, kw["dt_bias"], True, heads=ST.cumsum_heads)
+    S = T.chunk_state(x, B, dt_c, dA_cs, None, ST)
+    H_want, final_want = T.state_passing(S, dA_cs, kw["initial_states"], l=l, out_dtype=x.dtype,
+                                         cfg=ST)
     base = config().states
     for cfg in (dict(tma=False), {}, dict(split=2)):
         # pointer loads, 64 steps a trip; tensor descriptors, a chunk a trip; and split in two
@@ -117,7 +118,8 @@ def test_the_two_kernels_equal_chapter_10s_stages():
         assert_close(H, H_want)
         assert_close(final, final_want)
     for D in (kw["D"], kw["D"][:, 0].contiguous()):  # per (head, p) and per head
-        out_want = T.chunk_scan(x, C, T.bmm_chunk(C, B, q), dt_c, dA_cs, H_want, D, kw["z"])
+        out_want = T.chunk_scan(x, C, T.bmm_chunk(C, B, q, ST), dt_c, dA_cs, H_want, D, kw["z"],
+                                None, ST)
         for rows in (1, None):  # a row block a program; the whole chunk
             got = outputs.chunk_outputs(x, C, B, dt_c, dA_cs, H, D, kw["z"],
                                         config=config(outputs=dict(block_m=16, block_k=16,
@@ -135,9 +137,10 @@ def test_rows_tensor_descriptors_cannot_take_fall_back_to_chapter_10():
     assert_close(out, want)
     assert_close(final, want_f)
     assert not outputs.tma_ok(x) and outputs.tma_ok(B)
-    dt_c, dA_cs = T.chunk_cumsum(dt, A, q)
+    dt_c, dA_cs = T.chunk_cumsum(dt, A, q, heads=ST.cumsum_heads)
     with pytest.raises(ValueError, match="16-byte aligned"):
-        outputs.chunk_outputs(x, C, B, dt_c, dA_cs, torch.zeros(b, 2, h, p, n, device=dev))
+        outputs.chunk_outputs(x, C, B, dt_c, dA_cs, torch.zeros(b, 2, h, p, n, device=dev),
+                              config=config().outputs)
 
 
 def test_low_precision_state_is_close():

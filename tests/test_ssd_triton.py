@@ -13,11 +13,13 @@ from mambalearn import testing
 from mambalearn.mamba2 import api as combined
 from mambalearn.mamba2 import chunk as T
 from mambalearn.mamba2 import reference as ssd
+from mambalearn.mamba2.config import defaults
 
 # The SSD kernels multiply on the tensor cores: tf32 on a GPU (testing.assert_close, "dot")
 assert_close = partial(testing.assert_close, dtype="dot")
 
 dev = "cuda" if torch.cuda.is_available() else "cpu"
+ST = defaults(dev).stages  # the five stages' launch settings on this device
 
 
 def make(b, l, h, p, g, n, dtype=torch.float32, softplus=True):
@@ -41,16 +43,17 @@ def test_stages_against_oracle():
     b, l, h, p, g, n, q = 1, 21, 2, 4, 1, 8, 8
     x, dt, A, B, C = make(b, l, h, p, g, n)
     bias = torch.randn(h, device=dev)
-    dt_c, dA_cs = T.chunk_cumsum(dt, A, q, bias, dt_softplus=True)  # (b, h, c, q)
+    dt_c, dA_cs = T.chunk_cumsum(dt, A, q, bias, dt_softplus=True,
+                                 heads=ST.cumsum_heads)  # (b, h, c, q)
     delta = F.pad(F.softplus(dt + bias), (0, 0, 0, 24 - l)).reshape(b, 3, q, h).permute(0, 3, 1, 2)
     assert_close(dt_c, delta)
     assert_close(dA_cs, torch.cumsum(delta * A[:, None, None], -1))
-    CB = T.bmm_chunk(C, B, q)  # (b, c, g, q, q)
+    CB = T.bmm_chunk(C, B, q, ST)  # (b, c, g, q, q)
     Cp, Bp = F.pad(C, (0, 0, 0, 0, 0, 3)), F.pad(B, (0, 0, 0, 0, 0, 3))
     want = torch.einsum("bctgn,bcsgn->bcgts", Cp.reshape(b, 3, q, g, n), Bp.reshape(b, 3, q, g, n))
     causal = torch.ones(q, q, dtype=torch.bool, device=dev).tril()
     assert_close(CB.masked_fill(~causal, 0), want.masked_fill(~causal, 0))
-    S = T.chunk_state(x, B, dt_c, dA_cs)  # (b, c, h, p, n)
+    S = T.chunk_state(x, B, dt_c, dA_cs, None, ST)  # (b, c, h, p, n)
     for c in range(3):  # each chunk alone, started from zero, leaves S_c
         sl = slice(c * q, min(l, (c + 1) * q))
         _, f = ssd.ssd_sequential(
@@ -58,13 +61,13 @@ def test_stages_against_oracle():
         )
         assert_close(S[:, c], f)
     h0 = torch.randn(b, h, p, n, device=dev)
-    Hin, final = T.state_passing(S, dA_cs, h0, l=l)
+    Hin, final = T.state_passing(S, dA_cs, h0, l=l, cfg=ST)
     H = h0
     for c in range(3):
         assert_close(Hin[:, c], H)
         H = torch.exp(dA_cs[:, :, c, -1])[..., None, None] * H + S[:, c]
     assert_close(final, H)
-    out = T.chunk_scan(x, C, CB, dt_c, dA_cs, Hin)
+    out = T.chunk_scan(x, C, CB, dt_c, dA_cs, Hin, None, None, None, ST)
     assert_close(out, ref(x, dt, A, B, C, q, dt_bias=bias, initial_states=h0, dt_softplus=True))
 
 

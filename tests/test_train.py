@@ -6,14 +6,7 @@ import torch
 from mambalearn import model as M
 from mambalearn import train as T
 
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    # two small CPU cores: threads only fight over them for tensors this small
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_thread")  # conftest.py
 
 
 def test_selective_copying_batch_layout():

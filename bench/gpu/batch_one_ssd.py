@@ -392,12 +392,12 @@ def _m3_parts(kw):
 
     x = interface._prepare([kw[k] for k in interface._NAMES], None)
     q = m3_chunk()
-    S, steps = chunk_state.chunk_states(x, q)
-    parts = {"chunk states": lambda: chunk_state.chunk_states(x, q)}
+    S, steps = chunk_state.chunk_states(x, q, DEFAULT)
+    parts = {"chunk states": lambda: chunk_state.chunk_states(x, q, DEFAULT)}
     for stages in (1, 2, 3, 4):
         c = DEFAULT.replace(state_stages=stages)
         parts[f"state passing, {stages} stages"] = lambda c=c: state_passing.pass_states(
-            S, steps["Turn"], steps["Cend"], cfg=c)
+            S, steps["Turn"], steps["Cend"], None, None, c)
     return parts
 
 
@@ -456,10 +456,12 @@ def mamba3(limit, m3):
 def _states_fn(args, kw, q, changes):
     """A closure running the states launch (with ``config.States`` changes) alone."""
     from mambalearn.mamba2 import chunk as unfused
+    from mambalearn.mamba2.config import defaults
     from mambalearn.mamba2.fused import states
 
     x, dt, A, B, C = args
-    dt_c, dA_cs = unfused.chunk_cumsum(dt, A, q, kw["dt_bias"], True)
+    dt_c, dA_cs = unfused.chunk_cumsum(dt, A, q, kw["dt_bias"], True,
+                                       heads=defaults(x.device).stages.cumsum_heads)
     cfg = ssd_config(args, q, states=changes).states
     return lambda: states.chunk_states(x, B, dt_c, dA_cs, config=cfg)
 

@@ -36,7 +36,7 @@ from course.bench.ssd import fla_fn, load_fla, load_mamba_ssm_ssd, make_inputs
 from mambalearn import roofline
 from mambalearn.mamba2 import chunk as unfused
 from mambalearn.mamba2 import reference as ssd
-from mambalearn.mamba2.config import default_config
+from mambalearn.mamba2.config import default_config, defaults
 from mambalearn.mamba2.fused import outputs, states
 from mambalearn.mamba2.fused.forward import ssd_fused_forward
 from mambalearn.mamba2.step import StepConfig, selective_state_update
@@ -166,21 +166,28 @@ def _speed_row(shape, name, ms, peers, floor_ms, rel):
 def _parts(args, kw, shape, peers, floor_ms):
     """The default two-launch design's pieces alone: chunk cumsum, chunk states, chunk outputs."""
     x, dt, A, B, C = args
-    dt_c, dA_cs = unfused.chunk_cumsum(dt, A, 256, kw["dt_bias"], True)
+    five = defaults(x.device).stages  # chapter 10's kernels, as ssd_forward runs them
+    cumsum = lambda q: unfused.chunk_cumsum(dt, A, q, kw["dt_bias"], True,
+                                            heads=five.cumsum_heads)
+    dt_c, dA_cs = cumsum(256)
     st = design(args, 256, {})["config"].states
+    out_cfg = defaults(x.device).outputs
     H, _ = states.chunk_states(x, B, dt_c, dA_cs, config=st)
-    d128, a128 = unfused.chunk_cumsum(dt, A, 128, kw["dt_bias"], True)
+    d128, a128 = cumsum(128)
     H128, _ = states.chunk_states(x, B, d128, a128, config=st)
-    parts = {"part chunk_cumsum": lambda: unfused.chunk_cumsum(dt, A, 256, kw["dt_bias"], True),
+    parts = {"part chunk_cumsum": lambda: cumsum(256),
              "part chunk_states": lambda: states.chunk_states(x, B, dt_c, dA_cs, config=st),
-             "part chunk_outputs": lambda: outputs.chunk_outputs(x, C, B, dt_c, dA_cs, H, kw["D"]),
+             "part chunk_outputs": lambda: outputs.chunk_outputs(x, C, B, dt_c, dA_cs, H, kw["D"],
+                                                                 config=out_cfg),
              "part chunk_states q128": lambda: states.chunk_states(x, B, d128, a128, config=st),
              "part chunk_outputs q128": lambda: outputs.chunk_outputs(x, C, B, d128, a128, H128,
-                                                                      kw["D"]),
+                                                                      kw["D"], config=out_cfg),
              "part unfused chunk_state+state_passing": lambda: unfused.state_passing(
-                 unfused.chunk_state(x, B, dt_c, dA_cs), dA_cs, out_dtype=x.dtype),
+                 unfused.chunk_state(x, B, dt_c, dA_cs, None, five), dA_cs, out_dtype=x.dtype,
+                 cfg=five),
              "part unfused bmm+chunk_scan": lambda: unfused.chunk_scan(
-                 x, C, unfused.bmm_chunk(C, B, 256), dt_c, dA_cs, H, kw["D"])}
+                 x, C, unfused.bmm_chunk(C, B, 256, five), dt_c, dA_cs, H, kw["D"], None, None,
+                 five)}
     for name, f in parts.items():
         _speed_row(shape, name, time_ms(f), peers, floor_ms, None)
 
@@ -255,9 +262,10 @@ def part_fn(kernel, q, changes, args, kw):
     """A closure running one launch of ``PARTS`` on prepared inputs."""
     x, dt, A, B, C = args
     cfg = design(args, q, {kernel: changes} if kernel != "cumsum" else {})["config"]
-    dt_c, dA_cs = unfused.chunk_cumsum(dt, A, q, kw["dt_bias"], True)
+    heads = defaults(x.device).stages.cumsum_heads
+    dt_c, dA_cs = unfused.chunk_cumsum(dt, A, q, kw["dt_bias"], True, heads=heads)
     if kernel == "cumsum":
-        return lambda: unfused.chunk_cumsum(dt, A, q, kw["dt_bias"], True)
+        return lambda: unfused.chunk_cumsum(dt, A, q, kw["dt_bias"], True, heads=heads)
     if kernel == "states":
         return lambda: states.chunk_states(x, B, dt_c, dA_cs, config=cfg.states)
     H, _ = states.chunk_states(x, B, dt_c, dA_cs, config=cfg.states)

@@ -118,7 +118,7 @@ def launches(names, shape, q, changes):
         one_launch=(one_launch, "_ssd_one_launch_kernel", one_launch.ssd_one_launch,
                     (x, dt, A, B, C, q, D, None, A, None, True), dict(config=cfg.one)),
         chunk_scan=(forward, "_chunk_scan_kernel", forward.chunk_scan,
-                    (x, C, e(b, c, g, q, q, dt=torch.float32), dtc, dtc, H, D),
+                    (x, C, e(b, c, g, q, q, dt=torch.float32), dtc, dtc, H, D, None, None),
                     dict(cfg=cfg.stages)))
     return {k: record(*jobs[k][:3], *jobs[k][3], **jobs[k][4]) for k in names}
 

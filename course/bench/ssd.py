@@ -286,12 +286,12 @@ def backward_steps(gpu, shape=None, chunk=None, device=None, sweep=False):
     (x, dt, A, B, C), kw = make_inputs(**s, dtype=dtype, device=dev)
     D, bias, l = kw["D"], kw["dt_bias"], s["l"]
     cfg = default_config((s["b"], l, s["h"], s["p"], s["g"], s["n"], q), dev)
-    bwd = cfg.backward
+    bwd, st = cfg.backward, cfg.stages
     dy = torch.randn_like(x)
-    dt_c, dA_cs = T.chunk_cumsum(dt, A, q, bias, True)
-    S = T.chunk_state(x, B, dt_c, dA_cs)
-    H, final = T.state_passing(S, dA_cs, None, None, l, out_dtype=x.dtype)
-    CB = T.bmm_chunk(C, B, q)
+    dt_c, dA_cs = T.chunk_cumsum(dt, A, q, bias, True, heads=st.cumsum_heads)
+    S = T.chunk_state(x, B, dt_c, dA_cs, None, st)
+    H, final = T.state_passing(S, dA_cs, None, None, l, out_dtype=x.dtype, cfg=st)
+    CB = T.bmm_chunk(C, B, q, st)
     dS = SB.dstates(dy, C, dA_cs)
     nblk = -(-q // blocks(q, bwd))
     ddA = torch.zeros(*dA_cs.shape, nblk + -(-s["n"] // 16), device=dev)  # slots for any BLOCK_N
@@ -300,15 +300,16 @@ def backward_steps(gpu, shape=None, chunk=None, device=None, sweep=False):
     dlast = torch.zeros(dA_cs.shape[:3], device=dev)
     tma = dataclasses.replace(bwd.states, tma=True)
     steps = {  # name: f(c) -> anything; c is a config.Backward (None: the default)
-        "0 recompute chunk cumsum": lambda c: T.chunk_cumsum(dt, A, q, bias, True),
-        "0 recompute chunk state": lambda c: T.chunk_state(x, B, dt_c, dA_cs),
+        "0 recompute chunk cumsum": lambda c: T.chunk_cumsum(dt, A, q, bias, True,
+                                                             heads=st.cumsum_heads),
+        "0 recompute chunk state": lambda c: T.chunk_state(x, B, dt_c, dA_cs, None, st),
         "0 recompute state passing": lambda c: T.state_passing(S, dA_cs, None, None, l,
-                                                               out_dtype=x.dtype),
+                                                               out_dtype=x.dtype, cfg=st),
         "0 recompute chunk states (ch 11, both)": lambda c: chunk_states(x, B, dt_c, dA_cs,
                                                                          config=bwd.states),
         "0 recompute chunk states (ch 11, TMA)": lambda c: chunk_states(x, B, dt_c, dA_cs,
                                                                         config=tma),
-        "0 recompute bmm CB": lambda c: T.bmm_chunk(C, B, q),
+        "0 recompute bmm CB": lambda c: T.bmm_chunk(C, B, q, st),
         "2 dstates": lambda c: SB.dstates(dy, C, dA_cs, cfg=c),
         "3 state passing bwd": lambda c: SB.state_passing_backward(dS, H, final, dA_cs, l=l,
                                                                    cfg=c),

@@ -35,7 +35,7 @@ from mambalearn.mamba1.fused.gradients import GradBuffers
 from mambalearn.triton.common import sm_count
 
 
-def forward(u, delta, A, B, C, D, z, delta_bias, softplus, seq_idx, initial_state, shape,
+def forward(u, delta, A, B, C, D, z, delta_bias, SOFTPLUS, seq_idx, initial_state, shape,
             config):
     """Launch the forward ``config.forward.layout`` names, the sequence cut into as many
     segments as `segment_plan` says (with more than one, their summaries and the fold first).
@@ -50,22 +50,21 @@ def forward(u, delta, A, B, C, D, z, delta_bias, softplus, seq_idx, initial_stat
     if S > 1 or initial_state is not None:
         k = summary_split(S, seg_len, b * g * triton.cdiv(d // g, config.summary.block_d),
                           config.summary, sms)
-        starts = segments.forward_starts(u, delta, A, B, delta_bias, softplus, seq_idx,
+        starts = segments.forward_starts(u, delta, A, B, delta_bias, SOFTPLUS, seq_idx,
                                          initial_state, shape, S, seg_len, k, config.summary)
     kernel = recurrent if fc.layout == "recurrent" else scan
-    return kernel.forward(u, delta, A, B, C, D, z, delta_bias, softplus, seq_idx, starts,
+    return kernel.forward(u, delta, A, B, C, D, z, delta_bias, SOFTPLUS, seq_idx, starts,
                           seg_len, shape, config)
 
 
-def backward(dout, dlast, u, delta, A, B, C, D, z, delta_bias, softplus, seq_idx, states, shape,
+def backward(dout, dlast, u, delta, A, B, C, D, z, delta_bias, SOFTPLUS, seq_idx, states, shape,
              config, need_g0=True):
     """Launch the backward ``config.backward.layout`` names (the state-outer one cut into
     segments as the forward, its adjoint summaries first). Returns the eight gradients
     (du, ddelta, dA, dB, dC, dD, dz, ddelta_bias) and g_0 (b, d, n), the adjoint at step 0
     (always: it is the adjoint carry's last value)."""
     b, d, l, n, g = shape
-    u, delta, A, dout = u.contiguous(), delta.contiguous(), A.contiguous(), dout.contiguous()
-    z = z.contiguous() if z is not None else None
+    dout = dout.contiguous()  # (autograd's); the inputs came contiguous from ``args.run``
     bc = config.backward
     S, seg_len, k, G, P = 1, l, 1, None, None
     sms = sm_count(u.device)
@@ -76,7 +75,7 @@ def backward(dout, dlast, u, delta, A, B, C, D, z, delta_bias, softplus, seq_idx
     if S > 1:
         k = summary_split(S, seg_len, b * g * triton.cdiv(d // g, config.summary.block_d),
                           config.summary, sms)
-        G, P = segments.adjoint_summaries(dout, delta, A, C, z, delta_bias, softplus, seq_idx,
+        G, P = segments.adjoint_summaries(dout, delta, A, C, z, delta_bias, SOFTPLUS, seq_idx,
                                           dlast, shape, S, seg_len, k, config.summary)
     Bk, Ck = bc_layout(B, upcast=True), bc_layout(C, upcast=True)  # fp32 (b, g, n, l) or (d, n)
     tree = None  # deterministic: dB/dC over the channel tiles in a fixed order, not atomics
@@ -85,7 +84,7 @@ def backward(dout, dlast, u, delta, A, B, C, D, z, delta_bias, softplus, seq_idx
                 bc.layout == "sub-block")  # (its last sub-block may end before the chunk)
     bufs = GradBuffers.allocate(u, delta, z, Bk, Ck, dlast, n, S, tree)
     kernel = state_outer if bc.layout == "state-outer" else sub_block
-    kernel.launch(dout, u, delta, A, Bk, Ck, D, z, delta_bias, softplus, seq_idx, states, bufs,
+    kernel.launch(dout, u, delta, A, Bk, Ck, D, z, delta_bias, SOFTPLUS, seq_idx, states, bufs,
                   shape, config, B, C, (S, seg_len, k, G, P))
     return bufs.finish(B, C, D, delta_bias)
 

@@ -137,10 +137,10 @@ def check_args(u, delta, A, B, C, D, z, delta_bias, seq_idx, cu_seqlens, initial
     return (b, d, l, n, g), seq_idx
 
 
-def flags(D, z, delta_bias, softplus, B, C, seq_idx):
+def flags(D, z, delta_bias, SOFTPLUS, B, C, seq_idx):
     """The compile-time switches every kernel takes."""
     return dict(HAS_D=D is not None, HAS_Z=z is not None, HAS_BIAS=delta_bias is not None,
-                SOFTPLUS=bool(softplus), VAR_B=B.ndim != 2, VAR_C=C.ndim != 2,
+                SOFTPLUS=bool(SOFTPLUS), VAR_B=B.ndim != 2, VAR_C=C.ndim != 2,
                 HAS_SEQ=seq_idx is not None)
 
 
@@ -157,14 +157,14 @@ def finish_grads(du, ddelta, dA, dB, dC, dD, dz, dbias, B, C, D, delta_bias):
             dbias if delta_bias is not None else None)
 
 
-def initial_state_grad(g0, delta, delta_bias, softplus, A):
+def initial_state_grad(g0, delta, delta_bias, SOFTPLUS, A):
     """∂L/∂h_{−1} = Ā_0 ⊙ g_0 (h_0 = Ā_0 h_{−1} + B̄_0 x_0), from the adjoint g_0 at step 0.
 
     Shapes: g0 (b, d, n) fp32, delta (b, d, l), A (d, n) → (b, d, n) fp32."""
     dt0 = delta[:, :, 0].float()  # (b, d)
     if delta_bias is not None:
         dt0 = dt0 + delta_bias
-    if softplus:
+    if SOFTPLUS:
         dt0 = F.softplus(dt0)  # x itself above 20, as the kernels
     return torch.exp(dt0[..., None] * A) * g0  # (b, d, n)
 
@@ -172,9 +172,9 @@ def initial_state_grad(g0, delta, delta_bias, softplus, A):
 class Kernels(NamedTuple):
     """A forward and a backward launcher.
 
-    ``forward(u, delta, A, B, C, D, z, delta_bias, softplus, seq_idx, initial_state, shape,
+    ``forward(u, delta, A, B, C, D, z, delta_bias, SOFTPLUS, seq_idx, initial_state, shape,
     config)`` → (out, states (b, d, c, n) fp32, last state (b, d, n) fp32);
-    ``backward(dout, dlast, u, delta, A, B, C, D, z, delta_bias, softplus, seq_idx, states,
+    ``backward(dout, dlast, u, delta, A, B, C, D, z, delta_bias, SOFTPLUS, seq_idx, states,
     shape, config, need_g0)`` → (the eight gradients of `finish_grads`, g_0 (b, d, n) fp32: the
     adjoint at step 0, needed if ``need_g0``). ``dlast``: the last state's gradient, or None."""
 
@@ -188,12 +188,12 @@ class SelectiveScanFn(torch.autograd.Function):
     The last state is differentiable, and so is the initial state."""
 
     @staticmethod
-    def forward(ctx, kernels, config, shape, softplus, return_last_state, seq_idx, u, delta, A,
+    def forward(ctx, kernels, config, shape, SOFTPLUS, return_last_state, seq_idx, u, delta, A,
                 B, C, D, z, delta_bias, initial_state):
-        out, states, last = kernels.forward(u, delta, A, B, C, D, z, delta_bias, softplus,
+        out, states, last = kernels.forward(u, delta, A, B, C, D, z, delta_bias, SOFTPLUS,
                                             seq_idx, initial_state, shape, config)
         ctx.save_for_backward(u, delta, A, B, C, D, z, delta_bias, seq_idx, states)
-        ctx.kernels, ctx.config, ctx.shape, ctx.softplus = kernels, config, shape, softplus
+        ctx.kernels, ctx.config, ctx.shape, ctx.SOFTPLUS = kernels, config, shape, SOFTPLUS
         ctx.has_h0 = initial_state is not None
         ctx.set_materialize_grads(False)  # an unused last state brings None, not zeros
         return (out, last) if return_last_state else out
@@ -205,9 +205,9 @@ class SelectiveScanFn(torch.autograd.Function):
             dout = torch.zeros_like(u)
         need_g0 = ctx.has_h0 and ctx.needs_input_grad[-1]
         *grads, g0 = ctx.kernels.backward(dout, dlast, u, delta, A, B, C, D, z, delta_bias,
-                                          ctx.softplus, seq_idx, states, ctx.shape, ctx.config,
+                                          ctx.SOFTPLUS, seq_idx, states, ctx.shape, ctx.config,
                                           need_g0)
-        dh0 = initial_state_grad(g0, delta, delta_bias, ctx.softplus, A) if need_g0 else None
+        dh0 = initial_state_grad(g0, delta, delta_bias, ctx.SOFTPLUS, A) if need_g0 else None
         return (None, None, None, None, None, None, *grads, dh0)
 
 

@@ -348,13 +348,11 @@ def _chunk():
     return CPU_CHUNK if device.interpreted() else CHUNK
 
 
-def _forward(u, delta, A, B, C, D, z, delta_bias, delta_softplus, seq_idx, initial_state, shape,
+def _forward(u, delta, A, B, C, D, z, delta_bias, SOFTPLUS, seq_idx, initial_state, shape,
              config=None):
     """Launch the forward (``config`` unused: one fixed tile). Returns out, states, last."""
     b, d, l, n, g = shape
     cfg = CPU_FWD if device.interpreted() else GPU_FWD
-    u, delta, A = u.contiguous(), delta.contiguous(), A.contiguous()
-    z = z.contiguous() if z is not None else None
     f32 = dict(device=u.device, dtype=torch.float32)
     Bk, Ck = interface.bc_layout(B), interface.bc_layout(C)  # (b, n, l) → (b, 1, n, l)
     sB, sC = interface.dim_strides(Bk), interface.dim_strides(Ck)
@@ -363,7 +361,7 @@ def _forward(u, delta, A, B, C, D, z, delta_bias, delta_softplus, seq_idx, initi
     states = torch.empty((b, d, triton.cdiv(l, q), n), **f32)
     states[:, :, 0] = 0.0 if initial_state is None else initial_state  # h_{−1}
     last = torch.empty((b, d, n), **f32) if initial_state is None \
-        else initial_state.contiguous().clone()  # h_{−1} in, h_{l−1} out
+        else initial_state.clone()  # h_{−1} in, h_{l−1} out
     opt = lambda X: X if X is not None else A  # A stands in for absent inputs (never read)
     selective_scan_fwd_kernel[(b * g, triton.cdiv(d // g, cfg["BLOCK_D"]))](
         u, delta, A, Bk, Ck, opt(D), opt(z), opt(delta_bias), opt(seq_idx),  # inputs
@@ -373,19 +371,18 @@ def _forward(u, delta, A, B, C, D, z, delta_bias, delta_softplus, seq_idx, initi
         *sB,  # B's strides along its dims 0, 1, 2
         *sC,  # C's
         N=n, NP=triton.next_power_of_2(n), CHUNK=q,
-        **interface.flags(D, z, delta_bias, delta_softplus, B, C, seq_idx),  # HAS_D … HAS_SEQ
+        **interface.flags(D, z, delta_bias, SOFTPLUS, B, C, seq_idx),  # HAS_D … HAS_SEQ
         HAS_H0=initial_state is not None, **cfg)  # cfg: BLOCK_D, BLOCK_L, num_warps
     return out, states, last
 
 
-def _backward(dout, dlast, u, delta, A, B, C, D, z, delta_bias, delta_softplus, seq_idx, states,
+def _backward(dout, dlast, u, delta, A, B, C, D, z, delta_bias, SOFTPLUS, seq_idx, states,
               shape, config=None, need_g0=False):
     """Launch the backward. Returns the eight gradients and g_0, the adjoint at step 0 (None
     unless ``need_g0`` or the last state has a gradient ``dlast``)."""
     b, d, l, n, g = shape
     cfg = CPU_BWD if device.interpreted() else GPU_BWD
-    u, delta, A, dout = u.contiguous(), delta.contiguous(), A.contiguous(), dout.contiguous()
-    z = z.contiguous() if z is not None else None
+    dout = dout.contiguous()  # (autograd's); the inputs came contiguous from ``args.run``
     Bk, Ck = interface.bc_layout(B), interface.bc_layout(C)
     f32 = dict(device=u.device, dtype=torch.float32)
     du, ddelta = torch.empty_like(u), torch.empty_like(delta)
@@ -406,7 +403,7 @@ def _backward(dout, dlast, u, delta, A, B, C, D, z, delta_bias, delta_softplus, 
         *sB, *sC,  # B's and C's strides along their dims 0, 1, 2
         *sdB, *sdC,  # dB's and dC's
         N=n, NP=triton.next_power_of_2(n), CHUNK=_chunk(),
-        **interface.flags(D, z, delta_bias, delta_softplus, B, C, seq_idx),  # HAS_D … HAS_SEQ
+        **interface.flags(D, z, delta_bias, SOFTPLUS, B, C, seq_idx),  # HAS_D … HAS_SEQ
         CARRY_G=carry_g, **cfg)  # cfg: BLOCK_D, num_warps
     return (*interface.finish_grads(du, ddelta, dA, dB, dC, dD, dz, dbias, B, C, D, delta_bias),
             g0 if carry_g else None)

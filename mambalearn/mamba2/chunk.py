@@ -60,14 +60,14 @@ def _chunk_cumsum_kernel(
 
 
 def chunk_cumsum(dt, A, chunk_size, dt_bias=None, dt_softplus=False, dt_limit=(0.0, float("inf")),
-                 heads=None):
+                 *, heads):
     """Stage 1. Returns (Δ, dA_cs), both (b, h, c, q) float32; Δ = 0 past the end of l.
-    ``heads``: heads per program (default: the device's ``Stages.cumsum_heads``)."""
+    ``heads``: heads per program (``config.Stages.cumsum_heads``)."""
     b, l, h = dt.shape
     q, c = chunk_size, triton.cdiv(l, chunk_size)
     dt_out = torch.empty(b, h, c, q, device=dt.device, dtype=torch.float32)
     dA_cs = torch.empty_like(dt_out)
-    BLOCK_H = tile(heads or defaults(dt.device).stages.cumsum_heads, h, 1)
+    BLOCK_H = tile(heads, h, 1)
     grid = (c, b, triton.cdiv(h, BLOCK_H))
     has_limit = tuple(dt_limit) != (0.0, float("inf"))
     _chunk_cumsum_kernel[grid](
@@ -115,12 +115,11 @@ def _bmm_kernel(
     tl.store(out, acc, mask=(offs_m[:, None] < Q) & (offs_s[None, :] < Q))
 
 
-def bmm_chunk(C, B, chunk_size, cfg=None):
+def bmm_chunk(C, B, chunk_size, cfg):
     """Stage 2. CB (b, c, g, q, q) float32, CB[b, c, g, t, s] = C_t · B_s (t ≥ s blocks only).
-    ``cfg``: a ``config.Stages`` (default: the device's)."""
+    ``cfg``: a ``config.Stages``."""
     b, l, g, n = C.shape
     q, c = chunk_size, triton.cdiv(l, chunk_size)
-    cfg = cfg or defaults(C.device).stages
     CB = torch.empty(b, c, g, q, q, device=C.device, dtype=torch.float32)
     BM = BN = tile(cfg.bmm_block_q, q)
     BK = tile(cfg.bmm.block_n, n)
@@ -182,13 +181,12 @@ def _chunk_state_kernel(
     tl.store(out, acc, mask=(offs_p[:, None] < p) & (offs_n[None, :] < n))
 
 
-def chunk_state(x, B, dt_c, dA_cs, seq_idx=None, cfg=None):
+def chunk_state(x, B, dt_c, dA_cs, seq_idx, cfg):
     """Stage 3. S (b, c, h, p, n) float32: the state each chunk alone leaves at its last step.
-    ``cfg``: a ``config.Stages`` (default: the device's)."""
+    ``seq_idx`` (b, l) or None; ``cfg``: a ``config.Stages``."""
     b, l, h, p = x.shape
     g, n = B.shape[2], B.shape[3]
     q, c = dA_cs.shape[-1], dA_cs.shape[2]
-    cfg = cfg or defaults(x.device).stages
     S = torch.empty(b, c, h, p, n, device=x.device, dtype=torch.float32)
     BP = tile(cfg.chunk_state_block_p, p)
     BN = tile(cfg.chunk_state.block_n, n)
@@ -240,11 +238,10 @@ def _state_passing_kernel(
 
 
 def state_passing(S, dA_cs, initial_states=None, seq_idx=None, l=None, out_dtype=torch.float32,
-                  cfg=None):
+                  *, cfg):
     """Stage 4. (Hin (b, c, h, p, n) in ``out_dtype``, final (b, h, p, n) float32).
-    ``cfg``: a ``config.Stages`` (default: the device's)."""
+    ``cfg``: a ``config.Stages``."""
     b, c, h, p, n = S.shape
-    cfg = cfg or defaults(S.device).stages
     q = dA_cs.shape[-1]
     dim = p * n
     Hin = torch.empty(b, c, h, p, n, device=S.device, dtype=out_dtype)
@@ -368,13 +365,12 @@ def _chunk_scan_kernel(
     tl.store(o, acc.to(out_ptr.dtype.element_ty), mask=ok_out)
 
 
-def chunk_scan(x, C, CB, dt_c, dA_cs, Hin, D=None, z=None, seq_idx=None, cfg=None):
-    """Stage 5. out (b, l, h, p) in x's dtype. ``cfg``: a ``config.Stages`` (default: the
-    device's)."""
+def chunk_scan(x, C, CB, dt_c, dA_cs, Hin, D, z, seq_idx, cfg):
+    """Stage 5. out (b, l, h, p) in x's dtype; D, z, seq_idx may be None. ``cfg``: a
+    ``config.Stages``."""
     b, l, h, p = x.shape
     g, n = C.shape[2], C.shape[3]
     c, q = dA_cs.shape[2], dA_cs.shape[3]
-    cfg = cfg or defaults(x.device).stages
     out = torch.empty_like(x, memory_format=torch.contiguous_format)
     BM = tile(cfg.chunk_scan_block_m, q)
     BK = tile(cfg.chunk_scan_block_k, q)
@@ -397,8 +393,10 @@ def chunk_scan(x, C, CB, dt_c, dA_cs, Hin, D=None, z=None, seq_idx=None, cfg=Non
 def ssd_forward(x, dt, A, B, C, chunk_size, D=None, z=None, dt_bias=None, initial_states=None,
                 seq_idx=None, dt_softplus=False, dt_limit=(0.0, float("inf")), cfg=None):
     """The five stages in order. Returns (out (b, l, h, p), final states (b, h, p, n) float32).
-    ``cfg``: a ``config.Stages`` (default: the device's)."""
-    cfg = cfg or defaults(x.device).stages
+    ``cfg``: a ``config.Stages``: the package's callers pass the one their entry point resolved;
+    None (a direct call, as in the chapters) takes the device's."""
+    if cfg is None:
+        cfg = defaults(x.device).stages
     dt_c, dA_cs = chunk_cumsum(dt, A, chunk_size, dt_bias, dt_softplus, dt_limit,
                                heads=cfg.cumsum_heads)  # (b, h, c, q)
     S = chunk_state(x, B, dt_c, dA_cs, seq_idx, cfg)  # (b, c, h, p, n) f32

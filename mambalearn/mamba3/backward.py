@@ -37,7 +37,6 @@ from mambalearn.mamba3.common import (
     tanh,
     warps,
 )
-from mambalearn.mamba3.config import DEFAULT
 from mambalearn.mamba3.reference import per_head, rotate_pairs
 from mambalearn.mamba3.state_passing import pass_state_grads
 
@@ -50,7 +49,7 @@ def _steps_kernel(
     dth_F_ptr,  # (b, h, na) or None: the gradient of the final angle (θ after the last step)
     dW_ptr, dG_ptr,  # (b, h, l): the gradients of w and γ
     d_owe_ptr,  # (b, h) or None: of the (1 − λ₀)Δ₀ the first step owes Input_States' last input
-    dCv_ptr, dCq_ptr,  # (b, h, l), (b, h, NB, l): the two parts of dc
+    dcv_ptr, dcq_ptr,  # (b, h, l), (b, h, NB, l): the two parts of dc
     dAng_ptr, dDT_ptr, dTrap_ptr, dADT_ptr,  # out (b, l, h, na), (b, h, l) ×3
     l, n_chunks, h: tl.constexpr, na: tl.constexpr,
     Q: tl.constexpr, NA: tl.constexpr,  # chunk, angles (power of two ≥ na)
@@ -58,21 +57,21 @@ def _steps_kernel(
     CB: tl.constexpr,  # chunks summed at once
 ):
     # (head, chunk) on grid axis 0, head fastest (axis 1 stops at 65 535 chunks)
-    hi, ci = tl.program_id(0) % h, tl.program_id(0) // h
-    bi = tl.program_id(1).to(tl.int64)
-    row = bi * h + hi
-    offs_t, offs_j = ci * Q + tl.arange(0, Q), tl.arange(0, NA)
+    pid_h, pid_c = tl.program_id(0) % h, tl.program_id(0) // h
+    pid_b = tl.program_id(1).to(tl.int64)
+    row = pid_b * h + pid_h
+    offs_t, offs_j = pid_c * Q + tl.arange(0, Q), tl.arange(0, NA)
     mask_t = offs_t < l
     mask = mask_t[:, None] & (offs_j[None, :] < na)
     # a 64-bit base at the chunk's first step, 32-bit offsets inside it: past 2³¹ elements
-    tj0 = ((bi * l + ci * Q) * h + hi) * na  # element (bi, ci·Q, hi, 0) of Angles, dθ, dAngles
+    tj0 = ((pid_b * l + pid_c * Q) * h + pid_h) * na  # at (pid_b, pid_c·Q, pid_h, 0)
     tj = tl.arange(0, Q)[:, None] * h * na + offs_j[None, :]  # (Q, NA) offsets from there
     # 1. the angles: the full reverse cumsum of dθ (this chunk's, the later chunks' totals, the
     # final angle's), through θ's rate Δ π tanh(a)
     later = tl.zeros([NA], dtype=tl.float32)
     if dth_F_ptr is not None:
         later = tl.load(dth_F_ptr + row * na + offs_j, mask=offs_j < na, other=0.0)
-    for c0 in range(ci + 1, n_chunks, CB):
+    for c0 in range(pid_c + 1, n_chunks, CB):
         cc = c0 + tl.arange(0, CB)
         later += tl.sum(tl.load(dth_tot_ptr + (row * n_chunks + cc)[:, None] * na + offs_j[None, :],
                                 mask=(cc < n_chunks)[:, None] & (offs_j[None, :] < na),
@@ -96,9 +95,9 @@ def _steps_kernel(
     dTrap = (d_gamma - d_prev) * dt * lam * (1.0 - lam)
     tl.store(dTrap_ptr + row * l + offs_t, dTrap.to(dTrap_ptr.dtype.element_ty), mask=mask_t)
     # 3. the decays: dc summed, then its reverse cumsum inside the chunk
-    dc = tl.load(dCv_ptr + row * l + offs_t, mask=mask_t, other=0.0)
+    dc = tl.load(dcv_ptr + row * l + offs_t, mask=mask_t, other=0.0)
     for nb in tl.static_range(NB):
-        dc += tl.load(dCq_ptr + (row * NB + nb) * l + offs_t, mask=mask_t, other=0.0)
+        dc += tl.load(dcq_ptr + (row * NB + nb) * l + offs_t, mask=mask_t, other=0.0)
     tl.store(dADT_ptr + row * l + offs_t, tl.cumsum(dc, axis=0, reverse=True).to(
         dADT_ptr.dtype.element_ty), mask=mask_t)
 
@@ -132,8 +131,9 @@ def _state_grads(x, dH_in, dth_in):
             owe * torch.einsum("bhpn,bhn->bhp", dH_in, k)), d_owe
 
 
-def launch_backward(x, saved, d_out, finals, chunk_size, cfg=DEFAULT):
-    """All five launches; returns a dict of gradients by argument name (and "states")."""
+def launch_backward(x, saved, d_out, finals, chunk_size, cfg):
+    """All five launches; returns a dict of gradients by argument name (and "states").
+    ``chunk_size`` as the entry point checked it, ``cfg`` the `config.Config` it resolved."""
     V = x["V"]
     b, l, h, p = V.shape
     g, n, na = x["Q"].shape[2], x["Q"].shape[3], x["Angles"].shape[3]

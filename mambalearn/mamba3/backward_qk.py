@@ -26,8 +26,8 @@ from mambalearn.mamba3.common import (
     causal_decay,
     exp2,
     load_angles,
+    load_qk,
     load_steps,
-    load_turned,
     pair_cross,
     turn,
 )
@@ -35,13 +35,13 @@ from mambalearn.mamba3.common import (
 
 @triton.jit(do_not_specialize=SIZES)
 def bwd_qk_kernel(
-    Q_ptr, K_ptr, V_ptr, Qb_ptr, Kb_ptr,
-    C2_ptr, W_ptr, G_ptr, Phi_ptr,  # per step (``chunk_state``): c log₂e, w, γ, and φ
+    C_ptr, B_ptr, X_ptr, Cb_ptr, Bb_ptr,
+    c2_ptr, W_ptr, G_ptr, Phi_ptr,  # per step (``chunk_state``): c log₂e, w, γ, and φ
     dY_ptr,  # (b, l, h, p): the gradient of y (after the gate's backward)
     H_ptr, Dst_ptr,  # (b, h, c, p, n): H^L_c entering and D_c leaving each chunk, its frame
-    dQ_ptr, dK_ptr,  # out (b, l, h / HPP, n) float32: summed over each head block
-    dQb_ptr, dKb_ptr,  # out (b, c, h, n) float32: per-chunk sums per head (the biases)
-    dC_ptr,  # out (b, h, NB, l) float32: the entering state's part of dc, per column block
+    dC_ptr, dB_ptr,  # out (b, l, h / HPP, n) float32: summed over each head block
+    dCb_ptr, dBb_ptr,  # out (b, c, h, n) float32: per-chunk sums per head (the biases)
+    dc_ptr,  # out (b, h, NB, l) float32: the entering state's part of dc, per column block
     dth_ptr,  # out (b, l, h, na) float32: dθ_t
     dth_tot_ptr,  # out (b, h, c, na) float32: Σ_{s in chunk} dθ_s
     l, n_chunks,  # the run-time sizes; then the model's, compiled in
@@ -51,32 +51,32 @@ def bwd_qk_kernel(
     HPP: tl.constexpr,  # heads per program
     DOT: tl.constexpr,
 ):
-    pid, ci = tl.program_id(0), tl.program_id(1)
-    bi = tl.program_id(2).to(tl.int64)
-    nb, hb = pid % NB, pid // NB  # the column block, the head block
-    offs_t, offs_p = ci * Q + tl.arange(0, Q), tl.arange(0, P)
+    pid_nh, pid_c = tl.program_id(0), tl.program_id(1)
+    pid_b = tl.program_id(2).to(tl.int64)
+    nb, hb = pid_nh % NB, pid_nh // NB  # the column block, the head block
+    offs_t, offs_p = pid_c * Q + tl.arange(0, Q), tl.arange(0, P)
     offs_n, offs_j = nb * BN + tl.arange(0, BN), nb * (BN // 2) + tl.arange(0, BN // 2)
     mask_t = offs_t < l
     mask_tp = mask_t[:, None] & (offs_p[None, :] < p)
     mask_tn = mask_t[:, None] & (offs_n[None, :] < n)
     mask_tj = mask_t[:, None] & (offs_j[None, :] < na)
     mask_pn = (offs_p[:, None] < p) & (offs_n[None, :] < n)
-    qk_off = (bi * l * g + (hb * HPP) // (h // g)) * n  # the block's Q/K head (GQA)
-    last = tl.minimum(ci * Q + Q, l) - 1  # c_end is c at the chunk's last step
+    bc_off = (pid_b * l * g + (hb * HPP) // (h // g)) * n  # the block's C/B head (GQA)
+    last = tl.minimum(pid_c * Q + Q, l) - 1  # c_end is c at the chunk's last step
     acc_q = tl.zeros([Q, BN], dtype=tl.float32)  # Σ over the block's heads
     acc_k = tl.zeros([Q, BN], dtype=tl.float32)
     for i in range(HPP):
         hi = hb * HPP + i
-        row = bi * h + hi
-        chunk = row * n_chunks + ci
+        row = pid_b * h + hi
+        chunk = row * n_chunks + pid_c
         # 64-bit bases at the chunk's first step, 32-bit offsets inside it: past 2³¹ elements
-        tp0, tj0 = ((bi * l + ci * Q) * h + hi) * p, ((bi * l + ci * Q) * h + hi) * na
-        tp = (offs_t[:, None] - ci * Q) * h * p + offs_p[None, :]  # (Q, P) offsets from tp0
+        tp0, tj0 = ((pid_b * l + pid_c * Q) * h + hi) * p, ((pid_b * l + pid_c * Q) * h + hi) * na
+        tp = (offs_t[:, None] - pid_c * Q) * h * p + offs_p[None, :]  # (Q, P) offsets from tp0
         # 1. the chunk's scalars; the states' parts of dq and dk: e^{c} ∘ (dy H^L), u ∘ (v D_c)
-        c2, w, gamma = load_steps(C2_ptr + row * l, W_ptr + row * l, G_ptr + row * l, offs_t,
+        c2, w, gamma = load_steps(c2_ptr + row * l, W_ptr + row * l, G_ptr + row * l, offs_t,
                                   l)
-        c2_end = tl.load(C2_ptr + row * l + last)
-        v = tl.load(V_ptr + tp0 + tp, mask=mask_tp, other=0.0)
+        c2_end = tl.load(c2_ptr + row * l + last)
+        v = tl.load(X_ptr + tp0 + tp, mask=mask_tp, other=0.0)
         dy = tl.load(dY_ptr + tp0 + tp, mask=mask_tp, other=0.0)
         diag = gamma * tl.sum(dy.to(tl.float32) * v.to(tl.float32), axis=1)  # γ_t dy_t·v_t
         v, dy = v.to(DOT), dy.to(DOT)
@@ -91,12 +91,11 @@ def bwd_qk_kernel(
         cos, sin = load_angles(Phi_ptr + row * l * na, offs_t, nb, l, na, Q, BN)
         # (in the matmuls' dtype: the products below then differentiate exactly what the forward
         # computed, so that the parts of dθ that cancel, cancel: Σ_t dθ_t of q kᵀ is 0)
-        q = load_turned(Q_ptr + qk_off, Qb_ptr + hi * n, g * n, offs_t, offs_n, l, n, cos, sin,
-                        Q, BN).to(DOT)  # (Q, BN)
-        k = load_turned(K_ptr + qk_off, Kb_ptr + hi * n, g * n, offs_t, offs_n, l, n, cos, sin,
-                        Q, BN).to(DOT)
+        q, k = load_qk(C_ptr + bc_off, B_ptr + bc_off, Cb_ptr + hi * n, Bb_ptr + hi * n, g * n,
+                       offs_t, offs_n, l, n, cos, sin, Q, BN)  # (Q, BN) each
+        q, k = q.to(DOT), k.to(DOT)
         # 4. the decays' gradient from the entering state; the chunk's inputs' parts A k, Aᵀ q
-        tl.store(dC_ptr + (row * NB + nb) * l + offs_t, tl.sum(q.to(tl.float32) * dq, axis=1),
+        tl.store(dc_ptr + (row * NB + nb) * l + offs_t, tl.sum(q.to(tl.float32) * dq, axis=1),
                  mask=mask_t)
         if DOT == tl.float32:  # the same products transposed: Triton 3.6 cannot build a tf32
             # wgmma with A from registers and a rotated (joined) B (TritonGPUOptimizeDotOperands)
@@ -109,19 +108,19 @@ def bwd_qk_kernel(
         if nb * (BN // 2) < na:
             dth = pair_cross(dq, q.to(tl.float32), Q, BN) \
                 + pair_cross(dk, k.to(tl.float32), Q, BN)  # (Q, BN/2)
-            tj = (offs_t[:, None] - ci * Q) * h * na + offs_j[None, :]  # (Q, BN/2) from tj0
+            tj = (offs_t[:, None] - pid_c * Q) * h * na + offs_j[None, :]  # (Q, BN/2) from tj0
             tl.store(dth_ptr + tj0 + tj, dth, mask=mask_tj)
             tl.store(dth_tot_ptr + chunk * na + offs_j, tl.sum(dth, axis=0), mask=offs_j < na)
-        # 6. the diagonal (after dθ: it does not depend on θ), back to the frames of Q and K, and
+        # 6. the diagonal (after dθ: it does not depend on θ), back to the frames of C and B, and
         # the bias sums
         dq = turn(dq + diag[:, None] * k.to(tl.float32), cos, -sin, Q, BN)
         dk = turn(dk + diag[:, None] * q.to(tl.float32), cos, -sin, Q, BN)
         acc_q += dq
         acc_k += dk
-        b_offs = ((bi * n_chunks + ci) * h + hi) * n + offs_n
-        tl.store(dQb_ptr + b_offs, tl.sum(tl.where(mask_tn, dq, 0.0), axis=0), mask=offs_n < n)
-        tl.store(dKb_ptr + b_offs, tl.sum(tl.where(mask_tn, dk, 0.0), axis=0), mask=offs_n < n)
-    part0 = ((bi * l + ci * Q) * (h // HPP) + hb) * n  # element (bi, ci·Q, hb, 0)
-    part = (offs_t[:, None] - ci * Q) * (h // HPP) * n + offs_n[None, :]
-    tl.store(dQ_ptr + part0 + part, acc_q, mask=mask_tn)
-    tl.store(dK_ptr + part0 + part, acc_k, mask=mask_tn)
+        b_offs = ((pid_b * n_chunks + pid_c) * h + hi) * n + offs_n
+        tl.store(dCb_ptr + b_offs, tl.sum(tl.where(mask_tn, dq, 0.0), axis=0), mask=offs_n < n)
+        tl.store(dBb_ptr + b_offs, tl.sum(tl.where(mask_tn, dk, 0.0), axis=0), mask=offs_n < n)
+    part0 = ((pid_b * l + pid_c * Q) * (h // HPP) + hb) * n  # element (pid_b, pid_c·Q, hb, 0)
+    part = (offs_t[:, None] - pid_c * Q) * (h // HPP) * n + offs_n[None, :]
+    tl.store(dC_ptr + part0 + part, acc_q, mask=mask_tn)
+    tl.store(dB_ptr + part0 + part, acc_k, mask=mask_tn)

@@ -23,20 +23,20 @@ from mambalearn.mamba3.common import (
     causal_decay,
     exp2,
     load_angles,
+    load_qk,
     load_steps,
-    load_turned,
 )
 
 
 @triton.jit(do_not_specialize=SIZES)
 def bwd_v_kernel(
-    Q_ptr, K_ptr, V_ptr, Qb_ptr, Kb_ptr, D_ptr,
-    C2_ptr, W_ptr, G_ptr, Phi_ptr,  # per step (``chunk_state``): c log₂e, w, γ, and φ
+    C_ptr, B_ptr, X_ptr, Cb_ptr, Bb_ptr, D_ptr,
+    c2_ptr, W_ptr, G_ptr, Phi_ptr,  # per step (``chunk_state``): c log₂e, w, γ, and φ
     dY_ptr,  # (b, l, h, p): the gradient of y (after the gate's backward)
     Dst_ptr,  # (b, h, c, p, n): D_c, the gradient of the state leaving each chunk, its frame
     HD_ptr,  # (b, h, c, tiles): ⟨D_c, H^L_c⟩ in parts (``state_passing``)
-    dV_ptr,  # out (b, l, h, p)
-    dW_ptr, dG_ptr, dC_ptr,  # out (b, h, l) float32: dw, dγ, this part of dc
+    dX_ptr,  # out (b, l, h, p)
+    dW_ptr, dG_ptr, dc_ptr,  # out (b, h, l) float32: dw, dγ, this part of dc
     dD_ptr,  # out (b, h, c) float32: per-chunk dD
     l, n_chunks,  # the run-time sizes; then the model's, compiled in
     h: tl.constexpr, g: tl.constexpr, p: tl.constexpr, n: tl.constexpr, na: tl.constexpr,
@@ -46,25 +46,25 @@ def bwd_v_kernel(
     HAS_D: tl.constexpr, DOT: tl.constexpr,
 ):
     # (head, chunk) on grid axis 0, head fastest (axis 1 stops at 65 535 chunks)
-    hi, ci = tl.program_id(0) % h, tl.program_id(0) // h
-    bi = tl.program_id(1).to(tl.int64)
-    row = bi * h + hi
-    chunk = row * n_chunks + ci
-    offs_t, offs_p = ci * Q + tl.arange(0, Q), tl.arange(0, P)
-    loc_t, l_left = tl.arange(0, Q), l - ci * Q  # steps from the chunk's first; steps left in l
+    pid_h, pid_c = tl.program_id(0) % h, tl.program_id(0) // h
+    pid_b = tl.program_id(1).to(tl.int64)
+    row = pid_b * h + pid_h
+    chunk = row * n_chunks + pid_c
+    offs_t, offs_p = pid_c * Q + tl.arange(0, Q), tl.arange(0, P)
+    loc_t, l_left = tl.arange(0, Q), l - pid_c * Q  # steps from the chunk's first; steps left in l
     mask_t = offs_t < l
     mask_tp = mask_t[:, None] & (offs_p[None, :] < p)
     # 64-bit bases at the chunk's first step, 32-bit offsets inside it: past 2³¹ elements
-    bt = bi * l + ci * Q  # the chunk's first (batch, step) row
-    tp0 = (bt * h + hi) * p  # element (bi, ci·Q, hi, 0) of V, dY, dV
+    bt = pid_b * l + pid_c * Q  # the chunk's first (batch, step) row
+    tp0 = (bt * h + pid_h) * p  # element (pid_b, pid_c·Q, pid_h, 0) of X, dY, dX
     tp = loc_t[:, None] * h * p + offs_p[None, :]  # (Q, P) offsets from there
-    qk_off = (bt * g + hi // (h // g)) * n  # element (bi, ci·Q, gi, 0) of Q and K (GQA)
+    bc_off = (bt * g + pid_h // (h // g)) * n  # (pid_b, pid_c·Q, gi, 0) of C and B (GQA)
     Dst_ptr += chunk * p * n
-    last = tl.minimum(ci * Q + Q, l) - 1  # c_end is c at the chunk's last step
+    last = tl.minimum(pid_c * Q + Q, l) - 1  # c_end is c at the chunk's last step
 
     # 1. per column block: q, k turned by the local angles; q·k, k qᵀ and k D_cᵀ summed
-    c2, w, gamma = load_steps(C2_ptr + row * l, W_ptr + row * l, G_ptr + row * l, offs_t, l)
-    c2_end = tl.load(C2_ptr + row * l + last)
+    c2, w, gamma = load_steps(c2_ptr + row * l, W_ptr + row * l, G_ptr + row * l, offs_t, l)
+    c2_end = tl.load(c2_ptr + row * l + last)
     e = exp2(c2_end - c2)  # (Q,): e^{c_end − c_s}
     u = e * w
     qk = tl.zeros([Q], dtype=tl.float32)
@@ -73,10 +73,8 @@ def bwd_v_kernel(
     for nb in tl.static_range(NB):
         offs_n = nb * BN + tl.arange(0, BN)
         cos, sin = load_angles(Phi_ptr + row * l * na, offs_t, nb, l, na, Q, BN)
-        q = load_turned(Q_ptr + qk_off, Qb_ptr + hi * n, g * n, loc_t, offs_n, l_left, n, cos,
-                        sin, Q, BN)  # (Q, BN)
-        k = load_turned(K_ptr + qk_off, Kb_ptr + hi * n, g * n, loc_t, offs_n, l_left, n, cos,
-                        sin, Q, BN)
+        q, k = load_qk(C_ptr + bc_off, B_ptr + bc_off, Cb_ptr + pid_h * n, Bb_ptr + pid_h * n,
+                       g * n, loc_t, offs_n, l_left, n, cos, sin, Q, BN)  # (Q, BN) each
         qk += tl.sum(q * k, axis=1)
         k = k.to(DOT)
         Dc = tl.load(Dst_ptr + offs_p[:, None] * n + offs_n[None, :],
@@ -85,7 +83,7 @@ def bwd_v_kernel(
         kD = tl.dot(k, tl.trans(Dc.to(DOT)), acc=kD)  # (Q, P): D_c k_s
 
     # 2. the weights' gradients, from E = (k qᵀ) ∘ (v dyᵀ) ∘ Mᵀ
-    v = tl.load(V_ptr + tp0 + tp, mask=mask_tp, other=0.0)
+    v = tl.load(X_ptr + tp0 + tp, mask=mask_tp, other=0.0)
     dy = tl.load(dY_ptr + tp0 + tp, mask=mask_tp, other=0.0)
     dqk = tl.sum(dy.to(tl.float32) * v.to(tl.float32), axis=1)  # (Q,): dy_s·v_s
     Mt = tl.trans(causal_decay(c2, Q))  # (Q, Q): rows s, columns t > s
@@ -104,11 +102,11 @@ def bwd_v_kernel(
     # 3. the values
     D = 0.0
     if HAS_D:
-        D = tl.load(D_ptr + hi).to(tl.float32)
+        D = tl.load(D_ptr + pid_h).to(tl.float32)
     dv = tl.dot(st.to(DOT), dy.to(DOT)) * w[:, None] + u[:, None] * kD \
         + (D + gamma * qk)[:, None] * dy.to(tl.float32)  # (Q, P)
-    tl.store(dV_ptr + tp0 + tp, dv.to(dV_ptr.dtype.element_ty), mask=mask_tp)
+    tl.store(dX_ptr + tp0 + tp, dv.to(dX_ptr.dtype.element_ty), mask=mask_tp)
     tl.store(dW_ptr + row * l + offs_t, dw, mask=mask_t)
     tl.store(dG_ptr + row * l + offs_t, qk * dqk, mask=mask_t)
-    tl.store(dC_ptr + row * l + offs_t, dc, mask=mask_t)
+    tl.store(dc_ptr + row * l + offs_t, dc, mask=mask_t)
     tl.store(dD_ptr + chunk, tl.sum(tl.where(mask_t, dqk, 0.0), axis=0))

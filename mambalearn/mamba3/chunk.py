@@ -29,19 +29,18 @@ from mambalearn.mamba3.common import (
     dot_dtype,
     exp2,
     load_angles,
+    load_qk,
     load_steps,
-    load_turned,
     warps,
 )
-from mambalearn.mamba3.config import DEFAULT
 from mambalearn.mamba3.reference import per_head, rotate_pairs
 from mambalearn.mamba3.state_passing import pass_states
 
 
 @triton.jit(do_not_specialize=SIZES)
 def _output_kernel(
-    Q_ptr, K_ptr, V_ptr, Qb_ptr, Kb_ptr, D_ptr, Z_ptr,
-    C2_ptr, W_ptr, G_ptr, Phi_ptr,  # per step (``chunk_state``): c log₂e, w, γ, and φ
+    C_ptr, B_ptr, X_ptr, Cb_ptr, Bb_ptr, D_ptr, Z_ptr,
+    c2_ptr, W_ptr, G_ptr, Phi_ptr,  # per step (``chunk_state``): c log₂e, w, γ, and φ
     H_ptr,  # (b, h, c, p, n): H^L_c, the state entering each chunk in its frame
     Out_ptr,  # out (b, l, h, p)
     Ypre_ptr,  # out (b, l, h, p) or None: y before the gate, kept for the backward
@@ -53,31 +52,29 @@ def _output_kernel(
     DOT: tl.constexpr,  # operand dtype of tl.dot (the inputs' dtype)
 ):
     # (head, chunk) on grid axis 0, head fastest (axis 1 stops at 65 535 chunks)
-    hi, ci = tl.program_id(0) % h, tl.program_id(0) // h
-    bi = tl.program_id(1).to(tl.int64)
-    row = bi * h + hi
-    offs_t, offs_p = ci * Q + tl.arange(0, Q), tl.arange(0, P)
-    loc_t, l_left = tl.arange(0, Q), l - ci * Q  # steps from the chunk's first; steps left in l
+    pid_h, pid_c = tl.program_id(0) % h, tl.program_id(0) // h
+    pid_b = tl.program_id(1).to(tl.int64)
+    row = pid_b * h + pid_h
+    offs_t, offs_p = pid_c * Q + tl.arange(0, Q), tl.arange(0, P)
+    loc_t, l_left = tl.arange(0, Q), l - pid_c * Q  # steps from the chunk's first; steps left in l
     mask_tp = (offs_t[:, None] < l) & (offs_p[None, :] < p)
     # 64-bit bases at the chunk's first step, 32-bit offsets inside it: past 2³¹ elements
-    bt = bi * l + ci * Q  # the chunk's first (batch, step) row
-    tp0 = (bt * h + hi) * p  # element (bi, ci·Q, hi, 0) of V, Z and the outputs
+    bt = pid_b * l + pid_c * Q  # the chunk's first (batch, step) row
+    tp0 = (bt * h + pid_h) * p  # element (pid_b, pid_c·Q, pid_h, 0) of X, Z and the outputs
     tp = loc_t[:, None] * h * p + offs_p[None, :]  # (Q, P) offsets from there
-    qk_off = (bt * g + hi // (h // g)) * n  # element (bi, ci·Q, gi, 0) of Q and K (GQA)
-    H_ptr += (row * n_chunks + ci) * p * n
+    bc_off = (bt * g + pid_h // (h // g)) * n  # (pid_b, pid_c·Q, gi, 0) of C and B (GQA)
+    H_ptr += (row * n_chunks + pid_c) * p * n
 
     # 1. per column block: q, k turned by the local angles; q·k, q kᵀ and q H^Lᵀ summed
-    c2, w, gamma = load_steps(C2_ptr + row * l, W_ptr + row * l, G_ptr + row * l, offs_t, l)
+    c2, w, gamma = load_steps(c2_ptr + row * l, W_ptr + row * l, G_ptr + row * l, offs_t, l)
     qk = tl.zeros([Q], dtype=tl.float32)
     s = tl.zeros([Q, Q], dtype=tl.float32)
     y = tl.zeros([Q, P], dtype=tl.float32)
     for nb in tl.static_range(NB):
         offs_n = nb * BN + tl.arange(0, BN)
         cos, sin = load_angles(Phi_ptr + row * l * na, offs_t, nb, l, na, Q, BN)
-        q = load_turned(Q_ptr + qk_off, Qb_ptr + hi * n, g * n, loc_t, offs_n, l_left, n, cos,
-                        sin, Q, BN)  # (Q, BN)
-        k = load_turned(K_ptr + qk_off, Kb_ptr + hi * n, g * n, loc_t, offs_n, l_left, n, cos,
-                        sin, Q, BN)
+        q, k = load_qk(C_ptr + bc_off, B_ptr + bc_off, Cb_ptr + pid_h * n, Bb_ptr + pid_h * n,
+                       g * n, loc_t, offs_n, l_left, n, cos, sin, Q, BN)  # (Q, BN) each
         qk += tl.sum(q * k, axis=1)  # q_t·k_t, in float32 (the same rotated or not)
         q, k = q.to(DOT), k.to(DOT)
         H = tl.load(H_ptr + offs_p[:, None] * n + offs_n[None, :],
@@ -92,11 +89,11 @@ def _output_kernel(
     # must not reach the steps t ≤ s through 0 · NaN
     steps = tl.arange(0, Q)
     s = tl.where(steps[:, None] > steps[None, :], s * causal_decay(c2, Q) * w[None, :], 0.0)
-    v = tl.load(V_ptr + tp0 + tp, mask=mask_tp, other=0.0)  # (Q, P)
+    v = tl.load(X_ptr + tp0 + tp, mask=mask_tp, other=0.0)  # (Q, P)
     y = tl.dot(s.to(DOT), v.to(DOT), acc=y)
     diag = gamma * qk
     if HAS_D:
-        diag += tl.load(D_ptr + hi).to(tl.float32)
+        diag += tl.load(D_ptr + pid_h).to(tl.float32)
     y += diag[:, None] * v.to(tl.float32)
     if Ypre_ptr is not None:
         tl.store(Ypre_ptr + tp0 + tp, y, mask=mask_tp)
@@ -116,9 +113,10 @@ def _initial_state(x):
     return (S + owe[..., None, None] * v[..., None] * k[..., None, :]).contiguous(), theta
 
 
-def launch_forward(x, chunk_size, save, return_final, cfg=DEFAULT):
+def launch_forward(x, chunk_size, save, return_final, cfg):
     """The three launches on the prepared inputs ``x`` (see ``api``); returns a dict with
-    out, and the final states if ``return_final``, and what the backward needs if ``save``."""
+    out, and the final states if ``return_final``, and what the backward needs if ``save``.
+    ``chunk_size`` as the entry point checked it, ``cfg`` the `config.Config` it resolved."""
     V = x["V"]
     b, l, h, p = V.shape
     g, n, na = x["Q"].shape[2], x["Q"].shape[3], x["Angles"].shape[3]

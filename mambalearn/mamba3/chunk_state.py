@@ -38,17 +38,16 @@ from mambalearn.mamba3.common import (
     local_angles,
     warps,
 )
-from mambalearn.mamba3.config import DEFAULT
 
 
 @triton.jit(do_not_specialize=SIZES)
 def _chunk_state_kernel(
-    X_ptr,  # (b, l, h, p): V (forward) or dout (backward)
-    Y_ptr, Yb_ptr,  # (b, l, g, n) and (h, n): K, K_bias (forward) or Q, Q_bias (backward)
+    X_ptr,  # (b, l, h, p): x (forward) or dout (backward)
+    Y_ptr, Yb_ptr,  # (b, l, g, n) and (h, n): B and its bias (forward) or C and its (backward)
     ADT_ptr, DT_ptr, Trap_ptr, Ang_ptr,  # forward: (b, h, l) ×3 and (b, l, h, na)
-    C2_ptr, W_ptr, G_ptr,  # (b, h, l) float32: c_t log₂e, w_t, γ_t (out forward, in backward)
+    c2_ptr, W_ptr, G_ptr,  # (b, h, l) float32: c_t log₂e, w_t, γ_t (out forward, in backward)
     Phi_ptr,  # (b, h, l, na): the local angles φ_t (out forward, in backward)
-    Turn_ptr, Cend_ptr,  # out, forward: the turn Φ_c (b, h, c, na) and c_end (b, h, c)
+    Turn_ptr, cend_ptr,  # out, forward: the turn Φ_c (b, h, c, na) and c_end (b, h, c)
     Z_ptr, Ypre_ptr,  # backward with a gate: z and the output before the gate, (b, l, h, p)
     dZ_ptr, dY_ptr,  # out, backward with a gate: dz and dy = dout·silu(z), (b, l, h, p)
     S_ptr,  # out (b, h, c, p, n): S^L_c (forward) or dS^L_c (backward)
@@ -61,24 +60,24 @@ def _chunk_state_kernel(
     DOT: tl.constexpr,  # operand dtype of tl.dot
 ):
     # (head, chunk) on grid axis 0, head fastest (axis 1 stops at 65 535 chunks)
-    hi, ci = tl.program_id(0) % h, tl.program_id(0) // h
-    bi = tl.program_id(1).to(tl.int64)
-    row = bi * h + hi  # the (batch, head) row of the (b, h, ·) tensors
-    chunk = row * n_chunks + ci
-    offs_t, offs_p = ci * Q + tl.arange(0, Q), tl.arange(0, P)
-    loc_t, l_left = tl.arange(0, Q), l - ci * Q  # steps from the chunk's first; steps left in l
+    pid_h, pid_c = tl.program_id(0) % h, tl.program_id(0) // h
+    pid_b = tl.program_id(1).to(tl.int64)
+    row = pid_b * h + pid_h  # the (batch, head) row of the (b, h, ·) tensors
+    chunk = row * n_chunks + pid_c
+    offs_t, offs_p = pid_c * Q + tl.arange(0, Q), tl.arange(0, P)
+    loc_t, l_left = tl.arange(0, Q), l - pid_c * Q  # steps from the chunk's first; steps left in l
     mask_t = offs_t < l
     mask_tp = mask_t[:, None] & (offs_p[None, :] < p)
     # 64-bit bases at the chunk's first step, 32-bit offsets inside it: past 2³¹ elements
-    bt = bi * l + ci * Q  # the chunk's first (batch, step) row
-    tp0 = (bt * h + hi) * p  # element (bi, ci·Q, hi, 0) of X, Z, Ypre, dZ, dY
+    bt = pid_b * l + pid_c * Q  # the chunk's first (batch, step) row
+    tp0 = (bt * h + pid_h) * p  # element (pid_b, pid_c·Q, pid_h, 0) of X, Z, Ypre, dZ, dY
     tp = loc_t[:, None] * h * p + offs_p[None, :]  # (Q, P) offsets from there
     phi_ptr = Phi_ptr + row * l * na
-    y_ptr = Y_ptr + (bt * g + hi // (h // g)) * n  # element (bi, ci·Q, gi, 0): GQA
+    y_ptr = Y_ptr + (bt * g + pid_h // (h // g)) * n  # element (pid_b, pid_c·Q, gi, 0): GQA
 
     # 1. the per-step weights: computed and stored (forward) or loaded (backward)
     if GRAD:
-        c2, w, gamma = load_steps(C2_ptr + row * l, W_ptr + row * l, G_ptr + row * l, offs_t, l)
+        c2, w, gamma = load_steps(c2_ptr + row * l, W_ptr + row * l, G_ptr + row * l, offs_t, l)
         r = exp2(c2)  # e^{c_t}: how the entering state reaches step t
     else:
         dt, adt, lam, gamma, w = chunk_scalars(DT_ptr + row * l, ADT_ptr + row * l,
@@ -87,10 +86,10 @@ def _chunk_state_kernel(
         # c_end is c's last entry, not a separate sum: rounded alike, e^{c_end − c_t} is 1 at
         # the last step however large c grows (Δ = ADT = 0 past l, so entry Q − 1 is the end)
         c2_end = tl.sum(tl.where(tl.arange(0, Q) == Q - 1, c2, 0.0), axis=0)
-        tl.store(C2_ptr + row * l + offs_t, c2, mask=mask_t)
+        tl.store(c2_ptr + row * l + offs_t, c2, mask=mask_t)
         tl.store(W_ptr + row * l + offs_t, w, mask=mask_t)
         tl.store(G_ptr + row * l + offs_t, gamma, mask=mask_t)
-        tl.store(Cend_ptr + chunk, c2_end / LOG2E)
+        tl.store(cend_ptr + chunk, c2_end / LOG2E)
         r = exp2(c2_end - c2) * w  # e^{c_end − c_t} w_t: step t's input at the chunk's end
 
     # 2. x (and, backward, the gate), weighted by r
@@ -104,7 +103,7 @@ def _chunk_state_kernel(
         tl.store(dY_ptr + tp0 + tp, x, mask=mask_tp)
     xr = tl.trans(x * r[:, None]).to(DOT)  # (P, Q)
 
-    # 3. per column block: the angles (forward: computed and stored), the rotated K or Q, and a
+    # 3. per column block: the angles (forward: computed and stored), the rotated B or C, and a
     # (P, Q)·(Q, BN) product
     for nb in tl.static_range(NB):
         offs_n = nb * BN + tl.arange(0, BN)
@@ -113,7 +112,7 @@ def _chunk_state_kernel(
         else:
             offs_j = nb * (BN // 2) + tl.arange(0, BN // 2)
             if nb * (BN // 2) < na:
-                phi, turned = local_angles(Ang_ptr + (bt * h + hi) * na, h * na, loc_t,
+                phi, turned = local_angles(Ang_ptr + (bt * h + pid_h) * na, h * na, loc_t,
                                            offs_j, l_left, na, dt)
                 phi = phi.to(Phi_ptr.dtype.element_ty)  # the later kernels see the same φ
                 tl.store(phi_ptr + offs_t[:, None] * na + offs_j[None, :], phi,
@@ -123,7 +122,7 @@ def _chunk_state_kernel(
             else:  # no pair of this block turns
                 cos = tl.full([Q, BN // 2], 1.0, tl.float32)
                 sin = tl.zeros([Q, BN // 2], dtype=tl.float32)
-        y = load_turned(y_ptr, Yb_ptr + hi * n, g * n, loc_t, offs_n, l_left, n, cos, sin, Q,
+        y = load_turned(y_ptr, Yb_ptr + pid_h * n, g * n, loc_t, offs_n, l_left, n, cos, sin, Q,
                         BN)
         if DOT == tl.float32:  # the same product transposed: Triton 3.6 cannot give a tf32 wgmma
             # a B made by reshaping joined pairs (TritonGPUOptimizeDotOperands, P ≥ 64)
@@ -151,7 +150,7 @@ def _launch(x, steps, X, Y, Yb, S, Z, Ypre, dZ, dY, chunk_size, grad, cfg):
     )
 
 
-def chunk_states(x, chunk_size, cfg=DEFAULT):
+def chunk_states(x, chunk_size, cfg):
     """Forward: (S^L (b, h, c, p, n) in V's dtype, steps): ``steps`` holds the per-step values
     every later kernel reads: C2 = c log₂e, W = w, G = γ (b, h, l), Phi = φ (b, h, l, na;
     float16 for bf16 inputs), and per chunk Turn = Φ_c (b, h, c, na) and Cend = c_end (b, h, c);
@@ -171,7 +170,7 @@ def chunk_states(x, chunk_size, cfg=DEFAULT):
     return S, steps
 
 
-def state_grads(x, steps, d_out, y_pre, chunk_size, cfg=DEFAULT):
+def state_grads(x, steps, d_out, y_pre, chunk_size, cfg):
     """Backward: (dS^L (b, h, c, p, n) in V's dtype, dy, dz): dy = dout·silu(z) and dz in
     dout's dtype (dy is dout itself and dz None without Z)."""
     V = x["V"]

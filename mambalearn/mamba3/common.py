@@ -18,6 +18,11 @@ one ``tl.dot``. The n columns are taken BN at a time (``col_block``; pairs never
 which halves what a program holds at n = 128 and lets blocks without turning pairs skip the
 angles. Layouts are mamba_ssm's: Q, K (b, l, g, n); V, Z (b, l, h, p); ADT, DT, Trap
 (b, h, l); Q_bias, K_bias (h, n); Angles (b, l, h, na).
+
+**Names inside the kernels** follow the glossary (``mambalearn.mamba3``: Q = C, K = B, V = x):
+``C_ptr``, ``B_ptr``, ``X_ptr`` and the biases ``Cb_ptr``, ``Bb_ptr`` (their tiles keep the
+paper's q, k, v), so that ``Q`` is the chunk length, as in Mamba-2's kernels; ``c2_ptr`` holds the
+log-decays c_t log₂e; the program ids are ``pid_b``, ``pid_h``, ``pid_c``.
 """
 
 import triton
@@ -26,7 +31,6 @@ import triton.language as tl
 from mambalearn import device
 from mambalearn.triton.common import GRID_Y, LOG2E  # noqa: F401  (the kernels' constants)
 from mambalearn.triton.common import exp2_ftz as exp2  # 2^x: MUFU.EX2, denormals flushed
-from mambalearn.utils import check_chunk_size
 
 PI = tl.constexpr(3.141592653589793)  # a global a kernel may read
 TWO_PI = tl.constexpr(6.283185307179586)
@@ -187,6 +191,16 @@ def load_turned(ptr, bias_ptr, stride_t, offs_t, offs_n, l, n, cos, sin, Q: tl.c
 
 
 @triton.jit
+def load_qk(C_ptr, B_ptr, Cb_ptr, Bb_ptr, stride_t, offs_t, offs_n, l, n, cos, sin,
+            Q: tl.constexpr, N: tl.constexpr):
+    """q = R(φ)(C + C_bias), k = R(φ)(B + B_bias): (Q, N) tiles of rows t, pairs turned by the
+    local angles; 0 outside. The pointers are at the head's group (C, B) and row (the biases)."""
+    q = load_turned(C_ptr, Cb_ptr, stride_t, offs_t, offs_n, l, n, cos, sin, Q, N)
+    k = load_turned(B_ptr, Bb_ptr, stride_t, offs_t, offs_n, l, n, cos, sin, Q, N)
+    return q, k
+
+
+@triton.jit
 def causal_decay(c2, Q: tl.constexpr):
     """M_ts = exp(c_t − c_s) for s < t, 0 on and above the diagonal: a (Q, Q) tile, from
     c2 = c log₂e (Q,)."""
@@ -199,12 +213,11 @@ def causal_decay(c2, Q: tl.constexpr):
 def blocks(n, p, chunk_size, col_block):
     """(BN, NB, P, Q): the column block (at most ``col_block``) and how many cover n, the channel
     tile (≥ p) and the chunk; all powers of two ≥ 16 (``tl.dot``), and BN even so that pairs stay
-    in one block."""
+    in one block. ``chunk_size`` as the entry point checked it (``args.check_chunk``)."""
     N = max(16, triton.next_power_of_2(n))
     BN = min(N, int(col_block))
     P = max(16, triton.next_power_of_2(p))
-    Q = check_chunk_size(chunk_size, power_of_two=True, minimum=16)
-    return BN, N // BN, P, Q
+    return BN, N // BN, P, chunk_size
 
 
 def warps(n, chunk):

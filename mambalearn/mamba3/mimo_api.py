@@ -79,8 +79,8 @@ class Mamba3MimoFn(torch.autograd.Function):
         mimo_forward_kernel[(h, b)](
             Q, K, V, Z, Q_bias, K_bias, Psi, Zeta, Phi, D, ADT, W, G, theta, H0, out, Hs, Hf,
             Kf, l, c, h, g, p, n, na, Q=chunk_size, R=r, P=P, N=N, HAS_D=D is not None,
-            HAS_Z=Z is not None, HAS_OUT=Phi is not None, DOT=dot_dtype(V),
-            PRECISION=dot_precision(V),
+            HAS_Z=Z is not None, HAS_OUT=Phi is not None, HAS_H0=H0 is not None,
+            DOT=dot_dtype(V), PRECISION=dot_precision(V),
             num_warps=launch_warps(cfg, "forward_warps", chunk_size * r),
             num_stages=launch_stages(cfg, "forward_stages", chunk_size * r))
         if grad:

@@ -60,18 +60,18 @@ def per_rank(x, Q: tl.constexpr, R: tl.constexpr, M: tl.constexpr):
 
 @triton.jit(do_not_specialize=SIZES)
 def mimo_backward_kernel(
-    Q_ptr, K_ptr, V_ptr, Z_ptr, Qb_ptr, Kb_ptr, Psi_ptr, Zeta_ptr, Phi_ptr, D_ptr,
+    C_ptr, B_ptr, X_ptr, Z_ptr, Cb_ptr, Bb_ptr, Psi_ptr, Zeta_ptr, Phi_ptr, D_ptr,
     ADT_ptr, W_ptr, G_ptr, Th_ptr,  # as the forward's
     Hs_ptr,  # (b, h, c, p, n): the state entering each chunk (the forward's)
     dOut_ptr,  # (b, l, h, p), or (b, l, r, h, p) without Phi
-    dHf_ptr, dKf_ptr,  # (b, h, p, n), (b, r, h, n) float32 or None: the final states' grads
-    dQ_ptr, dK_ptr,  # out (b, l, r, g, n) float32, zeroed: atomic sums over a group's heads
+    dHf_ptr, dBf_ptr,  # (b, h, p, n), (b, r, h, n) float32 or None: the final states' grads
+    dC_ptr, dB_ptr,  # out (b, l, r, g, n) float32, zeroed: atomic sums over a group's heads
     slots_ptr, counts_ptr,  # DET: the tree sum's slots (h/g, b·g·c, 2·q·r·n) and counters
-    dV_ptr, dZ_ptr,  # out (b, l, h, p) float32
+    dX_ptr, dZ_ptr,  # out (b, l, h, p) float32
     dTh_ptr,  # out (b, l, h, na) float32: dθ
     dADT_ptr, dW_ptr, dG_ptr,  # out (b, h, l) float32
     dH0_ptr,  # out (b, h, p, n) float32: the gradient of the pre-state entering step 0
-    dQb_ptr, dKb_ptr, dPsi_ptr, dZeta_ptr, dPhi_ptr,  # out (b, h, r, n|p) float32, this program's
+    dCb_ptr, dBb_ptr, dPsi_ptr, dZeta_ptr, dPhi_ptr,  # out (b, h, r, n|p) float32, this program's
     dD_ptr,  # out (b, h) float32
     l, n_chunks, groups,  # length, chunks, DET: b·g·c (the tree sums' groups)
     h: tl.constexpr, g: tl.constexpr, p: tl.constexpr, n: tl.constexpr, na: tl.constexpr,
@@ -80,10 +80,10 @@ def mimo_backward_kernel(
     PRECISION: tl.constexpr,  # "ieee" for float32 operands: Triton 3.6 cannot build them in tf32
     DET: tl.constexpr, FAN: tl.constexpr, TREE_BLOCK: tl.constexpr,  # the deterministic sum
 ):
-    hi, bi = tl.program_id(0), tl.program_id(1).to(tl.int64)
+    pid_h, pid_b = tl.program_id(0), tl.program_id(1).to(tl.int64)
     QR: tl.constexpr = Q * R
     SLOT: tl.constexpr = 2 * QR * n  # DET: a head's dq, dk rows of a chunk
-    head = bi * h + hi
+    head = pid_b * h + pid_h
     offs_p, offs_n, offs_r = tl.arange(0, P), tl.arange(0, N), tl.arange(0, R)
     mask_pn = (offs_p[:, None] < p) & (offs_n[None, :] < n)
     pn = offs_p[:, None] * n + offs_n[None, :]
@@ -92,7 +92,7 @@ def mimo_backward_kernel(
         dH = tl.load(dHf_ptr + head * p * n + pn, mask=mask_pn, other=0.0)
     D = 0.0
     if HAS_D:
-        D = tl.load(D_ptr + hi)
+        D = tl.load(D_ptr + pid_h)
     acc_qb = tl.zeros([R, N], dtype=tl.float32)  # Σ_{t} over this program's (b, h)
     acc_kb = tl.zeros([R, N], dtype=tl.float32)
     acc_psi = tl.zeros([R, P], dtype=tl.float32)
@@ -105,14 +105,14 @@ def mimo_backward_kernel(
         t, rho, valid = rows(c, l, Q, R)
         c2, w, gamma, c2_end = row_scalars(ADT_ptr + head * l, W_ptr + head * l,
                                            G_ptr + head * l, t, rho, valid)
-        cos, sin = row_angles(Th_ptr + (bi * l * h + hi) * na, h * na, t, valid, na, N)
-        qk_row = (((bi * l + t) * R + rho) * g + hi // (h // g)) * n
-        _, q = load_rows(Q_ptr, Qb_ptr + hi * R * n, qk_row, rho, valid, n, cos, sin, QR, N)
-        _, k = load_rows(K_ptr, Kb_ptr + hi * R * n, qk_row, rho, valid, n, cos, sin, QR, N)
+        cos, sin = row_angles(Th_ptr + (pid_b * l * h + pid_h) * na, h * na, t, valid, na, N)
+        bc_row = (((pid_b * l + t) * R + rho) * g + pid_h // (h // g)) * n
+        _, q = load_rows(C_ptr, Cb_ptr + pid_h * R * n, bc_row, rho, valid, n, cos, sin, QR, N)
+        _, k = load_rows(B_ptr, Bb_ptr + pid_h * R * n, bc_row, rho, valid, n, cos, sin, QR, N)
         mask_rp = valid[:, None] & (offs_p[None, :] < p)
-        rp = (hi * R + rho)[:, None] * p + offs_p[None, :]  # (q·r, P) into (h, r, p)
-        vt = ((bi * l + t) * h + hi)[:, None] * p + offs_p[None, :]
-        x = tl.load(V_ptr + vt, mask=mask_rp, other=0.0).to(tl.float32)
+        rp = (pid_h * R + rho)[:, None] * p + offs_p[None, :]  # (q·r, P) into (h, r, p)
+        vt = ((pid_b * l + t) * h + pid_h)[:, None] * p + offs_p[None, :]
+        x = tl.load(X_ptr + vt, mask=mask_rp, other=0.0).to(tl.float32)
         psi = tl.load(Psi_ptr + rp, mask=mask_rp, other=0.0)
         v = x * psi
         H = tl.load(Hs_ptr + (head * n_chunks + c) * p * n + pn, mask=mask_pn,
@@ -128,7 +128,7 @@ def mimo_backward_kernel(
             do = tl.load(dOut_ptr + vt, mask=mask_rp, other=0.0).to(tl.float32)
             phi = tl.load(Phi_ptr + rp, mask=mask_rp, other=0.0)
         else:
-            do = tl.load(dOut_ptr + (((bi * l + t) * R + rho) * h + hi)[:, None] * p
+            do = tl.load(dOut_ptr + (((pid_b * l + t) * R + rho) * h + pid_h)[:, None] * p
                          + offs_p[None, :], mask=mask_rp, other=0.0).to(tl.float32)
             phi = tl.full([QR, P], 1.0, tl.float32)
         dy = do * phi
@@ -140,7 +140,7 @@ def mimo_backward_kernel(
             dzz = dy * y * sg * (1.0 + zz * (1.0 - sg))  # d silu(zz) / d zz = σ(1 + zz(1 − σ))
             dy = dy * zz * sg
             acc_zeta += per_rank(dzz * z, Q, R, P)
-            tl.store(dZ_ptr + ((bi * l + c * Q + tl.arange(0, Q)) * h + hi)[:, None] * p
+            tl.store(dZ_ptr + ((pid_b * l + c * Q + tl.arange(0, Q)) * h + pid_h)[:, None] * p
                      + offs_p[None, :], tl.sum(tl.reshape(dzz * zeta, [Q, R, P]), axis=1),
                      mask=((c * Q + tl.arange(0, Q)) < l)[:, None] & (offs_p[None, :] < p))
             gate = zz * sg
@@ -182,39 +182,39 @@ def mimo_backward_kernel(
         dH = dH * exp2(c2_end) + tl.dot(tl.trans((dy * exp2(c2)[:, None]).to(DOT)), q.to(DOT),
                                         input_precision=PRECISION)
         # the final k state is the last step's rotated k: its gradient joins dk there
-        if dKf_ptr is not None:
-            dk += tl.load(dKf_ptr + ((bi * R + rho) * h + hi)[:, None] * n + offs_n[None, :],
+        if dBf_ptr is not None:
+            dk += tl.load(dBf_ptr + ((pid_b * R + rho) * h + pid_h)[:, None] * n + offs_n[None, :],
                           mask=(t == l - 1)[:, None] & (offs_n[None, :] < n), other=0.0)
-        # rotations, backwards: dθ per step (Σ over ranks), dQ, dK turned back by −θ
+        # rotations, backwards: dθ per step (Σ over ranks), dC, dB turned back by −θ
         dth = tl.sum(tl.reshape(pair_cross(dq, q, QR, N) + pair_cross(dk, k, QR, N),
                                 [Q, R, N // 2]), axis=1)  # (q, N/2)
         offs_j = tl.arange(0, N // 2)
-        tl.store(dTh_ptr + ((bi * l + ts) * h + hi)[:, None] * na + offs_j[None, :], dth,
+        tl.store(dTh_ptr + ((pid_b * l + ts) * h + pid_h)[:, None] * na + offs_j[None, :], dth,
                  mask=mask_t[:, None] & (offs_j[None, :] < na))
         dq, dk = turn(dq, cos, -sin, QR, N), turn(dk, cos, -sin, QR, N)
         mask_rn = valid[:, None] & (offs_n[None, :] < n)
         if DET:  # this head's slot, then the group's heads added in head order
-            grp = (bi * g + hi // (h // g)) * n_chunks + c
-            slot = slot_of(slots_ptr, hi % (h // g), grp, groups, SLOT)
+            grp = (pid_b * g + pid_h // (h // g)) * n_chunks + c
+            slot = slot_of(slots_ptr, pid_h % (h // g), grp, groups, SLOT)
             rn = tl.arange(0, QR)[:, None] * n + offs_n[None, :]  # (q·r, N) in a (q·r, n) block
             tl.store(slot + rn, dq, mask=offs_n[None, :] < n)
             tl.store(slot + QR * n + rn, dk, mask=offs_n[None, :] < n)
-            tree_sum(slots_ptr, counts_ptr, hi % (h // g), h // g, grp, groups, SLOT, FAN,
+            tree_sum(slots_ptr, counts_ptr, pid_h % (h // g), h // g, grp, groups, SLOT, FAN,
                      TREE_BLOCK)
         else:
-            tl.atomic_add(dQ_ptr + qk_row[:, None] + offs_n[None, :], dq, mask=mask_rn)
-            tl.atomic_add(dK_ptr + qk_row[:, None] + offs_n[None, :], dk, mask=mask_rn)
+            tl.atomic_add(dC_ptr + bc_row[:, None] + offs_n[None, :], dq, mask=mask_rn)
+            tl.atomic_add(dB_ptr + bc_row[:, None] + offs_n[None, :], dk, mask=mask_rn)
         acc_qb += per_rank(dq, Q, R, N)
         acc_kb += per_rank(dk, Q, R, N)
         acc_psi += per_rank(dv * x, Q, R, P)
-        tl.store(dV_ptr + ((bi * l + ts) * h + hi)[:, None] * p + offs_p[None, :],
+        tl.store(dX_ptr + ((pid_b * l + ts) * h + pid_h)[:, None] * p + offs_p[None, :],
                  tl.sum(tl.reshape(dv * psi, [Q, R, P]), axis=1),
                  mask=mask_t[:, None] & (offs_p[None, :] < p))
     tl.store(dH0_ptr + head * p * n + pn, dH, mask=mask_pn)
     rn = (head * R + offs_r)[:, None] * n + offs_n[None, :]
     mask_n = (offs_r[:, None] < R) & (offs_n[None, :] < n)
-    tl.store(dQb_ptr + rn, acc_qb, mask=mask_n)
-    tl.store(dKb_ptr + rn, acc_kb, mask=mask_n)
+    tl.store(dCb_ptr + rn, acc_qb, mask=mask_n)
+    tl.store(dBb_ptr + rn, acc_kb, mask=mask_n)
     rpp = (head * R + offs_r)[:, None] * p + offs_p[None, :]
     mask_p = (offs_r[:, None] < R) & (offs_p[None, :] < p)
     tl.store(dPsi_ptr + rpp, acc_psi, mask=mask_p)

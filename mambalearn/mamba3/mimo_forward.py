@@ -82,9 +82,9 @@ def step_mask(c2, w, gamma, Q: tl.constexpr, R: tl.constexpr):
 
 @triton.jit(do_not_specialize=SIZES)
 def mimo_forward_kernel(
-    Q_ptr, K_ptr,  # (b, l, r, g, n): C and B of each rank
-    V_ptr, Z_ptr,  # (b, l, h, p); Z may be None
-    Qb_ptr, Kb_ptr,  # (h, r, n) float32 biases
+    C_ptr, B_ptr,  # (b, l, r, g, n): C and B of each rank
+    X_ptr, Z_ptr,  # (b, l, h, p); Z may be None
+    Cb_ptr, Bb_ptr,  # (h, r, n) float32 biases
     Psi_ptr, Zeta_ptr, Phi_ptr,  # (h, r, p) float32: MIMO_V, MIMO_Z, MIMO_Out (Phi may be None)
     D_ptr,  # (h,) float32 or None
     ADT_ptr, W_ptr, G_ptr,  # (b, h, l) float32: ADT, w, γ
@@ -92,26 +92,27 @@ def mimo_forward_kernel(
     H0_ptr,  # (b, h, p, n) float32 or None: the pre-state entering step 0
     Out_ptr,  # out (b, l, h, p), or (b, l, r, h, p) without Phi
     Hs_ptr,  # out (b, h, c, p, n) or None: the state entering each chunk, for the backward
-    Hf_ptr, Kf_ptr,  # out (b, h, p, n) float32 final state, (b, r, h, n) last rotated k; or None
+    Hf_ptr, Bf_ptr,  # out (b, h, p, n) float32 final state, (b, r, h, n) last rotated k; or None
     l, n_chunks,  # run-time sizes, then the model's (compiled in)
     h: tl.constexpr, g: tl.constexpr, p: tl.constexpr, n: tl.constexpr, na: tl.constexpr,
     Q: tl.constexpr, R: tl.constexpr,  # steps per chunk, rank (powers of two, 16 ≤ q·r ≤ 128)
     P: tl.constexpr, N: tl.constexpr,  # channel and state tiles (≥ p, n)
-    HAS_D: tl.constexpr, HAS_Z: tl.constexpr, HAS_OUT: tl.constexpr, DOT: tl.constexpr,
+    HAS_D: tl.constexpr, HAS_Z: tl.constexpr, HAS_OUT: tl.constexpr, HAS_H0: tl.constexpr,
+    DOT: tl.constexpr,
     PRECISION: tl.constexpr,  # "ieee" for float32 operands: Triton 3.6 cannot build them in tf32
 ):
-    hi, bi = tl.program_id(0), tl.program_id(1).to(tl.int64)
+    pid_h, pid_b = tl.program_id(0), tl.program_id(1).to(tl.int64)
     QR: tl.constexpr = Q * R
-    head = bi * h + hi  # (batch, head) row of the (b, h, ·) tensors
+    head = pid_b * h + pid_h  # (batch, head) row of the (b, h, ·) tensors
     offs_p, offs_n = tl.arange(0, P), tl.arange(0, N)
     mask_pn = (offs_p[:, None] < p) & (offs_n[None, :] < n)
     H = tl.zeros([P, N], dtype=tl.float32)  # the state, carried through the chunks
-    if H0_ptr is not None:
+    if HAS_H0:
         H = tl.load(H0_ptr + head * p * n + offs_p[:, None] * n + offs_n[None, :], mask=mask_pn,
                     other=0.0)
     D = 0.0
     if HAS_D:
-        D = tl.load(D_ptr + hi)
+        D = tl.load(D_ptr + pid_h)
     for c in range(n_chunks):
         if Hs_ptr is not None:
             tl.store(Hs_ptr + ((head * n_chunks + c) * p + offs_p[:, None]) * n
@@ -119,18 +120,19 @@ def mimo_forward_kernel(
         t, rho, valid = rows(c, l, Q, R)  # (q·r,) each
         c2, w, gamma, c2_end = row_scalars(ADT_ptr + head * l, W_ptr + head * l,
                                            G_ptr + head * l, t, rho, valid)
-        cos, sin = row_angles(Th_ptr + (bi * l * h + hi) * na, h * na, t, valid, na, N)
-        qk_row = (((bi * l + t) * R + rho) * g + hi // (h // g)) * n  # (q·r,): (b, t, ρ, g, 0)
-        _, q = load_rows(Q_ptr, Qb_ptr + hi * R * n, qk_row, rho, valid, n, cos, sin, QR, N)
-        _, k = load_rows(K_ptr, Kb_ptr + hi * R * n, qk_row, rho, valid, n, cos, sin, QR, N)
-        if Kf_ptr is not None:  # the last step's r rotated rows: the decode cache's k
-            tl.store(Kf_ptr + ((bi * R + rho) * h + hi)[:, None] * n + offs_n[None, :], k,
+        cos, sin = row_angles(Th_ptr + (pid_b * l * h + pid_h) * na, h * na, t, valid, na, N)
+        bc_row = (((pid_b * l + t) * R + rho) * g + pid_h // (h // g)) * n  # (q·r,) (b, t, ρ, g, 0)
+        _, q = load_rows(C_ptr, Cb_ptr + pid_h * R * n, bc_row, rho, valid, n, cos, sin, QR, N)
+        _, k = load_rows(B_ptr, Bb_ptr + pid_h * R * n, bc_row, rho, valid, n, cos, sin, QR, N)
+        if Bf_ptr is not None:  # the last step's r rotated rows: the decode cache's k
+            tl.store(Bf_ptr + ((pid_b * R + rho) * h + pid_h)[:, None] * n + offs_n[None, :], k,
                      mask=(t == l - 1)[:, None] & (offs_n[None, :] < n))
         # v_{t,ρ} = x_t ⊙ Ψ_ρ: the token's row read once per rank
         mask_rp = valid[:, None] & (offs_p[None, :] < p)
-        vt = ((bi * l + t) * h + hi)[:, None] * p + offs_p[None, :]  # (q·r, P) into (b, l, h, p)
-        x = tl.load(V_ptr + vt, mask=mask_rp, other=0.0).to(tl.float32)
-        v = x * tl.load(Psi_ptr + (hi * R + rho)[:, None] * p + offs_p[None, :], mask=mask_rp,
+        # (q·r, P) offsets into (b, l, h, p)
+        vt = ((pid_b * l + t) * h + pid_h)[:, None] * p + offs_p[None, :]
+        x = tl.load(X_ptr + vt, mask=mask_rp, other=0.0).to(tl.float32)
+        v = x * tl.load(Psi_ptr + (pid_h * R + rho)[:, None] * p + offs_p[None, :], mask=mask_rp,
                         other=0.0)
         # 1. the rank-r products and the mask L; 2. outputs; 3. the state to the chunk's end
         s = tl.dot(q.to(DOT), tl.trans(k.to(DOT)), input_precision=PRECISION)  # (q·r, q·r)
@@ -143,19 +145,19 @@ def mimo_forward_kernel(
         y = tl.dot(s.to(DOT), v.to(DOT), acc=y, input_precision=PRECISION) + D * v
         if HAS_Z:  # silu(z_t ζ_ρ)
             zz = tl.load(Z_ptr + vt, mask=mask_rp, other=0.0).to(tl.float32) * tl.load(
-                Zeta_ptr + (hi * R + rho)[:, None] * p + offs_p[None, :], mask=mask_rp,
+                Zeta_ptr + (pid_h * R + rho)[:, None] * p + offs_p[None, :], mask=mask_rp,
                 other=0.0)
             y = y * zz * tl.sigmoid(zz)
         if HAS_OUT:  # the output contraction Σ_ρ Φ_ρ ⊙ y_{t,ρ}: r rows to one, in registers
-            y = y * tl.load(Phi_ptr + (hi * R + rho)[:, None] * p + offs_p[None, :],
+            y = y * tl.load(Phi_ptr + (pid_h * R + rho)[:, None] * p + offs_p[None, :],
                             mask=mask_rp, other=0.0)
             o = tl.sum(tl.reshape(y, [Q, R, P]), axis=1)  # (q, P)
             ts = c * Q + tl.arange(0, Q)
-            tl.store(Out_ptr + ((bi * l + ts) * h + hi)[:, None] * p + offs_p[None, :],
+            tl.store(Out_ptr + ((pid_b * l + ts) * h + pid_h)[:, None] * p + offs_p[None, :],
                      o.to(Out_ptr.dtype.element_ty),
                      mask=(ts < l)[:, None] & (offs_p[None, :] < p))
         else:  # every rank's output: (b, l, r, h, p)
-            tl.store(Out_ptr + (((bi * l + t) * R + rho) * h + hi)[:, None] * p
+            tl.store(Out_ptr + (((pid_b * l + t) * R + rho) * h + pid_h)[:, None] * p
                      + offs_p[None, :], y.to(Out_ptr.dtype.element_ty), mask=mask_rp)
         u = exp2(c2_end - c2) * w  # (q·r,): each row's input decayed to the chunk's end
         H = H * exp2(c2_end) + tl.dot(tl.trans((v * u[:, None]).to(DOT)), k.to(DOT),

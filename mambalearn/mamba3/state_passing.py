@@ -23,7 +23,6 @@ import triton.language as tl
 
 from mambalearn import device  # noqa: F401  (TRITON_INTERPRET before @triton.jit)
 from mambalearn.mamba3.common import SIZES, cos_sin, exp, mod_two_pi, turn
-from mambalearn.mamba3.config import DEFAULT
 
 
 @triton.jit
@@ -36,7 +35,7 @@ def _turn_rows(X, theta, R: tl.constexpr, N: tl.constexpr):
 @triton.jit(do_not_specialize=SIZES)
 def _state_passing_kernel(
     S_ptr,  # (b, h, c, p, n): S^L_c (forward) or dS^L_c (backward)
-    Phi_ptr, Cend_ptr,  # (b, h, c, na) the chunks' turns, (b, h, c) their log-decays
+    Phi_ptr, cend_ptr,  # (b, h, c, na) the chunks' turns, (b, h, c) their log-decays
     theta_in_ptr,  # (b, h, na) or None: the angle before the first step
     theta_final_ptr,  # (b, h, na): out (forward) or in (backward) the angle after the last step
     X0_ptr,  # (b, h, p, n) or None: H_in (forward) or dH_final (backward), absolute frame
@@ -49,10 +48,10 @@ def _state_passing_kernel(
     REVERSE: tl.constexpr,  # False: forward; True: backward
     STAGES: tl.constexpr,  # the loop's pipeline: each chunk's loads go out STAGES − 1 trips ahead
 ):
-    pr, hi = tl.program_id(0), tl.program_id(1)
-    bi = tl.program_id(2).to(tl.int64)
-    row = bi * h + hi
-    offs_r = pr * R + tl.arange(0, R)
+    pid_r, pid_h = tl.program_id(0), tl.program_id(1)
+    pid_b = tl.program_id(2).to(tl.int64)
+    row = pid_b * h + pid_h
+    offs_r = pid_r * R + tl.arange(0, R)
     offs_n, offs_j = tl.arange(0, N), tl.arange(0, N // 2)
     mask = (offs_r[:, None] < p) & (offs_n[None, :] < n)
     mask_j = offs_j < na
@@ -73,12 +72,12 @@ def _state_passing_kernel(
         for ci in tl.range(0, n_chunks, num_stages=STAGES):
             S = tl.load(S_ptr + base + ci * step + tile, mask=mask, other=0.0).to(tl.float32)
             phi = tl.load(Phi_ptr + (row * n_chunks + ci) * na + offs_j, mask=mask_j, other=0.0)
-            a = exp(tl.load(Cend_ptr + row * n_chunks + ci))
+            a = exp(tl.load(cend_ptr + row * n_chunks + ci))
             tl.store(Out_ptr + base + ci * step + tile, X.to(Out_ptr.dtype.element_ty), mask=mask)
             X = _turn_rows(a * X + S, -phi, R, N)  # (a_c H^L_c + S^L_c) R(Φ_c)
             theta = mod_two_pi(theta + phi)
         tl.store(XF_ptr + row * step + tile, _turn_rows(X, theta, R, N), mask=mask)
-        if pr == 0:
+        if pid_r == 0:
             tl.store(theta_final_ptr + row * na + offs_j, theta, mask=mask_j)
     else:
         theta_f = tl.load(theta_final_ptr + row * na + offs_j, mask=mask_j, other=0.0)
@@ -89,10 +88,10 @@ def _state_passing_kernel(
             dS = tl.load(S_ptr + base + ci * step + tile, mask=mask, other=0.0).to(tl.float32)
             H = tl.load(H_ptr + base + ci * step + tile, mask=mask, other=0.0).to(tl.float32)
             phi = tl.load(Phi_ptr + (row * n_chunks + ci) * na + offs_j, mask=mask_j, other=0.0)
-            a = exp(tl.load(Cend_ptr + row * n_chunks + ci))
+            a = exp(tl.load(cend_ptr + row * n_chunks + ci))
             X = _turn_rows(X, phi, R, N)  # D_c = G^L_{c+1} R(Φ_c)ᵀ
             tl.store(Out_ptr + base + ci * step + tile, X.to(Out_ptr.dtype.element_ty), mask=mask)
-            tl.store(HD_ptr + (row * n_chunks + ci) * tiles + pr, tl.sum(tl.sum(X * H, 1), 0))
+            tl.store(HD_ptr + (row * n_chunks + ci) * tiles + pid_r, tl.sum(tl.sum(X * H, 1), 0))
             X = dS + a * X  # G^L_c
         tl.store(XF_ptr + row * step + tile, _turn_rows(X, theta_in, R, N), mask=mask)
 
@@ -109,9 +108,10 @@ def _launch(S, Phi, Cend, theta_in, theta_final, X0, Out, XF, H, HD, reverse, cf
     )
 
 
-def pass_states(S, Phi, Cend, theta_in=None, H_in=None, cfg=DEFAULT):
+def pass_states(S, Phi, Cend, theta_in, H_in, cfg):
     """Forward: (H^L (b, h, c, p, n) in S's dtype, final state (b, h, p, n) and final angle
-    (b, h, na), float32). ``H_in`` (b, h, p, n) in the absolute frame, ``theta_in`` (b, h, na)."""
+    (b, h, na), float32). ``H_in`` (b, h, p, n) in the absolute frame, ``theta_in`` (b, h, na),
+    or None; ``cfg`` a `config.Config`."""
     b, h, c, p, n = S.shape
     H = torch.empty_like(S)
     final = torch.empty(b, h, p, n, device=S.device, dtype=torch.float32)
@@ -120,8 +120,7 @@ def pass_states(S, Phi, Cend, theta_in=None, H_in=None, cfg=DEFAULT):
     return H, final, theta_final
 
 
-def pass_state_grads(dS, Phi, Cend, H, theta_final, theta_in=None, dH_final=None,
-                     cfg=DEFAULT):
+def pass_state_grads(dS, Phi, Cend, H, theta_final, theta_in, dH_final, cfg):
     """Backward: (D (b, h, c, p, n) in dS's dtype, dH_in (b, h, p, n) float32, ⟨D_c, H^L_c⟩
     (b, h, c, T) float32, a part per program of rows (T a power of two, the rest 0))."""
     b, h, c, p, n = dS.shape
@@ -130,6 +129,5 @@ def pass_state_grads(dS, Phi, Cend, H, theta_final, theta_in=None, dH_final=None
     R = min(cfg.state_rows, triton.next_power_of_2(p))
     HD = torch.zeros(b, h, c, triton.next_power_of_2(triton.cdiv(p, R)), device=dS.device,
                      dtype=torch.float32)
-    _launch(dS, Phi, Cend, theta_in, theta_final.contiguous(), dH_final, D, dH_in, H, HD, True,
-            cfg)
+    _launch(dS, Phi, Cend, theta_in, theta_final, dH_final, D, dH_in, H, HD, True, cfg)
     return D, dH_in, HD

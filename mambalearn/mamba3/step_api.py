@@ -20,7 +20,7 @@ from mambalearn.utils import check_writable, refuse_grad
 
 @triton.jit
 def _siso_step_kernel(
-    Q_ptr, K_ptr, V_ptr, ADT_ptr, DT_ptr, Trap_ptr, Qb_ptr, Kb_ptr, Ang_ptr, D_ptr, Z_ptr,
+    C_ptr, B_ptr, X_ptr, ADT_ptr, DT_ptr, Trap_ptr, Cb_ptr, Bb_ptr, Ang_ptr, D_ptr, Z_ptr,
     ang_ptr, S_ptr, kst_ptr, vst_ptr,  # the cache: angle (b, h, na), ssm (b, h, p, n), k, v
     Out_ptr, ang_out_ptr, S_out_ptr, k_out_ptr,  # out (b, h, p) and the new cache entries
     h, g, p, n, na, tiles_p,
@@ -45,15 +45,15 @@ def _siso_step_kernel(
     theta = mod_two_pi(theta)
     cos, sin = cos_sin(theta)
     sin = sign * sin
-    qk_base = (bi * g + hi // (h // g)) * n
-    q = tl.load(Q_ptr + qk_base + offs_n, mask=mask_n, other=0.0).to(tl.float32) \
-        + tl.load(Qb_ptr + hi * n + offs_n, mask=mask_n, other=0.0)
-    qp = tl.load(Q_ptr + qk_base + partner, mask=mask_n, other=0.0).to(tl.float32) \
-        + tl.load(Qb_ptr + hi * n + partner, mask=mask_n, other=0.0)
-    k = tl.load(K_ptr + qk_base + offs_n, mask=mask_n, other=0.0).to(tl.float32) \
-        + tl.load(Kb_ptr + hi * n + offs_n, mask=mask_n, other=0.0)
-    kp = tl.load(K_ptr + qk_base + partner, mask=mask_n, other=0.0).to(tl.float32) \
-        + tl.load(Kb_ptr + hi * n + partner, mask=mask_n, other=0.0)
+    bc_base = (bi * g + hi // (h // g)) * n
+    q = tl.load(C_ptr + bc_base + offs_n, mask=mask_n, other=0.0).to(tl.float32) \
+        + tl.load(Cb_ptr + hi * n + offs_n, mask=mask_n, other=0.0)
+    qp = tl.load(C_ptr + bc_base + partner, mask=mask_n, other=0.0).to(tl.float32) \
+        + tl.load(Cb_ptr + hi * n + partner, mask=mask_n, other=0.0)
+    k = tl.load(B_ptr + bc_base + offs_n, mask=mask_n, other=0.0).to(tl.float32) \
+        + tl.load(Bb_ptr + hi * n + offs_n, mask=mask_n, other=0.0)
+    kp = tl.load(B_ptr + bc_base + partner, mask=mask_n, other=0.0).to(tl.float32) \
+        + tl.load(Bb_ptr + hi * n + partner, mask=mask_n, other=0.0)
     q, k = q * cos + qp * sin, k * cos + kp * sin  # (BLOCK_N,) each
     if pp == 0:  # one tile per head writes the per-head cache entries
         tl.store(ang_out_ptr + row * na + j, theta, mask=rot & (offs_n % 2 == 0))
@@ -64,7 +64,7 @@ def _siso_step_kernel(
     beta, gamma = (1.0 - lam) * dt * alpha, lam * dt
     k_prev = tl.load(kst_ptr + row * n + offs_n, mask=mask_n, other=0.0).to(tl.float32)
     vp = tl.load(vst_ptr + row * p + offs_p, mask=mask_p, other=0.0).to(tl.float32)
-    v = tl.load(V_ptr + row * p + offs_p, mask=mask_p, other=0.0).to(tl.float32)
+    v = tl.load(X_ptr + row * p + offs_p, mask=mask_p, other=0.0).to(tl.float32)
     # 3. the state tile: one contiguous read, updated in registers, one write
     mask_s = mask_p[:, None] & mask_n[None, :]
     s_offs = row * p * n + offs_p[:, None] * n + offs_n[None, :]  # (BLOCK_P, BLOCK_N)

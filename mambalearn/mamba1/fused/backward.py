@@ -357,7 +357,7 @@ def _bwd_kernel(
     tl.store(dbias_ptr + bd_row, dbias_acc, mask=d_mask)
 
 
-def launch(dout, u, delta, A, Bk, Ck, D, z, delta_bias, softplus, seq_idx, states, bufs,
+def launch(dout, u, delta, A, Bk, Ck, D, z, delta_bias, SOFTPLUS, seq_idx, states, bufs,
            shape, config, B, C, plan=None):
     """Launch the sub-block backward into ``bufs`` (`GradBuffers` with one segment: this kernel
     walks the whole sequence, ``plan`` is not used); Bk, Ck: kernel layouts."""
@@ -390,7 +390,7 @@ def launch(dout, u, delta, A, Bk, Ck, D, z, delta_bias, softplus, seq_idx, state
         sdC.b, sdC.g, sdC.n,  # strides of the dC buffer
         N=n, NP=triton.next_power_of_2(n), BLOCK_D=bc.block_d, BLOCK_L=bc.block_l,
         CHUNK=config.chunk, SCR=scr,
-        **flags(D, z, delta_bias, softplus, B, C, seq_idx),  # HAS_D … HAS_SEQ
+        **flags(D, z, delta_bias, SOFTPLUS, B, C, seq_idx),  # HAS_D … HAS_SEQ
         UNROLL=bc.unroll, EVEN_L=even_l, EVEN_D=even_d, STAGES=cfgs.stages(bc.stages, interp),
         **bufs.tree_constexprs(bc.num_warps),  # DET, SLOT, FAN, TREE_BLOCK
         num_warps=bc.num_warps, **cfgs.compile_options(bc.maxnreg, interp))

@@ -263,7 +263,7 @@ def _bwd_so_kernel(
     tl.store(dbias_ptr + sd_row, dbias_acc, mask=d_mask)
 
 
-def launch(dout, u, delta, A, Bk, Ck, D, z, delta_bias, softplus, seq_idx, states, bufs,
+def launch(dout, u, delta, A, Bk, Ck, D, z, delta_bias, SOFTPLUS, seq_idx, states, bufs,
            shape, config, B, C, plan):
     """Launch the state-outer backward into ``bufs`` (`GradBuffers`, one slot per segment of
     ``plan`` = (S, seg_len, k, G, P), G and P the adjoint summaries or None); Bk, Ck: kernel
@@ -295,7 +295,7 @@ def launch(dout, u, delta, A, Bk, Ck, D, z, delta_bias, softplus, seq_idx, state
         sdB.b, sdB.g, sdB.n,  # strides of the dB buffer
         sdC.b, sdC.g, sdC.n,  # strides of the dC buffer
         N=n, BLOCK_D=bc.block_d, BLOCK_L=config.chunk,
-        **flags(D, z, delta_bias, softplus, B, C, seq_idx),  # HAS_D … HAS_SEQ
+        **flags(D, z, delta_bias, SOFTPLUS, B, C, seq_idx),  # HAS_D … HAS_SEQ
         EVEN_L=even_l, EVEN_D=even_d, REV_LOADS=bc.rev_loads, FOLD=S > 1,
         **bufs.tree_constexprs(bc.num_warps),  # DET, SLOT, FAN, TREE_BLOCK
         num_warps=bc.num_warps, **cfgs.compile_options(bc.maxnreg, interp))

@@ -86,17 +86,16 @@ def fused_forward(x, dt, A, B, C, q, D, z, dt_bias, initial_states, seq_idx, dt_
     """`ssd_fused_forward` behind its checks: arguments as ``args.check`` returns them (a
     non-empty call), ``q`` the checked chunk size, ``cfg`` a resolved ``config.Config``. What the
     public functions call; nothing here checks or resolves again."""
-    if q < FUSED_MIN_CHUNK:  # too few steps for a tensor-core tile: chapter 10's kernels
+    if launches == 2:  # tensor descriptors: contiguous rows
+        x, B, C = x.contiguous(), B.contiguous(), C.contiguous()
+        z = z.contiguous() if z is not None else None
+    if q < FUSED_MIN_CHUNK or (launches == 2 and not outputs.tma_ok(x, z, B, C)):
+        # too few steps for a tensor-core tile, or rows not 16-byte aligned: chapter 10's kernels
         return ssd_forward(x, dt, A, B, C, q, D, z, dt_bias, initial_states, seq_idx,
                            dt_softplus, dt_limit, cfg.stages)
     if launches == 1:
         return ssd_one_launch(x, dt, A, B, C, q, D, z, dt_bias, initial_states, dt_softplus,
-                              dt_limit, state_dtype, cfg.one)
-    x, B, C = x.contiguous(), B.contiguous(), C.contiguous()
-    z = z.contiguous() if z is not None else None
-    if not outputs.tma_ok(x, z, B, C):  # rows not 16-byte aligned: chapter 10's kernels
-        return ssd_forward(x, dt, A, B, C, q, D, z, dt_bias, initial_states, seq_idx,
-                           dt_softplus, dt_limit, cfg.stages)
+                              dt_limit, state_dtype, config=cfg.one)
     dt_c, dA_cs = chunk_cumsum(dt, A, q, dt_bias, dt_softplus, dt_limit,
                                heads=cfg.stages.cumsum_heads)  # (b, h, c, q)
     H, final = states.chunk_states(x, B, dt_c, dA_cs, initial_states, seq_idx,

@@ -33,14 +33,12 @@ import triton.language as tl
 
 from mambalearn.mamba2.common import (
     check_dot_k,
-    check_fused_chunk,
     delta_of,
     launch_options,
     log_decay,
     p2,
     stages,
 )
-from mambalearn.mamba2.config import defaults
 from mambalearn.triton.common import LOG2E, exp2_ftz
 
 LIMIT = 2**31  # elements of x, z, out it addresses with 32-bit offsets
@@ -277,13 +275,14 @@ def _ssd_one_launch_kernel(
 
 def ssd_one_launch(x, dt, A, B, C, q, D=None, z=None, dt_bias=None, initial_states=None,
                    dt_softplus=False, dt_limit=(0.0, float("inf")), state_dtype=torch.float32,
-                   config=None):
+                   *, config):
     """The whole forward in one launch (module doc). Returns (out (b, l, h, p), final states
-    (b, h, p, n) float32); shapes as ``ssd_fused_forward``. ``config``: a ``config.OneLaunch``."""
-    cfg = config or defaults(x.device).one
+    (b, h, p, n) float32); shapes as ``ssd_fused_forward``, arguments as its checks return them
+    (``initial_states`` contiguous), ``q`` ≥ ``FUSED_MIN_CHUNK`` (``forward.fused_forward``
+    sends shorter chunks to chapter 10's kernels). ``config``: a ``config.OneLaunch``."""
+    cfg = config
     b, l, h, p = x.shape
     g, n = B.shape[2], B.shape[3]
-    check_fused_chunk(q, "the one-launch SSD kernel")
     c = triton.cdiv(l, q)
     if max(x.numel(), b * (c + 1) * h * p * n) >= LIMIT:
         raise ValueError(f"the one-launch SSD kernel addresses x and its states with 32-bit "
@@ -296,7 +295,7 @@ def ssd_one_launch(x, dt, A, B, C, q, D=None, z=None, dt_bias=None, initial_stat
     dA_cs = torch.empty_like(dt_c)
     H = torch.empty(b, c + 1, h, p, n, device=dev, dtype=state_dtype)
     flags = torch.zeros(b * h * c + 1, device=dev, dtype=torch.int32)  # last: the ticket counter
-    init = initial_states.contiguous() if initial_states is not None else None
+    init = initial_states
     _ssd_one_launch_kernel[(b * h * c,)](
         x, dt, A, B, C, D if D is not None else A, z if z is not None else x,
         dt_bias if dt_bias is not None else A, init if init is not None else A, out,

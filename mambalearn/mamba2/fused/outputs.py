@@ -35,12 +35,10 @@ from triton.tools.tensor_descriptor import TensorDescriptor
 
 from mambalearn.mamba2.common import (
     check_dot_k,
-    check_fused_chunk,
     launch_options,
     p2,
     stages,
 )
-from mambalearn.mamba2.config import defaults
 from mambalearn.triton.common import GRID_Z, LOG2E, exp2_ftz
 
 
@@ -182,22 +180,22 @@ def tma_ok(*tensors):
     return True
 
 
-def chunk_outputs(x, C, B, dt_c, dA_cs, H, D=None, z=None, seq_idx=None, config=None):
+def chunk_outputs(x, C, B, dt_c, dA_cs, H, D=None, z=None, seq_idx=None, *, config):
     """out = (exp(a) ∘ C Hᵀ + (C Bᵀ ∘ L) (Δ x) + D x) · silu(z) per chunk, C Bᵀ formed on chip.
 
     Shapes: x, z (b, l, h, p); C, B (b, l, g, n); Δ, dA_cs (b, h, c, q) float32 (as
     ``forward.chunk_cumsum`` returns them); H (b, c, h, p, n) the state entering each chunk; D
     (h,) or (h, p); seq_idx (b, l) → out (b, l, h, p) in x's dtype. x, z, B, C and H must pass
-    ``tma_ok``. ``config``: a ``config.Outputs`` (default: the device's).
+    ``tma_ok``; q ≥ ``FUSED_MIN_CHUNK`` (``forward.fused_forward`` sends shorter chunks to
+    chapter 10's kernels). ``config``: a ``config.Outputs``.
     """
     b, l, h, p = x.shape
     g, n = C.shape[2], C.shape[3]
     c, q = dA_cs.shape[2], dA_cs.shape[3]
-    check_fused_chunk(q, "chunk_outputs")
     if not tma_ok(x, z, B, C, H):
         raise ValueError("chunk_outputs needs x, z, B, C, H with 16-byte aligned rows "
                          "(contiguous last dim): use forward.chunk_scan")
-    cfg = config or defaults(x.device).outputs
+    cfg = config
     BM = min(cfg.block_m, q)
     BK = check_dot_k(min(cfg.block_k, BM), "config.outputs.block_k")  # P x's K: the steps
     # n is the K of C Hᵀ and C Bᵀ: the tensor cores take K ≥ 16 (a tile past n reads TMA's zeros)
