@@ -77,7 +77,7 @@ test: $(STAMP) $(NEWEST_STAMP) browser  ## everything: lint, layers, unit, prope
 	@# recorded, then built for sm_90 with Triton's compiler: what an H200 would refuse fails here
 	rm -rf $(LAUNCHES)
 	$(TEST_ENV) MAMBALEARN_RECORD_LAUNCHES=$(CURDIR)/$(LAUNCHES) $(PY) -m pytest -n $(JOBS) \
-	  --dist loadfile -p no:cacheprovider tests
+	  --dist loadfile -p no:cacheprovider --durations=30 tests
 	$(PY) -m mambalearn.compiled $(LAUNCHES) --jobs $(JOBS) --cache .sm90-builds.json
 	@echo "== the Triton-kernel tests again under Triton $(TRITON_NEWEST) (numpy $(NUMPY_NEWEST))"
 	$(TEST_ENV) PYTHONPATH=$(CURDIR) $(NEWEST)/bin/python -m pytest -n $(JOBS) --dist loadfile \

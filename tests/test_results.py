@@ -33,7 +33,7 @@ def test_every_file_names_its_run(path):
     assert meta["date"] == date and meta["command"] and meta["commit"] and meta["method"]
     assert isinstance(meta["peers"], dict) and data["rows"], path.name
     for row in data["rows"]:
-        if topic.startswith("outputs-"):  # a chapter's GPU-only cells as recorded (course.classroom.pages)
+        if topic.startswith("outputs-"):  # GPU-only cells as recorded (classroom.pages)
             assert set(row) == {"cell", "source_sha256", "outputs"}, row
             assert isinstance(row["outputs"], list) and len(row["source_sha256"]) == 64, row
             continue
