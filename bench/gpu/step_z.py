@@ -46,13 +46,14 @@ import argparse
 import json
 import math
 import os
+import re
 import sys
 import time
 import traceback
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 sys.path.insert(0, ROOT)
-if __name__ == "__main__" and "--cpu-smoke" in sys.argv:  # the interpreter, even beside a GPU
+if __name__ == "__main__" and {"--cpu-smoke", "--waits"} & set(sys.argv):  # the interpreter
     os.environ["TRITON_INTERPRET"] = "1"
 
 import torch  # noqa: E402
@@ -105,6 +106,15 @@ METHOD = (
     "after the state's store. 'choose' = per shape, the variant with the lowest geometric mean "
     "of its ratios to mamba_ssm over z and both graph sizes.")
 
+WAITS_METHOD = (
+    "--waits: each variant launched once in Triton's interpreter at b1 (b64's tiles: b2) h8 p64 "
+    "n128 with the GPU run's constexprs, the launch recorded (mambalearn.launches, integer "
+    "arguments divisible by 16 marked so, as the GPU specialises them), built for sm_90 "
+    "(mambalearn.compiled: Triton 3.6's ptxas, no GPU); waits = rounds of global loads in the "
+    "straight-line SASS: a round ends at the first instruction that reads a register an LDG of "
+    "the round wrote, or at a barrier while loads are in flight; loads_after_first_wait = LDGs "
+    "issued after the first such wait.")
+
 
 class Run:
     """The clock, the rows (printed as they come) and the mode."""
@@ -138,7 +148,7 @@ def resolved(shape, fields):
                 stream=fields.get("stream", st), loads_first=fields.get("loads_first", True))
 
 
-def describe(tile):
+def describe_tile(tile):
     return (f"{tile['block_p']}x{tile['num_warps']}" + (" stream" if tile["stream"] else "")
             + ("" if tile["loads_first"] else " late D,z"))
 
@@ -167,7 +177,7 @@ def check(run, fn, inp, want, s64, label, backend, tile=None):
     errs = dict(rel_err=rel(out, want), state_rel_err=rel(s, s64))
     ok = errs["rel_err"] < TOL["out"] and errs["state_rel_err"] < TOL["state"]
     run.keep(op="step_z check", **label, backend=backend, **errs,
-             tile=describe(tile) if tile else None, check="ok" if ok else "FAILED")
+             tile=describe_tile(tile) if tile else None, check="ok" if ok else "FAILED")
     return ok
 
 
@@ -213,7 +223,7 @@ def case(run, name, with_z, peer, variants):
             vs = c.ratio(f"{side} graph{k}", f"{first} graph{k}")[0] \
                 if first and side != first else None
             run.keep(op=f"step_z graph{k}", **label, backend=side,
-                     tile=describe(tiles[side]) if side in tiles else None,
+                     tile=describe_tile(tiles[side]) if side in tiles else None,
                      ms=c.ms(f"{side} graph{k}") / k, ratio=r[0], spread=r[1], vs_first=vs,
                      floor_ms=floor)
     if not run.gpu or name != "b1":
@@ -230,7 +240,7 @@ def case(run, name, with_z, peer, variants):
             run.keep(op="step_z kernel", **label, backend=side, error="no kernel in the profile")
             continue
         run.keep(op="step_z kernel", **label, backend=side,
-                 tile=describe(tiles[side]) if side in tiles else None, ms=ms,
+                 tile=describe_tile(tiles[side]) if side in tiles else None, ms=ms,
                  ratio=ms / theirs if theirs and side != "mamba_ssm" else None)
 
 
@@ -333,7 +343,7 @@ def choose(run):
                  over="geometric mean of " + ("ratios to mamba_ssm" if run.gpu else "ms (CPU)")
                  + f" over {most} timings (z, graph1/graph20)")
         for _, tile in variants_at(name):
-            if describe(tile) == tiles[win]:
+            if describe_tile(tile) == tiles[win]:
                 if tile["loads_first"]:
                     targets[name] = (SHAPES[name], (tile["block_p"], tile["num_warps"],
                                                     tile["stream"]))
@@ -371,13 +381,113 @@ def table(rows):
     return "\n".join(lines)
 
 
+# --------------------------------------------------------------------------------------------
+# --waits: how often each variant's program waits for memory, from its sm_90 build (no GPU)
+INS = re.compile(r"/\*([0-9a-f]{4,})\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]*)\s*([^;]*);")
+REG = re.compile(r"\bR(\d+)(\.64)?")
+
+
+def _registers(operand):
+    return [int(m.group(1)) + i for m in REG.finditer(operand)
+            for i in range(2 if m.group(2) else 1)]
+
+
+def load_waits(sass):
+    """(waits, loads issued after the first wait, loads) of a straight-line SASS listing: a wait
+    is the first instruction that reads a register a global load (LDG) wrote since the last wait,
+    or a barrier while loads are in flight; the waits that end a round of loads are counted."""
+    pending, rounds, in_round, loads, late, waited = set(), 0, False, 0, 0, False
+    for m in INS.finditer(sass):
+        op, ops = m.group(2), [a.strip() for a in m.group(3).split(",") if a.strip()]
+        writes = not op.startswith(("ST", "RED", "ATOM", "BAR", "EXIT", "BRA", "MEMBAR"))
+        dst = _registers(ops[0]) if writes and ops else []
+        src = [r for a in (ops[1:] if writes else ops) for r in _registers(a)]
+        if pending and (pending & set(src) or op.startswith("BAR")):
+            rounds += in_round
+            pending, in_round, waited = set(), False, True
+        if op.startswith("LDG"):
+            width = 4 if ".128" in op else 2 if ".64" in op else 1
+            pending |= set(range(dst[0], dst[0] + width))
+            in_round, loads, late = True, loads + 1, late + waited
+        else:
+            pending -= set(dst)
+    return rounds + in_round, late, loads
+
+
+def waits(run):
+    """Every variant of both shapes (with and without z) launched once in the interpreter at
+    b1/b2 h8 p64 n128 (the GPU run's constexprs; integers divisible by 16 marked so, as the GPU
+    specialises them), built for sm_90, and its waits for memory counted in the SASS."""
+    import inspect
+    import tempfile
+
+    from bench.gpu.peers import step_inputs
+    from mambalearn import compiled, launches
+    from mambalearn.mamba2.step import StepConfig, selective_state_update
+
+    if os.environ.get(launches.ENV):
+        raise SystemExit(f"--waits records launches itself: unset {launches.ENV}")
+    folder = tempfile.mkdtemp()
+    plain = launches.describe
+
+    def describe(kernel, args, kwargs, grid):  # + the integers the GPU would take as ≡ 0 mod 16
+        la = plain(kernel, args, kwargs, grid)
+        if la and "unreadable" not in la:
+            bound = inspect.signature(kernel.fn).bind_partial(
+                *args, **{k: v for k, v in kwargs.items() if k not in launches.OPTIONS})
+            la["divisible"] = sorted(set(la["divisible"]) | {
+                k for k, ty in la["signature"].items() if ty.startswith(("i", "u"))
+                and isinstance(bound.arguments.get(k), int) and bound.arguments[k] % 16 == 0})
+        return la
+
+    launches.describe = describe
+    launches.record(folder)
+    names = {}
+    for name, b in (("b1", 1), ("b64", 2)):
+        for with_z in (True, False):
+            for label, tile in variants_at(name):
+                inp = step_inputs(b, 8, 64, 128, with_z, "cpu")
+                selective_state_update(**inp, config=StepConfig(**tile))
+                names[tuple(sorted(tile.items())), with_z] = name, label, describe_tile(tile)
+    launches.describe = plain
+    found = list(launches.load(folder).values())
+    configs = [{"constexprs": la["constexprs"], "signature": la["signature"],
+                "divisible": la["divisible"], **la["options"]} for la in found]
+    built = compiled.compile_many(found[0]["module"], found[0]["name"], found[0]["source"],
+                                  configs)
+    for la, res in zip(found, built, strict=True):
+        cx, opt = la["constexprs"], la["options"]
+        tile = dict(block_p=cx["BLOCK_P"], num_warps=opt.get("num_warps"), stream=cx["STREAM"],
+                    loads_first=cx["LOADS_FIRST"])
+        shape, label, text = names.get((tuple(sorted(tile.items())), cx["HAS_Z"]), ("?", "?", "?"))
+        z = "with z" if cx["HAS_Z"] else "without z"
+        if isinstance(res, str):
+            run.keep(op="step_z waits", shape=shape, z=z, backend=label, tile=text, error=res[:300])
+            continue
+        w, late, loads = load_waits(res.sass)
+        run.keep(op="step_z waits", shape=shape, z=z, backend=label, tile=text, waits=w,
+                 loads_after_first_wait=late, loads=loads, registers=res.registers,
+                 spill_bytes=res.spill_bytes)
+
+
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--limit", type=float, default=120.0, help="seconds for the whole run")
     ap.add_argument("--out", default=os.environ.get("OUT", "/tmp/out"), help="results folder")
     ap.add_argument("--cpu-smoke", action="store_true", help="toy sizes, interpreter: a test")
+    ap.add_argument("--waits", action="store_true",
+                    help="no timing: each variant built for sm_90 here, its waits for memory "
+                         "counted in the SASS (a CPU is enough)")
     args = ap.parse_args(argv)
+    if args.waits:
+        run = Run(args.limit, smoke=True)
+        waits(run)
+        from bench.gpu.record import record
+
+        record("step_z_waits", run.rows, command="python3 -m bench.gpu.step_z " + " ".join(argv),
+               peers={}, out_dir=args.out, method=WAITS_METHOD)
+        return run.rows
     if not torch.cuda.is_available() and not args.cpu_smoke:
         raise SystemExit("no GPU: run with --cpu-smoke for the control flow at toy sizes")
     global T0

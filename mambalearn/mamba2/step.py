@@ -90,9 +90,10 @@ def _state_update_kernel(
     offs_n = tl.arange(0, BLOCK_N)  # (BLOCK_N,)
     in_p = offs_p < p  # (BLOCK_P,) bool
     mask_n = offs_n < n  # (BLOCK_N,) bool
-    # Every load is issued before any result is used: the program then waits for memory once.
-    # A load written after a store stays after it (the compiler cannot tell that they touch
-    # different memory), and a load written after a layout change (a barrier) waits for it.
+    # Every load is written before any result is used, so that the program waits for memory
+    # once (``_tile`` counts the waits of the sm_90 build). A load written after a store stays
+    # after it (the compiler cannot tell that they touch different memory), and a load written
+    # after a layout change (a barrier) waits for it.
     # 0. the state slot, the one load another load's address needs
     slot = pid_b.to(tl.int64)  # (slot · stride_sb passes 2³¹ in a large state)
     if HAS_IDX:
@@ -147,7 +148,8 @@ def _state_update_kernel(
                 mask=mask_n, other=0.0).to(tl.float32)  # (BLOCK_N,)
 
     # 4. the update, in float32 whatever the state's dtype
-    dt += bias
+    if HAS_DT_BIAS:
+        dt += bias
     if SOFTPLUS:
         dt = softplus(dt)
     h = h.to(tl.float32)
