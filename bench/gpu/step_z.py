@@ -2,6 +2,8 @@
 
     PYTHONUNBUFFERED=1 python3 -m bench.gpu.step_z --limit 120 --out $OUT
     python3 -m bench.gpu.step_z --cpu-smoke --out /tmp/step_z   (the control flow, toy sizes, CPU)
+    python3 -m bench.gpu.step_z --waits --out /tmp/step_z   (no GPU: every variant and mamba_ssm's
+        kernel built for sm_90, each program's waits for memory counted in its SASS)
 
 The question: why the step with z took 5.4 µs of kernel time at b1 h80 p64 n128 against
 mamba_ssm's 3.2 (1.69× as one call a CUDA graph), and which tile ``mambalearn.mamba2.step._tile``
@@ -472,6 +474,66 @@ def waits(run):
                  spill_bytes=res.spill_bytes)
 
 
+def peer_waits(run):
+    """mamba_ssm's kernel from its source tree built the same way at b1 h80 p64 n128 (its tile
+    at n128: 4 rows, 4 warps; its heuristics' values passed as constexprs, its softplus inlined),
+    or a row saying why not."""
+    from course.bench import _reference
+    from mambalearn import compiled
+
+    root = os.path.abspath(os.environ.get("MAMBA_SSM_PATH") or _reference.DEFAULT)
+    path = os.path.join(root, "ops", "triton", "selective_state_update.py")
+    if not os.path.exists(path):
+        run.keep(op="step_z waits", backend="mamba_ssm", error=f"no source tree at {root}")
+        return
+    src = open(path).read()
+    start = src.index("@triton.jit\ndef _selective_scan_update_kernel")
+    kernel = src[start:src.index("\ndef ", start + 20)]
+    source = ("@triton.jit\ndef softplus(dt):\n    return tl.math.log(tl.math.exp(dt) + 1)\n\n\n"
+              + kernel)  # (its ops/triton/softplus.py under Triton 3)
+    params = re.search(r"def _selective_scan_update_kernel\((.*?)\):", kernel, re.S).group(1)
+    names = [a.split(":")[0].strip() for a in re.sub(r"#.*", "", params).split(",") if a.strip()]
+    b, h, p, n = SHAPES["b1"]
+    pointers = dict(state_ptr="*fp32", x_ptr="*bf16", dt_ptr="*bf16", dt_bias_ptr="*fp32",
+                    A_ptr="*fp32", B_ptr="*bf16", C_ptr="*bf16", D_ptr="*fp32", z_ptr="*bf16",
+                    out_ptr="*bf16")
+    # the integers of the call with mamba2_step_inputs' layout (per-head scalars with stride 0)
+    ints = dict(batch=b, nheads=h, dim=p, dstate=n, nheads_ngroups_ratio=h,
+                stride_state_batch=h * p * n, stride_state_head=p * n, stride_state_dim=n,
+                stride_state_dstate=1, stride_x_batch=h * p, stride_x_head=p, stride_x_dim=1,
+                stride_dt_batch=h, stride_dt_head=1, stride_dt_dim=0, stride_dt_bias_head=1,
+                stride_dt_bias_dim=0, stride_A_head=1, stride_A_dim=0, stride_A_dstate=0,
+                stride_B_batch=n, stride_B_group=n, stride_B_dstate=1, stride_C_batch=n,
+                stride_C_group=n, stride_C_dstate=1, stride_D_head=1, stride_D_dim=0,
+                stride_z_batch=h * p, stride_z_head=p, stride_z_dim=1, stride_out_batch=h * p,
+                stride_out_head=p, stride_out_dim=1)
+    for with_z in (True, False):
+        sig, cx, div = {}, {}, []
+        for name in names:
+            if name in pointers and (with_z or name != "z_ptr"):
+                sig[name] = pointers[name]
+                div.append(name)
+            elif name in ints and ints[name] != 1:
+                sig[name] = "i32"
+                div += [name] if ints[name] % 16 == 0 else []
+            else:  # None pointers, integers 1 (Triton folds both), the constexprs
+                sig[name] = "constexpr"
+                cx[name] = 1 if name in ints else None
+        cx.update(DT_SOFTPLUS=True, TIE_HDIM=True, BLOCK_SIZE_M=4, HAS_DT_BIAS=True, HAS_D=True,
+                  HAS_Z=with_z, HAS_STATE_BATCH_INDICES=False, BLOCK_SIZE_DSTATE=n)
+        res = compiled.compile_many("mamba_ssm_step", "_selective_scan_update_kernel", source,
+                                    [dict(constexprs=cx, signature=sig, divisible=div,
+                                          num_warps=4, num_stages=3)])[0]
+        z = "with z" if with_z else "without z"
+        if isinstance(res, str):
+            run.keep(op="step_z waits", shape="b1", z=z, backend="mamba_ssm", error=res[-300:])
+            continue
+        w, late, loads = load_waits(res.sass)
+        run.keep(op="step_z waits", shape="b1", z=z, backend="mamba_ssm", tile="4x4", waits=w,
+                 loads_after_first_wait=late, loads=loads, registers=res.registers,
+                 spill_bytes=res.spill_bytes)
+
+
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -485,6 +547,7 @@ def main(argv=None):
     if args.waits:
         run = Run(args.limit, smoke=True)
         waits(run)
+        peer_waits(run)
         from bench.gpu.record import record
 
         record("step_z_waits", run.rows, command="python3 -m bench.gpu.step_z " + " ".join(argv),
