@@ -227,8 +227,9 @@ def _tile(p, n, values):
     than a launch): the time is the launch, the programs' waits for memory and the stores'
     drain. Each program makes one round trip for all its loads (two with
     ``state_batch_indices``: the slot first); the sm_90 build of an 8 × 128 tile issues all but
-    one scalar load (D's) before its first wait, so two in practice, against four in the first
-    version (D and z after the state's store; the state's loads behind Δ's softplus). The tile
+    one scalar load (D's) before its first wait, so two in practice, against four with z
+    (three without) in the first version: the state's loads behind Δ's softplus, D and z after
+    the state's store (``python -m bench.gpu.step_z --waits`` counts them). The tile
     starts at ``TILE_SMALL`` and is halved until the grid has ``FILL`` programs per SM (b1 h80
     p64 n128: 8 × 128 tiles, 640 programs on 132 SMs, one 16-byte load of the state a thread)
     so that every SM pulls its share of the state in that round trip — but never below one
