@@ -36,7 +36,8 @@ def run_both(inp, **kw):
     s_oracle = inp["state"].to(torch.float64)
     args = {k: v for k, v in inp.items() if k != "state"}
     args.update(kw)
-    tune = {k: args.pop(k) for k in ("block_p", "num_warps", "stream") if k in args}
+    tune = {k: args.pop(k) for k in ("block_p", "num_warps", "stream", "loads_first")
+            if k in args}
     out = selective_state_update(s_kernel, **args, config=StepConfig(**tune))
     a = {k: (v.to(torch.float64) if torch.is_tensor(v) and v.is_floating_point() else v)
          for k, v in args.items()}
@@ -247,10 +248,14 @@ def test_tiles_smaller_than_the_head_dim(block_p, num_warps, stream):
 def test_small_and_large_batches_pick_their_tiles():
     from mambalearn.mamba2 import step
 
-    # one sequence: few, large programs, the state kept in L2 (not evicted first) between tokens
-    assert step._tile(64, 128, 1 * 80 * 64 * 128) == (64, 8, False)
+    # one sequence: tiles cut until every SM has FILL programs, the state kept in L2 (not evicted
+    # first) between tokens; 8 warps: one 16-byte load of the state a thread
+    assert step.FILL * step.SMS <= 80 * 64 // 8 < 2 * step.FILL * step.SMS  # (the next cut)
+    assert step._tile(64, 128, 1 * 80 * 64 * 128) == (8, 8, False)
+    assert step._tile(64, 128, 4 * 80 * 64 * 128) == (32, 8, False)  # b4: still small
     assert step._tile(64, 128, 64 * 80 * 64 * 128) == (32, 8, True)  # b64: streamed
-    assert step._tile(3, 5, 10) == (4, 4, False)  # never wider than the head dim needs
+    assert step._tile(3, 5, 10) == (4, 1, False)  # never wider than the head dim needs
+    assert step._tile(2048, 16, 2048 * 16) == (8, 1, False)  # never below a warp's 128 values
 
 
 def test_slot_past_the_state_is_a_clear_error():
@@ -314,3 +319,48 @@ def test_gpu_graph_capture_masks_slots_past_the_state():
     torch.cuda.synchronize()
     assert torch.equal(buf[[0, 3]], guards) and torch.equal(state[0], before[0])
     assert out[2].isnan().all() and (out[1] == 0).all() and not out[0].isnan().any()
+
+
+# the three ways `_tile` can go, set up at cheap sizes: a small state cut until the grid fills
+# the SMs (FILL, cut down to one warp's VALUES_PER_WARP here: a few heads never fill 132 SMs), a
+# small state in one TILE_SMALL tile a head (FILL 0), and a large one (TILE_LARGE, streamed)
+TILE_BRANCHES = {"fill": dict(), "small": dict(FILL=0), "large": dict(SMALL_STATE=0)}
+
+
+@pytest.mark.parametrize("branch", list(TILE_BRANCHES))
+@pytest.mark.parametrize("layout,p,n,drop", [
+    ("mamba2", 3, 17, ()), ("mamba2", 33, 5, ("z",)), ("mamba2", 65, 17, ("D", "dt_bias")),
+    ("mamba1", 33, 17, ("D", "z", "dt_bias")), ("mamba1", 65, 5, ())])
+def test_every_tile_choice_matches_oracle(monkeypatch, branch, layout, p, n, drop):
+    """Odd head dims and state sizes (masked rows and columns, a last tile cut short) with and
+    without z, D and dt_bias, through each branch of the launcher's own tile choice."""
+    from mambalearn.mamba2 import step
+
+    for name, value in TILE_BRANCHES[branch].items():
+        monkeypatch.setattr(step, name, value)
+    g = torch.Generator().manual_seed(hash((branch, layout, p, n)) % 2**31)
+    inp = mamba2_inputs(2, 2, p, n, 1, g) if layout == "mamba2" else mamba1_inputs(2, p, n, g)
+    for k in drop:
+        inp[k] = None
+    heads = 2 if layout == "mamba2" else 1
+    block_p, warps, stream = step._tile(p, n, inp["x"].shape[0] * heads * p * n)
+    bn = 1 << (n - 1).bit_length()  # BLOCK_N: n rounded up to a power of two
+    if branch == "fill":  # cut to one warp's values: several tiles a head, the last one short
+        assert block_p * bn <= step.VALUES_PER_WARP < 2 * block_p * bn and p % block_p
+    else:
+        assert block_p >= p and stream == (branch == "large") and warps >= 1
+    out, want, s, s_ref = run_both(inp, dt_softplus=True)
+    assert_close(s, s_ref, msg="state")
+    assert_close(out, want, msg="out")
+
+
+@pytest.mark.parametrize("block_p,num_warps", [(64, 8), (4, 4)])
+def test_first_versions_load_order_gives_the_same_answer(block_p, num_warps):
+    """``loads_first=False`` (D and z loaded after the state's store, kept to time against) with
+    an odd head dim and state size, z, D and dt_bias."""
+    g = torch.Generator().manual_seed(16)
+    inp = mamba2_inputs(2, 2, 33, 17, 1, g)
+    out, want, s, s_ref = run_both(inp, dt_softplus=True, block_p=block_p,
+                                   num_warps=num_warps, loads_first=False)
+    assert_close(s, s_ref, msg="state")
+    assert_close(out, want, msg="out")

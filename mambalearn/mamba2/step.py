@@ -11,10 +11,15 @@ Everything else (x, Δ, B, C, D, z, the output) is b·h·p or b·g·n values: no
 The kernel gives each program a (BLOCK_P, n) tile of one (batch, head): it loads the tile, updates
 it in registers, stores it back in the state's own dtype (float32 or bfloat16; arithmetic is
 always float32), and reduces over n for the output. Tiles are numbered so that programs launched
-together touch neighbouring memory (p-block fastest, then head, then batch row). Large batches
-are bound by bandwidth and take 4096 values a program; small ones (one sequence: 2.6 MB of
-state) by latency, and take 8192 values over 8 warps: fewer programs, each with more loads in
-flight (``_tile``; the measurements are in docs/BENCHMARKS.md and bench/NOTES_ssd.md).
+together touch neighbouring memory (p-block fastest, then head, then batch row).
+
+One sequence is another matter: its state (h80 p64 n128 fp32: 2.6 MB) moves in ≈1.1 µs at the
+H200's 4.8 TB/s, less than one launch costs, and stays in L2 from one token to the next. What a
+program costs then is how often it waits for memory: a load is a round trip of several hundred
+cycles, and a program that loads, uses, then loads again pays one per wait. So every input is
+loaded before anything is computed (a load written after the state's store could not move above
+it: the compiler cannot tell that they touch different memory), and the tile is small enough
+that every SM gets programs (``_tile``: the choice, its floor and its round trips).
 
 Mamba-2 passes per-head scalars broadcast with stride 0 (A (h, p, n), Δ (b, h, p)); the launcher
 detects that (``TIE_HDIM``) and the kernel then loads one A and one Δ per program instead of a
@@ -38,6 +43,21 @@ from mambalearn.utils import check_kernel_device, check_writable, refuse_grad
 
 
 @triton.jit
+def _gate_inputs(D_ptr, z_ptr, pid_b, pid_h, offs_p, in_p, stride_Dh, stride_Dp,
+                 stride_zb, stride_zh, stride_zp, HAS_D: tl.constexpr, HAS_Z: tl.constexpr):
+    """D and z of one tile's rows, float32 (BLOCK_P,) each (a 0 where the call has none)."""
+    D = 0.0
+    z = 0.0
+    if HAS_D:
+        D = tl.load(D_ptr + pid_h * stride_Dh + offs_p * stride_Dp, mask=in_p,
+                    other=0.0).to(tl.float32)
+    if HAS_Z:
+        z = tl.load(z_ptr + pid_b * stride_zb + pid_h * stride_zh + offs_p * stride_zp,
+                    mask=in_p, other=0.0).to(tl.float32)
+    return D, z
+
+
+@triton.jit
 def _state_update_kernel(
     state_ptr, x_ptr, dt_ptr, dt_bias_ptr, A_ptr, B_ptr, C_ptr, D_ptr, z_ptr, out_ptr, idx_ptr,
     p, n, heads_per_group,  # head dim, state size, heads sharing one B/C group
@@ -52,12 +72,13 @@ def _state_update_kernel(
     stride_Dh, stride_Dp,
     stride_zb, stride_zh, stride_zp,
     stride_ob, stride_oh, stride_op,
-    DT_SOFTPLUS: tl.constexpr,  # Δ = softplus(dt + dt_bias)?
+    SOFTPLUS: tl.constexpr,  # Δ = softplus(dt + dt_bias)?
     TIE_HDIM: tl.constexpr,  # A and Δ are one scalar per head (Mamba-2)
     HAS_DT_BIAS: tl.constexpr, HAS_D: tl.constexpr, HAS_Z: tl.constexpr, HAS_IDX: tl.constexpr,
     BLOCK_P: tl.constexpr,  # rows of the head dim per tile
     BLOCK_N: tl.constexpr,  # n rounded up to a power of two
     STREAM: tl.constexpr,  # evict the state from L2 first (a state larger than L2)
+    LOADS_FIRST: tl.constexpr,  # D and z loaded with the other inputs, before the state's store
 ):
     # One (BLOCK_P, n) tile per program, numbered p-block fastest, then head, then batch row, so
     # that programs running together touch neighbouring memory.
@@ -67,87 +88,106 @@ def _state_update_kernel(
     pid_b = t // (tiles_p * n_heads)
     offs_p = pid_p * BLOCK_P + tl.arange(0, BLOCK_P)  # (BLOCK_P,)
     offs_n = tl.arange(0, BLOCK_N)  # (BLOCK_N,)
-    mask_p = offs_p < p  # (BLOCK_P,) bool
+    in_p = offs_p < p  # (BLOCK_P,) bool
     mask_n = offs_n < n  # (BLOCK_N,) bool
+    # Every load is written before any result is used, so that the program waits for memory
+    # once (``_tile`` counts the waits of the sm_90 build). A load written after a store stays
+    # after it (the compiler cannot tell that they touch different memory), and a load written
+    # after a layout change (a barrier) waits for it.
+    # 0. the state slot, the one load another load's address needs
     slot = pid_b.to(tl.int64)  # (slot · stride_sb passes 2³¹ in a large state)
+    if HAS_IDX:
+        slot = tl.load(idx_ptr + pid_b).to(tl.int64)
+    # 1. the small per-token inputs (they need no slot)
+    x = tl.load(x_ptr + pid_b * stride_xb + pid_h * stride_xh + offs_p * stride_xp,
+                mask=in_p, other=0.0).to(tl.float32)  # (BLOCK_P,)
+    bias = 0.0
+    if TIE_HDIM:  # Mamba-2: one Δ and one A per head
+        dt = tl.load(dt_ptr + pid_b * stride_dtb + pid_h * stride_dth).to(tl.float32)
+        if HAS_DT_BIAS:
+            bias = tl.load(dt_bias_ptr + pid_h * stride_biash).to(tl.float32)
+        A = tl.load(A_ptr + pid_h * stride_Ah).to(tl.float32)
+    else:  # Mamba-1 (or untied heads): Δ per row (A per row and state: with the state, below)
+        dt = tl.load(dt_ptr + pid_b * stride_dtb + pid_h * stride_dth + offs_p * stride_dtp,
+                     mask=in_p, other=0.0).to(tl.float32)  # (BLOCK_P,)
+        if HAS_DT_BIAS:
+            bias = tl.load(dt_bias_ptr + pid_h * stride_biash + offs_p * stride_biasp,
+                           mask=in_p, other=0.0).to(tl.float32)
+    if LOADS_FIRST:
+        D, z = _gate_inputs(D_ptr, z_ptr, pid_b, pid_h, offs_p, in_p, stride_Dh, stride_Dp,
+                            stride_zb, stride_zh, stride_zp, HAS_D, HAS_Z)
+    # 2. the state tile: the only big read
+    mask_p = in_p
     bad = False  # a slot outside the state: nothing is read or written there, out = NaN
     if HAS_IDX:
         # continuous batching: row pid_b uses state slot idx[pid_b]; a slot < 0 is padding
         # (out = 0). The launcher rejects slots ≥ n_slots eagerly; while a CUDA graph is being
         # captured it cannot look, so the kernel masks them here and writes NaN instead.
-        slot = tl.load(idx_ptr + pid_b).to(tl.int64)
         bad = slot >= n_slots
         # where, not &: a block mask combined with a scalar condition stays a boolean block
-        mask_p = tl.where((slot >= 0) & (slot < n_slots), mask_p, False)
+        mask_p = tl.where((slot >= 0) & (slot < n_slots), in_p, False)
         slot = tl.minimum(tl.maximum(slot, 0), n_slots - 1)
     mask_pn = mask_p[:, None] & mask_n[None, :]  # (BLOCK_P, BLOCK_N) bool
     s_ptrs = (state_ptr + slot * stride_sb + pid_h * stride_sh
               + offs_p[:, None] * stride_sp + offs_n[None, :] * stride_sn)
-    # 1. the old state: the only big read. A state larger than L2 is read once per token: keep it
-    # out of L2's way (STREAM); a small one stays in L2 from one token to the next.
+    # A state larger than L2 is read once per token: keep it out of L2's way (STREAM); a small
+    # one stays in L2 from one token to the next.
     if STREAM:
         h = tl.load(s_ptrs, mask=mask_pn, other=0.0, eviction_policy="evict_first")
     else:
         h = tl.load(s_ptrs, mask=mask_pn, other=0.0)
-    h = h.to(tl.float32)
-
-    # 2. the small per-token inputs
-    x = tl.load(x_ptr + pid_b * stride_xb + pid_h * stride_xh + offs_p * stride_xp,
-                mask=mask_p, other=0.0).to(tl.float32)  # (BLOCK_P,)
+    if not TIE_HDIM:
+        A = tl.load(A_ptr + pid_h * stride_Ah + offs_p[:, None] * stride_Ap
+                    + offs_n[None, :] * stride_An, mask=mask_pn, other=0.0).to(tl.float32)
+    # 3. B and C last: spreading an (n,) vector over the tile's rows can go through shared
+    # memory and a barrier (``_tile``), and a load written after that would wait for it
     g = pid_h // heads_per_group  # the B/C group this head reads
     B = tl.load(B_ptr + pid_b * stride_Bb + g * stride_Bg + offs_n * stride_Bn,
                 mask=mask_n, other=0.0).to(tl.float32)  # (BLOCK_N,)
     C = tl.load(C_ptr + pid_b * stride_Cb + g * stride_Cg + offs_n * stride_Cn,
                 mask=mask_n, other=0.0).to(tl.float32)  # (BLOCK_N,)
-    if TIE_HDIM:  # Mamba-2: one Δ and one A per head, loaded once
-        dt = tl.load(dt_ptr + pid_b * stride_dtb + pid_h * stride_dth).to(tl.float32)
-        if HAS_DT_BIAS:
-            dt += tl.load(dt_bias_ptr + pid_h * stride_biash).to(tl.float32)
-        if DT_SOFTPLUS:
-            dt = softplus(dt)
-        A = tl.load(A_ptr + pid_h * stride_Ah).to(tl.float32)
+
+    # 4. the update, in float32 whatever the state's dtype
+    if HAS_DT_BIAS:
+        dt += bias
+    if SOFTPLUS:
+        dt = softplus(dt)
+    h = h.to(tl.float32)
+    if TIE_HDIM:
         A_bar = tl.exp(A * dt)  # a scalar
-        B_bar = B * dt  # (BLOCK_N,)
-        h = h * A_bar + x[:, None] * B_bar[None, :]  # (BLOCK_P, BLOCK_N)
-    else:  # Mamba-1 (or untied heads): Δ per row, A per (row, state)
-        dt = tl.load(dt_ptr + pid_b * stride_dtb + pid_h * stride_dth + offs_p * stride_dtp,
-                     mask=mask_p, other=0.0).to(tl.float32)  # (BLOCK_P,)
-        if HAS_DT_BIAS:
-            dt += tl.load(dt_bias_ptr + pid_h * stride_biash + offs_p * stride_biasp,
-                          mask=mask_p, other=0.0).to(tl.float32)
-        if DT_SOFTPLUS:
-            dt = softplus(dt)
-        A = tl.load(A_ptr + pid_h * stride_Ah + offs_p[:, None] * stride_Ap
-                    + offs_n[None, :] * stride_An, mask=mask_pn, other=0.0).to(tl.float32)
-        A_bar = tl.exp(A * dt[:, None])  # (BLOCK_P, BLOCK_N), float32 always
+        h = h * A_bar + x[:, None] * (B * dt)[None, :]  # (BLOCK_P, BLOCK_N)
+    else:
+        A_bar = tl.exp(A * dt[:, None])  # (BLOCK_P, BLOCK_N)
         h = h * A_bar + (dt * x)[:, None] * B[None, :]  # (BLOCK_P, BLOCK_N)
 
-    # 3. write the new state back (in its own dtype), then read it out: y_t sees x_t
+    # 5. write the new state back (in its own dtype), then read it out: y_t sees x_t
     if STREAM:
         tl.store(s_ptrs, h.to(state_ptr.dtype.element_ty), mask=mask_pn,
                  eviction_policy="evict_first")
     else:
         tl.store(s_ptrs, h.to(state_ptr.dtype.element_ty), mask=mask_pn)
+    if not LOADS_FIRST:  # (the first version's order: one more wait for memory, after the store)
+        D, z = _gate_inputs(D_ptr, z_ptr, pid_b, pid_h, offs_p, in_p, stride_Dh, stride_Dp,
+                            stride_zb, stride_zh, stride_zp, HAS_D, HAS_Z)
     y = tl.sum(h * C[None, :], axis=1)  # (BLOCK_P,)
     if HAS_D:
-        y += x * tl.load(D_ptr + pid_h * stride_Dh + offs_p * stride_Dp,
-                         mask=mask_p, other=0.0).to(tl.float32)
+        y += x * D
     if HAS_Z:
-        z = tl.load(z_ptr + pid_b * stride_zb + pid_h * stride_zh + offs_p * stride_zp,
-                    mask=mask_p, other=0.0).to(tl.float32)
         y *= z * tl.sigmoid(z)  # silu(z)
     y = tl.where(mask_p, y, 0.0)  # padding rows write 0 …
     if HAS_IDX:
         y = tl.where(bad, float("nan"), y)  # … and rows pointing past the state NaN
-    tl.store(out_ptr + pid_b * stride_ob + pid_h * stride_oh + offs_p * stride_op, y,
-             mask=offs_p < p)
+    tl.store(out_ptr + pid_b * stride_ob + pid_h * stride_oh + offs_p * stride_op, y, mask=in_p)
 
 
-# (state values per tile, warps, stream) for large batches (bandwidth-bound) and small ones
-# (latency-bound: fewer, larger programs); the H200 sweeps behind them: bench/NOTES_ssd.md
+# (state values a tile holds at most, warps, stream) for large states (bandwidth-bound) and small
+# ones (latency-bound); the H200 sweeps behind them: bench/NOTES_ssd.md, bench/gpu/step_z.py
 TILE_LARGE = (4096, 8, True)
 TILE_SMALL = (8192, 8, False)  # a state that stays in L2 from one token to the next: keep it
 SMALL_STATE = 1 << 22  # state values (b·h·p·n) up to which a batch counts as small (16 MB fp32)
+FILL = 4  # a small state's tiles are halved until the grid has FILL programs per SM (0: never)
+SMS = 132  # the reference H200's SMs (the choice does not ask the device: one rule everywhere)
+VALUES_PER_WARP = 128  # at most one warp per 128 values: each thread a 16-byte load of fp32
 
 
 @dataclass(frozen=True)
@@ -158,6 +198,7 @@ class StepConfig(LaunchConfig):
     block_p: int | None = None
     num_warps: int | None = None
     stream: bool | None = None
+    loads_first: bool | None = None
 
     def __post_init__(self):
         for name in ("block_p", "num_warps"):
@@ -165,21 +206,51 @@ class StepConfig(LaunchConfig):
             if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v < 1
                                   or v & (v - 1)):
                 raise ValueError(f"config.{name} must be None or a power of two ≥ 1, got {v!r}")
-        if self.stream is not None and not isinstance(self.stream, bool):
-            raise TypeError(f"config.stream must be None, True or False, got {self.stream!r}")
+        for name in ("stream", "loads_first"):
+            v = getattr(self, name)
+            if v is not None and not isinstance(v, bool):
+                raise TypeError(f"config.{name} must be None, True or False, got {v!r}")
 
 
 DEFAULT = StepConfig()
 
 
 def _tile(p, n, values):
-    """(BLOCK_P, num_warps, stream) for a state of ``values`` values: TILE_LARGE or TILE_SMALL,
-    BLOCK_P no wider than the head, at most a warp per 256 values of the tile (at least 4).
-    No autotuning: it would run the in-place update several times."""
-    per_tile, warps, stream = TILE_SMALL if values <= SMALL_STATE else TILE_LARGE
+    """(BLOCK_P, num_warps, stream) for a (…, p, n) state of ``values`` values; no autotuning (it
+    would run the in-place update several times).
+
+    Large states (more than ``SMALL_STATE`` values) are bound by bandwidth: 2·values·4 B (fp32)
+    over ≈4.8 TB/s (b64 h80 p64 n128: ≈70 µs). They take ``TILE_LARGE``: enough programs per SM
+    that while some wait for memory others load, and the state streamed past L2 (read once).
+
+    Small states are bound by latency (b1 h80 p64 n128: 5.2 MB moved, ≈1.1 µs of bandwidth, less
+    than a launch): the time is the launch, the programs' waits for memory and the stores'
+    drain. Each program makes one round trip for all its loads (two with
+    ``state_batch_indices``: the slot first); the sm_90 build of an 8 × 128 tile issues all but
+    one scalar load (D's) before its first wait, so two in practice, against four with z
+    (three without) in the first version: the state's loads behind Δ's softplus, D and z after
+    the state's store (``python -m bench.gpu.step_z --waits`` counts them). The tile
+    starts at ``TILE_SMALL`` and is halved until the grid has ``FILL`` programs per SM (b1 h80
+    p64 n128: 8 × 128 tiles, 640 programs on 132 SMs, one 16-byte load of the state a thread)
+    so that every SM pulls its share of the state in that round trip — but never below one
+    warp's worth (``VALUES_PER_WARP``).
+
+    Warps: at most one per ``VALUES_PER_WARP`` values of the tile. With n = 128 and 8 warps
+    (256 threads, more than n) the compiler gives each thread the B and C values of its own
+    columns straight from memory; with fewer threads than n it loads the (n,) vectors once and
+    redistributes them through shared memory behind a barrier, and the loads written after
+    that wait one more round trip (the B/C vectors load last for that reason).
+    """
+    small = values <= SMALL_STATE
+    per_tile, warps, stream = TILE_SMALL if small else TILE_LARGE
     block_n = triton.next_power_of_2(n)
     block_p = max(1, min(triton.next_power_of_2(p), per_tile // block_n))
-    return block_p, min(warps, max(4, block_p * block_n // 256)), stream
+    if small and FILL:
+        heads = max(1, values // max(1, p * n))  # b·h (sequences × heads)
+        while (block_p > 1 and block_p * block_n > VALUES_PER_WARP
+               and heads * triton.cdiv(p, block_p) < FILL * SMS):
+            block_p //= 2
+    return block_p, min(warps, max(1, block_p * block_n // VALUES_PER_WARP)), stream
 
 
 def selective_state_update(state, x, dt, A, B, C, D=None, z=None, dt_bias=None,
@@ -234,8 +305,9 @@ def selective_state_update(state, x, dt, A, B, C, D=None, z=None, dt_bias=None,
         *A3.stride(), *B3.stride(), *C3.stride(),
         *(D2.stride() if D2 is not None else (0, 0)),
         *zs, *out.stride(),
-        DT_SOFTPLUS=bool(dt_softplus), TIE_HDIM=tie, HAS_DT_BIAS=bias2 is not None,
+        SOFTPLUS=bool(dt_softplus), TIE_HDIM=tie, HAS_DT_BIAS=bias2 is not None,
         HAS_D=D2 is not None, HAS_Z=z4 is not None, HAS_IDX=idx is not None,
-        BLOCK_P=bp, BLOCK_N=triton.next_power_of_2(n), STREAM=bool(st), num_warps=nw,
+        BLOCK_P=bp, BLOCK_N=triton.next_power_of_2(n), STREAM=bool(st),
+        LOADS_FIRST=config.loads_first is not False, num_warps=nw,
     )
     return out if heads else out[:, 0]
