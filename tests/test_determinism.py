@@ -130,11 +130,25 @@ def m1_config(**changes):
     return cfg.replace(**changes)
 
 
+STAGED = [  # state-outer, deterministic, staged partials: (channels a tile, warps, staged rows)
+    (4, 2, 2),  # two channels a row (the GPU's two a warp), d 7: the last tile partial
+    (4, 1, 4),  # one channel a row
+    (8, 2, 1),  # every channel in one row (the sum over the tile before staging)
+]
+
+
 @pytest.mark.parametrize("d", [3, 1])
-@pytest.mark.parametrize("layout", ["state-outer", "sub-block"])
+@pytest.mark.parametrize("layout", ["state-outer", "sub-block", *[f"staged {s}" for s in STAGED]])
 def test_mamba1_deterministic_and_default_match_the_oracle(layout, d):
     """d 3: 3 tiles of one channel, a tree of 3 levels; d 1: one tile, its own sum (Triton then
-    passes the tile count as a constant 1)."""
+    passes the tile count as a constant 1). "staged (block_d, warps, rows)": the state-outer
+    backward with ``tree_rows`` (d 7 and 9: 2 tiles, the last one partial)."""
+    bw = dict(layout=layout, block_d=1, tree_fan=2)
+    if layout.startswith("staged"):
+        block_d, warps, rows = STAGED[[f"staged {s}" for s in STAGED].index(layout)]
+        bw = dict(layout="state-outer", block_d=block_d, num_warps=warps, tree_rows=rows,
+                  tree_fan=2)
+        d = 2 * block_d - 1 + 2 * (d == 3)  # 7 or 9 at block_d 4, 15 or 17 at 8
     x = m1_inputs(2, d, 17, 2, gC=1, seed=0)
     gen = torch.Generator().manual_seed(1)
     dout = torch.randn(2, d, 17, generator=gen).to(DEV)
@@ -143,7 +157,6 @@ def test_mamba1_deterministic_and_default_match_the_oracle(layout, d):
     out, last = selective_scan_sequential(**ref_in, delta_softplus=True, return_last_state=True)
     torch.autograd.backward([out, last], [dout.double(), dlast.double()])
     want = dict(out=out, last=last, **{f"d{k}": ref_in[k].grad for k in x})
-    bw = dict(layout=layout, block_d=1, tree_fan=2)
     modes = [True, False] if layout == "state-outer" else [True]  # (the sub-block default: the
     for det in modes:                                              # other files' tests)
         got = m1_run(x, dout, dlast, m1_config(backward=bw, deterministic=det))

@@ -73,6 +73,9 @@ class Backward(LaunchConfig):
     maxnreg: int | None = None
     per_sm: int = 21  # programs of this launch one SM holds at once (its registers × warps)
     tree_fan: int = 16  # deterministic mode: channel tiles one node of the dB/dC sum adds
+    tree_rows: int = 0  # deterministic mode, state-outer: rows of a program's per-chunk staging
+    # (each run of block_d / tree_rows channels summed, the rows then added once a chunk; 0: the
+    # tile's channel sum goes straight into its slot of the tree)
 
 
 @dataclass(frozen=True)
@@ -102,6 +105,11 @@ class Config(LaunchConfig):
         if not isinstance(self.backward.tree_fan, int) or self.backward.tree_fan < 2:
             raise ValueError(f"backward.tree_fan must be an int ≥ 2, got "
                              f"{self.backward.tree_fan!r}")
+        rows = self.backward.tree_rows
+        if not isinstance(rows, int) or rows < 0 or (rows and (
+                rows & (rows - 1) or self.backward.block_d % rows)):
+            raise ValueError(f"backward.tree_rows must be 0 or a power of two dividing "
+                             f"backward.block_d {self.backward.block_d}, got {rows!r}")
         if not isinstance(self.deterministic, bool):
             raise TypeError(f"deterministic must be True or False, got {self.deterministic!r}")
         if self.forward.layout not in FORWARD_LAYOUTS:
