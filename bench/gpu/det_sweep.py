@@ -1,11 +1,11 @@
 """Device script: which backward tile the deterministic mode of Mamba-1 should use (``--sweep``).
 
 The deterministic backward adds the time-varying dB/dC of every channel tile in a fixed order
-(``mambalearn.triton.deterministic``): T = d / block_d partials of (2n × chunk) floats a chunk, T·2n·l
-floats a batch row (``fused.gradients``: the floor). The default tile (2 channels, one warp) makes
-T = 1024 at d2048; a wider program (``Backward.block_d``, ``num_warps``) with its warps' channel sums
-staged and added once a chunk (``Backward.tree_rows``) makes T 4–8× smaller without a cross-warp sum
-per state. This script times, in one process and at both shapes of ``bench.gpu.determinism``
+(``mambalearn.triton.deterministic``): T = d / block_d partials of (2n × chunk) floats a chunk,
+T·2n·l floats a batch row (``fused.gradients``: the floor). The default tile (2 channels, one
+warp) makes T = 1024 at d2048; a wider program (``Backward.block_d``, ``num_warps``) with its
+warps' channel sums staged and added once a chunk (``Backward.tree_rows``) makes T 4–8× smaller without a cross-warp
+sum per state. This script times, in one process and at both shapes of ``bench.gpu.determinism``
 (b8 d2048 n16 l2048, b1 d2048 n16 l32768; bf16, z, D, delta_bias, softplus, B/C (b, n, l)):
 
     1. the default mode (atomics) once: the reference outputs and gradients;
@@ -120,7 +120,7 @@ def sweep_shape(shape, cands, dtype, device, timing, runs, end):
                        max_rel_err=err[worst],
                        correct=equal == runs and err[worst] <= TOL)
             if row["correct"]:
-                fns[cname] = (lambda cfg: lambda: run_cfg(x, grads, cfg))(cfg)
+                fns[cname] = (lambda cfg: lambda: run_cfg(x, grads, cfg))(cfg)  # noqa: B023
         except Exception as e:  # noqa: BLE001 - a candidate that fails is a row, not the end
             row.update(correct=False, error=f"{type(e).__name__}: {str(e)[:300]}")
         rows.append(row)
@@ -135,7 +135,6 @@ def sweep_shape(shape, cands, dtype, device, timing, runs, end):
         if row.get("variant") in fns and row["variant"] != "default":
             ratio, spread = got.ratio(row["variant"], "default")
             row.update(ms=got.ms(row["variant"]), ratio_to_default=ratio, ratio_spread=spread)
-    del x, grads, ref
     return rows
 
 
