@@ -6,7 +6,8 @@ T·2n·l floats a batch row (``fused.gradients``: the floor). The default tile (
 warp) makes T = 1024 at d2048; a wider program (``Backward.block_d``, ``num_warps``) with its
 warps' channel sums staged and added once a chunk (``Backward.tree_rows``) makes T 4–8× smaller
 without a cross-warp sum per state. This script times, in one process and at both shapes of
-``bench.gpu.determinism`` (b8 d2048 n16 l2048, b1 d2048 n16 l32768; bf16, z, D, delta_bias, softplus, B/C (b, n, l)):
+``bench.gpu.determinism`` (b8 d2048 n16 l2048, b1 d2048 n16 l32768; bf16, z, D, delta_bias,
+softplus, B/C (b, n, l)):
 
     1. the default mode (atomics) once: the reference outputs and gradients;
     2. each candidate deterministic config 3× on the same inputs: all 3 bitwise equal, and every
