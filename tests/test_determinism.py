@@ -25,7 +25,14 @@ from mambalearn.mamba3 import mamba3_mimo_combined
 from mambalearn.mamba3.mimo_api import CONFIG as MIMO_CONFIG
 from mambalearn.mamba3.mimo_reference import mamba3_mimo_chunked
 from mambalearn.scan.sequential import selective_scan_sequential
-from mambalearn.triton.deterministic import TreeSum, levels, slot_of, tree_sum
+from mambalearn.triton.deterministic import (
+    TreeSum,
+    levels,
+    slot_of,
+    slot_of_grouped,
+    tree_sum,
+    tree_sum_grouped,
+)
 
 GPU = torch.cuda.is_available()
 DEV = "cuda" if GPU else "cpu"
@@ -40,17 +47,22 @@ PER_SEQUENCE_MIMO = ["Q", "K", "V", "ADT", "DT", "Trap", "Angles", "Z"]
 # the tree sum on its own
 # ---------------------------------------------------------------------------------------------
 @triton.jit
-def _tree_probe(x_ptr, perm_ptr, slots_ptr, counts_ptr, tiles, groups, size,
-                FAN: tl.constexpr, SIZE: tl.constexpr, BLOCK: tl.constexpr):
+def _tree_probe(x_ptr, perm_ptr, slots_ptr, counts_ptr, tiles, groups, rows, size,
+                FAN: tl.constexpr, SIZE: tl.constexpr, BLOCK: tl.constexpr,
+                GROUPED: tl.constexpr):
     """Program i (the i-th to run in the interpreter) plays tile perm[i] of group program_id(1):
     stores x[tile, group] (size ≤ SIZE floats) in its slot, then joins the tree (BLOCK at a
-    time)."""
+    time); GROUPED: the grouped layout (``rows`` slots a group)."""
     idx = tl.load(perm_ptr + tl.program_id(0))
     grp = tl.program_id(1)
     o = tl.arange(0, SIZE)
     v = tl.load(x_ptr + (idx * groups + grp) * size + o, mask=o < size)
-    tl.store(slot_of(slots_ptr, idx, grp, groups, size) + o, v, mask=o < size)
-    tree_sum(slots_ptr, counts_ptr, idx, tiles, grp, groups, size, FAN, BLOCK)
+    if GROUPED:
+        tl.store(slot_of_grouped(slots_ptr, idx, grp, rows, size) + o, v, mask=o < size)
+        tree_sum_grouped(slots_ptr, counts_ptr, idx, tiles, grp, groups, rows, size, FAN, BLOCK)
+    else:
+        tl.store(slot_of(slots_ptr, idx, grp, groups, size) + o, v, mask=o < size)
+        tree_sum(slots_ptr, counts_ptr, idx, tiles, grp, groups, size, FAN, BLOCK)
 
 
 def tree_reference(x, fan):
@@ -67,8 +79,9 @@ def tree_reference(x, fan):
     return x[0]
 
 
+@pytest.mark.parametrize("grouped", [False, True])
 @pytest.mark.parametrize("tiles, fan", [(7, 2), (5, 16), (1, 4)])
-def test_the_tree_sum_ignores_arrival_order(tiles, fan):
+def test_the_tree_sum_ignores_arrival_order(tiles, fan, grouped):
     gen = torch.Generator().manual_seed(tiles)
     groups, size = 3, 40  # size not a multiple of the block: two blocks, the second masked
     scale = 10.0 ** torch.randint(-6, 7, (tiles, groups, size), generator=gen)
@@ -77,10 +90,11 @@ def test_the_tree_sum_ignores_arrival_order(tiles, fan):
     orders = [torch.arange(tiles), torch.arange(tiles).flip(0),
               torch.randperm(tiles, generator=gen)]
     for perm in orders:
-        tree = TreeSum.allocate(tiles, groups, size, fan, DEV)
-        assert tree.slots.shape[0] == sum(levels(tiles, fan))
+        tree = TreeSum.allocate(tiles, groups, size, fan, DEV, grouped=grouped)
+        assert tree.rows == sum(levels(tiles, fan)) and tree.groups == groups
         _tree_probe[(tiles, groups)](x, perm.to(DEV, torch.int32), tree.slots, tree.counts, tiles,
-                                     groups, size, FAN=fan, SIZE=64, BLOCK=32)
+                                     groups, tree.rows, size, FAN=fan, SIZE=64, BLOCK=32,
+                                     GROUPED=grouped)
         assert torch.equal(tree.root(), want), f"arrival order {perm.tolist()}"
     if tiles > 2:  # the test can tell orders apart: a right-to-left sum has other bits
         seq = x[-1].clone()
@@ -275,22 +289,26 @@ def test_mimo_bad_deterministic_values_are_refused():
 # sm_90 builds (no GPU needed) and the GPU's ten runs
 # ---------------------------------------------------------------------------------------------
 @pytest.mark.slow
-def test_the_deterministic_state_outer_backward_builds_for_sm90_without_spills():
-    """The n16 default's tile (2 channels × 64 steps, 1 warp), bf16, every option, B and C
-    varying: no spill (the atomic build has none either: 144 registers), the shared memory of
-    the atomic build (256 bytes), one integer atomic (the counter) and no float atomics."""
+@pytest.mark.parametrize("block_d, warps, rows", [(2, 1, 0), (8, 4, 4)])
+def test_the_deterministic_state_outer_backward_builds_for_sm90_without_spills(block_d, warps,
+                                                                               rows):
+    """The n16 tiles (2 channels × 64 steps in one warp, straight into the tree; the
+    deterministic default's 8 channels in 4 warps, staged), bf16, every option, B and C
+    varying, no register cap: no spill (the atomic build has none either), no more shared
+    memory than a program of the atomic build uses (256 bytes a warp), one integer atomic (the
+    counter) and no float atomics."""
     BF16 = {"u_ptr", "delta_ptr", "z_ptr", "dout_ptr", "du_ptr", "ddelta_ptr", "dz_ptr"}
     kernel = state_outer._bwd_so_kernel
-    flags = dict(N=16, BLOCK_D=2, BLOCK_L=64, HAS_D=True, HAS_Z=True, HAS_BIAS=True,
+    flags = dict(N=16, BLOCK_D=block_d, BLOCK_L=64, HAS_D=True, HAS_Z=True, HAS_BIAS=True,
                  SOFTPLUS=True, VAR_B=True, VAR_C=True, HAS_SEQ=False, EVEN_L=True, EVEN_D=True,
                  REV_LOADS=False, FOLD=False)
-    const = dict(flags, DET=True, SLOT=2 * 16 * 64, FAN=16, TREE_BLOCK=128)
+    const = dict(flags, DET=True, SLOT=2 * 16 * 64, FAN=16, TREE_BLOCK=128 * warps, ROWS=rows)
     sig = {k: "constexpr" if k in const else
            ("*i32" if k in ("seq_ptr", "counts_ptr") else "*bf16" if k in BF16 else "*fp32")
            if k.endswith("_ptr") else "i32" for k in inspect.signature(kernel.fn).parameters}
-    det, = compiled.compile_all(kernel, sig, [dict(constexprs=const, num_warps=1)])
+    det, = compiled.compile_all(kernel, sig, [dict(constexprs=const, num_warps=warps)])
     assert det.spill_bytes == 0 and det.registers <= 255
-    assert det.shared_bytes <= 256 <= machine.H200.shared_per_block
+    assert det.shared_bytes <= 256 * warps <= machine.H200.shared_per_block
     ops = det.opcodes()
     assert "REDG" not in ops and ops.get("ATOMG") == 1, ops  # one counter, no float atomics
 

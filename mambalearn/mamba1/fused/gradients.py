@@ -75,7 +75,7 @@ class GradBuffers:
             tiles, chunk, fan, zero = tree
             g, l = (Bk if Bk.ndim == 4 else Ck).shape[1], u.shape[2]
             tree = (TreeSum.allocate(tiles, b * g * triton.cdiv(l, chunk), nvar * n * chunk,
-                                     fan, u.device, zero), chunk)
+                                     fan, u.device, zero, grouped=True), chunk)
             Bk, Ck = (X.new_empty(()) if X.ndim == 4 else X for X in (Bk, Ck))  # no atomic sums
         else:
             tree = (None, 0)
@@ -101,7 +101,7 @@ class GradBuffers:
         """The kernels' switches of the deterministic mode: DET, SLOT, FAN, TREE_BLOCK."""
         if self.tree is None:
             return dict(DET=False, SLOT=1, FAN=2, TREE_BLOCK=32)
-        slot = self.tree.slots.shape[2]
+        slot = self.tree.slots.shape[2]  # (floats a slot, in either layout)
         return dict(DET=True, SLOT=slot, FAN=self.tree.fan,
                     TREE_BLOCK=min(128 * num_warps, triton.next_power_of_2(slot)))
 
@@ -111,7 +111,7 @@ class GradBuffers:
         b, g, n, l = shape
         q = self.chunk
         c = triton.cdiv(l, q)
-        root = self.tree.root().view(b, g, c, -1, n, q)[:, :, :, which]  # (b, g, c, n, q)
+        root = self.tree.root().reshape(b, g, c, -1, n, q)[:, :, :, which]  # (b, g, c, n, q)
         return root.permute(0, 1, 3, 2, 4).reshape(b, g, n, c * q)[..., :l]
 
     def finish(self, B, C, D, delta_bias):

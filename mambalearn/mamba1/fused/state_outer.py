@@ -32,7 +32,7 @@ from mambalearn.mamba1.fused.tile import (
     st,
 )
 from mambalearn.triton.common import LOG2E
-from mambalearn.triton.deterministic import slot_of, tree_sum
+from mambalearn.triton.deterministic import slot_of_grouped, tree_sum_grouped
 from mambalearn.triton.scan import combine_fn  # the ⊗ of chapter 03, jitted in chapter 08
 
 
@@ -145,7 +145,7 @@ def _bwd_so_kernel(
     l, d, dpg, g,  # length, channels, channels per group, groups
     seg_len, bd, pieces, M,  # steps a segment (l if one), b·d (its rows), pieces a segment,
                         # all pieces
-    groups,  # DET: b·g·chunks, the tree sums' groups
+    groups, slot_rows,  # DET: b·g·chunks, the tree sums' groups; the tree's slots a group
     stride_Bb, stride_Bg, stride_Bn,  # B: (b, g, n, l) or fixed (d, n); 0 if absent
     stride_Cb, stride_Cg, stride_Cn,  # C: likewise
     stride_dBb, stride_dBg, stride_dBn,  # the time-varying dB buffer
@@ -201,7 +201,7 @@ def _bwd_so_kernel(
         dBv_c, dCv_c, sdBn, sdCn = dBv_ptr, dCv_ptr, stride_dBn, stride_dCn
         slot = slots_ptr
         if DET:  # this program's slot for (its batch row and group, chunk c): rows n, columns t
-            slot = slot_of(slots_ptr, pid_d, pid_bg * nchunks + c, groups, SLOT)
+            slot = slot_of_grouped(slots_ptr, pid_d, pid_bg * nchunks + c, slot_rows, SLOT)
             dBv_c = slot - c * BLOCK_L
             if ROWS > 0:  # (or its staging's row 0, reused every chunk: an L2-resident buffer)
                 prog = (pid_s * tl.num_programs(0) + pid_bg) * tl.num_programs(1) + pid_d
@@ -287,8 +287,8 @@ def _bwd_so_kernel(
             # the per-step parts: fewer values live than after the state loop)
             if ROWS > 0:  # the staged rows, added in row order, into this program's slot
                 _so_stage_sum(dBv_c + c * BLOCK_L, slot, ROWS, SLOT, TREE_BLOCK)
-            tree_sum(slots_ptr, counts_ptr, pid_d, tl.num_programs(1), pid_bg * nchunks + c,
-                     groups, SLOT, FAN, TREE_BLOCK)
+            tree_sum_grouped(slots_ptr, counts_ptr, pid_d, tl.num_programs(1),
+                             pid_bg * nchunks + c, groups, slot_rows, SLOT, FAN, TREE_BLOCK)
         tl.debug_barrier()  # the adjoints stored above are read by other threads next chunk
         c -= 1
     # 4. this program's sums over its segment of its batch row (the launcher adds the rows: no
@@ -337,7 +337,8 @@ def launch(dout, u, delta, A, Bk, Ck, D, z, delta_bias, softplus, seq_idx, state
         bufs.dA_rows, bufs.dBf_rows, bufs.dCf_rows, bufs.dD_rows, bufs.dbias_rows,  # row sums
         l, d, d // g, g,  # length, channels, channels per group, groups
         seg_len, b * d, k, (S - 1) * k,  # steps a segment, its rows, pieces a segment, all
-        tree.slots.shape[1] if tree is not None else 1,  # the tree's groups (b·g·chunks)
+        *(tree.groups, tree.rows) if tree is not None else (1, 1),  # its groups (b·g·chunks),
+        # slots a group
         sB.b, sB.g, sB.n,  # strides of B (zeros if fixed (d, n): contiguous)
         sC.b, sC.g, sC.n,  # strides of C
         sdB.b, sdB.g, sdB.n,  # strides of the dB buffer
