@@ -61,6 +61,7 @@ def candidates():
         "4x64w2 r2": tile(4, 2, 2),  # T = d/4, 20 warps an SM
         "8x64w4 r8": tile(8, 4, 8),  # every channel its own row: no shuffle before the stage
         "2x64w1 (before)": base,  # T = d/2, straight into the tree
+        "8x64w4 r4 fan64": tile(8, 4, 4, fan=64),  # 4 nodes of 64 above the tiles, not 16 of 16
     }
 
 
