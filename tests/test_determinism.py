@@ -151,18 +151,20 @@ STAGED = [  # state-outer, deterministic, staged partials: (channels a tile, war
 ]
 
 
-@pytest.mark.parametrize("d", [3, 1])
-@pytest.mark.parametrize("layout", ["state-outer", "sub-block", *[f"staged {s}" for s in STAGED]])
+@pytest.mark.parametrize("layout, d", [(lay, d) for lay in ("state-outer", "sub-block")
+                                       for d in (3, 1)] + [(f"staged {s}", 3) for s in STAGED])
 def test_mamba1_deterministic_and_default_match_the_oracle(layout, d):
     """d 3: 3 tiles of one channel, a tree of 3 levels; d 1: one tile, its own sum (Triton then
     passes the tile count as a constant 1). "staged (block_d, warps, rows)": the state-outer
-    backward with ``tree_rows`` (d 7 and 9: 2 tiles, the last one partial)."""
-    bw = dict(layout=layout, block_d=1, tree_fan=2)
+    backward with ``tree_rows``, 3 tiles, the last one partial, the sequence cut in 2
+    segments."""
+    bw, cut = dict(layout=layout, block_d=1, tree_fan=2), {}
     if layout.startswith("staged"):
         block_d, warps, rows = STAGED[[f"staged {s}" for s in STAGED].index(layout)]
         bw = dict(layout="state-outer", block_d=block_d, num_warps=warps, tree_rows=rows,
                   tree_fan=2)
-        d = 2 * block_d - 1 + 2 * (d == 3)  # 7 or 9 at block_d 4, 15 or 17 at 8
+        d = 3 * block_d - 1  # 11 at block_d 4, 23 at 8
+        cut = dict(segments=2)  # (16 + 1 steps: each program's staging, segment by segment)
     x = m1_inputs(2, d, 17, 2, gC=1, seed=0)
     gen = torch.Generator().manual_seed(1)
     dout = torch.randn(2, d, 17, generator=gen).to(DEV)
@@ -173,23 +175,27 @@ def test_mamba1_deterministic_and_default_match_the_oracle(layout, d):
     want = dict(out=out, last=last, **{f"d{k}": ref_in[k].grad for k in x})
     modes = [True, False] if layout == "state-outer" else [True]  # (the sub-block default: the
     for det in modes:                                              # other files' tests)
-        got = m1_run(x, dout, dlast, m1_config(backward=bw, deterministic=det))
+        got = m1_run(x, dout, dlast, m1_config(backward=bw, deterministic=det, **cut))
         for k, v in want.items():
             testing.assert_close(got[k], v, dtype=torch.float32, grad=k.startswith("d"),
                                  msg=f"{k}, deterministic={det}")
 
 
-def test_mamba1_a_sequence_has_the_same_bits_anywhere_in_its_batch():
+@pytest.mark.parametrize("staged", [False, True])
+def test_mamba1_a_sequence_has_the_same_bits_anywhere_in_its_batch(staged):
     """Kernels only: no initial state, whose gradient's exp runs in PyTorch — on the CPU its
-    vectorised loop rounds a tensor's last elements in a scalar tail (see the MIMO test)."""
-    b, d, l, n = 3, 4, 9, 2  # l = 9, chunk 8 (on a CPU): two segments, 2 tiles a group
+    vectorised loop rounds a tensor's last elements in a scalar tail (see the MIMO test).
+    ``staged``: 2 channels a tile in 2 staged rows (``Backward.tree_rows``)."""
+    b, d, l, n = 3, 4 + 4 * staged, 9, 2  # l = 9, chunk 8 (on a CPU): two segments, 2 tiles a
+    # group
     s, other = m1_inputs(1, d, l, n, gC=2, seed=2), m1_inputs(b, d, l, n, gC=2, seed=3)
     gen = torch.Generator().manual_seed(4)
     ds, do = torch.randn(1, d, l, generator=gen), torch.randn(b, d, l, generator=gen)
     dls, dlo = torch.randn(1, d, n, generator=gen), torch.randn(b, d, n, generator=gen)
     batch = lambda at, X, Y: torch.cat([Y[:at], X, Y[at + 1:]]) if X.shape[0] == 1 and \
         Y.shape[0] == b else X  # A, D, delta_bias are shared
-    cfg = m1_config(segments=2, deterministic=True, backward=dict(tree_fan=2),
+    bw = dict(tree_fan=2, **(dict(block_d=2, num_warps=1, tree_rows=2) if staged else {}))
+    cfg = m1_config(segments=2, deterministic=True, backward=bw,
                     **({} if GPU else dict(chunk=8)))
     runs = []
     for at in (0, 2):
