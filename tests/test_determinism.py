@@ -217,6 +217,13 @@ def test_mamba1_bad_deterministic_values_are_refused():
         selective_scan_fn(**x, deterministic=True, config=default_config(2, DEV))
     with pytest.raises(ValueError, match="tree_fan"):
         default_config(2, "cpu").replace(backward=dict(tree_fan=1))
+    so = dict(layout="state-outer", block_d=4)
+    for rows in (3, 8, -1, 2.0):  # not a power of two, not dividing block_d, negative, a float
+        with pytest.raises(ValueError, match="tree_rows must be 0 or a power of two"):
+            default_config(2, "cpu").replace(backward=dict(so, tree_rows=rows))
+    with pytest.raises(ValueError, match="only the 'state-outer' backward stages"):
+        default_config(2, "cpu").replace(backward=dict(layout="sub-block", tree_rows=2))
+    assert default_config(2, "cpu").replace(backward=dict(so, tree_rows=4)).backward.tree_rows == 4
 
 
 # ---------------------------------------------------------------------------------------------

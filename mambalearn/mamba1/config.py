@@ -110,6 +110,9 @@ class Config(LaunchConfig):
                 rows & (rows - 1) or self.backward.block_d % rows)):
             raise ValueError(f"backward.tree_rows must be 0 or a power of two dividing "
                              f"backward.block_d {self.backward.block_d}, got {rows!r}")
+        if rows and self.backward.layout != "state-outer":
+            raise ValueError(f"backward.tree_rows = {rows}: only the 'state-outer' backward "
+                             f"stages its partials, not {self.backward.layout!r}")
         if not isinstance(self.deterministic, bool):
             raise TypeError(f"deterministic must be True or False, got {self.deterministic!r}")
         if self.forward.layout not in FORWARD_LAYOUTS:
