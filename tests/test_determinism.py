@@ -25,7 +25,14 @@ from mambalearn.mamba3 import mamba3_mimo_combined
 from mambalearn.mamba3.mimo_api import CONFIG as MIMO_CONFIG
 from mambalearn.mamba3.mimo_reference import mamba3_mimo_chunked
 from mambalearn.scan.sequential import selective_scan_sequential
-from mambalearn.triton.deterministic import TreeSum, levels, slot_of, tree_sum
+from mambalearn.triton.deterministic import (
+    TreeSum,
+    levels,
+    slot_of,
+    slot_of_grouped,
+    tree_sum,
+    tree_sum_grouped,
+)
 
 GPU = torch.cuda.is_available()
 DEV = "cuda" if GPU else "cpu"
@@ -40,17 +47,22 @@ PER_SEQUENCE_MIMO = ["Q", "K", "V", "ADT", "DT", "Trap", "Angles", "Z"]
 # the tree sum on its own
 # ---------------------------------------------------------------------------------------------
 @triton.jit
-def _tree_probe(x_ptr, perm_ptr, slots_ptr, counts_ptr, tiles, groups, size,
-                FAN: tl.constexpr, SIZE: tl.constexpr, BLOCK: tl.constexpr):
+def _tree_probe(x_ptr, perm_ptr, slots_ptr, counts_ptr, tiles, groups, rows, size,
+                FAN: tl.constexpr, SIZE: tl.constexpr, BLOCK: tl.constexpr,
+                GROUPED: tl.constexpr):
     """Program i (the i-th to run in the interpreter) plays tile perm[i] of group program_id(1):
     stores x[tile, group] (size ≤ SIZE floats) in its slot, then joins the tree (BLOCK at a
-    time)."""
+    time); GROUPED: the grouped layout (``rows`` slots a group)."""
     idx = tl.load(perm_ptr + tl.program_id(0))
     grp = tl.program_id(1)
     o = tl.arange(0, SIZE)
     v = tl.load(x_ptr + (idx * groups + grp) * size + o, mask=o < size)
-    tl.store(slot_of(slots_ptr, idx, grp, groups, size) + o, v, mask=o < size)
-    tree_sum(slots_ptr, counts_ptr, idx, tiles, grp, groups, size, FAN, BLOCK)
+    if GROUPED:
+        tl.store(slot_of_grouped(slots_ptr, idx, grp, rows, size) + o, v, mask=o < size)
+        tree_sum_grouped(slots_ptr, counts_ptr, idx, tiles, grp, groups, rows, size, FAN, BLOCK)
+    else:
+        tl.store(slot_of(slots_ptr, idx, grp, groups, size) + o, v, mask=o < size)
+        tree_sum(slots_ptr, counts_ptr, idx, tiles, grp, groups, size, FAN, BLOCK)
 
 
 def tree_reference(x, fan):
@@ -67,8 +79,9 @@ def tree_reference(x, fan):
     return x[0]
 
 
+@pytest.mark.parametrize("grouped", [False, True])
 @pytest.mark.parametrize("tiles, fan", [(7, 2), (5, 16), (1, 4)])
-def test_the_tree_sum_ignores_arrival_order(tiles, fan):
+def test_the_tree_sum_ignores_arrival_order(tiles, fan, grouped):
     gen = torch.Generator().manual_seed(tiles)
     groups, size = 3, 40  # size not a multiple of the block: two blocks, the second masked
     scale = 10.0 ** torch.randint(-6, 7, (tiles, groups, size), generator=gen)
@@ -77,10 +90,11 @@ def test_the_tree_sum_ignores_arrival_order(tiles, fan):
     orders = [torch.arange(tiles), torch.arange(tiles).flip(0),
               torch.randperm(tiles, generator=gen)]
     for perm in orders:
-        tree = TreeSum.allocate(tiles, groups, size, fan, DEV)
-        assert tree.slots.shape[0] == sum(levels(tiles, fan))
+        tree = TreeSum.allocate(tiles, groups, size, fan, DEV, grouped=grouped)
+        assert tree.rows == sum(levels(tiles, fan)) and tree.groups == groups
         _tree_probe[(tiles, groups)](x, perm.to(DEV, torch.int32), tree.slots, tree.counts, tiles,
-                                     groups, size, FAN=fan, SIZE=64, BLOCK=32)
+                                     groups, tree.rows, size, FAN=fan, SIZE=64, BLOCK=32,
+                                     GROUPED=grouped)
         assert torch.equal(tree.root(), want), f"arrival order {perm.tolist()}"
     if tiles > 2:  # the test can tell orders apart: a right-to-left sum has other bits
         seq = x[-1].clone()
@@ -130,11 +144,27 @@ def m1_config(**changes):
     return cfg.replace(**changes)
 
 
-@pytest.mark.parametrize("d", [3, 1])
-@pytest.mark.parametrize("layout", ["state-outer", "sub-block"])
+STAGED = [  # state-outer, deterministic, staged partials: (channels a tile, warps, staged rows)
+    (4, 2, 2),  # two channels a row (the GPU's two a warp), d 7: the last tile partial
+    (4, 1, 4),  # one channel a row
+    (8, 2, 1),  # every channel in one row (the sum over the tile before staging)
+]
+
+
+@pytest.mark.parametrize("layout, d", [(lay, d) for lay in ("state-outer", "sub-block")
+                                       for d in (3, 1)] + [(f"staged {s}", 3) for s in STAGED])
 def test_mamba1_deterministic_and_default_match_the_oracle(layout, d):
     """d 3: 3 tiles of one channel, a tree of 3 levels; d 1: one tile, its own sum (Triton then
-    passes the tile count as a constant 1)."""
+    passes the tile count as a constant 1). "staged (block_d, warps, rows)": the state-outer
+    backward with ``tree_rows``, 3 tiles, the last one partial, the sequence cut in 2
+    segments."""
+    bw, cut = dict(layout=layout, block_d=1, tree_fan=2), {}
+    if layout.startswith("staged"):
+        block_d, warps, rows = STAGED[[f"staged {s}" for s in STAGED].index(layout)]
+        bw = dict(layout="state-outer", block_d=block_d, num_warps=warps, tree_rows=rows,
+                  tree_fan=2)
+        d = 3 * block_d - 1  # 11 at block_d 4, 23 at 8
+        cut = dict(segments=2)  # (16 + 1 steps: each program's staging, segment by segment)
     x = m1_inputs(2, d, 17, 2, gC=1, seed=0)
     gen = torch.Generator().manual_seed(1)
     dout = torch.randn(2, d, 17, generator=gen).to(DEV)
@@ -143,26 +173,29 @@ def test_mamba1_deterministic_and_default_match_the_oracle(layout, d):
     out, last = selective_scan_sequential(**ref_in, delta_softplus=True, return_last_state=True)
     torch.autograd.backward([out, last], [dout.double(), dlast.double()])
     want = dict(out=out, last=last, **{f"d{k}": ref_in[k].grad for k in x})
-    bw = dict(layout=layout, block_d=1, tree_fan=2)
     modes = [True, False] if layout == "state-outer" else [True]  # (the sub-block default: the
     for det in modes:                                              # other files' tests)
-        got = m1_run(x, dout, dlast, m1_config(backward=bw, deterministic=det))
+        got = m1_run(x, dout, dlast, m1_config(backward=bw, deterministic=det, **cut))
         for k, v in want.items():
             testing.assert_close(got[k], v, dtype=torch.float32, grad=k.startswith("d"),
                                  msg=f"{k}, deterministic={det}")
 
 
-def test_mamba1_a_sequence_has_the_same_bits_anywhere_in_its_batch():
+@pytest.mark.parametrize("staged", [False, True])
+def test_mamba1_a_sequence_has_the_same_bits_anywhere_in_its_batch(staged):
     """Kernels only: no initial state, whose gradient's exp runs in PyTorch — on the CPU its
-    vectorised loop rounds a tensor's last elements in a scalar tail (see the MIMO test)."""
-    b, d, l, n = 3, 4, 9, 2  # l = 9, chunk 8 (on a CPU): two segments, 2 tiles a group
+    vectorised loop rounds a tensor's last elements in a scalar tail (see the MIMO test).
+    ``staged``: 2 channels a tile in 2 staged rows (``Backward.tree_rows``)."""
+    b, d, l, n = 3, 4 + 4 * staged, 9, 2  # l = 9, chunk 8 (on a CPU): two segments, 2 tiles a
+    # group
     s, other = m1_inputs(1, d, l, n, gC=2, seed=2), m1_inputs(b, d, l, n, gC=2, seed=3)
     gen = torch.Generator().manual_seed(4)
     ds, do = torch.randn(1, d, l, generator=gen), torch.randn(b, d, l, generator=gen)
     dls, dlo = torch.randn(1, d, n, generator=gen), torch.randn(b, d, n, generator=gen)
     batch = lambda at, X, Y: torch.cat([Y[:at], X, Y[at + 1:]]) if X.shape[0] == 1 and \
         Y.shape[0] == b else X  # A, D, delta_bias are shared
-    cfg = m1_config(segments=2, deterministic=True, backward=dict(tree_fan=2),
+    bw = dict(tree_fan=2, **(dict(block_d=2, num_warps=1, tree_rows=2) if staged else {}))
+    cfg = m1_config(segments=2, deterministic=True, backward=bw,
                     **({} if GPU else dict(chunk=8)))
     runs = []
     for at in (0, 2):
@@ -184,6 +217,13 @@ def test_mamba1_bad_deterministic_values_are_refused():
         selective_scan_fn(**x, deterministic=True, config=default_config(2, DEV))
     with pytest.raises(ValueError, match="tree_fan"):
         default_config(2, "cpu").replace(backward=dict(tree_fan=1))
+    so = dict(layout="state-outer", block_d=4)
+    for rows in (3, 8, -1, 2.0):  # not a power of two, not dividing block_d, negative, a float
+        with pytest.raises(ValueError, match="tree_rows must be 0 or a power of two"):
+            default_config(2, "cpu").replace(backward=dict(so, tree_rows=rows))
+    with pytest.raises(ValueError, match="only the 'state-outer' backward stages"):
+        default_config(2, "cpu").replace(backward=dict(layout="sub-block", tree_rows=2))
+    assert default_config(2, "cpu").replace(backward=dict(so, tree_rows=4)).backward.tree_rows == 4
 
 
 # ---------------------------------------------------------------------------------------------
@@ -262,22 +302,26 @@ def test_mimo_bad_deterministic_values_are_refused():
 # sm_90 builds (no GPU needed) and the GPU's ten runs
 # ---------------------------------------------------------------------------------------------
 @pytest.mark.slow
-def test_the_deterministic_state_outer_backward_builds_for_sm90_without_spills():
-    """The n16 default's tile (2 channels × 64 steps, 1 warp), bf16, every option, B and C
-    varying: no spill (the atomic build has none either: 144 registers), the shared memory of
-    the atomic build (256 bytes), one integer atomic (the counter) and no float atomics."""
+@pytest.mark.parametrize("block_d, warps, rows", [(2, 1, 0), (8, 4, 4)])
+def test_the_deterministic_state_outer_backward_builds_for_sm90_without_spills(block_d, warps,
+                                                                               rows):
+    """The n16 tiles (2 channels × 64 steps in one warp, straight into the tree; the
+    deterministic default's 8 channels in 4 warps, staged), bf16, every option, B and C
+    varying, no register cap: no spill (the atomic build has none either), no more shared
+    memory than a program of the atomic build uses (256 bytes a warp), one integer atomic (the
+    counter) and no float atomics."""
     BF16 = {"u_ptr", "delta_ptr", "z_ptr", "dout_ptr", "du_ptr", "ddelta_ptr", "dz_ptr"}
     kernel = state_outer._bwd_so_kernel
-    flags = dict(N=16, BLOCK_D=2, BLOCK_L=64, HAS_D=True, HAS_Z=True, HAS_BIAS=True,
+    flags = dict(N=16, BLOCK_D=block_d, BLOCK_L=64, HAS_D=True, HAS_Z=True, HAS_BIAS=True,
                  SOFTPLUS=True, VAR_B=True, VAR_C=True, HAS_SEQ=False, EVEN_L=True, EVEN_D=True,
                  REV_LOADS=False, FOLD=False)
-    const = dict(flags, DET=True, SLOT=2 * 16 * 64, FAN=16, TREE_BLOCK=128)
+    const = dict(flags, DET=True, SLOT=2 * 16 * 64, FAN=16, TREE_BLOCK=128 * warps, ROWS=rows)
     sig = {k: "constexpr" if k in const else
            ("*i32" if k in ("seq_ptr", "counts_ptr") else "*bf16" if k in BF16 else "*fp32")
            if k.endswith("_ptr") else "i32" for k in inspect.signature(kernel.fn).parameters}
-    det, = compiled.compile_all(kernel, sig, [dict(constexprs=const, num_warps=1)])
+    det, = compiled.compile_all(kernel, sig, [dict(constexprs=const, num_warps=warps)])
     assert det.spill_bytes == 0 and det.registers <= 255
-    assert det.shared_bytes <= 256 <= machine.H200.shared_per_block
+    assert det.shared_bytes <= 256 * warps <= machine.H200.shared_per_block
     ops = det.opcodes()
     assert "REDG" not in ops and ops.get("ATOMG") == 1, ops  # one counter, no float atomics
 

@@ -134,7 +134,7 @@ def selective_scan_fn(u, delta, A, B, C, D=None, z=None, delta_bias=None, delta_
 
     def pick(n, device, l):  # the launch settings for n states (after the argument checks)
         if config is None:
-            return default_config(n, device, l).replace(deterministic=bool(deterministic))
+            return default_config(n, device, l, deterministic=bool(deterministic))
         config.check(n)
         return config
 

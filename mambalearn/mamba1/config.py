@@ -73,6 +73,9 @@ class Backward(LaunchConfig):
     maxnreg: int | None = None
     per_sm: int = 21  # programs of this launch one SM holds at once (its registers × warps)
     tree_fan: int = 16  # deterministic mode: channel tiles one node of the dB/dC sum adds
+    tree_rows: int = 0  # deterministic mode, state-outer: rows of a program's per-chunk staging
+    # (each run of block_d / tree_rows channels summed, the rows then added once a chunk; 0: the
+    # tile's channel sum goes straight into its slot of the tree)
 
 
 @dataclass(frozen=True)
@@ -102,6 +105,14 @@ class Config(LaunchConfig):
         if not isinstance(self.backward.tree_fan, int) or self.backward.tree_fan < 2:
             raise ValueError(f"backward.tree_fan must be an int ≥ 2, got "
                              f"{self.backward.tree_fan!r}")
+        rows = self.backward.tree_rows
+        if not isinstance(rows, int) or rows < 0 or (rows and (
+                rows & (rows - 1) or self.backward.block_d % rows)):
+            raise ValueError(f"backward.tree_rows must be 0 or a power of two dividing "
+                             f"backward.block_d {self.backward.block_d}, got {rows!r}")
+        if rows and self.backward.layout != "state-outer":
+            raise ValueError(f"backward.tree_rows = {rows}: only the 'state-outer' backward "
+                             f"stages its partials, not {self.backward.layout!r}")
         if not isinstance(self.deterministic, bool):
             raise TypeError(f"deterministic must be True or False, got {self.deterministic!r}")
         if self.forward.layout not in FORWARD_LAYOUTS:
@@ -161,6 +172,11 @@ BACKWARD_LARGE_N = Backward("state-outer", block_d=1, num_warps=1, maxnreg=80, p
 # backward, n > chunk: state-outer cannot hold the row sums; the sub-block kernel
 BACKWARD_RUNTIME_LOOP = Backward("sub-block", block_d=32, block_l=8, num_warps=1, even=False,
                                  per_sm=9)
+# backward, n ≤ 16, deterministic mode: 8 channels (2 a warp, as the default's tile) in a program of
+# 4 warps, each warp's channel sums staged, added once a chunk: a tree of d/8 tiles, not d/2
+# (the floor and the expectation: ``fused.gradients``; chosen by ``bench.gpu.det_sweep``)
+DETERMINISTIC_BACKWARD = Backward("state-outer", block_d=8, num_warps=4, maxnreg=96, per_sm=5,
+                                  tree_rows=4)
 # the summaries of a cut sequence: the recurrent layout, one warp of 32 channels, 8 steps a tile
 SUMMARY = Summary(block_d=32, block_l=8, num_warps=1)
 # the interpreter (CPU): small tiles, masks kept in the backward
@@ -169,20 +185,23 @@ CPU_BACKWARD = Backward("sub-block", block_d=4, block_l=8, num_warps=1, even=Fal
 CPU_SUMMARY = Summary(block_d=4, block_l=8, num_warps=1)
 
 
-def default_config(n, device, l=None):
+def default_config(n, device, l=None, deterministic=False):
     """The default `Config` for n states on ``device`` (a CPU device: the interpreter's tiles),
-    sequences of l steps (None: any)."""
+    sequences of l steps (None: any); ``deterministic``: the deterministic mode's (its own
+    backward tile at n ≤ 16)."""
     q = chunk_size(n)
     if torch.device(device).type == "cpu":
         return Config(q, dataclasses.replace(CPU_FORWARD, unroll=n <= UNROLL_MAX), CPU_BACKWARD,
-                      summary=CPU_SUMMARY)
+                      summary=CPU_SUMMARY, deterministic=deterministic)
     if n <= UNROLL_MAX:
-        return Config(q, FORWARD, BACKWARD)
+        return Config(q, FORWARD, DETERMINISTIC_BACKWARD if deterministic else BACKWARD,
+                      deterministic=deterministic)
     # (l % 16: the measured build; without it the u/Δ/z rows are not known 16-byte aligned and
     # the recurrent build converts layouts every step)
     recurrent = n in RECURRENT_DEFAULT_N and (l is None or l % 16 == 0)
     fwd = FORWARD_RECURRENT if recurrent else FORWARD_LARGE_N
-    return Config(q, fwd, BACKWARD_LARGE_N if n <= q else BACKWARD_RUNTIME_LOOP)
+    return Config(q, fwd, BACKWARD_LARGE_N if n <= q else BACKWARD_RUNTIME_LOOP,
+                  deterministic=deterministic)
 
 
 # --- cutting a sequence into segments (chapter 09's last step) ----------------------------------

@@ -16,6 +16,13 @@ adds in a fixed order and still lets every program run at once:
    memory together, not one after another.)
 3. the root's slot (`TreeSum.root`) holds the sum, the same bits whoever did which add.
 
+Two layouts of the slots: by row (rows, groups, size), `slot_of` / `tree_sum`, where a node's FAN
+children lie ``groups · size`` floats apart; and grouped (groups, rows, size), `slot_of_grouped` /
+`tree_sum_grouped`, where they lie side by side, and the programs that work on one group at the
+same time (the tiles of one chunk) write next to each other: fewer pages and DRAM rows in flight
+for the same bytes, which matters when the slots span gigabytes (the address translation's cache
+holds far fewer pages than thousands of programs touching one page each).
+
 Cost: the slots take ``rows · groups · size · 4`` bytes, rows = T + ⌈T/FAN⌉ + … + 1 ≈ T·FAN/(FAN−1)
 (the atomics they replace wrote the same T·groups·size floats, into L2). Every slot is written once
 and read once, by a program that runs at about the same time as its writer (siblings are
@@ -49,23 +56,38 @@ class TreeSum:
     """The slots and counters of a fixed-order sum of ``tiles`` partials in each of ``groups``
     groups of ``size`` floats (module docstring)."""
 
-    slots: torch.Tensor  # (rows, groups, size) fp32; rows 0 … T − 1: the programs' partials
+    slots: torch.Tensor  # (rows, groups, size) fp32, grouped: (groups, rows, size); rows
+    # 0 … T − 1: the programs' partials
     counts: torch.Tensor  # (parents, groups) int32, zeroed
     tiles: int
     fan: int
+    grouped: bool = False  # each group's slots together (``slot_of_grouped``, ``tree_sum_grouped``)
 
     @classmethod
-    def allocate(cls, tiles, groups, size, fan, device, zero=False):
-        """Empty slots (``zero``: zeros, for a kernel that leaves some of a slot unwritten)."""
+    def allocate(cls, tiles, groups, size, fan, device, zero=False, grouped=False):
+        """Empty slots (``zero``: zeros, for a kernel that leaves some of a slot unwritten).
+        ``grouped``: the layout (groups, rows, size): the FAN children of a node side by side, and
+        the programs working on one group at the same time write next to each other."""
         sizes = levels(tiles, fan)
         new = torch.zeros if zero else torch.empty
-        slots = new((sum(sizes), groups, size), device=device, dtype=torch.float32)
+        shape = (groups, sum(sizes), size) if grouped else (sum(sizes), groups, size)
+        slots = new(shape, device=device, dtype=torch.float32)
         counts = torch.zeros((max(1, sum(sizes[1:])), groups), device=device, dtype=torch.int32)
-        return cls(slots, counts, tiles, fan)
+        return cls(slots, counts, tiles, fan, grouped)
+
+    @property
+    def rows(self):
+        """Slots a group: T + ⌈T/FAN⌉ + … + 1."""
+        return self.slots.shape[1 if self.grouped else 0]
+
+    @property
+    def groups(self):
+        return self.slots.shape[0 if self.grouped else 1]
 
     def root(self):
-        """(groups, size) fp32: the sums (valid after the kernel that filled the slots)."""
-        return self.slots[-1]
+        """(groups, size) fp32: the sums (valid after the kernel that filled the slots; grouped: a
+        view with a row stride of ``rows · size``)."""
+        return self.slots[:, -1] if self.grouped else self.slots[-1]
 
     def extra_bytes(self):
         """Bytes of the slots and counters: what the deterministic mode allocates."""
@@ -79,11 +101,34 @@ def slot_of(slots_ptr, idx, grp, groups, size):
 
 
 @triton.jit
+def slot_of_grouped(slots_ptr, idx, grp, rows, size):
+    """`slot_of` in the grouped layout (`TreeSum.grouped`: a group's ``rows`` slots together)."""
+    return slots_ptr + (grp.to(tl.int64) * rows + idx) * size
+
+
+@triton.jit
 def tree_sum(slots_ptr, counts_ptr, idx, tiles, grp, groups, size,
              FAN: tl.constexpr, BLOCK: tl.constexpr):
     """Called by program ``idx`` (of ``tiles``) once its partial for group ``grp`` is in its slot
     (``slot_of``): climbs the tree while it is the last of its siblings, adding their slots in
     child order into the parent's. Returns nothing; the root slot ends up holding the sum."""
+    _climb(slots_ptr, counts_ptr, idx, tiles, grp, groups, size,
+           (0 * idx + groups).to(tl.int64) * size, (0 * idx + grp).to(tl.int64) * size, FAN, BLOCK)
+
+
+@triton.jit
+def tree_sum_grouped(slots_ptr, counts_ptr, idx, tiles, grp, groups, rows, size,
+                     FAN: tl.constexpr, BLOCK: tl.constexpr):
+    """`tree_sum` in the grouped layout (partials stored with ``slot_of_grouped``; ``rows``: the
+    tree's slots a group, `TreeSum.slots`' second dimension)."""
+    _climb(slots_ptr, counts_ptr, idx, tiles, grp, groups, size,
+           (0 * idx + size).to(tl.int64), (0 * idx + grp).to(tl.int64) * rows * size, FAN, BLOCK)
+
+
+@triton.jit
+def _climb(slots_ptr, counts_ptr, idx, tiles, grp, groups, size, row, base,
+           FAN: tl.constexpr, BLOCK: tl.constexpr):
+    """The tree walk of both layouts: slot r of group ``grp`` at ``base + r · row`` (int64)."""
     tl.debug_barrier()  # every thread's stores of the partial happen before the release below
     zero = 0 * idx  # (integer scalars of idx's type)
     row0 = zero  # slot rows before this level
@@ -103,9 +148,8 @@ def tree_sum(slots_ptr, counts_ptr, idx, tiles, grp, groups, size,
             go = old == kids - 1  # the last sibling to arrive adds them all
             if go:
                 tl.debug_barrier()  # its acquire happens before any thread's loads below
-                src = slots_ptr + ((row0 + first).to(tl.int64) * groups + grp) * size
-                dst = slots_ptr + ((row0 + count + parent).to(tl.int64) * groups + grp) * size
-                row = (zero + groups).to(tl.int64) * size  # one slot row: groups × size floats
+                src = slots_ptr + base + (row0 + first).to(tl.int64) * row
+                dst = slots_ptr + base + (row0 + count + parent).to(tl.int64) * row
                 off = zero
                 while off < size:
                     o = off + tl.arange(0, BLOCK)

@@ -38,7 +38,7 @@ from mambalearn.mamba1.fused.tile import (
     st,
 )
 from mambalearn.triton.common import LOG2E
-from mambalearn.triton.deterministic import slot_of, tree_sum
+from mambalearn.triton.deterministic import slot_of_grouped, tree_sum_grouped
 from mambalearn.triton.scan import combine_fn  # the ⊗ of chapter 03, jitted in chapter 08
 
 
@@ -173,7 +173,7 @@ def _bwd_kernel(
     slots_ptr, counts_ptr,  # DET: the `TreeSum` of time-varying dB/dC, in place of the atomics
     dA_ptr, dBf_ptr, dCf_ptr, dD_ptr, dbias_ptr,  # fp32 sums per batch row: (b,d,n) ×3, (b,d) ×2
     l, d, dpg, g,  # length, channels, channels per group, groups
-    groups,  # DET: b·g·chunks, the tree sums' groups
+    groups, slot_rows,  # DET: b·g·chunks, the tree sums' groups; the tree's slots a group
     stride_Bb, stride_Bg, stride_Bn,  # B: (b, g, n, l) or fixed (d, n); 0 if absent
     stride_Cb, stride_Cg, stride_Cn,  # C: likewise
     stride_dBb, stride_dBg, stride_dBn,  # the time-varying dB buffer
@@ -265,7 +265,7 @@ def _bwd_kernel(
         dBv_c, dCv_c, sdBn, sdCn = dBv_ptr, dCv_ptr, stride_dBn, stride_dCn
         if DET:  # this program's slot for (its batch row and group, chunk c): rows n, columns t
             grp = pid_bg * nchunks + c
-            slot = slot_of(slots_ptr, pid_d, grp, groups, SLOT) - c * CHUNK
+            slot = slot_of_grouped(slots_ptr, pid_d, grp, slot_rows, SLOT) - c * CHUNK
             dBv_c, dCv_c, sdBn, sdCn = slot, slot + VAR_B * N * CHUNK, CHUNK, CHUNK
         # 2. sub-blocks backwards: recompute h, reverse-scan g, form the gradients
         j = nsub - 1
@@ -340,8 +340,8 @@ def _bwd_kernel(
                                              HAS_D, HAS_Z, SOFTPLUS, EVEN)
             j -= 1
         if DET:  # the chunk's dB/dC rows of every channel tile, added in tile order
-            tree_sum(slots_ptr, counts_ptr, pid_d, tl.num_programs(1), grp, groups, SLOT, FAN,
-                     TREE_BLOCK)
+            tree_sum_grouped(slots_ptr, counts_ptr, pid_d, tl.num_programs(1), grp, groups,
+                             slot_rows, SLOT, FAN, TREE_BLOCK)
         tl.debug_barrier()  # the next chunk's step 1 overwrites the scratch
         c -= 1
     # 4. this program's sums over its batch row (the launcher adds the rows: no atomics)
@@ -383,7 +383,8 @@ def launch(dout, u, delta, A, Bk, Ck, D, z, delta_bias, SOFTPLUS, seq_idx, state
         *(tree.slots, tree.counts) if tree is not None else (A, A),  # deterministic: the tree
         bufs.dA_rows, bufs.dBf_rows, bufs.dCf_rows, bufs.dD_rows, bufs.dbias_rows,  # row sums
         l, d, d // g, g,  # length, channels, channels per group, groups
-        tree.slots.shape[1] if tree is not None else 1,  # the tree's groups (b·g·chunks)
+        *(tree.groups, tree.rows) if tree is not None else (1, 1),  # its groups (b·g·chunks),
+        # slots a group
         sB.b, sB.g, sB.n,  # strides of B (zeros if fixed (d, n): contiguous)
         sC.b, sC.g, sC.n,  # strides of C
         sdB.b, sdB.g, sdB.n,  # strides of the dB buffer

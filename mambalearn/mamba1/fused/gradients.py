@@ -14,22 +14,32 @@ gradient (zeros if none), the others are folded from the adjoint summaries by th
 slot 0 ends as g_0, the adjoint at step 0.
 
 Deterministic mode (``Config.deterministic``): the time-varying dB/dC are not added atomically
-but through a `TreeSum` (``deterministic``): each channel tile stores its chunk's rows — [dB rows,
-dC rows], each (n, chunk) — in its own slot (tiles, b·g·chunks, (VAR_B + VAR_C)·n·chunk) and the
-last tile of a batch row's chunk to finish adds the slots in tile order; `finish` reads dB/dC
-from the tree's root. The other sums are per program already (no atomics): deterministic in
-both modes.
+but through a `TreeSum` (``deterministic``, its grouped layout): each channel tile stores its
+chunk's rows — [dB rows, dC rows], each (n, chunk) — in its own slot (b·g·chunks groups of
+(VAR_B + VAR_C)·n·chunk floats) and the last tile of a batch row's chunk to finish adds the
+slots in tile order; `finish` reads dB/dC from the tree's root. The other sums are per program
+already (no atomics): deterministic in both modes.
 
-Its cost at the n16 default, b8 d2048 n16 l2048 (state-outer, 2 channels a tile: T = 1024 tiles
-a group, chunk 64, fan 16): slots of (1024 + 64 + 4 + 1) rows × 256 groups (b·chunks) × 2·16·64
-fp32 = 2.3 GB (b1 l32768: 512 groups, 4.6 GB) — the 5.4e8 floats the atomics added into L2, now
-each stored once and read once by the tile that adds its node. The 16 tiles of a node are 128
-programs apart in launch order, so they run at the same time and the reads are mostly L2 hits;
-the slots' write-back to HBM (≈ 2.3 GB, ≈ 0.5 ms at 4.8 TB/s) overlaps a backward of ≈ 2.4 ms
-that moves ≈ 0.5 GB otherwise. Per program and chunk the sums add about 16 sixteen-byte loads,
-one counter atomic and its fence, beside the state loop's ≈ 4700 instructions: a few per cent of
-fwd+bwd expected; if the partials left L2 before their sums, reading them from HBM would add
-≈ 0.5 ms.
+What it must move. The partials are T·2n·l floats a batch row, T = d / block_d tiles: they are
+what the atomics added into L2, and each is now stored, written back to HBM and read once. At
+b8 d2048 n16 l2048 with the atomic default's tile (2 channels, one warp: T = 1024), 2.3 GB
+with the tree's upper levels — ≈ 0.5 ms at 4.8 TB/s, a fifth of a ≈ 2.4 ms backward that moves
+≈ 0.5 GB otherwise (b1 l32768: 4.6 GB, ≈ 1 ms). The floor falls with T only: a program of W
+warps over 2W channels makes T = d / 2W (W = 4: 0.57 GB, ≈ 0.12 ms; W = 8: 0.06 ms).
+
+Why not simply a wider tile: its Σ over channels per state and step crosses warps, through
+shared memory and two barriers each (sm_90 SASS of the state loop, a warp's instructions per
+state: 4 warps, 8 channels, 372 with 12 BAR and 13 STS; the atomic default 309 with 4 BAR).
+``Backward.tree_rows`` (R) stages instead: each run of block_d / R channels (two a warp at
+R = W) is summed inside its warp, and the R rows go to a staging of the program's own
+(R, slot) floats, rewritten every chunk (so it stays in L2: 64 MB at b8 for W = 4, ≈ 2 % of it
+written back); once a chunk, after one barrier, the program adds its R rows in row order into its
+slot. The state loop then costs about the default's (326 instructions, 2 BAR a state at W = 4);
+per chunk the rows add R loads and one store of the slot a thread-block pass (≈ 20 memory
+instructions a thread against ≈ 16 × 326 in the loop) and one counter atomic with its fence.
+What the wider program costs: occupancy (96 registers: 21 one-warp programs an SM, 5 × 4 warps
+= 20, 2 × 8 warps = 16, a loss of a quarter), and a few more spills around the chunk loop.
+Expected at W = 4: a few per cent over the atomic default, the tree's bytes a quarter of T = 1024's.
 """
 
 from dataclasses import dataclass
@@ -75,7 +85,7 @@ class GradBuffers:
             tiles, chunk, fan, zero = tree
             g, l = (Bk if Bk.ndim == 4 else Ck).shape[1], u.shape[2]
             tree = (TreeSum.allocate(tiles, b * g * triton.cdiv(l, chunk), nvar * n * chunk,
-                                     fan, u.device, zero), chunk)
+                                     fan, u.device, zero, grouped=True), chunk)
             Bk, Ck = (X.new_empty(()) if X.ndim == 4 else X for X in (Bk, Ck))  # no atomic sums
         else:
             tree = (None, 0)
@@ -101,7 +111,7 @@ class GradBuffers:
         """The kernels' switches of the deterministic mode: DET, SLOT, FAN, TREE_BLOCK."""
         if self.tree is None:
             return dict(DET=False, SLOT=1, FAN=2, TREE_BLOCK=32)
-        slot = self.tree.slots.shape[2]
+        slot = self.tree.slots.shape[2]  # (floats a slot, in either layout)
         return dict(DET=True, SLOT=slot, FAN=self.tree.fan,
                     TREE_BLOCK=min(128 * num_warps, triton.next_power_of_2(slot)))
 
@@ -111,7 +121,7 @@ class GradBuffers:
         b, g, n, l = shape
         q = self.chunk
         c = triton.cdiv(l, q)
-        root = self.tree.root().view(b, g, c, -1, n, q)[:, :, :, which]  # (b, g, c, n, q)
+        root = self.tree.root().reshape(b, g, c, -1, n, q)[:, :, :, which]  # (b, g, c, n, q)
         return root.permute(0, 1, 3, 2, 4).reshape(b, g, n, c * q)[..., :l]
 
     def finish(self, B, C, D, delta_bias):

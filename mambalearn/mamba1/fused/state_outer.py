@@ -12,6 +12,7 @@ Shapes: as the forward (``forward``), plus dout (b, d, l) and the buffers of `Gr
 gbuf (b, d, n) fp32 carries the adjoint between chunks (it starts as the last state's gradient).
 """
 
+import torch
 import triton
 import triton.language as tl
 
@@ -31,7 +32,7 @@ from mambalearn.mamba1.fused.tile import (
     st,
 )
 from mambalearn.triton.common import LOG2E
-from mambalearn.triton.deterministic import slot_of, tree_sum
+from mambalearn.triton.deterministic import slot_of_grouped, tree_sum_grouped
 from mambalearn.triton.scan import combine_fn  # the ⊗ of chapter 03, jitted in chapter 08
 
 
@@ -90,6 +91,33 @@ def _so_load_state(n, st_c, g_c, A_ptr, B_ptr, Bv_ptr, C_ptr, Cv_ptr, t, t_r, l,
 
 
 @triton.jit
+def _so_stage(ptr, v, ROWS: tl.constexpr, SLOT: tl.constexpr, BLOCK_D: tl.constexpr,
+              BLOCK_L: tl.constexpr):
+    """Deterministic mode, ROWS > 0: the (BLOCK_D, BLOCK_L) tile ``v`` summed over each run of
+    BLOCK_D / ROWS channels (the two channels a warp holds, at ROWS = warps) and stored as ROWS
+    rows, SLOT floats apart, of this program's staging (``ptr``: its row 0 at these steps). No
+    value crosses a warp here: the ROWS rows are added once per chunk (`_so_stage_sum`)."""
+    part = tl.sum(tl.reshape(v, (ROWS, BLOCK_D // ROWS, BLOCK_L)), axis=1)  # (ROWS, BLOCK_L)
+    rows = tl.arange(0, ROWS)
+    tl.store(ptr[None, :] + rows[:, None] * SLOT, part)
+
+
+@triton.jit
+def _so_stage_sum(stage, slot, ROWS: tl.constexpr, SLOT: tl.constexpr,
+                  TREE_BLOCK: tl.constexpr):
+    """The chunk's ROWS staged rows added in row order (0, 1, …: fixed) into this program's slot
+    of the tree (after a barrier: the rows were stored by every warp of the program)."""
+    tl.debug_barrier()
+    for off in tl.static_range(0, SLOT, TREE_BLOCK):
+        o = off + tl.arange(0, TREE_BLOCK)
+        m = o < SLOT
+        acc = tl.load(stage + o, mask=m, other=0.0)
+        for r in tl.static_range(1, ROWS):  # (unrolled: the loads are in flight together)
+            acc += tl.load(stage + r * SLOT + o, mask=m, other=0.0)
+        tl.store(slot + o, acc, mask=m)
+
+
+@triton.jit
 def _so_atomic(ptr, v, t_ok, EVEN_L: tl.constexpr, DET: tl.constexpr):
     """Relaxed atomic add of a (BLOCK_L,) row (acq_rel would add a fence per add); DET: a plain
     store into this program's slot (``deterministic``: a whole chunk's row, in bounds)."""
@@ -111,12 +139,13 @@ def _bwd_so_kernel(
     du_ptr, ddelta_ptr, dz_ptr,  # (b, d, l) gradients
     dB_ptr, dC_ptr,  # (b, g, n, l) fp32 zeroed, if B / C vary with time (atomic adds)
     slots_ptr, counts_ptr,  # DET: the `TreeSum` of time-varying dB/dC, in place of the atomics
+    stage_ptr,  # DET and ROWS > 0: (programs, ROWS, SLOT) fp32, each program's chunk partials
     dA_ptr, dBf_ptr, dCf_ptr, dD_ptr, dbias_ptr,  # fp32 sums per segment and batch row:
                                                   # (S·b, d, n) ×3, (S·b, d) ×2
     l, d, dpg, g,  # length, channels, channels per group, groups
     seg_len, bd, pieces, M,  # steps a segment (l if one), b·d (its rows), pieces a segment,
                         # all pieces
-    groups,  # DET: b·g·chunks, the tree sums' groups
+    groups, slot_rows,  # DET: b·g·chunks, the tree sums' groups; the tree's slots a group
     stride_Bb, stride_Bg, stride_Bn,  # B: (b, g, n, l) or fixed (d, n); 0 if absent
     stride_Cb, stride_Cg, stride_Cn,  # C: likewise
     stride_dBb, stride_dBg, stride_dBn,  # the time-varying dB buffer
@@ -130,6 +159,7 @@ def _bwd_so_kernel(
     FOLD: tl.constexpr,  # S > 1: the segments before the last fold their adjoint carry
     DET: tl.constexpr,  # time-varying dB/dC through the fixed-order tree sum, not atomics
     SLOT: tl.constexpr, FAN: tl.constexpr, TREE_BLOCK: tl.constexpr,  # its slot, fan-in, tile
+    ROWS: tl.constexpr,  # DET: rows of a program's staging (0: its channel sums into its slot)
 ):
     EVEN: tl.constexpr = EVEN_L and EVEN_D
     pid_bg, pid_d, pid_s = tl.program_id(0), tl.program_id(1), tl.program_id(2)
@@ -169,9 +199,14 @@ def _bwd_so_kernel(
     c = c_hi
     while c >= c_lo:  # chunks from last to first
         dBv_c, dCv_c, sdBn, sdCn = dBv_ptr, dCv_ptr, stride_dBn, stride_dCn
+        slot = slots_ptr
         if DET:  # this program's slot for (its batch row and group, chunk c): rows n, columns t
-            slot = slot_of(slots_ptr, pid_d, pid_bg * nchunks + c, groups, SLOT) - c * BLOCK_L
-            dBv_c, dCv_c, sdBn, sdCn = slot, slot + VAR_B * N * BLOCK_L, BLOCK_L, BLOCK_L
+            slot = slot_of_grouped(slots_ptr, pid_d, pid_bg * nchunks + c, slot_rows, SLOT)
+            dBv_c = slot - c * BLOCK_L
+            if ROWS > 0:  # (or its staging's row 0, reused every chunk: an L2-resident buffer)
+                prog = (pid_s * tl.num_programs(0) + pid_bg) * tl.num_programs(1) + pid_d
+                dBv_c = stage_ptr + prog.to(tl.int64) * (ROWS * SLOT) - c * BLOCK_L
+            dCv_c, sdBn, sdCn = dBv_c + VAR_B * N * BLOCK_L, BLOCK_L, BLOCK_L
         # 1. the chunk's tiles, shared by every state
         t = c * BLOCK_L + cols  # (BLOCK_L,)
         t_r = c * BLOCK_L + (BLOCK_L - 1 - cols)  # (BLOCK_L,) the same steps, reversed
@@ -221,11 +256,15 @@ def _bwd_so_kernel(
             y += h * C_n
             gB += gg * B_n
             gahA += p * A_n[:, None]
-            if VAR_B:  # summed over the channel tile, one atomic add per step
+            if VAR_B and DET and ROWS > 0:  # staged: summed within each warp only
+                _so_stage(dBv_c + n * sdBn + t, gg * dtx, ROWS, SLOT, BLOCK_D, BLOCK_L)
+            elif VAR_B:  # summed over the channel tile, one atomic add per step
                 _so_atomic(dBv_c + n * sdBn + t, tl.sum(gg * dtx, axis=0), t_ok, EVEN_L, DET)
             else:
                 dBf_acc += tl.where(cols[None, :] == n, tl.sum(gg * dtx, axis=1)[:, None], 0.0)
-            if VAR_C:
+            if VAR_C and DET and ROWS > 0:
+                _so_stage(dCv_c + n * sdCn + t, dy * h, ROWS, SLOT, BLOCK_D, BLOCK_L)
+            elif VAR_C:
                 _so_atomic(dCv_c + n * sdCn + t, tl.sum(dy * h, axis=0), t_ok, EVEN_L, DET)
             else:
                 dCf_acc += tl.where(cols[None, :] == n, tl.sum(dy * h, axis=1)[:, None], 0.0)
@@ -246,8 +285,10 @@ def _bwd_so_kernel(
                                         HAS_D, HAS_Z, SOFTPLUS, EVEN)
         if DET:  # the chunk's dB/dC rows of every channel tile, added in tile order (here, after
             # the per-step parts: fewer values live than after the state loop)
-            tree_sum(slots_ptr, counts_ptr, pid_d, tl.num_programs(1), pid_bg * nchunks + c,
-                     groups, SLOT, FAN, TREE_BLOCK)
+            if ROWS > 0:  # the staged rows, added in row order, into this program's slot
+                _so_stage_sum(dBv_c + c * BLOCK_L, slot, ROWS, SLOT, TREE_BLOCK)
+            tree_sum_grouped(slots_ptr, counts_ptr, pid_d, tl.num_programs(1),
+                             pid_bg * nchunks + c, groups, slot_rows, SLOT, FAN, TREE_BLOCK)
         tl.debug_barrier()  # the adjoints stored above are read by other threads next chunk
         c -= 1
     # 4. this program's sums over its segment of its batch row (the launcher adds the rows: no
@@ -275,7 +316,13 @@ def launch(dout, u, delta, A, Bk, Ck, D, z, delta_bias, SOFTPLUS, seq_idx, state
     even_l, even_d = cfgs.even_flags(bc.even, l, d // g, config.chunk, bc.block_d)
     sB, sC = bc_strides(Bk), bc_strides(Ck)
     sdB, sdC = bufs.strides(bufs.dB, Bk.ndim == 4), bufs.strides(bufs.dC, Ck.ndim == 4)
-    _bwd_so_kernel[(b * g, triton.cdiv(d // g, bc.block_d), bufs.gbuf.shape[0])](
+    grid = (b * g, triton.cdiv(d // g, bc.block_d), bufs.gbuf.shape[0])
+    rows = bc.tree_rows if tree is not None else 0
+    stage = A
+    if rows:  # one (rows, slot) staging per program, rewritten every chunk
+        stage = torch.empty((grid[0] * grid[1] * grid[2], rows, tree.slots.shape[2]),
+                            device=u.device, dtype=torch.float32)
+    _bwd_so_kernel[grid](
         u, delta, A, Bk, Ck,  # inputs
         D if D is not None else A,  # optional inputs: A stands in for absent ones (unread)
         z if z is not None else A,
@@ -286,10 +333,12 @@ def launch(dout, u, delta, A, Bk, Ck, D, z, delta_bias, SOFTPLUS, seq_idx, state
         bufs.du, bufs.ddelta, bufs.dz if z is not None else A,  # (b, d, l) gradients
         bufs.dB, bufs.dC,  # time-varying dB / dC (atomic adds)
         *(tree.slots, tree.counts) if tree is not None else (A, A),  # deterministic: the tree
+        stage,  # deterministic, bc.tree_rows > 0: the programs' staged partials
         bufs.dA_rows, bufs.dBf_rows, bufs.dCf_rows, bufs.dD_rows, bufs.dbias_rows,  # row sums
         l, d, d // g, g,  # length, channels, channels per group, groups
         seg_len, b * d, k, (S - 1) * k,  # steps a segment, its rows, pieces a segment, all
-        tree.slots.shape[1] if tree is not None else 1,  # the tree's groups (b·g·chunks)
+        *(tree.groups, tree.rows) if tree is not None else (1, 1),  # its groups (b·g·chunks),
+        # slots a group
         sB.b, sB.g, sB.n,  # strides of B (zeros if fixed (d, n): contiguous)
         sC.b, sC.g, sC.n,  # strides of C
         sdB.b, sdB.g, sdB.n,  # strides of the dB buffer
@@ -298,4 +347,4 @@ def launch(dout, u, delta, A, Bk, Ck, D, z, delta_bias, SOFTPLUS, seq_idx, state
         **flags(D, z, delta_bias, SOFTPLUS, B, C, seq_idx),  # HAS_D … HAS_SEQ
         EVEN_L=even_l, EVEN_D=even_d, REV_LOADS=bc.rev_loads, FOLD=S > 1,
         **bufs.tree_constexprs(bc.num_warps),  # DET, SLOT, FAN, TREE_BLOCK
-        num_warps=bc.num_warps, **cfgs.compile_options(bc.maxnreg, interp))
+        ROWS=rows, num_warps=bc.num_warps, **cfgs.compile_options(bc.maxnreg, interp))

@@ -1,0 +1,234 @@
+"""Device script: which backward tile the deterministic mode of Mamba-1 should use (``--sweep``).
+
+The deterministic backward adds the time-varying dB/dC of every channel tile in a fixed order
+(``mambalearn.triton.deterministic``): T = d / block_d partials of (2n × chunk) floats a chunk,
+T·2n·l floats a batch row (``fused.gradients``: the floor). The default tile (2 channels, one
+warp) makes T = 1024 at d2048; a wider program (``Backward.block_d``, ``num_warps``) with its
+warps' channel sums staged and added once a chunk (``Backward.tree_rows``) makes T 4–8× smaller
+without a cross-warp sum per state. This script times, in one process and at both shapes of
+``bench.gpu.determinism`` (b8 d2048 n16 l2048, b1 d2048 n16 l32768; bf16, z, D, delta_bias,
+softplus, B/C (b, n, l)):
+
+    1. the default mode (atomics) once: the reference outputs and gradients;
+    2. each candidate deterministic config 3× on the same inputs: all 3 bitwise equal, and every
+       output within tolerance of the default's (a wrong candidate is reported, never timed);
+    3. ``mambalearn.timing.compare`` of the default and every correct candidate (each warmed ≥ 1 s,
+       5 interleaved rounds, median; ratio = median of per-round ratios candidate / default).
+
+Last it prints the candidate whose worse ratio over the two shapes is the smallest: the one to make
+``config.DETERMINISTIC_BACKWARD``. Rows go to OUT/<device>_det_sweep_<date>.json
+(``bench.gpu.record``), even when cut short by ``--limit``.
+
+    python3 -m bench.gpu.det_sweep --sweep --limit 120 --out $OUT   (H200, < 120 s)
+    python3 -m bench.gpu.det_sweep --cpu-smoke --out /tmp/out       (any machine: the interpreter)
+"""
+
+import argparse
+import dataclasses
+import os
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+import torch  # noqa: E402
+
+from bench.gpu.determinism import MAMBA1, mamba1_case  # noqa: E402
+
+REGISTERS = 65536  # per SM (sm_90)
+CHECK_RUNS = 3
+TOL = 2e-2  # max |candidate − default| / max |default| per output (bf16 outputs: ~2⁻⁸ a value)
+SMOKE = [dict(b=2, d=16, n=2, l=20)]
+
+
+def per_sm(block_d, warps, maxnreg=96):
+    """Programs of ``warps`` warps at ``maxnreg`` registers one SM holds (the segment plan's)."""
+    return max(1, REGISTERS // (maxnreg * 32 * warps))
+
+
+def candidates():
+    """{name: Backward} of the deterministic mode (n ≤ 16, chunk 64); the first is the tile the
+    mode used before staging (2 channels, one warp, straight into the tree)."""
+    from mambalearn.mamba1 import config as cfgs
+
+    base = cfgs.BACKWARD
+    tile = lambda bd, w, rows, fan=16: dataclasses.replace(  # noqa: E731
+        base, block_d=bd, num_warps=w, tree_rows=rows, tree_fan=fan, per_sm=per_sm(bd, w))
+    return {  # (most likely first: a run cut short by --limit drops the last)
+        "8x64w4 r4": tile(8, 4, 4),  # T = d/8, 20 warps an SM
+        "16x64w8 r8": tile(16, 8, 8),  # T = d/16, 16 warps an SM
+        "4x64w2 r2": tile(4, 2, 2),  # T = d/4, 20 warps an SM
+        "8x64w4 r8": tile(8, 4, 8),  # every channel its own row: no shuffle before the stage
+        "2x64w1 (before)": base,  # T = d/2, straight into the tree
+        "8x64w4 r4 fan64": tile(8, 4, 4, fan=64),  # 4 nodes of 64 above the tiles, not 16 of 16
+    }
+
+
+def check(run, x, grads, ref, runs):
+    """(runs bitwise equal to the first, {output: relative error against the default's})."""
+    first = run(x, grads)
+    equal = 1
+    for _ in range(runs - 1):
+        again = run(x, grads)
+        equal += all(torch.equal(first[k], again[k]) for k in first)
+        del again
+    err = {k: ((first[k].float() - v.float()).abs().max()
+               / v.float().abs().max().clamp_min(1e-6)).item() for k, v in ref.items()}
+    return equal, err
+
+
+def sweep_shape(shape, cands, dtype, device, timing, runs, end):
+    """Rows of one shape: each candidate's check, then the correct ones timed with the default
+    (by ``end``, a perf_counter time: the checks stop early enough to leave the timing ~1.6 s a
+    callable)."""
+    from mambalearn.mamba1 import default_config
+    from mambalearn.mamba1.config import chunk_size
+    from mambalearn.timing import Compared, compare, time_ms
+
+    name = f"b{shape['b']} d{shape['d']} n{shape['n']} l{shape['l']}"
+    x, grads, run = mamba1_case(**shape, dtype=dtype, device=device)
+    base = default_config(shape["n"], "cuda", shape["l"])  # (the GPU's tiles, on a CPU too)
+    assert base.chunk == chunk_size(shape["n"])
+    configs = {"default": base}
+    configs.update({k: base.replace(backward=bw, deterministic=True) for k, bw in cands.items()})
+    call = lambda cfg: lambda x, grads: run_cfg(x, grads, cfg)  # noqa: E731
+
+    def run_cfg(x, grads, cfg):
+        from mambalearn.mamba1 import selective_scan_fn
+        xs = {k: v.detach().requires_grad_() for k, v in x.items()}
+        out, last = selective_scan_fn(**xs, delta_softplus=True, return_last_state=True,
+                                      config=cfg)
+        torch.autograd.backward([out, last], list(grads))
+        return dict(out=out.detach(), last=last.detach(), **{f"d{k}": xs[k].grad for k in xs})
+
+    ref = run_cfg(x, grads, base)
+    rows, fns = [], {"default": lambda: run_cfg(x, grads, base)}
+    for cname, cfg in configs.items():
+        if cname == "default":
+            continue
+        if timing and time.perf_counter() > end - 1.7 * (len(fns) + 1):
+            rows.append(dict(shape=name, variant=cname, check="skipped", why="--limit"))
+            print(rows[-1], flush=True)
+            continue
+        bw = cfg.backward
+        row = dict(shape=name, variant=cname, block_d=bw.block_d, num_warps=bw.num_warps,
+                   tree_rows=bw.tree_rows, tree_fan=bw.tree_fan, chunk=cfg.chunk,
+                   tiles=shape["d"] // bw.block_d)
+        try:
+            equal, err = check(call(cfg), x, grads, ref, runs)
+            worst = max(err, key=err.get)
+            row.update(bitwise_equal_runs=float(equal), runs=runs, worst_output=worst,
+                       max_rel_err=err[worst],
+                       correct=equal == runs and err[worst] <= TOL)
+            if row["correct"]:
+                fns[cname] = (lambda cfg: lambda: run_cfg(x, grads, cfg))(cfg)  # noqa: B023
+        except Exception as e:  # noqa: BLE001 - a candidate that fails is a row, not the end
+            row.update(correct=False, error=f"{type(e).__name__}: {str(e)[:300]}")
+        rows.append(row)
+        print(row, flush=True)
+    if timing and time.perf_counter() > end - 1.6 * len(fns):
+        rows.append(dict(shape=name, check="skipped", why="--limit: no time left to time"))
+        return rows
+    got = compare(fns, **timing) if timing else Compared({k: [time_ms(f, cpu_calls=1)]
+                                                          for k, f in fns.items()})
+    rows.append(dict(shape=name, variant="default", ms=got.ms("default"), ratio_to_default=1.0))
+    for row in rows:
+        if row.get("variant") in fns and row["variant"] != "default":
+            ratio, spread = got.ratio(row["variant"], "default")
+            row.update(ms=got.ms(row["variant"]), ratio_to_default=ratio, ratio_spread=spread)
+    return rows
+
+
+def pick(rows):
+    """(name, worse ratio over the shapes) of the best correct candidate timed at every shape."""
+    shapes = {r["shape"] for r in rows if "shape" in r}
+    by = {}
+    for r in rows:
+        if "ratio_to_default" in r and r["variant"] != "default":
+            by.setdefault(r["variant"], {})[r["shape"]] = r["ratio_to_default"]
+    full = {k: max(v.values()) for k, v in by.items() if set(v) == shapes}
+    if not full:
+        return None, None
+    best = min(full, key=full.get)
+    return best, full[best]
+
+
+def table(rows):
+    lines = [f"{'shape':<22}{'variant':<20}{'T':>6}{'equal':>7}{'rel err':>10}{'ms':>9}"
+             f"{'× default':>10}"]
+    for r in rows:
+        if "variant" in r and ("ms" in r or "correct" in r):
+            eq = f"{r['bitwise_equal_runs']:.0f}/{r['runs']}" if "runs" in r else "-"
+            err = f"{r['max_rel_err']:.1e}" if "max_rel_err" in r else "-"
+            ms = f"{r['ms']:.3f}" if "ms" in r else ("WRONG" if not r.get("correct") else "-")
+            ratio = f"{r['ratio_to_default']:.3f}" if "ratio_to_default" in r else "-"
+            lines.append(f"{r['shape']:<22}{r['variant']:<20}{r.get('tiles', '-'):>6}{eq:>7}"
+                         f"{err:>10}{ms:>9}{ratio:>10}")
+    lines += [f"{r.get('check')}: {r.get('shape', '')} {r.get('variant', '')} "
+              f"{r.get('why') or r.get('error')}" for r in rows
+              if r.get("check") in ("skipped", "failed") or "error" in r]
+    return "\n".join(lines)
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--sweep", action="store_true", help="time every candidate (the GPU run)")
+    ap.add_argument("--limit", type=float, default=120.0, help="seconds for the whole run")
+    ap.add_argument("--out", default=os.environ.get("OUT", "/tmp/out"))
+    ap.add_argument("--cpu-smoke", action="store_true", help="toy sizes in the interpreter")
+    args = ap.parse_args(argv)
+    t0 = time.perf_counter()
+    gpu = torch.cuda.is_available() and not args.cpu_smoke
+    if not args.cpu_smoke and not (gpu and args.sweep):
+        print("nothing to do: --sweep on a GPU, or --cpu-smoke")
+        return []
+    from bench.gpu.record import record
+
+    dtype, device = (torch.bfloat16, "cuda") if gpu else (torch.float32, "cpu")
+    timing = dict(warm_s=1.0, rounds=5, rep=100) if gpu else None
+    runs = CHECK_RUNS if gpu else 2
+    print(torch.cuda.get_device_name() if gpu else "CPU (interpreter, smoke run)", flush=True)
+    cands = candidates()
+    if not gpu:
+        cands = {k: cands[k] for k in ("2x64w1 (before)", "8x64w4 r4")}
+    shapes = MAMBA1 if gpu else SMOKE
+    rows = []
+    try:
+        for i, shape in enumerate(shapes):
+            # each shape gets its share of what is left (the last one: all of it)
+            left = args.limit - (time.perf_counter() - t0)
+            end = time.perf_counter() + left / (len(shapes) - i)
+            rows += sweep_shape(shape, cands, dtype, device, timing, runs, end)
+            if gpu:
+                torch.cuda.empty_cache()
+    except Exception as e:  # noqa: BLE001 - record what was measured, then the failure
+        rows.append(dict(check="failed", error=f"{type(e).__name__}: {e}"))
+        print(rows[-1], flush=True)
+    finally:
+        best, worst = pick(rows)
+        rows.append(dict(check="pick", variant=best, worse_ratio=worst))
+        for r in rows:
+            r.setdefault("elapsed_s", round(time.perf_counter() - t0, 1))
+        record("det_sweep", rows, command="python3 -m bench.gpu.det_sweep"
+               + (" --cpu-smoke" if not gpu else f" --sweep --limit {args.limit:.0f}"), peers={},
+               out_dir=args.out,
+               method=f"per candidate: {runs} fwd+bwd on the same inputs (torch.equal), max "
+                      f"|x − default| / max |default| ≤ {TOL} per output; timings: "
+                      "mambalearn.timing.compare (warm ≥ 1 s, 5 interleaved rounds, median; "
+                      "ratio = median of per-round ratios candidate / default); bf16 inputs"
+               if gpu else "CPU smoke run of the script")
+    print(table(rows), flush=True)
+    if best is None:
+        print("no candidate was checked and timed at every shape")
+    else:
+        bw = cands[best]
+        print(f"make the deterministic default: {best} (worse ratio {worst:.3f}): "
+              f"config.DETERMINISTIC_BACKWARD = Backward('state-outer', block_d={bw.block_d}, "
+              f"num_warps={bw.num_warps}, maxnreg={bw.maxnreg}, per_sm={bw.per_sm}, "
+              f"tree_rows={bw.tree_rows}, tree_fan={bw.tree_fan})", flush=True)
+    return rows
+
+
+if __name__ == "__main__":
+    main()
