@@ -146,7 +146,7 @@ def _configs(shape, split):
 def test_cut_backward_against_reference_grad():
     """No seq_idx: dt is Δ itself (no softplus, bias, D, z), so the hand-derived float64
     backward of ``reference_grad`` is the oracle; with initial_states and dfinal."""
-    b, h, p, g, n = 1, 4, 8, 2, 16
+    b, h, p, g, n = 1, 2, 8, 1, 16
     x = torch.randn(b, L, h, p, device=dev)
     dt, A = torch.rand(b, L, h, device=dev) / 3, -torch.rand(h, device=dev) * 2 - 0.2
     B, C = torch.randn(b, L, g, n, device=dev), torch.randn(b, L, g, n, device=dev)
@@ -166,12 +166,13 @@ def test_cut_backward_against_reference_grad():
 def test_cut_backward_seq_idx_against_float64_autograd():
     """seq_idx, softplus, dt_bias, D, z, initial_states, dfinal: float64 autograd through the
     chunked PyTorch oracle (``reference.mamba_chunk_scan_ref``) is the oracle."""
-    b, h, p, g, n = 2, 4, 8, 2, 16
+    b, h, p, g, n = 1, 2, 8, 2, 16
     x = torch.randn(b, L, h, p, device=dev)
     dt, A = torch.randn(b, L, h, device=dev) - 1, -torch.rand(h, device=dev) * 2 - 0.2
     B, C = torch.randn(b, L, g, n, device=dev), torch.randn(b, L, g, n, device=dev)
     kw = dict(D=torch.randn(h, device=dev), z=torch.randn(b, L, h, p, device=dev),
-              dt_bias=torch.randn(h, device=dev), initial_states=torch.randn(b, h, p, n, device=dev),
+              dt_bias=torch.randn(h, device=dev),
+              initial_states=torch.randn(b, h, p, n, device=dev),
               seq_idx=_seq(b, L), dt_softplus=True)
     dfinal = torch.randn(b, h, p, n, device=dev)
     dout = torch.randn(b, L, h, p, device=dev)
