@@ -19,7 +19,7 @@ from mambalearn.mamba2 import backward as SB
 from mambalearn.mamba2 import chunk as T
 from mambalearn.mamba2 import reference as ssd
 from mambalearn.mamba2 import reference_grad
-from mambalearn.mamba2.config import default_config, defaults, gpu_config, split_walk
+from mambalearn.mamba2.config import GPU, default_config, defaults, gpu_config, split_walk
 from mambalearn.mamba2.fused import states
 
 assert_close = partial(testing.assert_close, dtype="dot")
@@ -138,9 +138,11 @@ def _grads(x, dt, A, B, C, cfg, dout, dfinal=None, **kw):
     return {k: v.grad for k, v in leaves.items()}
 
 
-def _configs(shape, split):
+def _configs(shape, split, tma=False):
+    """Both walks cut in ``split``; ``tma``: the recompute by the forward's descriptor kernel
+    (what the GPU's rules choose where they cut)."""
     base = default_config((*shape, Q), dev)
-    return base.replace(backward=dict(passing_split=split, states=dict(split=split)))
+    return base.replace(backward=dict(passing_split=split, states=dict(split=split, tma=tma)))
 
 
 def test_cut_backward_against_reference_grad():
@@ -155,12 +157,14 @@ def test_cut_backward_against_reference_grad():
     want = reference_grad.backward(dout.double(), x.double(), dt.double(), A.double(), B.double(),
                                    C.double(), Q, h0.double(), dfinal.double())
     want = dict(zip(["x", "dt", "A", "B", "C", "initial_states"], want, strict=True))
-    got = {split: _grads(x, dt, A, B, C, _configs((b, L, h, p, g, n), split), dout, dfinal,
-                         initial_states=h0) for split in (1, SPLIT)}
+    cases = {1: (1, False), SPLIT: (SPLIT, False), "tma": (SPLIT, True)}
+    got = {name: _grads(x, dt, A, B, C, _configs((b, L, h, p, g, n), *case), dout, dfinal,
+                        initial_states=h0) for name, case in cases.items()}
     for k in want:
-        for split in (1, SPLIT):
-            assert_close(got[split][k], want[k], grad=True, msg=f"{k} split {split}")
-        torch.testing.assert_close(got[SPLIT][k], got[1][k], rtol=1e-4, atol=1e-4)
+        for name in cases:
+            assert_close(got[name][k], want[k], grad=True, msg=f"{k} split {name}")
+        for name in (SPLIT, "tma"):
+            torch.testing.assert_close(got[name][k], got[1][k], rtol=1e-4, atol=1e-4)
 
 
 def test_cut_backward_seq_idx_against_float64_autograd():
@@ -192,17 +196,20 @@ def test_cut_backward_seq_idx_against_float64_autograd():
 
 
 def test_shape_rules():
-    """At b1 h80 l16384 the recompute walk is cut as the forward's and the reverse state
-    passing is not (2 560 one-warp programs already hold enough bytes in flight); at b1 h8 both
-    are; at b4 l4096 neither; a config refuses a cut below 1."""
+    """At b1 h80 l16384 the recompute walk runs the forward's states kernel cut as the forward's,
+    and the reverse state passing is not cut (2 560 one-warp programs already hold enough bytes
+    in flight); at b1 h8 both are cut; at b4 l4096 neither (the pointer-load recompute as
+    before); a config refuses a cut below 1."""
     shape = (1, 16384, 80, 64, 1, 128, 256)
     cfg = gpu_config(shape, 132)
-    assert cfg.backward.states.split == cfg.states.split == split_walk(160, 64, 132) == 4
+    assert cfg.states.split == split_walk(160, 64, 132) == 4
+    assert cfg.backward.states == cfg.states  # the descriptor kernel, its cut
     assert cfg.backward.passing_split == 1
     small = gpu_config((1, 16384, 8, 64, 1, 128, 256), 132)
     assert small.backward.passing_split > 1 and small.backward.states.split > 1
     b4 = gpu_config((4, 4096, 80, 64, 1, 128, 256), 132)
     assert b4.backward.passing_split == b4.backward.states.split == 1
+    assert b4.backward.states == GPU.backward.states and not b4.backward.states.tma
     with pytest.raises(ValueError, match="backward.passing_split"):
         cfg.replace(backward=dict(passing_split=0))
     with pytest.raises(ValueError, match="backward.states.split"):

@@ -13,8 +13,10 @@ h80 p64 n128 g1, chunk 256, bf16 x/B/C, fp32 dt/A/D/dt_bias, softplus, no z
    parts 1 and 2 time. Nothing is timed there.
 1. **fwd+bwd** at b1 l16384 and b4 l4096: ours with the backward's two walks over chunks (step 0's
    recompute of the states, step 3's reverse state passing) as ``BWD_VARIANTS`` sets them — the
-   one walk each (the previous default), the default (``config.gpu_config``'s rules), forced cuts,
-   the recompute by the tensor-descriptor kernel — against mamba_ssm, whose autotuners are
+   one walk each (the previous default: pointer-load recompute), the default (``config.gpu_config``
+   rules: at b1 the forward's descriptor kernel cut as the forward's), forced cuts of either
+   kernel and of the state passing (a variant equal to one before is left out) — against
+   mamba_ssm, whose autotuners are
    cleared before this shape's first fwd+bwd call (tuned on the call timed). Every variant's seven
    gradients are checked against the one walk's first (relative norm ≤ ``GRAD_TOL``: a wrong one
    is a row, not timed); mamba_ssm's against ours as information. At b1, the kernels of both
@@ -59,15 +61,17 @@ FWD_POINTS = [(1, 32768), (4, 4096)]
 CASES = [("bwd", BWD_POINTS[0]), ("fwd", FWD_POINTS[0]), ("bwd", BWD_POINTS[1]),
          ("fwd", FWD_POINTS[1])]
 # backward variants: changes of the shape's default config (None: the default itself)
+_PTR = dict(tma=False, maxnreg=96)  # the backward's recompute before: pointer loads
+_TMA = dict(tma=True, maxnreg=96)  # the forward's states kernel (tensor descriptors)
 BWD_VARIANTS = {
-    "one walk (old default)": dict(backward=dict(passing_split=1, states=dict(split=1))),
+    "one walk (old default)": dict(backward=dict(passing_split=1, states=dict(_PTR, split=1))),
     "default (rules)": None,
-    "recompute cut 4": dict(backward=dict(passing_split=1, states=dict(split=4))),
-    "recompute cut 8": dict(backward=dict(passing_split=1, states=dict(split=8))),
-    "passing cut 4": dict(backward=dict(passing_split=4, states=dict(split=1))),
-    "both cut 4": dict(backward=dict(passing_split=4, states=dict(split=4))),
-    "recompute TMA cut 4": dict(backward=dict(passing_split=1, states=dict(tma=True, split=4,
-                                                                          maxnreg=96))),
+    "pointer cut 4": dict(backward=dict(passing_split=1, states=dict(_PTR, split=4))),
+    "TMA one walk": dict(backward=dict(passing_split=1, states=dict(_TMA, split=1))),
+    "TMA cut 4": dict(backward=dict(passing_split=1, states=dict(_TMA, split=4))),
+    "TMA cut 8": dict(backward=dict(passing_split=1, states=dict(_TMA, split=8))),
+    "passing cut 4": dict(backward=dict(passing_split=4, states=dict(_PTR, split=1))),
+    "passing cut 8": dict(backward=dict(passing_split=8, states=dict(_PTR, split=1))),
 }
 BWD_BASE = "one walk (old default)"
 # forward variants: changes of the shape's default config
@@ -77,7 +81,8 @@ FWD_VARIANTS = {
     "states split 4": dict(states=dict(split=4)),
     "states split 8": dict(states=dict(split=8)),
     "states split 16": dict(states=dict(split=16)),
-    "states split 32": dict(states=dict(split=32)),
+    "states no register cap": dict(states=dict(maxnreg=None)),
+    "states maxnreg 128": dict(states=dict(maxnreg=128)),
     "states 8 warps": dict(states=dict(num_warps=8, maxnreg=None)),
     "states 64x128 tile 8 warps": dict(states=dict(block_n=128, num_warps=8, maxnreg=None)),
     "states 2 stages": dict(states=dict(stages=2, maxnreg=None)),
@@ -89,7 +94,7 @@ FWD_VARIANTS = {
 GRAD_TOL = 5e-3  # a cut changes float32 summation order (and so some bf16 roundings of H) only
 OUT_TOL = 1e-3
 REP_MS = 40
-NEED = {"prewarm": 100, "bwd": 35, "fwd": 25}  # seconds a part / shape needs at least (GPU)
+NEED = {"prewarm": 100, "bwd": 40, "fwd": 30}  # seconds a part / shape needs at least (GPU)
 TOPIC = "ssd_b1"
 SMOKE = dict(points=[(1, 112)], heads=dict(h=2, p=16, g=1, n=16), chunk=16)
 PREFIX = "mamba_ssm.ops.triton.ssd"
@@ -188,9 +193,13 @@ def bwd_fns(args, kw, smoke, mamba):
     fns = {}
     if mamba is not None:
         fns["mamba_ssm"] = fwd_bwd(lambda *a, **k: mamba(*a, q, **k), args, kw, dout)
-    for name, changes in BWD_VARIANTS.items():
+    seen = set()
+    for name, changes in BWD_VARIANTS.items():  # (a variant equal to one before: left out)
         cfg = config(args, changes, smoke)
-        fns[name] = fwd_bwd(lambda *a, cfg=cfg, **k: ours(*a, q, config=cfg, **k), args, kw, dout)
+        if cfg not in seen:
+            seen.add(cfg)
+            fns[name] = fwd_bwd(lambda *a, cfg=cfg, **k: ours(*a, q, config=cfg, **k), args, kw,
+                                dout)
     return fns
 
 
@@ -226,7 +235,8 @@ def fwd_fns(args, kw, smoke, mamba):
 # 0. prewarm
 def _job(kind, arg, smoke):
     """One prewarm job: ("peer", (i, n)) compiles slice i of n of mamba_ssm's configs at every
-    timed call; ("ours", (path, b, l)) runs each of our variants once at one timed call."""
+    timed call; ("ours", (path, b, l, i, n)) runs variants i, i + n, … of ours once at one timed
+    call."""
     from bench.gpu.batch_one_ssd import clear_autotuners, slice_autotuners
     from course.bench.ssd import load_mamba_ssm_ssd
 
@@ -241,10 +251,10 @@ def _job(kind, arg, smoke):
                 make(args, kw, smoke, mamba)["mamba_ssm"]()
                 del args, kw
     else:
-        path, b, l = arg
+        path, b, l, i, n = arg
         args, kw = inputs(b, l, smoke)
         fns = (bwd_fns if path == "bwd" else fwd_fns)(args, kw, smoke, None)
-        for fn in fns.values():
+        for fn in list(fns.values())[i::n]:
             fn()
     torch.cuda.synchronize()
     return kind, str(arg)
@@ -252,8 +262,8 @@ def _job(kind, arg, smoke):
 
 def prewarm(run, workers, seconds):
     jobs = [("peer", (i, PEER_SLICES)) for i in range(PEER_SLICES)]
-    jobs += [("ours", ("bwd", b, l)) for b, l in BWD_POINTS]
-    jobs += [("ours", ("fwd", b, l)) for b, l in FWD_POINTS]
+    jobs += [("ours", ("bwd", b, l, 0, 1)) for b, l in BWD_POINTS]
+    jobs += [("ours", ("fwd", b, l, i, 2)) for b, l in FWD_POINTS for i in range(2)]
     t, done = time.time(), 0
     pool = cf.ProcessPoolExecutor(max_workers=workers, mp_context=mp.get_context("spawn"))
     futures = [pool.submit(_job, kind, arg, False) for kind, arg in jobs]
@@ -371,8 +381,8 @@ def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--limit", type=float, default=200.0, help="seconds for the whole run")
-    ap.add_argument("--prewarm", type=float, default=70.0, help="seconds for the prewarm at most")
-    ap.add_argument("--workers", type=int, default=min(12, max(1, (os.cpu_count() or 2) - 2)))
+    ap.add_argument("--prewarm", type=float, default=62.0, help="seconds for the prewarm at most")
+    ap.add_argument("--workers", type=int, default=min(14, max(1, (os.cpu_count() or 2) - 2)))
     ap.add_argument("--parts", default="bwd,fwd", help="bwd, fwd (in this order)")
     ap.add_argument("--out", default=os.environ.get("OUT", "/tmp/out"), help="results folder")
     ap.add_argument("--cpu-smoke", action="store_true", help="toy sizes, interpreter: a test")
@@ -388,7 +398,7 @@ def main(argv=None):
     parts = args.parts.split(",")
     if run.gpu and args.prewarm > 0:
         if run.left() >= NEED["prewarm"]:
-            prewarm(run, args.workers, min(args.prewarm, run.left() - 100))
+            prewarm(run, args.workers, min(args.prewarm, run.left() - 120))
         else:
             run.keep(part="prewarm", error="skipped: time limit")
     mamba = None

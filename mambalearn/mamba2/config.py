@@ -159,6 +159,10 @@ class Config(LaunchConfig):
 # SPLIT_MIN_CHUNKS chunks fit in one wave of SPLIT_PROGRAMS_PER_SM programs an SM
 SPLIT_PROGRAMS_PER_SM, SPLIT_MIN, SPLIT_MIN_CHUNKS = 5, 3, 8
 HEADS_PROGRAMS_PER_SM = 2  # steps 4–6: split a group's heads while fewer programs than this
+# The backward's recompute of the states (step 0) by default runs the pointer-load kernel (205
+# registers on sm_90: two programs an SM), whose walk cut in S fills S · 160 / 264 waves at b1 h80:
+# where the forward's walk is cut it takes the forward's descriptor kernel (96 registers, five an
+# SM) and its cut instead (``gpu_config``).
 # the backward's reverse state passing (one-warp programs, bound by bytes once ~16 warps an SM
 # keep their next chunk in flight): cut only while fewer than that; a cut costs a second read of
 # dH ((S − 1)/S × 4 of the 10 bytes a value a chunk)
@@ -237,14 +241,13 @@ def gpu_config(shape, sms):
     tiles = triton.cdiv(p, cfg.states.block_p) * triton.cdiv(n, cfg.states.block_n)
     c = triton.cdiv(l, q)
     split = split_walk(b * h * tiles, c, sms)
-    bst = cfg.backward.states  # the backward's recompute walks the same chunks (its own tiles)
-    bsplit = split_walk(b * h * triton.cdiv(p, bst.block_p) * triton.cdiv(n, bst.block_n), c,
-                        sms)
+    # the backward's recompute walks the same chunks: where the forward's walk is cut, it runs
+    # the forward's (tensor-descriptor) states kernel cut the same way; else its own
+    bstates = cfg.backward.states if split == 1 else dataclasses.replace(cfg.states, split=split)
     passing = split_walk(b * h * triton.cdiv(p * n, cfg.backward.passing_block), c, sms,
                          PASSING_RULE)
     nblk = triton.cdiv(q, cfg.backward.block_q)
     nsplit = head_splits(h // g, b * c * g * nblk * (nblk + 1) // 2, sms)
     outputs = OUTPUTS_LOOP if q <= OUTPUTS_LOOP_MAX_CHUNK else cfg.outputs
     return cfg.replace(states=dict(split=split), outputs=outputs,
-                       backward=dict(nsplit=nsplit, passing_split=passing,
-                                     states=dict(split=bsplit)))
+                       backward=dict(nsplit=nsplit, passing_split=passing, states=bstates))
