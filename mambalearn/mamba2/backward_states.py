@@ -92,16 +92,19 @@ def _state_passing_bwd_kernel(
     above. Masks, not branches, say what a program reads and writes (a masked load moves no
     bytes): a phase-1 program of a segment other than the last reads only dH and a_last."""
     pid, pid_b, pid_h = tl.program_id(0), tl.program_id(1), tl.program_id(2)
-    pid_d, j = pid % nblocks, pid // nblocks  # (segment, block) on axis 0, the block fastest
-    if PHASE == 1:
-        writes = j == nseg - 1  # the last segment walks the true 𝒢 from dfinal, writing
-    else:
-        writes = j >= 0  # (always)
-    c0 = j * seg_chunks  # this program's chunks: [c0, c1), walked from c1 − 1 down to c0
-    c1 = tl.minimum(c0 + seg_chunks, nchunks)
+    if PHASE == 0:
+        pid_d, j, c0, c1 = pid, 0, 0, nchunks
+    else:  # (segment, block) on axis 0, the block fastest; chunks [c0, c1) walked backwards
+        pid_d, j = pid % nblocks, pid // nblocks
+        c0 = j * seg_chunks
+        c1 = tl.minimum(c0 + seg_chunks, nchunks)
     offs = pid_d * BLOCK + tl.arange(0, BLOCK)
     ok = offs < dim
-    okw = tl.where(writes, ok, False)  # where, not &: a block mask and a scalar stay a block
+    if PHASE == 1:  # the last segment walks the true 𝒢 from dfinal, writing; the others only sum
+        writes = j == nseg - 1
+        okw = tl.where(writes, ok, False)  # where, not &: a block mask and a scalar stay a block
+    else:
+        okw = ok
     bh = pid_b.to(tl.int64) * h + pid_h
     E_base = E_ptr + bh * nseg * dim + offs  # segment i: + i · dim
     if PHASE == 2:  # 𝒢 after this segment's last chunk, folded from the segments after it
@@ -134,8 +137,11 @@ def _state_passing_bwd_kernel(
             seq_before = tl.load(seq_ptr + pid_b * l + c * Q - 1, mask=c > 0, other=0)
             alpha = tl.where(seq_end == seq_before, alpha, 0.0)
         # a_last's path through α_c H_c (its path through S_c is step 7's Σ_s v_s)
-        tl.store(dlast_ptr + (bh * nchunks + c) * nblocks + pid_d,
-                 alpha * tl.sum(H_c * G, axis=0), mask=writes)
+        dlast = alpha * tl.sum(H_c * G, axis=0)
+        if PHASE == 1:
+            tl.store(dlast_ptr + (bh * nchunks + c) * nblocks + pid_d, dlast, mask=writes)
+        else:
+            tl.store(dlast_ptr + (bh * nchunks + c) * nblocks + pid_d, dlast)
         G = dH + alpha * G  # 𝒢_c
         gamma *= alpha
         H_c, dH, a_last, row = H_nx, dH_nx, a_nx, row_nx
@@ -143,8 +149,11 @@ def _state_passing_bwd_kernel(
     if PHASE == 1:  # E_j: the segment's 𝒢 at its first chunk (the true one for the last)
         tl.store(E_base + j * dim, G, mask=ok)
         tl.store(G_ptr + bh * nseg + j, gamma, mask=pid_d == 0)
-    elif HAS_INIT:
-        tl.store(dinit_ptr + bh * dim + offs, G, mask=tl.where(j == 0, ok, False))
+    elif HAS_INIT:  # segment 0 (phase 0: the one walk)
+        if PHASE == 0:
+            tl.store(dinit_ptr + bh * dim + offs, G, mask=ok)
+        else:
+            tl.store(dinit_ptr + bh * dim + offs, G, mask=tl.where(j == 0, ok, False))
 
 
 def state_passing_backward(dS, H, final, dA_cs, dfinal=None, seq_idx=None, l=None,
