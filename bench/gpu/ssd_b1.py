@@ -387,14 +387,21 @@ def case(run, mamba, path, b, l):
 
 
 def table(rows):
-    """The timed rows (≤ 30 lines), then errors and wrong variants."""
+    """The timed rows (≤ 30 lines; of the forward sweep only the variants faster than the
+    default, the slower ones named on one line a shape), then errors and wrong variants."""
     lines = [f"{'part':<8}{'shape':<12}{'variant':<30}{'ms':>8}{'vs':>7}{'±':>6}{'vs_base':>8}"]
     f = lambda r, k, fmt: fmt.format(r[k]) if r.get(k) is not None else "-"
+    slower = {}
     for r in rows:
-        if "ms" in r:
+        if ("ms" in r and r["part"] == "fwd" and r["variant"] != "mamba_ssm"
+                and r.get("vs_base", 0) >= 1.0):
+            slower.setdefault(r["shape"], []).append(r["variant"])
+        elif "ms" in r:
             lines.append(f"{r['part']:<8}{r['shape']:<12}{r['variant'][:29]:<30}{r['ms']:>8.4f}"
                          f"{f(r, 'vs', '{:.3f}'):>7}{f(r, 'vs_spread', '{:.2f}'):>6}"
                          f"{f(r, 'vs_base', '{:.3f}'):>8}")
+    lines += [f"fwd {shape}: not faster than the default: {', '.join(names)}"[:160]
+              for shape, names in slower.items()]
     bad = [r for r in rows if "error" in r or r.get("check") == "WRONG"]
     lines += [json.dumps(r)[:200] for r in bad]
     return "\n".join(lines[:30] + ([f"… {len(lines) - 30} more lines"] if len(lines) > 30 else []))
