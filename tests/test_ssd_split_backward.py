@@ -21,6 +21,7 @@ from mambalearn.mamba2 import reference as ssd
 from mambalearn.mamba2 import reference_grad
 from mambalearn.mamba2.config import GPU, default_config, defaults, gpu_config, split_walk
 from mambalearn.mamba2.fused import states
+from mambalearn.testing import rel_error
 
 assert_close = partial(testing.assert_close, dtype="dot")
 dev = "cuda" if torch.cuda.is_available() else "cpu"
@@ -121,15 +122,15 @@ def test_recompute_states_cut(seq):
 
 # ---------------------------------------------------------------------------------------------
 # the whole backward, both walks cut
-def _grads(x, dt, A, B, C, cfg, dout, dfinal=None, **kw):
+def _grads(x, dt, A, B, C, cfg, dout, dfinal=None, q=Q, **kw):
     """Gradients of ⟨out, dout⟩ (+ ⟨final, dfinal⟩) through ``mamba_chunk_scan_combined``'s
-    Triton backward with ``cfg``."""
+    Triton backward with ``cfg``, at chunk ``q``."""
     names = ["x", "dt", "A", "B", "C"] + [k for k, v in kw.items()
                                           if torch.is_tensor(v) and v.is_floating_point()]
     leaves = {k: v.detach().clone().requires_grad_() for k, v in
               zip(names, [x, dt, A, B, C] + [kw[k] for k in names[5:]], strict=True)}
     out, final = combined.mamba_chunk_scan_combined(
-        *(leaves[k] for k in names[:5]), Q, return_final_states=True, config=cfg,
+        *(leaves[k] for k in names[:5]), q, return_final_states=True, config=cfg,
         **{**kw, **{k: leaves[k] for k in names[5:]}})
     outs, gouts = [out], [dout]
     if dfinal is not None:
@@ -214,3 +215,31 @@ def test_shape_rules():
         cfg.replace(backward=dict(passing_split=0))
     with pytest.raises(ValueError, match="backward.states.split"):
         cfg.replace(backward=dict(states=dict(split=0)))
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("seq", [False, True])
+def test_gpu_cut_walks_at_real_sizes(seq):
+    """Real head sizes (p 64, n 128, chunk 256, bf16, 12 chunks, the last short), slow decay so
+    that states carry over many chunks: both walks cut in 3 (the recompute by either states
+    kernel) give the one walk's gradients up to bf16 roundings of the recomputed states."""
+    b, l, h, p, g, n, q = 1, 12 * 256 - 37, 8, 64, 1, 128, 256
+    x = torch.randn(b, l, h, p, device=dev, dtype=torch.bfloat16)
+    dt, A = torch.randn(b, l, h, device=dev) - 2, -torch.rand(h, device=dev) * 0.02 - 0.002
+    B, C = (torch.randn(b, l, g, n, device=dev, dtype=torch.bfloat16) for _ in range(2))
+    kw = dict(D=torch.randn(h, device=dev), dt_bias=torch.rand(h, device=dev) - 2,
+              initial_states=torch.randn(b, h, p, n, device=dev), dt_softplus=True)
+    if seq:
+        kw["seq_idx"] = torch.zeros(b, l, dtype=torch.int32, device=dev)
+        kw["seq_idx"][:, 700:], kw["seq_idx"][:, 1536:] = 1, 2  # mid-chunk; a chunk edge
+    dout = torch.randn(b, l, h, p, device=dev, dtype=torch.bfloat16)
+    dfinal = torch.randn(b, h, p, n, device=dev)
+    base = default_config((b, l, h, p, g, n, q), dev)
+    one = base.replace(backward=dict(passing_split=1, states=dict(split=1, tma=False)))
+    want = _grads(x, dt, A, B, C, one, dout, dfinal, q, **kw)
+    for tma in (False, True):
+        cut = base.replace(backward=dict(passing_split=3, states=dict(split=3, tma=tma)))
+        got = _grads(x, dt, A, B, C, cut, dout, dfinal, q, **kw)
+        for k in want:
+            assert rel_error(got[k], want[k]) < 1e-2, (k, tma, rel_error(got[k], want[k]))
