@@ -44,6 +44,7 @@ last. ``--cpu-smoke``: toy sizes in Triton's interpreter (no peer): a test of th
 import argparse
 import concurrent.futures as cf
 import json
+import math
 import multiprocessing as mp
 import os
 import sys
@@ -132,8 +133,8 @@ class Run:
         return not self.gpu or self.left() >= NEED[part]
 
     def keep(self, **row):
-        row = {k: (float(f"{v:.5g}") if isinstance(v, float) else v) for k, v in row.items()
-               if v is not None}
+        row = {k: (float(f"{v:.5g}") if math.isfinite(v) else str(v))  # (JSON: no inf, NaN)
+               if isinstance(v, float) else v for k, v in row.items() if v is not None}
         self.rows.append(row)
         print(f"[{time.time() - T0:6.1f}s]", json.dumps(row)[:600], flush=True)
         return row
