@@ -28,6 +28,7 @@ assert_close = partial(testing.assert_close, dtype="dot")
 
 dev = "cuda" if torch.cuda.is_available() else "cpu"
 SIZES = dict(b=2, l=40, h=4, p=8, g=2, n=16, q=16)  # c = 3 chunks, the last one half empty
+BWD = defaults(dev).backward  # the launch settings every launcher is given
 
 
 # ---------------------------------------------------------------------------------------------
@@ -102,7 +103,7 @@ def ddA_buffer(case):
 # one test per backward kernel
 def test_gate_backward():
     dout, z, u = (torch.randn(2, 9, 3, 5, device=dev) for _ in range(3))
-    dy, dz = SB.gate_backward(dout, z, u)
+    dy, dz = SB.gate_backward(dout, z, u, BWD)
     z64, u64 = leaf(z), leaf(u)
     (u64 * F.silu(z64)).backward(dout.double())
     assert_close(dy, dout * F.silu(z))
@@ -115,7 +116,7 @@ def test_dstates(case):
     H = leaf(case["H"])
     Y = y_off(chunked(case["C"], q, h), case["dA_cs"].double(), H)
     (unchunk(Y, SIZES["l"]) * case["dy"].double()).sum().backward()
-    assert_close(SB.dstates(case["dy"], case["C"], case["dA_cs"]), H.grad, grad=True)
+    assert_close(SB.dstates(case["dy"], case["C"], case["dA_cs"], cfg=BWD), H.grad, grad=True)
 
 
 def test_state_passing_backward(case):
@@ -133,7 +134,7 @@ def test_state_passing_backward(case):
     (loss + (Hc * dfinal).sum()).backward()
     dS = dH.clone()
     dlast, dinit = SB.state_passing_backward(dS, case["H"], case["final"], case["dA_cs"], dfinal,
-                                             l=SIZES["l"], has_init=True)
+                                             l=SIZES["l"], has_init=True, cfg=BWD)
     assert_close(dS, S.grad, grad=True)
     assert_close(dinit, h0.grad, grad=True)
     assert_close(dlast, a_last.grad, grad=True)
@@ -148,7 +149,8 @@ def test_dcb(case, nsplit):
     Y = y_diag(CB, a, case["dt_c"].double(), chunked(case["x"], q), h)
     (unchunk(Y, l) * case["dy"].double()).sum().backward()
     ddA, nblk = ddA_buffer(case)
-    dCB = SB.dcb(case["dy"], case["x"], case["CB"], case["dt_c"], case["dA_cs"], ddA, nsplit=nsplit)
+    dCB = SB.dcb(case["dy"], case["x"], case["CB"], case["dt_c"], case["dA_cs"], ddA, nsplit=nsplit,
+                 cfg=BWD)
     causal = torch.ones(q, q, dtype=torch.bool, device=dev).tril()
     assert_close(dCB.sum(3).masked_fill(~causal, 0), CB.grad.masked_fill(~causal, 0), grad=True)
     assert_close(ddA[..., :nblk].sum(-1), a.grad, grad=True)  # (b, h, c, q)
@@ -168,9 +170,10 @@ def test_dC_and_dB(case):
     loss = (unchunk(Y, l) * case["dy"].double()).sum()
     (loss + (chunk_states(xc, chunked(B, q, h), a, delta) * dS.double()).sum()).backward()
     ddA, nblk = ddA_buffer(case)
-    dCB = SB.dcb(case["dy"], case["x"], case["CB"], case["dt_c"], case["dA_cs"], ddA)
-    dC = SB.dC_backward(case["dy"], case["H"], case["C"], case["B"], dCB, case["dA_cs"], ddA, nblk)
-    dB = SB.dB_backward(case["x"], dS, case["C"], dCB, case["dt_c"], case["dA_cs"])
+    dCB = SB.dcb(case["dy"], case["x"], case["CB"], case["dt_c"], case["dA_cs"], ddA, cfg=BWD)
+    dC = SB.dC_backward(case["dy"], case["H"], case["C"], case["B"], dCB, case["dA_cs"], ddA, nblk,
+                        cfg=BWD)
+    dB = SB.dB_backward(case["x"], dS, case["C"], dCB, case["dt_c"], case["dA_cs"], cfg=BWD)
     assert_close(dC, C.grad, grad=True)
     assert_close(dB, B.grad, grad=True)
     dyY = (chunked(case["dy"], q) * Y_off.detach()).sum(-1).permute(0, 3, 1, 2)
@@ -191,7 +194,7 @@ def test_dx(case, D_shape):
     (loss + (chunk_states(xc, chunked(case["B"], q, h), a, delta) * dS).sum()).backward()
     v = torch.full_like(case["dt_c"], float("nan"))
     dx, ddt_x, dD = SB.dx_backward(case["x"], case["dy"], case["B"], case["CB"], dS, case["dt_c"],
-                                   case["dA_cs"], D.detach().float(), v=v)
+                                   case["dA_cs"], D.detach().float(), v=v, cfg=BWD)
     w = torch.exp(a[..., -1:] - a) * case["dt_c"].double()  # (b, h, c, q)
     xdSB = torch.einsum("bcshp,bchpn,bcshn->bhcs", xc.detach(), dS.double(),
                         chunked(case["B"], q, h))
@@ -218,7 +221,7 @@ def test_chunk_cumsum_backward(case, limit):
     dt_c, _ = T.chunk_cumsum(case["dt"], case["A"], q, case["bias"], True, limit,
                              heads=defaults(dev).stages.cumsum_heads)
     ddt, dA, dbias = SB.chunk_cumsum_backward(ddA, ddt_x, dlast, dt_c, case["dt"], case["A"],
-                                              case["bias"], True, limit, v)
+                                              case["bias"], True, limit, v, cfg=BWD)
     assert_close(ddt, dt.grad, grad=True)
     assert_close(dA, A.grad, grad=True)
     assert_close(dbias, bias.grad, grad=True)

@@ -292,14 +292,14 @@ def backward_steps(gpu, shape=None, chunk=None, device=None, sweep=False):
     S = T.chunk_state(x, B, dt_c, dA_cs, None, st)
     H, final = T.state_passing(S, dA_cs, None, None, l, out_dtype=x.dtype, cfg=st)
     CB = T.bmm_chunk(C, B, q, st)
-    dS = SB.dstates(dy, C, dA_cs)
+    dS = SB.dstates(dy, C, dA_cs, cfg=bwd)
     nblk = -(-q // blocks(q, bwd))
     ddA = torch.zeros(*dA_cs.shape, nblk + -(-s["n"] // 16), device=dev)  # slots for any BLOCK_N
-    dCB = SB.dcb(dy, x, CB, dt_c, dA_cs, ddA)
-    _, ddt_x, _ = SB.dx_backward(x, dy, B, CB, dS, dt_c, dA_cs, D)
+    dCB = SB.dcb(dy, x, CB, dt_c, dA_cs, ddA, cfg=bwd)
+    _, ddt_x, _ = SB.dx_backward(x, dy, B, CB, dS, dt_c, dA_cs, D, cfg=bwd)
     dlast = torch.zeros(dA_cs.shape[:3], device=dev)
     tma = dataclasses.replace(bwd.states, tma=True)
-    steps = {  # name: f(c) -> anything; c is a config.Backward (None: the default)
+    steps = {  # name: f(c) -> anything; c is a config.Backward
         "0 recompute chunk cumsum": lambda c: T.chunk_cumsum(dt, A, q, bias, True,
                                                              heads=st.cumsum_heads),
         "0 recompute chunk state": lambda c: T.chunk_state(x, B, dt_c, dA_cs, None, st),
@@ -338,7 +338,7 @@ def backward_steps(gpu, shape=None, chunk=None, device=None, sweep=False):
         rows.append(row)
 
     for step, fn in steps.items():
-        timed(f"bwd step {step}", lambda fn=fn: fn(None))
+        timed(f"bwd step {step}", lambda fn=fn: fn(bwd))
     if sweep:
         for step, (kernel, launches) in _sweep().items():
             for launch in launches:
@@ -346,9 +346,9 @@ def backward_steps(gpu, shape=None, chunk=None, device=None, sweep=False):
                 timed(f"sweep {step} {launch}", lambda c=c, fn=steps[step]: fn(c))
         for k in (k for k in (1, 2, 4) if (s["h"] // s["g"]) % k == 0):
             def trio(k=k):
-                dCB_k = SB.dcb(dy, x, CB, dt_c, dA_cs, ddA, nsplit=k)
-                SB.dC_backward(dy, H, C, B, dCB_k, dA_cs, ddA, nblk)
-                SB.dB_backward(x, dS, C, dCB_k, dt_c, dA_cs)
+                dCB_k = SB.dcb(dy, x, CB, dt_c, dA_cs, ddA, nsplit=k, cfg=bwd)
+                SB.dC_backward(dy, H, C, B, dCB_k, dA_cs, ddA, nblk, cfg=bwd)
+                SB.dB_backward(x, dS, C, dCB_k, dt_c, dA_cs, cfg=bwd)
             timed(f"sweep steps 4-6 nsplit={k}", trio)
     return rows
 

@@ -132,24 +132,24 @@ def ssd_backward(dout, dfinal, x, dt, A, B, C, chunk_size, D=None, z=None, dt_bi
     else:
         dy, dz = dout, None
     # 2–3. the state gradients, backwards over chunks (dS holds dH, then dS)
-    dS = dstates(dy, C, dA_cs, seq_idx, cfg)  # (b, c, h, p, n) f32
+    dS = dstates(dy, C, dA_cs, seq_idx, cfg=cfg)  # (b, c, h, p, n) f32
     dlast, dinit = state_passing_backward(dS, H, final, dA_cs, dfinal, seq_idx, l,
                                           has_init=initial_states is not None, cfg=cfg)
     # 4–6. B and C are shared by a group's heads: one program per output tile loops over them
     nblk = triton.cdiv(q, blocks(q, cfg))
     nblk_n = triton.cdiv(n, launch_args(cfg.dC, n)[0])
     ddA = torch.zeros(b, h, c, q, nblk + nblk_n, device=x.device, dtype=torch.float32)
-    dCB = dcb(dy, x, CB, dt_c, dA_cs, ddA, seq_idx, cfg.nsplit, cfg)  # (b, c, g, nsplit, q, q)
-    dC = dC_backward(dy, H, C, B, dCB, dA_cs, ddA, nblk, seq_idx, cfg)  # (b, l, g, n) f32
-    dB = dB_backward(x, dS, C, dCB, dt_c, dA_cs, seq_idx, cfg)  # (b, l, g, n) f32
+    dCB = dcb(dy, x, CB, dt_c, dA_cs, ddA, seq_idx, cfg.nsplit, cfg=cfg)  # (b, c, g, nsplit, q, q)
+    dC = dC_backward(dy, H, C, B, dCB, dA_cs, ddA, nblk, seq_idx, cfg=cfg)  # (b, l, g, n) f32
+    dB = dB_backward(x, dS, C, dCB, dt_c, dA_cs, seq_idx, cfg=cfg)  # (b, l, g, n) f32
     del dCB, H
     # 7. x, x · G for Δ, and v for a
     v = torch.empty(b, h, c, q, device=x.device, dtype=torch.float32)
-    dx, ddt_x, dD = dx_backward(x, dy, B, CB, dS, dt_c, dA_cs, D, seq_idx, v, cfg)
+    dx, ddt_x, dD = dx_backward(x, dy, B, CB, dS, dt_c, dA_cs, D, seq_idx, v, cfg=cfg)
     del dS, CB
     # 8. through the cumsum and the dt transform
     ddt, dA, ddt_bias = chunk_cumsum_backward(ddA.sum(-1), ddt_x, dlast, dt_c, dt, A, dt_bias,
-                                              dt_softplus, dt_limit, v, cfg)
+                                              dt_softplus, dt_limit, v, cfg=cfg)
     cast = lambda grad, like: None if like is None else grad.to(like.dtype)
     return (dx, cast(ddt, dt), cast(dA, A), cast(dB, B), cast(dC, C), cast(dD, D), dz,
             cast(ddt_bias, dt_bias), cast(dinit, initial_states))

@@ -2,17 +2,12 @@
 
 The settings themselves are data in ``mambalearn.mamba2.config`` (``Backward``: a ``Launch``
 per kernel, the q × q tile ``block_q``); every launcher of ``mambalearn.mamba2.backward*``
-takes an optional ``cfg`` (a ``Backward``; default: the device's). How each default was chosen
-(sm_90 register counts, the H200 sweeps) is recorded in ``bench/NOTES_ssd.md``.
+takes a resolved ``cfg`` (a ``Backward``: ``ssd_backward`` resolves the call's ``Config`` once
+and passes its ``backward`` down). How each default was chosen (sm_90 register counts, the H200
+sweeps) is recorded in ``bench/NOTES_ssd.md``.
 """
 
 from mambalearn.mamba2.common import launch_options, stages, tile
-from mambalearn.mamba2.config import defaults
-
-
-def backward_config(cfg, device):
-    """``cfg`` (a ``config.Backward``), or the device's default."""
-    return cfg or defaults(device).backward
 
 
 def launch_args(launch, n=None):

@@ -7,7 +7,6 @@ import torch
 import triton
 import triton.language as tl
 
-from mambalearn.mamba2.backward_config import backward_config
 from mambalearn.mamba2.common import LOG_DECAY_FLOOR, tile
 from mambalearn.triton.common import softplus
 
@@ -27,11 +26,11 @@ def _gate_bwd_kernel(dout_ptr, z_ptr, u_ptr, dy_ptr, dz_ptr, numel, BLOCK: tl.co
     tl.store(dz_ptr + offs, dz.to(dz_ptr.dtype.element_ty), mask=ok)
 
 
-def gate_backward(dout, z, u, cfg=None):
+def gate_backward(dout, z, u, cfg):
     """Step 1. (dy, dz), both (b, l, h, p): dy in u's dtype, dz in z's."""
     dout, z = dout.contiguous(), z.contiguous()
     dy, dz = torch.empty_like(u), torch.empty_like(z)
-    BLOCK = backward_config(cfg, u.device).gate_block
+    BLOCK = cfg.gate_block
     _gate_bwd_kernel[(triton.cdiv(u.numel(), BLOCK),)](dout, z, u, dy, dz, u.numel(), BLOCK=BLOCK)
     return dy, dz
 
@@ -94,7 +93,7 @@ def _chunk_cumsum_bwd_kernel(
 
 
 def chunk_cumsum_backward(ddA, ddt_x, dlast, dt_c, dt, A, dt_bias=None, dt_softplus=False,
-                          dt_limit=(0.0, float("inf")), v=None, cfg=None):
+                          dt_limit=(0.0, float("inf")), v=None, *, cfg):
     """Step 8. (ddt (b, l, h) float32, dA (h,) float32, ddt_bias (h,) float32 or None).
 
     ∂loss/∂a_t = ddA_t − v_t + [t = last](dlast + Σ_s v_s); ddt_x is ∂loss/∂Δ at fixed a."""
@@ -102,7 +101,6 @@ def chunk_cumsum_backward(ddA, ddt_x, dlast, dt_c, dt, A, dt_bias=None, dt_softp
     c, q = dt_c.shape[2], dt_c.shape[3]
     ddt = torch.empty(b, l, h, device=dt.device, dtype=torch.float32)
     dA = torch.empty(b, c, h, device=dt.device, dtype=torch.float32)
-    cfg = backward_config(cfg, dt.device)
     BLOCK_H = tile(cfg.cumsum_heads, h, 1)
     _chunk_cumsum_bwd_kernel[(c, b, triton.cdiv(h, BLOCK_H))](
         ddA, ddt_x, dlast, v if v is not None else ddA, dt_c, dt, A,

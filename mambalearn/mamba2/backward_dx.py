@@ -6,7 +6,7 @@ import torch
 import triton
 import triton.language as tl
 
-from mambalearn.mamba2.backward_config import backward_config, blocks, launch_args
+from mambalearn.mamba2.backward_config import blocks, launch_args
 from mambalearn.mamba2.common import bch_of, load_row, load_tile, load_tile_t, p2
 
 
@@ -91,14 +91,13 @@ def _dx_kernel(
     tl.store(ddt_ptr + cs + offs_s, tl.sum(x_s * G, axis=1), mask=offs_s < Q)
 
 
-def dx_backward(x, dy, B, CB, dS, dt_c, dA_cs, D=None, seq_idx=None, v=None, cfg=None):
+def dx_backward(x, dy, B, CB, dS, dt_c, dA_cs, D=None, seq_idx=None, v=None, *, cfg):
     """Step 7. (dx (b, l, h, p) in x's dtype, x·G (b, h, c, q) float32, dD (D's shape) or None).
     If ``v`` (b, h, c, q) float32 is given, fills it with v_s = w_s x_s · (dS_c B_s) (step 8)."""
     x, dy, B = x.contiguous(), dy.contiguous(), B.contiguous()
     b, l, h, p = x.shape
     g, n = B.shape[2], B.shape[3]
     c, q = dA_cs.shape[2], dA_cs.shape[3]
-    cfg = backward_config(cfg, x.device)
     BQ = blocks(q, cfg)
     BN, opts = launch_args(cfg.dx, n)
     nblk = triton.cdiv(q, BQ)

@@ -7,7 +7,7 @@ import torch
 import triton
 import triton.language as tl
 
-from mambalearn.mamba2.backward_config import backward_config, blocks, launch_args
+from mambalearn.mamba2.backward_config import blocks, launch_args
 from mambalearn.mamba2.common import bcgs_of, load_row, load_tile, load_tile_t, p2
 
 
@@ -69,7 +69,7 @@ def _dcb_kernel(
     tl.store(out, acc, mask=(offs_t[:, None] < Q) & (offs_s[None, :] < Q))
 
 
-def dcb(dy, x, CB, dt_c, dA_cs, ddA, seq_idx=None, nsplit=1, cfg=None):
+def dcb(dy, x, CB, dt_c, dA_cs, ddA, seq_idx=None, nsplit=1, *, cfg):
     """Step 4. dCB (b, c, g, nsplit, q, q) float32: its sum over the split axis is ∂loss/∂CB
     (blocks above the diagonal are not written). Fills ddA[..., :#blocks]: their sum over the
     slots is Σ_{s<t} E_ts − Σ_{t'>t} E_t't = ∂⟨Y_diag, dy⟩/∂a_t (step 8)."""
@@ -78,7 +78,6 @@ def dcb(dy, x, CB, dt_c, dA_cs, ddA, seq_idx=None, nsplit=1, cfg=None):
     c, g, q = CB.shape[1], CB.shape[2], CB.shape[3]
     if nsplit < 1 or (h // g) % nsplit:
         raise ValueError(f"nsplit = {nsplit} must divide the {h // g} heads of a group")
-    cfg = backward_config(cfg, x.device)
     BQ = blocks(q, cfg)
     nblk = triton.cdiv(q, BQ)
     dCB = torch.empty(b, c, g, nsplit, q, q, device=x.device, dtype=torch.float32)
@@ -148,13 +147,12 @@ def _dC_kernel(
     tl.store(out + offs_n[None, :], acc, mask=ok_t[:, None] & (offs_n[None, :] < N))
 
 
-def dC_backward(dy, H, C, B, dCB, dA_cs, ddA, slot0, seq_idx=None, cfg=None):
+def dC_backward(dy, H, C, B, dCB, dA_cs, ddA, slot0, seq_idx=None, *, cfg):
     """Step 5. dC (b, l, g, n) float32. Fills ddA[..., slot0 + n-block] (dy_t · Y_off_t)."""
     dy, C, B = dy.contiguous(), C.contiguous(), B.contiguous()
     b, l, h, p = dy.shape
     g, n = C.shape[2], C.shape[3]
     c, nsplit, q = dCB.shape[1], dCB.shape[3], dCB.shape[-1]
-    cfg = backward_config(cfg, dy.device)
     BQ = blocks(q, cfg)
     BN, opts = launch_args(cfg.dC, n)
     dC = torch.empty(nsplit, b, l, g, n, device=dy.device, dtype=torch.float32)
@@ -220,13 +218,12 @@ def _dB_kernel(
     tl.store(out + offs_n[None, :], acc, mask=ok_s[:, None] & (offs_n[None, :] < N))
 
 
-def dB_backward(x, dS, C, dCB, dt_c, dA_cs, seq_idx=None, cfg=None):
+def dB_backward(x, dS, C, dCB, dt_c, dA_cs, seq_idx=None, *, cfg):
     """Step 6. dB (b, l, g, n) float32."""
     x, C = x.contiguous(), C.contiguous()
     b, l, h, p = x.shape
     g, n = C.shape[2], C.shape[3]
     c, nsplit, q = dCB.shape[1], dCB.shape[3], dCB.shape[-1]
-    cfg = backward_config(cfg, x.device)
     BQ = blocks(q, cfg)
     BN, opts = launch_args(cfg.dB, n)
     dB = torch.empty(nsplit, b, l, g, n, device=x.device, dtype=torch.float32)

@@ -110,7 +110,9 @@ class Backward(LaunchConfig):
 
     ``block_q``: the (t, s) tile of the q × q blocks (steps 4–7 agree on it); ``nsplit``:
     programs sharing a group's heads in steps 4–6; ``recompute``: step 0 by chapter 11's
-    states kernel (``"states"``, with ``states``) or chapter 10's stages (``"stages"``)."""
+    states kernel (``"states"``, with ``states``: its ``split`` cuts that walk as the forward's)
+    or chapter 10's stages (``"stages"``); ``passing_split``: segments step 3's reverse walk over
+    the chunks is cut into (1: one walk)."""
 
     block_q: int = 64
     dstates: Launch = Launch(num_warps=4, num_stages=3, block_n=128)
@@ -122,6 +124,7 @@ class Backward(LaunchConfig):
     nsplit: int = 1
     passing_block: int = 256  # one warp, 8 values a thread: its sums need no barrier
     passing_warps: int = 1
+    passing_split: int = 1
     cumsum_heads: int = 4
     cumsum_warps: int = 4
     gate_block: int = 1024
@@ -144,7 +147,9 @@ class Config(LaunchConfig):
             raise ValueError(f'backward.recompute must be "states" or "stages", '
                              f"got {self.backward.recompute!r}")
         for name, v in (("states.split", self.states.split),
-                        ("backward.nsplit", self.backward.nsplit)):
+                        ("backward.nsplit", self.backward.nsplit),
+                        ("backward.states.split", self.backward.states.split),
+                        ("backward.passing_split", self.backward.passing_split)):
             if not isinstance(v, int) or v < 1:
                 raise ValueError(f"{name} must be an int ≥ 1, got {v!r}")
 
@@ -154,6 +159,14 @@ class Config(LaunchConfig):
 # SPLIT_MIN_CHUNKS chunks fit in one wave of SPLIT_PROGRAMS_PER_SM programs an SM
 SPLIT_PROGRAMS_PER_SM, SPLIT_MIN, SPLIT_MIN_CHUNKS = 5, 3, 8
 HEADS_PROGRAMS_PER_SM = 2  # steps 4–6: split a group's heads while fewer programs than this
+# The backward's recompute of the states (step 0) by default runs the pointer-load kernel (205
+# registers on sm_90: two programs an SM), whose walk cut in S fills S · 160 / 264 waves at b1 h80:
+# where the forward's walk is cut it takes the forward's descriptor kernel (96 registers, five an
+# SM) and its cut instead (``gpu_config``).
+# the backward's reverse state passing (one-warp programs, bound by bytes once ~16 warps an SM
+# keep their next chunk in flight): cut only while fewer than that; a cut costs a second read of
+# dH ((S − 1)/S × 4 of the 10 bytes a value a chunk)
+PASSING_RULE = (16, 3, 8)  # (programs an SM, least segments, least chunks a segment)
 # the outputs kernel at chunks up to 128: one pipelined loop over 32-column blocks, 3 stages
 # (127 registers: 4 programs an SM instead of 3); at 256 the one-tile diagonal was faster
 OUTPUTS_LOOP = Outputs(block_k=32, loop=True, num_stages=3)
@@ -220,12 +233,21 @@ def default_config(shape, device):
 
 def gpu_config(shape, sms):
     """The GPU default for ``shape`` on a GPU of ``sms`` SMs: ``GPU`` with the shape rules
-    applied (the walk's segments, the backward's head splits, the outputs kernel by chunk)."""
+    applied (the segments of the three walks over chunks: the forward's states, the backward's
+    recompute of them and its reverse state passing; the backward's head splits; the outputs
+    kernel by chunk)."""
     b, l, h, p, g, n, q = shape
     cfg = GPU
     tiles = triton.cdiv(p, cfg.states.block_p) * triton.cdiv(n, cfg.states.block_n)
-    split = split_walk(b * h * tiles, triton.cdiv(l, q), sms)
+    c = triton.cdiv(l, q)
+    split = split_walk(b * h * tiles, c, sms)
+    # the backward's recompute walks the same chunks: where the forward's walk is cut, it runs
+    # the forward's (tensor-descriptor) states kernel cut the same way; else its own
+    bstates = cfg.backward.states if split == 1 else dataclasses.replace(cfg.states, split=split)
+    passing = split_walk(b * h * triton.cdiv(p * n, cfg.backward.passing_block), c, sms,
+                         PASSING_RULE)
     nblk = triton.cdiv(q, cfg.backward.block_q)
-    nsplit = head_splits(h // g, b * triton.cdiv(l, q) * g * nblk * (nblk + 1) // 2, sms)
+    nsplit = head_splits(h // g, b * c * g * nblk * (nblk + 1) // 2, sms)
     outputs = OUTPUTS_LOOP if q <= OUTPUTS_LOOP_MAX_CHUNK else cfg.outputs
-    return cfg.replace(states=dict(split=split), outputs=outputs, backward=dict(nsplit=nsplit))
+    return cfg.replace(states=dict(split=split), outputs=outputs,
+                       backward=dict(nsplit=nsplit, passing_split=passing, states=bstates))

@@ -31,7 +31,8 @@ forward's) takes a whole chunk a trip through tensor descriptors (no masks, no c
 branches; the entering state leaves by a TMA store) and fits in 96 registers, five programs an SM.
 Each program's time is the length of its walk, so with few (batch, head) pairs (b1) the walk is
 cut into S = ``config.States.split`` segments (``config.split_walk`` chooses S from the shape and
-the SM count), in two launches, exactly:
+the SM count), in two launches, exactly (both kernels; the backward's recompute cuts its walk
+with ``config.Backward.states.split``):
 
     phase 1   segment 0 walks from H_0 (writing H); segment j > 0 walks from 0 without writing:
               its end state E_j and Γ_j = Π of its chunk decays exp(a_last)
@@ -55,38 +56,66 @@ from mambalearn.mamba2.common import (
     stages,
     tile,
 )
-from mambalearn.mamba2.config import defaults
 from mambalearn.mamba2.fused.outputs import tma_ok
 from mambalearn.triton.common import LOG2E, exp2_ftz
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["seg_chunks", "nseg"])
 def _chunk_states_kernel(
     x_ptr, B_ptr, dtc_ptr, dacs_ptr, init_ptr, seq_ptr,  # x, B: mamba_ssm's; Δ, dA_cs (b, h, c, q)
     H_ptr,              # out: (b, c, h, p, n), the state entering each chunk, in H's dtype
     final_ptr,          # out: (b, h, p, n) float32, the state after the last chunk
-    l, h, p, nchunks, heads_per_group,
+    E_ptr, G_ptr,       # split only: segment end states (b·h·S, p, n), decays Γ (b·h·S,) fp32
+    l, h, p, nchunks, heads_per_group, seg_chunks, nseg,
     stride_xb, stride_xl, stride_xh, stride_xp,
     stride_Bb, stride_Bl, stride_Bg, stride_Bn,
     stride_seqb, stride_seql,
     N: tl.constexpr, Q: tl.constexpr,           # state size; chunk length
     BLOCK_P: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-    HAS_INIT: tl.constexpr, HAS_SEQ: tl.constexpr, EVEN: tl.constexpr,
+    HAS_INIT: tl.constexpr, HAS_SEQ: tl.constexpr, EVEN: tl.constexpr, PHASE: tl.constexpr,
 ):
-    # program → (batch·head, p-block, n-block), n-block fastest: neighbours read the same x
+    """PHASE 0: one program walks all chunks. PHASE 1 / 2: the walk cut in ``nseg`` segments of
+    ``seg_chunks`` chunks, as ``_chunk_states_tma_kernel``'s (the module doc)."""
+    # program → (batch·head, segment, p-block, n-block), n-block fastest: neighbours read the
+    # same x
     pid = tl.program_id(0)
     n_nb, n_pb = tl.cdiv(N, BLOCK_N), tl.cdiv(p, BLOCK_P)
-    pid_n, pid_p, pid_bh = pid % n_nb, (pid // n_nb) % n_pb, pid // (n_nb * n_pb)
+    pid_n, pid_p, pid_rest = pid % n_nb, (pid // n_nb) % n_pb, pid // (n_nb * n_pb)
+    if PHASE == 0:
+        pid_bh, j = pid_rest, 0
+        c0, c1 = 0, nchunks
+    else:
+        if PHASE == 1:
+            pid_bh, j = pid_rest // nseg, pid_rest % nseg
+        else:
+            pid_bh, j = pid_rest // (nseg - 1), 1 + pid_rest % (nseg - 1)
+        c0 = j * seg_chunks  # this program's chunks: [c0, c1)
+        c1 = tl.minimum(c0 + seg_chunks, nchunks)
     pid_b, pid_h = pid_bh // h, pid_bh % h
     offs_p = pid_p * BLOCK_P + tl.arange(0, BLOCK_P)
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     ok_np = (offs_n[:, None] < N) & (offs_p[None, :] < p)
     np_offs = offs_p[None, :] * N + offs_n[:, None]  # (BLOCK_N, BLOCK_P) inside one (p, n) state
-    if HAS_INIT:  # H_0, the state entering chunk 0 (it belongs to sequence 0)
-        H = tl.load(init_ptr + pid_bh.to(tl.int64) * p * N + np_offs, mask=ok_np,
+    E_base = E_ptr + pid_bh.to(tl.int64) * nseg * p * N + np_offs  # segment i: + i · p · N
+    if PHASE == 2:  # the carry into segment j, folded from the segments before it
+        H = tl.load(E_base, mask=ok_np, other=0.0)
+        for i in range(1, j):
+            H = tl.load(G_ptr + pid_bh * nseg + i) * H + tl.load(E_base + i * p * N, mask=ok_np,
+                                                                 other=0.0)
+    elif HAS_INIT:  # H_0, the state entering chunk 0 (it belongs to sequence 0); a segment
+        # other than the first starts from zero (where, not &: the mask stays a block)
+        if PHASE == 0:
+            first = ok_np
+        else:
+            first = tl.where(j == 0, ok_np, False)
+        H = tl.load(init_ptr + pid_bh.to(tl.int64) * p * N + np_offs, mask=first,
                     other=0.0).to(tl.float32)
     else:
         H = tl.zeros((BLOCK_N, BLOCK_P), dtype=tl.float32)
+    if PHASE == 1:  # only the first segment publishes the states it walks through
+        ok_pub = tl.where(j == 0, ok_np, False)
+    else:
+        ok_pub = ok_np
     S = tl.zeros((BLOCK_N, BLOCK_P), dtype=tl.float32)  # Sᵀ of the current chunk
     x_base = x_ptr + pid_b.to(tl.int64) * stride_xb + pid_h * stride_xh
     B_base = B_ptr + pid_b.to(tl.int64) * stride_Bb + (pid_h // heads_per_group) * stride_Bg
@@ -95,13 +124,17 @@ def _chunk_states_kernel(
     a_last = 0.0  # dA_cs at the chunk's last step (Δ = 0 past l, so index q − 1 is the end)
     seq_last = 0  # the sequence running at the chunk's end (seq_idx)
     seq_prev = 0  # … and at the previous chunk's end; H_0 belongs to sequence 0
-    for it in range(0, nchunks * KB):  # one flat loop over (chunk, block): one pipeline
+    if HAS_SEQ:
+        if PHASE != 0:
+            seq_prev = tl.load(seq_base + (c0 * Q - 1) * stride_seql, mask=c0 > 0, other=0)
+    gamma = 1.0  # Γ: the product of the chunk decays so far (a cut walk)
+    for it in range(c0 * KB, c1 * KB):  # one flat loop over (chunk, block): one pipeline
         c = it // KB
         kk = it % KB
         cs = (pid_bh * nchunks + c).to(tl.int64) * Q  # this chunk's row of Δ and dA_cs
         if kk == 0:  # a new chunk: publish the state entering it
             H_row = ((pid_b * nchunks + c) * h + pid_h).to(tl.int64) * p * N
-            tl.store(H_ptr + H_row + np_offs, H.to(H_ptr.dtype.element_ty), mask=ok_np)
+            tl.store(H_ptr + H_row + np_offs, H.to(H_ptr.dtype.element_ty), mask=ok_pub)
             a_last = tl.load(dacs_ptr + cs + Q - 1)
             if HAS_SEQ:
                 seq_last = tl.load(seq_base + (tl.minimum((c + 1) * Q, l) - 1) * stride_seql)
@@ -132,7 +165,15 @@ def _chunk_states_kernel(
                 seq_prev = seq_last
             H = alpha * H + S
             S = tl.zeros((BLOCK_N, BLOCK_P), dtype=tl.float32)
-    tl.store(final_ptr + pid_bh.to(tl.int64) * p * N + np_offs, H, mask=ok_np)
+            gamma *= alpha
+    if PHASE == 1:
+        tl.store(E_base + j * p * N, H, mask=ok_np)
+        tl.store(G_ptr + pid_bh * nseg + j, gamma)
+    elif PHASE == 0:
+        tl.store(final_ptr + pid_bh.to(tl.int64) * p * N + np_offs, H, mask=ok_np)
+    else:
+        tl.store(final_ptr + pid_bh.to(tl.int64) * p * N + np_offs, H,
+                 mask=tl.where(j == nseg - 1, ok_np, False))
 
 
 @triton.jit(do_not_specialize=["l", "nchunks", "seg_chunks", "nseg"])
@@ -222,21 +263,22 @@ def _chunk_states_tma_kernel(
         tl.store(final_ptr + pid_bh.to(tl.int64) * p * N + np_offs, H, mask=ok_np)
 
 
-def chunk_states(x, B, dt_c, dA_cs, initial_states=None, seq_idx=None, H_dtype=None,
-                 config=None):
+def chunk_states(x, B, dt_c, dA_cs, initial_states=None, seq_idx=None, H_dtype=None, *,
+                 config):
     """H_{c+1} = exp(a_last,c) H_c + Σ_s exp(a_last,c − a_s) Δ_s x_s B_sᵀ over chunks, one kernel.
 
     Shapes: x (b, l, h, p); B (b, l, g, n); Δ, dA_cs (b, h, c, q) float32 (from
     ``forward.chunk_cumsum``); initial_states (b, h, p, n); seq_idx (b, l). Returns (H (b, c, h,
     p, n) in ``H_dtype`` (x's dtype by default): the state entering each chunk; final (b, h, p, n)
     float32) — what chapter 10's ``chunk_state`` and ``state_passing`` return together.
-    ``config``: a ``config.States`` (default: the device's, one walk per sequence).
+    ``config``: a ``config.States`` (its ``split``: segments each sequence's walk is cut into,
+    in either kernel).
     """
     b, l, h, p = x.shape
     g, n = B.shape[2], B.shape[3]
     c, q = dA_cs.shape[2], dA_cs.shape[3]
     check_fused_chunk(q, "chunk_states")
-    cfg = config or defaults(x.device).states
+    cfg = config
     BP, BN = tile(cfg.block_p, p), tile(cfg.block_n, n)
     H = torch.empty(b, c, h, p, n, device=x.device, dtype=H_dtype or x.dtype)
     final = torch.empty(b, h, p, n, device=x.device, dtype=torch.float32)
@@ -247,15 +289,28 @@ def chunk_states(x, B, dt_c, dA_cs, initial_states=None, seq_idx=None, H_dtype=N
         return H, final
     BK = check_dot_k(min(cfg.pointer_block_k, q), "config.states.pointer_block_k")  # steps a
     # trip (the K of Bᵀ x): divides the chunk, both powers of two
-    grid = (b * h * triton.cdiv(p, BP) * triton.cdiv(n, BN),)
-    _chunk_states_kernel[grid](
-        x, B, dt_c, dA_cs, init if init is not None else dt_c,
-        seq_idx if seq_idx is not None else dt_c, H, final, l, h, p, c, h // g,
-        *x.stride(), *B.stride(), *seq_st,
-        N=n, Q=q, BLOCK_P=BP, BLOCK_N=BN, BLOCK_K=BK, HAS_INIT=init is not None,
-        HAS_SEQ=seq_idx is not None, EVEN=l % q == 0 and n % BN == 0 and p % BP == 0,
-        num_warps=cfg.num_warps, num_stages=stages(cfg.pointer_stages))
+    tiles = triton.cdiv(p, BP) * triton.cdiv(n, BN)
+    seg, nseg, E, G = _segments(b * h, p, n, c, cfg.split, x.device, final)
+    for phase, segs in ((0, 1),) if nseg == 1 else ((1, nseg), (2, nseg - 1)):
+        _chunk_states_kernel[(b * h * segs * tiles,)](
+            x, B, dt_c, dA_cs, init if init is not None else dt_c,
+            seq_idx if seq_idx is not None else dt_c, H, final, E, G, l, h, p, c, h // g,
+            seg, nseg, *x.stride(), *B.stride(), *seq_st,
+            N=n, Q=q, BLOCK_P=BP, BLOCK_N=BN, BLOCK_K=BK, HAS_INIT=init is not None,
+            HAS_SEQ=seq_idx is not None, EVEN=l % q == 0 and n % BN == 0 and p % BP == 0,
+            PHASE=phase, num_warps=cfg.num_warps, num_stages=stages(cfg.pointer_stages))
     return H, final
+
+
+def _segments(bh, p, n, c, split, device, final):
+    """(chunks a segment, segments, E, Γ) of a walk over ``c`` chunks cut in ``split``: no empty
+    segment; E (b·h·S, p, n) and Γ (b·h·S,) float32 where cut (else ``final``, not read)."""
+    seg = triton.cdiv(c, min(split, c))
+    nseg = triton.cdiv(c, seg)
+    if nseg == 1:
+        return seg, 1, final, final
+    return (seg, nseg, torch.empty(bh * nseg, p, n, device=device, dtype=torch.float32),
+            torch.empty(bh * nseg, device=device, dtype=torch.float32))
 
 
 def _launch_tma(x, B, dt_c, dA_cs, init, seq_idx, H, final, BP, BN, cfg):
@@ -264,10 +319,7 @@ def _launch_tma(x, B, dt_c, dA_cs, init, seq_idx, H, final, BP, BN, cfg):
     g, n = B.shape[2], B.shape[3]
     c, q = dA_cs.shape[2], dA_cs.shape[3]
     tiles = (triton.cdiv(n, BN), triton.cdiv(p, BP))
-    seg = triton.cdiv(c, min(cfg.split, c))
-    nseg = triton.cdiv(c, seg)  # no empty segment
-    E = torch.empty(b * h * nseg, p, n, device=x.device, dtype=torch.float32) if nseg > 1 else final
-    G = torch.empty(b * h * nseg, device=x.device, dtype=torch.float32) if nseg > 1 else final
+    seg, nseg, E, G = _segments(b * h, p, n, c, cfg.split, x.device, final)
     desc = lambda t, k: TensorDescriptor.from_tensor(t, [1, q, 1, k])
     for phase, segs in ((0, 1),) if nseg == 1 else ((1, nseg), (2, nseg - 1)):
         _chunk_states_tma_kernel[(b * h * segs * tiles[0] * tiles[1],)](
