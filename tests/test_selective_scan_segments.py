@@ -120,3 +120,25 @@ def test_segment_plan():
     assert cfgs.summary_split(1, 4096, 64, cfgs.SUMMARY, 132) == 1
     with pytest.raises(ValueError, match="segments"):
         default_config(16, "cpu").replace(segments=0)
+
+
+@pytest.mark.parametrize("layout", ["scan", "recurrent"])
+@pytest.mark.parametrize("extras", [True, False], ids=["z-D-bias", "plain"])
+def test_l1_prefetch_variants_match_the_oracle(layout, extras):
+    # the L1 hints of the summaries and of the finishing kernels (`l1_prefetch`) at odd d, n, l,
+    # cut in 3 segments of 2 pieces: the same output as the float64 oracle (the interpreter runs
+    # their address arithmetic; the hint itself is the sm_90 build's)
+    x = make(1, 3, 75, 5, ("shared", "shared"), z=extras, bias=extras)
+    if not extras:
+        x["D"] = None
+    fwd = RECURRENT if layout == "recurrent" else dict(block_l=16)
+    cfg = seg_config(5, 3, fwd).replace(forward=dict(l1_prefetch=True),
+                                        summary=dict(split=2, l1_prefetch=True))
+    with torch.no_grad():
+        out, last = selective_scan_fn(**x, delta_softplus=extras, return_last_state=True,
+                                      config=cfg)
+        ref = {k: v.double() if v is not None else None for k, v in x.items()}
+        want, want_last = selective_scan_sequential(**ref, delta_softplus=extras,
+                                                    return_last_state=True)
+    testing.assert_close(out, want, msg="out")
+    testing.assert_close(last, want_last, msg="last state")

@@ -41,6 +41,8 @@ class Forward(LaunchConfig):
     maxnreg: int | None = None  # registers per thread (None: the compiler's choice)
     prefetch: bool = False  # recurrent: each step's B, C rows loaded one step ahead
     per_sm: int = 2  # programs of this launch one SM holds at once (its registers × warps)
+    l1_prefetch: bool = False  # the next tile's inputs asked into L1 at each tile's top (a hint:
+                               # scan, u/Δ/z and B/C rows; recurrent, B/C rows)
 
 
 @dataclass(frozen=True)
@@ -54,6 +56,7 @@ class Summary(LaunchConfig):
     prefetch: bool = True
     per_sm: int = 16  # programs one SM holds at once (127 registers × 32 threads, sm_90)
     split: int | None = None  # pieces a summarised segment is cut into (None: `summary_split`)
+    l1_prefetch: bool = False  # the next tile's rows of B asked into L1 at each tile's top
 
 
 @dataclass(frozen=True)

@@ -10,10 +10,39 @@ registers before every load). The teaching kernel has its own, simpler copies of
 import triton
 import triton.language as tl
 
-from mambalearn.triton.common import softplus
+from mambalearn.triton.common import INTERPRETED, softplus
 from mambalearn.triton.scan import combine_fn  # the ⊗ of chapter 03, jitted in chapter 08
 
 A_FLOOR = tl.constexpr(-1e30)  # the least A the backward uses (``floor_A``)
+_INTERPRETED = tl.constexpr(INTERPRETED)
+LINE = tl.constexpr(32)  # fp32 values in a 128-byte cache line
+
+
+@triton.jit
+def prefetch_l1(ptr):
+    """Ask for the 128-byte line holding each pointer to be brought into L1 (``prefetch.global.L1``,
+    CCTL.E.PF1 on sm_90): a hint that nothing waits for and that returns nothing — a load issued
+    later finds the line in L1 instead of paying an L2 or DRAM round trip. Every pointer must lie
+    inside its tensor. The interpreter: nothing."""
+    if not _INTERPRETED:
+        tl.inline_asm_elementwise("prefetch.global.L1 [$1]; mov.u32 $0, 0;", "=r,l", [ptr],
+                                  dtype=tl.int32, is_pure=False, pack=1)
+
+
+def l1_lines(values):
+    """LINES of `prefetch_rows` for a run of ``values`` fp32 values at any alignment: the lines it
+    may touch, rounded up to a power of two (0 for none)."""
+    return triton.next_power_of_2(-(-values // 32) + 1) if values > 0 else 0
+
+
+@triton.jit
+def prefetch_rows(X_ptr, first, count, last, LINES: tl.constexpr):
+    """`prefetch_l1` of the fp32 values ``first`` … ``first + count − 1`` after ``X_ptr`` (one line
+    per LINE values, LINES lines at most; offsets past ``last``, the tensor's last valid offset,
+    clamped to it)."""
+    at = first + tl.arange(0, LINES) * LINE
+    at = tl.minimum(tl.minimum(at, first + count - 1), last)
+    prefetch_l1(X_ptr + at)
 
 
 @triton.jit
