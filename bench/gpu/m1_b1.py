@@ -17,7 +17,7 @@ Variants (`mambalearn.mamba1.config` fields; the default config is unchanged):
   both L1           both
   both L1, split 8  the summaries cut finer (more one-warp programs in flight)
   half S, both L1   half the segments of the plan (fewer summarised steps, fewer programs)
-  recurrent finish  (n16) the recurrent forward finishing 32 / b segments, with both L1
+  recurrent finish  (n16) the recurrent forward finishing 28 / b segments, with both L1
   finish L1, no register prefetch   (n64) the recurrent forward's L1 hint instead of its B/C rows
                     held a step ahead in registers
   both L1, split 1  (n64) one piece a segment (the n64 summaries: 255 registers, 8 programs an SM)
@@ -101,8 +101,9 @@ def variants(base, n, b, S, gpu):
         rec = dataclasses.replace(cfgs.FORWARD_RECURRENT, l1_prefetch=True)
         if not gpu:
             rec = dataclasses.replace(rec, block_d=4)
+        # (132 registers: 15 one-warp programs an SM, 1980 on the H200; 64 a segment at b1)
         out["recurrent finish, both L1"] = both.replace(forward=rec,
-                                                         segments=max(2, 32 // b) if gpu else 4)
+                                                         segments=max(2, 28 // b) if gpu else 4)
     else:
         out["finish L1, no register prefetch"] = base.replace(
             forward=dict(l1_prefetch=True, prefetch=False))

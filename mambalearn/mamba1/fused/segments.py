@@ -42,10 +42,10 @@ from mambalearn.mamba1.fused.tile import (
     column,
     floor_A,
     fold_summaries,
-    l1_lines,
+    l1_sectors,
     ld,
     load_step,
-    prefetch_rows,
+    prefetch_run,
     seq_start,
 )
 from mambalearn.triton.common import LOG2E, softplus
@@ -76,8 +76,8 @@ def _state_summary_kernel(
     BLOCK_D: tl.constexpr, BLOCK_L: tl.constexpr,  # channels (one a thread) × steps a tile
     HAS_BIAS: tl.constexpr, SOFTPLUS: tl.constexpr, VAR_B: tl.constexpr,
     HAS_SEQ: tl.constexpr, EVEN_D: tl.constexpr, PREFETCH: tl.constexpr,
-    L1_LINES: tl.constexpr,  # > 0: at each tile's top the next tile's B rows are asked into L1
-):                           # (`tile.prefetch_rows`, that many lines); 0: not
+    L1_SECTORS: tl.constexpr,  # > 0: at each tile's top the next tile's B rows are asked into L1
+):                           # (`tile.prefetch_run`, that many sectors); 0: not
     s = tl.program_id(2)  # the piece (never in the last segment: it is whole, inside l)
     bi, gi, d_idx, d_mask, bd_row, n3, zero3 = _channels(
         tl.program_id(0), tl.program_id(1), d, dpg, g, BLOCK_D, NP, V)
@@ -113,9 +113,9 @@ def _state_summary_kernel(
         nxt = tl.minimum(t0 + BLOCK_L, t_end - BLOCK_L)  # (the last tile reloads itself)
         x_nx = ld(u_ptr + row + nxt, mask, EVEN_D)
         dt_nx = ld(delta_ptr + row + nxt, mask, EVEN_D)
-        if L1_LINES > 0 and VAR_B:  # the next tile's rows of B: L1 hits a tile from now
-            prefetch_rows(B_ptr + bi * stride_Bb + gi * stride_Bg, (t0 + BLOCK_L) * stride_Bl,
-                          BLOCK_L * stride_Bl, (l - 1) * stride_Bl + N - 1, L1_LINES)
+        if L1_SECTORS > 0 and VAR_B:  # the next tile's rows of B: L1 hits a tile from now
+            prefetch_run(B_ptr + bi * stride_Bb + gi * stride_Bg, (t0 + BLOCK_L) * stride_Bl,
+                          BLOCK_L * stride_Bl, (l - 1) * stride_Bl + N - 1, L1_SECTORS)
         if HAS_BIAS:
             dt += bias_v[:, None]
         if SOFTPLUS:
@@ -270,8 +270,8 @@ def _launch_args(u, d, g, n, summary):
 
 
 def _l1(summary, B, n):
-    """L1_LINES of a summary launch: lines a tile of B's rows spans, if ``l1_prefetch``."""
-    return l1_lines(summary.block_l * n) if summary.l1_prefetch and B.ndim > 2 else 0
+    """L1_SECTORS of a summary launch: the sectors of a tile of B's rows, if ``l1_prefetch``."""
+    return l1_sectors(summary.block_l * n) if summary.l1_prefetch and B.ndim > 2 else 0
 
 
 def _pieces(like, shape, S, k):
@@ -310,7 +310,7 @@ def forward_starts(u, delta, A, B, delta_bias, softplus, seq_idx, initial_state,
                                                    # piece's steps, a piece's slot
         *_strides(Bk),  # strides of the transposed B (b, g, l); zeros if fixed
         HAS_BIAS=f["HAS_BIAS"], SOFTPLUS=f["SOFTPLUS"], VAR_B=f["VAR_B"],
-        HAS_SEQ=f["HAS_SEQ"], L1_LINES=_l1(summary, B, n), **tile)
+        HAS_SEQ=f["HAS_SEQ"], L1_SECTORS=_l1(summary, B, n), **tile)
     if initial_state is not None:
         E[0] += P[0] * initial_state
     BLOCK = 1024

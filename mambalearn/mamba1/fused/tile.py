@@ -15,32 +15,32 @@ from mambalearn.triton.scan import combine_fn  # the ⊗ of chapter 03, jitted i
 
 A_FLOOR = tl.constexpr(-1e30)  # the least A the backward uses (``floor_A``)
 _INTERPRETED = tl.constexpr(INTERPRETED)
-LINE = tl.constexpr(32)  # fp32 values in a 128-byte cache line
 
 
 @triton.jit
 def prefetch_l1(ptr):
-    """Ask for the 128-byte line holding each pointer to be brought into L1 (``prefetch.global.L1``,
-    CCTL.E.PF1 on sm_90): a hint that nothing waits for and that returns nothing — a load issued
-    later finds the line in L1 instead of paying an L2 or DRAM round trip. Every pointer must lie
-    inside its tensor. The interpreter: nothing."""
+    """Ask for the 32-byte sector holding each pointer to be brought into L1
+    (``prefetch.global.L1``, CCTL.E.PF1 on sm_90): a hint that nothing waits for and that returns
+    nothing — a load issued later finds its data in L1 instead of paying an L2 or DRAM round trip.
+    Every pointer must lie inside its tensor. The interpreter: nothing."""
     if not _INTERPRETED:
         tl.inline_asm_elementwise("prefetch.global.L1 [$1]; mov.u32 $0, 0;", "=r,l", [ptr],
                                   dtype=tl.int32, is_pure=False, pack=1)
 
 
-def l1_lines(values):
-    """LINES of `prefetch_rows` for a run of ``values`` fp32 values at any alignment: the lines it
-    may touch, rounded up to a power of two (0 for none)."""
-    return triton.next_power_of_2(-(-values // 32) + 1) if values > 0 else 0
+def l1_sectors(values, bits=32):
+    """SECTORS of `prefetch_run` for a run of ``values`` values of ``bits`` bits starting on a
+    sector: the 32-byte sectors it covers, rounded up to a power of two (0 for none)."""
+    return triton.next_power_of_2(-(-values * bits // 256)) if values > 0 else 0
 
 
 @triton.jit
-def prefetch_rows(X_ptr, first, count, last, LINES: tl.constexpr):
-    """`prefetch_l1` of the fp32 values ``first`` … ``first + count − 1`` after ``X_ptr`` (one line
-    per LINE values, LINES lines at most; offsets past ``last``, the tensor's last valid offset,
-    clamped to it)."""
-    at = first + tl.arange(0, LINES) * LINE
+def prefetch_run(X_ptr, first, count, last, SECTORS: tl.constexpr):
+    """`prefetch_l1` of the values ``first`` … ``first + count − 1`` after ``X_ptr``, one pointer
+    per 32-byte sector, SECTORS of them; ``first`` and ``last`` (the run's last valid offset in
+    its tensor: offsets past it are clamped to it) a scalar or an (R, 1) column of runs."""
+    STEP: tl.constexpr = 256 // X_ptr.dtype.element_ty.primitive_bitwidth  # values a sector
+    at = first + tl.arange(0, SECTORS) * STEP
     at = tl.minimum(tl.minimum(at, first + count - 1), last)
     prefetch_l1(X_ptr + at)
 
