@@ -15,12 +15,14 @@ Variants (`mambalearn.mamba1.config` fields; the default config is unchanged):
   finish L1         the finishing kernel likewise (scan: the next block's u, Δ, z and B, C rows;
                     recurrent: the next tile's B, C rows)
   both L1           both
-  both L1, split 8  the summaries cut finer (more one-warp programs in flight)
-  half S, both L1   half the segments of the plan (fewer summarised steps, fewer programs)
-  recurrent finish  (n16) the recurrent forward finishing 28 / b segments, with both L1
-  finish L1, no register prefetch   (n64) the recurrent forward's L1 hint instead of its B/C rows
-                    held a step ahead in registers
-  both L1, split 1  (n64) one piece a segment (the n64 summaries: 255 registers, 8 programs an SM)
+  fast softplus     Δ's softplus from MUFU's ex2 and lg2 in both kernels (12 instructions, not 30)
+  both L1, fast softplus               the two together; and with:
+    split 8         the summaries cut finer (more one-warp programs in flight)
+    half S          half the segments of the plan (fewer summarised steps, fewer programs)
+    recurrent finish  (n16) the recurrent forward finishing 28 / b segments
+    no register prefetch  (n64) the recurrent finish's L1 hint instead of its B/C rows held a
+                    step ahead in registers
+    split 1         (n64) one piece a segment (the n64 summaries: 255 registers, 8 programs an SM)
 Rows go to ``$OUT/<device>_m1_b1_<date>.json`` (`bench.gpu.record`); a short table is printed last.
 """
 
@@ -90,24 +92,26 @@ def variants(base, n, b, S, gpu):
     import dataclasses
 
     from mambalearn.mamba1 import config as cfgs
-    l1 = dict(l1_prefetch=True)
+    l1, sp = dict(l1_prefetch=True), dict(fast_softplus=True)
     both = base.replace(forward=l1, summary=l1)
+    fast = both.replace(forward=sp, summary=sp)  # L1 hints and the MUFU softplus, both kernels
     out = {"default": base, "summary L1": base.replace(summary=l1),
-           "finish L1": base.replace(forward=l1), "both L1": both}
+           "finish L1": base.replace(forward=l1), "both L1": both,
+           "fast softplus": base.replace(forward=sp, summary=sp), "both L1, fast softplus": fast}
     if n <= 16:
-        out["both L1, split 8"] = both.replace(summary=dict(split=8 if gpu else 2))
+        out["both L1, fast softplus, split 8"] = fast.replace(summary=dict(split=8 if gpu else 2))
         if S > 2:
-            out["half S, both L1"] = both.replace(segments=S // 2)
-        rec = dataclasses.replace(cfgs.FORWARD_RECURRENT, l1_prefetch=True)
+            out["half S, both L1, fast softplus"] = fast.replace(segments=S // 2)
+        rec = dataclasses.replace(cfgs.FORWARD_RECURRENT, l1_prefetch=True, fast_softplus=True)
         if not gpu:
             rec = dataclasses.replace(rec, block_d=4)
         # (132 registers: 15 one-warp programs an SM, 1980 on the H200; 64 a segment at b1)
-        out["recurrent finish, both L1"] = both.replace(forward=rec,
-                                                         segments=max(2, 28 // b) if gpu else 4)
+        out["recurrent finish, both L1, fast softplus"] = fast.replace(
+            forward=rec, segments=max(2, 28 // b) if gpu else 4)
     else:
-        out["finish L1, no register prefetch"] = base.replace(
-            forward=dict(l1_prefetch=True, prefetch=False))
-        out["both L1, split 1"] = both.replace(summary=dict(split=1))
+        out["both L1, fast softplus, no register prefetch"] = fast.replace(
+            forward=dict(prefetch=False))
+        out["both L1, fast softplus, split 1"] = fast.replace(summary=dict(split=1))
     return out
 
 
@@ -187,7 +191,7 @@ def main():
     deadline = T0 + args.limit - 3  # (the file is written after)
     tokens = 32768 if args.gpu else 128
     todo = [(n, b) for b in args.batches for n in args.n]  # b1 of every n first
-    for n, b in (todo if args.gpu else [(4, 1), (20, 2)]):
+    for n, b in (todo if args.gpu else [(4, 1), (17, 4)]):
         left = deadline - time.time()
         if left < (25 if args.gpu else 0):
             keep(op="fwd, variant", backend="skipped", shape=f"b{b} n{n} l{tokens // b}",

@@ -35,6 +35,7 @@ from mambalearn.mamba1.fused.tile import (
     prefetch_run,
     put_column,
     seq_start,
+    softplus_fast,
 )
 from mambalearn.triton.common import LOG2E
 from mambalearn.triton.common import softplus as _softplus
@@ -90,7 +91,7 @@ def _fwd_block(t0, H, bias_v, D_v, u_ptr, delta_ptr, A_ptr, B_ptr, C_ptr, z_ptr,
                SOFTPLUS: tl.constexpr, VAR_B: tl.constexpr, VAR_C: tl.constexpr,
                HAS_SEQ: tl.constexpr, UNROLL: tl.constexpr, EVEN_L: tl.constexpr,
                EVEN_D: tl.constexpr, STATE_UNROLL: tl.constexpr, L1_X: tl.constexpr,
-               L1_BC: tl.constexpr):
+               L1_BC: tl.constexpr, FAST_SP: tl.constexpr):
     """The steps t0 … t0 + BLOCK_L − 1 of one channel tile, every state: returns the new carry H."""
     EVEN: tl.constexpr = EVEN_L and EVEN_D
     t = t0 + cols  # (BLOCK_L,)
@@ -113,7 +114,10 @@ def _fwd_block(t0, H, bias_v, D_v, u_ptr, delta_ptr, A_ptr, B_ptr, C_ptr, z_ptr,
     if HAS_BIAS:
         dt += bias_v[:, None]
     if SOFTPLUS:  # once per (d, l), shared by every state
-        dt = _softplus(dt)
+        if FAST_SP:
+            dt = softplus_fast(dt)
+        else:
+            dt = _softplus(dt)
     if not EVEN:
         dt = tl.where(mask, dt, 0.0)  # Δ = 0 past the end: Ā = 1, B̄x = 0, the state holds
     dtx = dt * x  # (BLOCK_D, BLOCK_L) Δ·x, shared by every state
@@ -189,7 +193,9 @@ def _fwd_kernel(
     STAGES: tl.constexpr,  # > 0: a `for` over the time blocks whose loads Triton pipelines
                            # (STAGES deep, cp.async); 0: a `while` (the interpreter's path)
     L1_X: tl.constexpr, L1_BC: tl.constexpr,  # > 0: at each block's top the next block's
-):  # u, Δ, z rows and B, C rows are asked into L1 (`tile.prefetch_run`, that many sectors a row)
+    # u, Δ, z rows and B, C rows are asked into L1 (`tile.prefetch_run`, that many sectors a row)
+    FAST_SP: tl.constexpr,  # softplus from MUFU's ex2 and lg2 (`tile.softplus_fast`)
+):
     pid_bg, pid_d, pid_s = tl.program_id(0), tl.program_id(1), tl.program_id(2)
     bi, gi = pid_bg // g, pid_bg % g  # batch row, group of B/C
     t_lo = pid_s * seg_len  # this program's segment of the sequence: steps t_lo … t_hi − 1
@@ -223,7 +229,7 @@ def _fwd_kernel(
                            d_mask, bd_row, row, st_row, cols, ncols, stride_Bn, stride_Cn, N,
                            BLOCK_L, CHUNK, HAS_D, HAS_Z, HAS_BIAS,
                            SOFTPLUS, VAR_B, VAR_C, HAS_SEQ, UNROLL, EVEN_L, EVEN_D, STATE_UNROLL,
-                           L1_X, L1_BC)
+                           L1_X, L1_BC, FAST_SP)
     else:
         # (`while`, not `for t0 in range(0, l, BLOCK_L)`: Triton 3.6's interpreter cannot take
         # a runtime `range` bound with NumPy ≥ 2.4, triton-lang/triton#9171; see triton/scan.py.
@@ -236,7 +242,7 @@ def _fwd_kernel(
                            d_mask, bd_row, row, st_row, cols, ncols, stride_Bn, stride_Cn, N,
                            BLOCK_L, CHUNK, HAS_D, HAS_Z, HAS_BIAS,
                            SOFTPLUS, VAR_B, VAR_C, HAS_SEQ, UNROLL, EVEN_L, EVEN_D, STATE_UNROLL,
-                           L1_X, L1_BC)
+                           L1_X, L1_BC, FAST_SP)
             t0 += BLOCK_L
     if UNROLL:
         tl.store(last_ptr + bd_row[:, None] * N + ncols[None, :], H, mask=n_mask)
@@ -279,6 +285,6 @@ def forward(u, delta, A, B, C, D, z, delta_bias, softplus, seq_idx, starts, seg_
         HAS_H0=starts is not None, UNROLL=fc.unroll, EVEN_L=even_l, EVEN_D=even_d,
         STATE_UNROLL=fc.state_unroll, STAGES=cfgs.stages(fc.stages, interp),
         L1_X=l1_sectors(fc.block_l, 8 * u.element_size()) if fc.l1_prefetch else 0,
-        L1_BC=l1_sectors(fc.block_l) if fc.l1_prefetch else 0,
+        L1_BC=l1_sectors(fc.block_l) if fc.l1_prefetch else 0, FAST_SP=fc.fast_softplus,
         num_warps=fc.num_warps, **cfgs.compile_options(fc.maxnreg, interp))
     return out, states, last[-1]

@@ -47,6 +47,7 @@ from mambalearn.mamba1.fused.tile import (
     load_step,
     prefetch_run,
     seq_start,
+    softplus_fast,
 )
 from mambalearn.triton.common import LOG2E, softplus
 
@@ -76,6 +77,7 @@ def _state_summary_kernel(
     BLOCK_D: tl.constexpr, BLOCK_L: tl.constexpr,  # channels (one a thread) × steps a tile
     HAS_BIAS: tl.constexpr, SOFTPLUS: tl.constexpr, VAR_B: tl.constexpr,
     HAS_SEQ: tl.constexpr, EVEN_D: tl.constexpr, PREFETCH: tl.constexpr,
+    FAST_SP: tl.constexpr,  # softplus from MUFU's ex2 and lg2 (`tile.softplus_fast`)
     L1_SECTORS: tl.constexpr,  # > 0: at each tile's top the next tile's B rows are asked into L1
 ):                           # (`tile.prefetch_run`, that many sectors); 0: not
     s = tl.program_id(2)  # the piece (never in the last segment: it is whole, inside l)
@@ -119,7 +121,10 @@ def _state_summary_kernel(
         if HAS_BIAS:
             dt += bias_v[:, None]
         if SOFTPLUS:
-            dt = softplus(dt)
+            if FAST_SP:
+                dt = softplus_fast(dt)
+            else:
+                dt = softplus(dt)
         dtx = dt * x  # (BLOCK_D, BLOCK_L)
         sum_dt += tl.sum(dt, axis=1)
         if HAS_SEQ:  # (BLOCK_D, BLOCK_L) 1.0 where a packed sequence starts
@@ -310,7 +315,8 @@ def forward_starts(u, delta, A, B, delta_bias, softplus, seq_idx, initial_state,
                                                    # piece's steps, a piece's slot
         *_strides(Bk),  # strides of the transposed B (b, g, l); zeros if fixed
         HAS_BIAS=f["HAS_BIAS"], SOFTPLUS=f["SOFTPLUS"], VAR_B=f["VAR_B"],
-        HAS_SEQ=f["HAS_SEQ"], L1_SECTORS=_l1(summary, B, n), **tile)
+        HAS_SEQ=f["HAS_SEQ"], FAST_SP=summary.fast_softplus, L1_SECTORS=_l1(summary, B, n),
+        **tile)
     if initial_state is not None:
         E[0] += P[0] * initial_state
     BLOCK = 1024
