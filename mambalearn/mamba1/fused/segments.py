@@ -28,6 +28,11 @@ The summary kernels use the recurrent layout (``recurrent``): one channel a thre
 its n states in registers, step by step — per (step, state) one exp2 and three multiply-adds —
 with the next tile's inputs and the next step's B (C) row loaded ahead.
 
+Two switches of `config.Summary` (off by default; the GPU scripts time them): ``l1_prefetch`` asks
+for the next tile's B rows in L1 at each tile's top (`tile.prefetch_run`: the per-step loads then
+hit L1, not L2), ``fast_softplus`` computes Δ's softplus from the exp unit's 2ˣ and log₂
+(`tile.softplus_fast`). The finishing kernels take the same two in `config.Forward`.
+
 Shapes: u, delta, z, dout (b, d, l); A (d, n) fp32; B, C fp32 (b, g, l, n) (the recurrent
 layout) or fixed (d, n); summaries (M, b, d, n) fp32, M = (S − 1)·k.
 """
