@@ -221,7 +221,7 @@ def main():
     for shape in dict.fromkeys(r["shape"] for r in ROWS):
         rs = [r for r in ROWS if r["shape"] == shape]
         d = next((r for r in rs if r["backend"] == "ours default" and "ms" in r), {})
-        head = f"{shape}: default {d.get('ms', float('nan')):.3f} ms"
+        head = f"{shape}: default " + (f"{d['ms']:.3f} ms" if d else "not timed")
         if "ratio" in d:
             head += f" ({d['ratio']:.3f}× cuda)"
         print(head)
