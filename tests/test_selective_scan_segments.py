@@ -166,3 +166,22 @@ def test_softplus_fast_against_float64():
     _softplus_fast_kernel[(1,)](x, y, x.numel(), BLOCK=512)
     want = torch.nn.functional.softplus(x.double())
     assert ((y.double() - want).abs() / want).max() < 1e-5
+
+
+@pytest.mark.parametrize("state_split", [2, 3])
+def test_summaries_with_the_states_cut_over_programs(state_split):
+    # `Summary.state_split`: a channel tile's n = 6 states summarised by 2 or 3 programs (3 or 2
+    # states each, padded to a power of two): the float64 oracle's output and last state
+    x = make(2, 3, 75, 6, ("grouped", "fixed"))
+    cfg = seg_config(6, 3).replace(summary=dict(split=2, state_split=state_split))
+    with torch.no_grad():
+        out, last = selective_scan_fn(**x, delta_softplus=True, return_last_state=True,
+                                      config=cfg)
+        ref = {k: v.double() if v is not None else None for k, v in x.items()}
+        want, want_last = selective_scan_sequential(**ref, delta_softplus=True,
+                                                    return_last_state=True)
+    testing.assert_close(out, want, msg="out")
+    testing.assert_close(last, want_last, msg="last state")
+    with pytest.raises(ValueError, match="state_split"):
+        selective_scan_fn(**x, delta_softplus=True,
+                          config=cfg.replace(summary=dict(state_split=4)))

@@ -23,6 +23,9 @@ Variants (`mambalearn.mamba1.config` fields; the default config is unchanged):
     no register prefetch  (n64) the recurrent finish's L1 hint instead of its B/C rows held a
                     step ahead in registers
     split 1         (n64) one piece a segment (the n64 summaries: 255 registers, 8 programs an SM)
+    states/2, states/4 a summary  a channel tile's states summarised by 2 (4) programs (n64:
+                    168 (100) registers instead of 255; x, Δ and softplus loaded and computed twice)
+  (summary L1 and finish L1 alone at b1 only)
 Rows go to ``$OUT/<device>_m1_b1_<date>.json`` (`bench.gpu.record`); a short table is printed last.
 """
 
@@ -95,9 +98,13 @@ def variants(base, n, b, S, gpu):
     l1, sp = dict(l1_prefetch=True), dict(fast_softplus=True)
     both = base.replace(forward=l1, summary=l1)
     fast = both.replace(forward=sp, summary=sp)  # L1 hints and the MUFU softplus, both kernels
-    out = {"default": base, "summary L1": base.replace(summary=l1),
-           "finish L1": base.replace(forward=l1), "both L1": both,
-           "fast softplus": base.replace(forward=sp, summary=sp), "both L1, fast softplus": fast}
+    out = {"default": base}
+    if b == 1:  # (each hint alone: where the time goes, at b1 only)
+        out.update({"summary L1": base.replace(summary=l1), "finish L1": base.replace(forward=l1)})
+    out.update({"both L1": both, "fast softplus": base.replace(forward=sp, summary=sp),
+                "both L1, fast softplus": fast,
+                "both L1, fast softplus, states/2 a summary": fast.replace(
+                    summary=dict(state_split=2))})
     if n <= 16:
         out["both L1, fast softplus, split 8"] = fast.replace(summary=dict(split=8 if gpu else 2))
         if S > 2:
@@ -112,6 +119,8 @@ def variants(base, n, b, S, gpu):
         out["both L1, fast softplus, no register prefetch"] = fast.replace(
             forward=dict(prefetch=False))
         out["both L1, fast softplus, split 1"] = fast.replace(summary=dict(split=1))
+        out["both L1, fast softplus, states/4 a summary"] = fast.replace(
+            summary=dict(state_split=4 if gpu else 1))
     return out
 
 

@@ -59,6 +59,8 @@ class Summary(LaunchConfig):
     split: int | None = None  # pieces a summarised segment is cut into (None: `summary_split`)
     l1_prefetch: bool = False  # the next tile's rows of B asked into L1 at each tile's top
     fast_softplus: bool = False  # softplus from MUFU's ex2 and lg2 (`tile.softplus_fast`)
+    state_split: int = 1  # forward: programs a channel tile, n / state_split states each (fewer
+                          # registers a program, more of them in flight; n a multiple of it)
 
 
 @dataclass(frozen=True)
