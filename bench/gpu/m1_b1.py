@@ -15,8 +15,9 @@ Variants (`mambalearn.mamba1.config` fields; the default config is unchanged):
   finish L1         the finishing kernel likewise (scan: the next block's u, Δ, z and B, C rows;
                     recurrent: the next tile's B, C rows)
   both L1           both
-  fast softplus     Δ's softplus from MUFU's ex2 and lg2 in both kernels (12 instructions, not 30)
-  both L1, fast softplus               the two together; and with:
+  summary L1, fast softplus  Δ's softplus from MUFU's ex2 and lg2 in both kernels (12 instructions,
+                    not 30; the scan finish's build then has no spill), the hint in the summaries
+  both L1, fast softplus               the hints and the softplus together; and with:
     split 8         the summaries cut finer (more one-warp programs in flight)
     half S          half the segments of the plan (fewer summarised steps, fewer programs)
     recurrent finish  (n16) the recurrent forward finishing 28 / b segments
@@ -101,10 +102,11 @@ def variants(base, n, b, S, gpu):
     out = {"default": base}
     if b == 1:  # (each hint alone: where the time goes, at b1 only)
         out.update({"summary L1": base.replace(summary=l1), "finish L1": base.replace(forward=l1)})
-    out.update({"both L1": both, "fast softplus": base.replace(forward=sp, summary=sp),
-                "both L1, fast softplus": fast,
-                "both L1, fast softplus, states/2 a summary": fast.replace(
-                    summary=dict(state_split=2))})
+    sl = base.replace(forward=sp, summary=dict(**l1, **sp))  # (no hint in the finish)
+    out.update({"both L1": both, "summary L1, fast softplus": sl, "both L1, fast softplus": fast})
+    # (n64: the finish's hint spills at 255 registers; the state split goes with `sl` there)
+    out[f"{'both' if n <= 16 else 'summary'} L1, fast softplus, states/2 a summary"] = (
+        fast if n <= 16 else sl).replace(summary=dict(state_split=2))
     if n <= 16:
         out["both L1, fast softplus, split 8"] = fast.replace(summary=dict(split=8 if gpu else 2))
         if S > 2:
@@ -119,7 +121,7 @@ def variants(base, n, b, S, gpu):
         out["both L1, fast softplus, no register prefetch"] = fast.replace(
             forward=dict(prefetch=False))
         out["both L1, fast softplus, split 1"] = fast.replace(summary=dict(split=1))
-        out["both L1, fast softplus, states/4 a summary"] = fast.replace(
+        out["summary L1, fast softplus, states/4 a summary"] = sl.replace(
             summary=dict(state_split=4 if gpu else 1))
     return out
 
