@@ -13,6 +13,7 @@ import torch
 from mambalearn import testing
 from mambalearn.mamba1 import config as cfgs
 from mambalearn.mamba1 import default_config, selective_scan_fn
+from mambalearn.mamba1.fused import tile
 from mambalearn.scan.sequential import selective_scan_sequential
 
 DEV = "cuda" if torch.cuda.is_available() else "cpu"
@@ -120,3 +121,67 @@ def test_segment_plan():
     assert cfgs.summary_split(1, 4096, 64, cfgs.SUMMARY, 132) == 1
     with pytest.raises(ValueError, match="segments"):
         default_config(16, "cpu").replace(segments=0)
+
+
+@pytest.mark.parametrize("layout", ["scan", "recurrent"])
+@pytest.mark.parametrize("extras", [True, False], ids=["z-D-bias-softplus", "plain"])
+def test_l1_prefetch_and_fast_softplus_match_the_oracle(layout, extras):
+    # the L1 hints (`l1_prefetch`) and the MUFU softplus (`fast_softplus`) of the summaries and
+    # of the finishing kernels at odd d, n, l, cut in 3 segments of 2 pieces: the float64
+    # oracle's output (the interpreter runs the hints' address arithmetic, not the hint, and the
+    # softplus' formula with a precise log2)
+    x = make(1, 3, 75, 5, ("shared", "shared"), z=extras, bias=extras)
+    if not extras:
+        x["D"] = None
+    else:
+        x["delta"] = 4 * x["delta"]  # Δ's softplus on both sides of its series' threshold
+    fwd = RECURRENT if layout == "recurrent" else dict(block_l=16)
+    fast = dict(l1_prefetch=True, fast_softplus=True)
+    cfg = seg_config(5, 3, fwd).replace(forward=fast, summary=dict(split=2, **fast))
+    with torch.no_grad():
+        out, last = selective_scan_fn(**x, delta_softplus=extras, return_last_state=True,
+                                      config=cfg)
+        ref = {k: v.double() if v is not None else None for k, v in x.items()}
+        want, want_last = selective_scan_sequential(**ref, delta_softplus=extras,
+                                                    return_last_state=True)
+    testing.assert_close(out, want, msg="out")
+    testing.assert_close(last, want_last, msg="last state")
+
+
+tl = tile.tl  # (Triton as the library imported it: in the interpreter where there is no GPU)
+softplus_fast = tile.softplus_fast
+
+
+@tile.triton.jit
+def _softplus_fast_kernel(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+    i = tl.arange(0, BLOCK)
+    tl.store(y_ptr + i, softplus_fast(tl.load(x_ptr + i, mask=i < n)), mask=i < n)
+
+
+def test_softplus_fast_against_float64():
+    # log(1 + eˣ) across the series threshold (|x| = 4.16), the x > 20 cut and large |x|
+    x = torch.cat([torch.linspace(-40, 40, 301), torch.tensor([-4.2, -4.1, 4.1, 4.2, 20.0, 20.5])])
+    x = x.to(DEV)
+    y = torch.empty_like(x)
+    _softplus_fast_kernel[(1,)](x, y, x.numel(), BLOCK=512)
+    want = torch.nn.functional.softplus(x.double())
+    assert ((y.double() - want).abs() / want).max() < 1e-5
+
+
+@pytest.mark.parametrize("state_split", [2, 3])
+def test_summaries_with_the_states_cut_over_programs(state_split):
+    # `Summary.state_split`: a channel tile's n = 6 states summarised by 2 or 3 programs (3 or 2
+    # states each, padded to a power of two): the float64 oracle's output and last state
+    x = make(2, 3, 75, 6, ("grouped", "fixed"))
+    cfg = seg_config(6, 3).replace(summary=dict(split=2, state_split=state_split))
+    with torch.no_grad():
+        out, last = selective_scan_fn(**x, delta_softplus=True, return_last_state=True,
+                                      config=cfg)
+        ref = {k: v.double() if v is not None else None for k, v in x.items()}
+        want, want_last = selective_scan_sequential(**ref, delta_softplus=True,
+                                                    return_last_state=True)
+    testing.assert_close(out, want, msg="out")
+    testing.assert_close(last, want_last, msg="last state")
+    with pytest.raises(ValueError, match="state_split"):
+        selective_scan_fn(**x, delta_softplus=True,
+                          config=cfg.replace(summary=dict(state_split=4)))

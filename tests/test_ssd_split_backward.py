@@ -104,9 +104,10 @@ def test_recompute_states_cut(seq):
     dt, A = torch.randn(b, L, h, device=dev) - 1, -torch.rand(h, device=dev) - 0.5
     h0 = torch.randn(b, h, p, n, device=dev)
     seq_idx = _seq(b, L) if seq else None
-    dt_c, dA_cs = T.chunk_cumsum(dt, A, Q, None, dt_softplus=True)
-    S = T.chunk_state(x, B, dt_c, dA_cs, seq_idx)
-    H_want, final_want = T.state_passing(S, dA_cs, h0, seq_idx, L, out_dtype=x.dtype)
+    st = defaults(dev).stages  # chapter 10's launch settings on this device
+    dt_c, dA_cs = T.chunk_cumsum(dt, A, Q, None, dt_softplus=True, heads=st.cumsum_heads)
+    S = T.chunk_state(x, B, dt_c, dA_cs, seq_idx, st)
+    H_want, final_want = T.state_passing(S, dA_cs, h0, seq_idx, L, out_dtype=x.dtype, cfg=st)
     base = defaults(dev).backward.states
     assert not base.tma  # the backward's recompute: the pointer-load kernel
     got = {}

@@ -48,8 +48,8 @@ def forward(u, delta, A, B, C, D, z, delta_bias, SOFTPLUS, seq_idx, initial_stat
     S, seg_len = segment_plan(config.segments, programs, fc.per_sm, l, config.segment_unit, sms)
     starts = None
     if S > 1 or initial_state is not None:
-        k = summary_split(S, seg_len, b * g * triton.cdiv(d // g, config.summary.block_d),
-                          config.summary, sms)
+        k = summary_split(S, seg_len, b * g * triton.cdiv(d // g, config.summary.block_d)
+                          * config.summary.state_split, config.summary, sms)
         starts = segments.forward_starts(u, delta, A, B, delta_bias, SOFTPLUS, seq_idx,
                                          initial_state, shape, S, seg_len, k, config.summary)
     kernel = recurrent if fc.layout == "recurrent" else scan

@@ -41,6 +41,9 @@ class Forward(LaunchConfig):
     maxnreg: int | None = None  # registers per thread (None: the compiler's choice)
     prefetch: bool = False  # recurrent: each step's B, C rows loaded one step ahead
     per_sm: int = 2  # programs of this launch one SM holds at once (its registers × warps)
+    l1_prefetch: bool = False  # the next tile's inputs asked into L1 at each tile's top (a hint:
+                               # scan, u/Δ/z and B/C rows; recurrent, B/C rows)
+    fast_softplus: bool = False  # softplus from MUFU's ex2 and lg2 (`tile.softplus_fast`)
 
 
 @dataclass(frozen=True)
@@ -54,6 +57,10 @@ class Summary(LaunchConfig):
     prefetch: bool = True
     per_sm: int = 16  # programs one SM holds at once (127 registers × 32 threads, sm_90)
     split: int | None = None  # pieces a summarised segment is cut into (None: `summary_split`)
+    l1_prefetch: bool = False  # the next tile's rows of B asked into L1 at each tile's top
+    fast_softplus: bool = False  # softplus from MUFU's ex2 and lg2 (`tile.softplus_fast`)
+    state_split: int = 1  # forward: programs a channel tile, n / state_split states each (fewer
+                          # registers a program, more of them in flight; n a multiple of it)
 
 
 @dataclass(frozen=True)

@@ -29,10 +29,13 @@ from mambalearn.mamba1 import config as cfgs
 from mambalearn.mamba1.args import bc_layout, bc_strides, flags
 from mambalearn.mamba1.fused.tile import (
     column,
+    l1_sectors,
     ld,
     load_bc,
+    prefetch_run,
     put_column,
     seq_start,
+    softplus_fast,
 )
 from mambalearn.triton.common import LOG2E
 from mambalearn.triton.common import softplus as _softplus
@@ -87,18 +90,34 @@ def _fwd_block(t0, H, bias_v, D_v, u_ptr, delta_ptr, A_ptr, B_ptr, C_ptr, z_ptr,
                HAS_D: tl.constexpr, HAS_Z: tl.constexpr, HAS_BIAS: tl.constexpr,
                SOFTPLUS: tl.constexpr, VAR_B: tl.constexpr, VAR_C: tl.constexpr,
                HAS_SEQ: tl.constexpr, UNROLL: tl.constexpr, EVEN_L: tl.constexpr,
-               EVEN_D: tl.constexpr, STATE_UNROLL: tl.constexpr):
+               EVEN_D: tl.constexpr, STATE_UNROLL: tl.constexpr, L1_X: tl.constexpr,
+               L1_BC: tl.constexpr, FAST_SP: tl.constexpr):
     """The steps t0 … t0 + BLOCK_L − 1 of one channel tile, every state: returns the new carry H."""
     EVEN: tl.constexpr = EVEN_L and EVEN_D
     t = t0 + cols  # (BLOCK_L,)
     mask = d_mask[:, None] & (t < l)[None, :]  # (BLOCK_D, BLOCK_L)
     offs = row[:, None] + t[None, :]
+    if L1_X > 0:  # the next block's u, Δ, z rows and B, C rows asked into L1: hits a block from now
+        t_nx = tl.minimum(t0 + BLOCK_L, l - 1)
+        rows = tl.where(d_mask, row, 0)[:, None]  # (BLOCK_D, 1) (a channel past d: row 0's)
+        prefetch_run(u_ptr, rows + t_nx, BLOCK_L, rows + l - 1, L1_X)
+        prefetch_run(delta_ptr, rows + t_nx, BLOCK_L, rows + l - 1, L1_X)
+        if HAS_Z:
+            prefetch_run(z_ptr, rows + t_nx, BLOCK_L, rows + l - 1, L1_X)
+        ns = tl.minimum(ncols, N - 1)[:, None]  # (NP, 1) a row per state
+        if VAR_B:
+            prefetch_run(Bv_ptr, ns * stride_Bn + t_nx, BLOCK_L, ns * stride_Bn + l - 1, L1_BC)
+        if VAR_C:
+            prefetch_run(Cv_ptr, ns * stride_Cn + t_nx, BLOCK_L, ns * stride_Cn + l - 1, L1_BC)
     x = ld(u_ptr + offs, mask, EVEN).to(tl.float32)
     dt = ld(delta_ptr + offs, mask, EVEN).to(tl.float32)
     if HAS_BIAS:
         dt += bias_v[:, None]
     if SOFTPLUS:  # once per (d, l), shared by every state
-        dt = _softplus(dt)
+        if FAST_SP:
+            dt = softplus_fast(dt)
+        else:
+            dt = _softplus(dt)
     if not EVEN:
         dt = tl.where(mask, dt, 0.0)  # Δ = 0 past the end: Ā = 1, B̄x = 0, the state holds
     dtx = dt * x  # (BLOCK_D, BLOCK_L) Δ·x, shared by every state
@@ -172,7 +191,11 @@ def _fwd_kernel(
     EVEN_L: tl.constexpr, EVEN_D: tl.constexpr,  # the tile divides l / dpg: no masks there
     STATE_UNROLL: tl.constexpr,  # run-time state loop: states per turn
     STAGES: tl.constexpr,  # > 0: a `for` over the time blocks whose loads Triton pipelines
-):                         # (STAGES deep, cp.async); 0: a `while` (the interpreter's path)
+                           # (STAGES deep, cp.async); 0: a `while` (the interpreter's path)
+    L1_X: tl.constexpr, L1_BC: tl.constexpr,  # > 0: at each block's top the next block's
+    # u, Δ, z rows and B, C rows are asked into L1 (`tile.prefetch_run`, that many sectors a row)
+    FAST_SP: tl.constexpr,  # softplus from MUFU's ex2 and lg2 (`tile.softplus_fast`)
+):
     pid_bg, pid_d, pid_s = tl.program_id(0), tl.program_id(1), tl.program_id(2)
     bi, gi = pid_bg // g, pid_bg % g  # batch row, group of B/C
     t_lo = pid_s * seg_len  # this program's segment of the sequence: steps t_lo … t_hi − 1
@@ -205,7 +228,8 @@ def _fwd_kernel(
                            seq_ptr, out_ptr, states_ptr, last_ptr, Bv_ptr, Cv_ptr, l, bi, d_idx,
                            d_mask, bd_row, row, st_row, cols, ncols, stride_Bn, stride_Cn, N,
                            BLOCK_L, CHUNK, HAS_D, HAS_Z, HAS_BIAS,
-                           SOFTPLUS, VAR_B, VAR_C, HAS_SEQ, UNROLL, EVEN_L, EVEN_D, STATE_UNROLL)
+                           SOFTPLUS, VAR_B, VAR_C, HAS_SEQ, UNROLL, EVEN_L, EVEN_D, STATE_UNROLL,
+                           L1_X, L1_BC, FAST_SP)
     else:
         # (`while`, not `for t0 in range(0, l, BLOCK_L)`: Triton 3.6's interpreter cannot take
         # a runtime `range` bound with NumPy ≥ 2.4, triton-lang/triton#9171; see triton/scan.py.
@@ -217,7 +241,8 @@ def _fwd_kernel(
                            seq_ptr, out_ptr, states_ptr, last_ptr, Bv_ptr, Cv_ptr, l, bi, d_idx,
                            d_mask, bd_row, row, st_row, cols, ncols, stride_Bn, stride_Cn, N,
                            BLOCK_L, CHUNK, HAS_D, HAS_Z, HAS_BIAS,
-                           SOFTPLUS, VAR_B, VAR_C, HAS_SEQ, UNROLL, EVEN_L, EVEN_D, STATE_UNROLL)
+                           SOFTPLUS, VAR_B, VAR_C, HAS_SEQ, UNROLL, EVEN_L, EVEN_D, STATE_UNROLL,
+                           L1_X, L1_BC, FAST_SP)
             t0 += BLOCK_L
     if UNROLL:
         tl.store(last_ptr + bd_row[:, None] * N + ncols[None, :], H, mask=n_mask)
@@ -259,5 +284,7 @@ def forward(u, delta, A, B, C, D, z, delta_bias, softplus, seq_idx, starts, seg_
         **flags(D, z, delta_bias, softplus, B, C, seq_idx),  # HAS_D … HAS_SEQ
         HAS_H0=starts is not None, UNROLL=fc.unroll, EVEN_L=even_l, EVEN_D=even_d,
         STATE_UNROLL=fc.state_unroll, STAGES=cfgs.stages(fc.stages, interp),
+        L1_X=l1_sectors(fc.block_l, 8 * u.element_size()) if fc.l1_prefetch else 0,
+        L1_BC=l1_sectors(fc.block_l) if fc.l1_prefetch else 0, FAST_SP=fc.fast_softplus,
         num_warps=fc.num_warps, **cfgs.compile_options(fc.maxnreg, interp))
     return out, states, last[-1]

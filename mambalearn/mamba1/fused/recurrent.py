@@ -33,9 +33,12 @@ from mambalearn.mamba1 import config as cfgs
 from mambalearn.mamba1.args import flags
 from mambalearn.mamba1.fused.tile import (
     column,
+    l1_sectors,
     ld,
     load_step,
+    prefetch_run,
     seq_start,
+    softplus_fast,
     st,
 )
 from mambalearn.triton.common import LOG2E, softplus
@@ -74,7 +77,9 @@ def _fwd_rec_kernel(
     VAR_B: tl.constexpr, VAR_C: tl.constexpr, HAS_SEQ: tl.constexpr,
     EVEN_L: tl.constexpr, EVEN_D: tl.constexpr,  # the tile divides l / dpg: no masks there
     PREFETCH: tl.constexpr,  # load each step's B and C rows one step ahead
-):
+    FAST_SP: tl.constexpr,  # softplus from MUFU's ex2 and lg2 (`tile.softplus_fast`)
+    L1_SECTORS: tl.constexpr,  # > 0: at each tile's top the next tile's B and C rows are asked
+):                           # into L1 (`tile.prefetch_run`, that many sectors each); 0: not
     EVEN: tl.constexpr = EVEN_L and EVEN_D
     EVEN_N: tl.constexpr = EVEN_D and N == NP  # the state tile needs no mask
     pid_bg, pid_d, pid_s = tl.program_id(0), tl.program_id(1), tl.program_id(2)
@@ -135,10 +140,20 @@ def _fwd_rec_kernel(
         x, dt, zz = x_nx.to(tl.float32), dt_nx.to(tl.float32), z_nx.to(tl.float32)
         x_nx, dt_nx, z_nx = _load_tile(u_ptr, delta_ptr, z_ptr, row, cols,
                                        tl.minimum(t0 + BLOCK_L, last_t0), l, d_mask, HAS_Z, EVEN)
+        if L1_SECTORS > 0:  # the next tile's rows of B and C: L1 hits a tile from now
+            if VAR_B:
+                prefetch_run(B_ptr + bi * stride_Bb + gi * stride_Bg, (t0 + BLOCK_L) * stride_Bl,
+                              BLOCK_L * stride_Bl, (l - 1) * stride_Bl + N - 1, L1_SECTORS)
+            if VAR_C:
+                prefetch_run(C_ptr + bi * stride_Cb + gi * stride_Cg, (t0 + BLOCK_L) * stride_Cl,
+                              BLOCK_L * stride_Cl, (l - 1) * stride_Cl + N - 1, L1_SECTORS)
         if HAS_BIAS:
             dt += bias_v[:, None]
         if SOFTPLUS:
-            dt = softplus(dt)
+            if FAST_SP:
+                dt = softplus_fast(dt)
+            else:
+                dt = softplus(dt)
         if not EVEN:
             dt = tl.where(mask, dt, 0.0)  # Δ = 0 past the end: Ā = 1, B̄x = 0, the state holds
         dtx = dt * x  # (BLOCK_D, BLOCK_L)
@@ -223,5 +238,6 @@ def forward(u, delta, A, B, C, D, z, delta_bias, softplus, seq_idx, starts, seg_
         N=n, NP=np2, V=min(4, np2), BLOCK_D=fc.block_d, BLOCK_L=fc.block_l, CHUNK=q,
         **flags(D, z, delta_bias, softplus, B, C, seq_idx),  # HAS_D … HAS_SEQ
         EVEN_L=even_l, EVEN_D=even_d, PREFETCH=fc.prefetch,
+        FAST_SP=fc.fast_softplus, L1_SECTORS=l1_sectors(fc.block_l * n) if fc.l1_prefetch else 0,
         num_warps=fc.num_warps, **cfgs.compile_options(fc.maxnreg, interp))
     return out, states, last[-1]

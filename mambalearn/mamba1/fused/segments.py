@@ -28,6 +28,11 @@ The summary kernels use the recurrent layout (``recurrent``): one channel a thre
 its n states in registers, step by step — per (step, state) one exp2 and three multiply-adds —
 with the next tile's inputs and the next step's B (C) row loaded ahead.
 
+Two switches of `config.Summary` (off by default; the GPU scripts time them): ``l1_prefetch`` asks
+for the next tile's B rows in L1 at each tile's top (`tile.prefetch_run`: the per-step loads then
+hit L1, not L2), ``fast_softplus`` computes Δ's softplus from the exp unit's 2ˣ and log₂
+(`tile.softplus_fast`). The finishing kernels take the same two in `config.Forward`.
+
 Shapes: u, delta, z, dout (b, d, l); A (d, n) fp32; B, C fp32 (b, g, l, n) (the recurrent
 layout) or fixed (d, n); summaries (M, b, d, n) fp32, M = (S − 1)·k.
 """
@@ -42,9 +47,12 @@ from mambalearn.mamba1.fused.tile import (
     column,
     floor_A,
     fold_summaries,
+    l1_sectors,
     ld,
     load_step,
+    prefetch_run,
     seq_start,
+    softplus_fast,
 )
 from mambalearn.triton.common import LOG2E, softplus
 
@@ -70,30 +78,40 @@ def _state_summary_kernel(
     E_ptr, P_ptr,  # outputs (M, b, d, n) fp32: E_s and P_s of the pieces 0 … M − 1
     l, d, dpg, g, seg_len, bdn,  # length, channels, per group, groups, a piece's steps, b·d·n
     stride_Bb, stride_Bg, stride_Bl,  # B transposed (b, g, l, n); fixed (d, n): contiguous
-    N: tl.constexpr, NP: tl.constexpr, V: tl.constexpr,  # states, padded, vector width
+    N: tl.constexpr, NP: tl.constexpr, V: tl.constexpr,  # states, NS padded, vector width
+    NS: tl.constexpr,  # states a program: N, or N / k with k programs a channel tile
     BLOCK_D: tl.constexpr, BLOCK_L: tl.constexpr,  # channels (one a thread) × steps a tile
     HAS_BIAS: tl.constexpr, SOFTPLUS: tl.constexpr, VAR_B: tl.constexpr,
     HAS_SEQ: tl.constexpr, EVEN_D: tl.constexpr, PREFETCH: tl.constexpr,
-):
+    FAST_SP: tl.constexpr,  # softplus from MUFU's ex2 and lg2 (`tile.softplus_fast`)
+    L1_SECTORS: tl.constexpr,  # > 0: at each tile's top the next tile's B rows are asked into L1
+):                           # (`tile.prefetch_run`, that many sectors); 0: not
     s = tl.program_id(2)  # the piece (never in the last segment: it is whole, inside l)
+    pid_d = tl.program_id(1)
+    if NS < N:  # a channel tile's states cut over N / NS programs (they are independent here)
+        n0 = (pid_d % (N // NS)) * NS  # this program's first state
+        pid_d = pid_d // (N // NS)
     bi, gi, d_idx, d_mask, bd_row, n3, zero3 = _channels(
-        tl.program_id(0), tl.program_id(1), d, dpg, g, BLOCK_D, NP, V)
-    EVEN_N: tl.constexpr = EVEN_D and N == NP
-    n_mask = d_mask[:, None, None] & (n3 < N)  # (BLOCK_D, NP/V, V)
+        tl.program_id(0), pid_d, d, dpg, g, BLOCK_D, NP, V)
+    nn = n3  # (1, NP/V, V) the state indices
+    if NS < N:
+        nn = n3 + n0
+    EVEN_N: tl.constexpr = EVEN_D and NS == NP
+    n_mask = d_mask[:, None, None] & (n3 < NS)  # (BLOCK_D, NP/V, V)
     cols = tl.arange(0, BLOCK_L)
     # A·log2 e, A floored (``tile.floor_A``): A = −∞ times a Δ of 0 (past l) is no NaN
-    A2 = floor_A(ld(A_ptr + d_idx[:, None, None] * N + n3, n_mask, EVEN_N)) * LOG2E
+    A2 = floor_A(ld(A_ptr + d_idx[:, None, None] * N + nn, n_mask, EVEN_N)) * LOG2E
     bias_v = tl.zeros((BLOCK_D,), dtype=tl.float32)
     if HAS_BIAS:
         bias_v = ld(bias_ptr + d_idx, d_mask, EVEN_D)
     Bt = tl.zeros((BLOCK_D, NP // V, V), dtype=tl.float32)
     if not VAR_B:  # fixed (d, n): one tile for every step
-        Bt = ld(B_ptr + d_idx[:, None, None] * N + n3, n_mask, EVEN_N)
-    Bv3 = B_ptr + bi * stride_Bb + gi * stride_Bg + n3 + zero3  # this program's (l, n) of B
+        Bt = ld(B_ptr + d_idx[:, None, None] * N + nn, n_mask, EVEN_N)
+    Bv3 = B_ptr + bi * stride_Bb + gi * stride_Bg + nn + zero3  # this program's (l, n) of B
     t_lo = s * seg_len
     B_nx = Bt
     if PREFETCH and VAR_B:
-        B_nx = load_step(Bv3, t_lo, stride_Bl, l, zero3, n3, N, NP, True)
+        B_nx = load_step(Bv3, t_lo, stride_Bl, l, zero3, n3, NS, NP, True)
     H = tl.zeros((BLOCK_D, NP // V, V), dtype=tl.float32)  # the state from h = 0
     sum_dt = tl.zeros((BLOCK_D,), dtype=tl.float32)  # Σ Δ over the segment
     fresh = tl.zeros((BLOCK_D,), dtype=tl.float32)  # > 0 once a packed sequence starts in it
@@ -110,10 +128,16 @@ def _state_summary_kernel(
         nxt = tl.minimum(t0 + BLOCK_L, t_end - BLOCK_L)  # (the last tile reloads itself)
         x_nx = ld(u_ptr + row + nxt, mask, EVEN_D)
         dt_nx = ld(delta_ptr + row + nxt, mask, EVEN_D)
+        if L1_SECTORS > 0 and VAR_B:  # the next tile's rows of B: L1 hits a tile from now
+            prefetch_run(B_ptr + bi * stride_Bb + gi * stride_Bg, (t0 + BLOCK_L) * stride_Bl,
+                          BLOCK_L * stride_Bl, (l - 1) * stride_Bl + N - 1, L1_SECTORS)
         if HAS_BIAS:
             dt += bias_v[:, None]
         if SOFTPLUS:
-            dt = softplus(dt)
+            if FAST_SP:
+                dt = softplus_fast(dt)
+            else:
+                dt = softplus(dt)
         dtx = dt * x  # (BLOCK_D, BLOCK_L)
         sum_dt += tl.sum(dt, axis=1)
         if HAS_SEQ:  # (BLOCK_D, BLOCK_L) 1.0 where a packed sequence starts
@@ -124,9 +148,9 @@ def _state_summary_kernel(
             if VAR_B:
                 if PREFETCH:  # step t + 1's row now (within the segment: t_lo + seg_len ≤ l)
                     nxt = tl.minimum(t0 + k + 1, t_lo + seg_len - 1)
-                    Bt, B_nx = B_nx, load_step(Bv3, nxt, stride_Bl, l, zero3, n3, N, NP, True)
+                    Bt, B_nx = B_nx, load_step(Bv3, nxt, stride_Bl, l, zero3, n3, NS, NP, True)
                 else:
-                    Bt = load_step(Bv3, t0 + k, stride_Bl, l, zero3, n3, N, NP, True)
+                    Bt = load_step(Bv3, t0 + k, stride_Bl, l, zero3, n3, NS, NP, True)
             a = tl.exp2(column(dt, cols, k)[:, None, None] * A2)  # Ā_t
             if HAS_SEQ:
                 a = tl.where(column(start, cols, k)[:, None, None] > 0, 0.0, a)
@@ -135,7 +159,7 @@ def _state_summary_kernel(
     P = tl.exp2(sum_dt[:, None, None] * A2)  # Π Ā = exp(A Σ Δ)
     if HAS_SEQ:
         P = tl.where(fresh[:, None, None] > 0, 0.0, P)  # a start forgets what came before
-    at = s.to(tl.int64) * bdn + bd_row[:, None, None] * N + n3  # in (M, b, d, n)
+    at = s.to(tl.int64) * bdn + bd_row[:, None, None] * N + nn  # in (M, b, d, n)
     tl.store(E_ptr + at, H, mask=n_mask)
     tl.store(P_ptr + at, P, mask=n_mask)
 
@@ -253,14 +277,20 @@ def _fold_kernel(
     tl.store(starts_ptr + s.to(tl.int64) * bdn + at, h, mask=mask)
 
 
-def _launch_args(u, d, g, n, summary):
-    """(grid's first two axes, the tile's constexprs) shared by both summary launches."""
+def _launch_args(u, d, g, n, summary, split=1):
+    """(grid's first two axes, the tile's constexprs) shared by both summary launches; ``split``
+    programs a channel tile, n / split states each (the forward's only)."""
     b = u.shape[0]
-    np2 = triton.next_power_of_2(n)
-    grid = (b * g, triton.cdiv(d // g, summary.block_d))
+    np2 = triton.next_power_of_2(n // split)
+    grid = (b * g, triton.cdiv(d // g, summary.block_d) * split)
     return grid, dict(N=n, NP=np2, V=min(4, np2), BLOCK_D=summary.block_d,
                       BLOCK_L=summary.block_l, EVEN_D=(d // g) % summary.block_d == 0,
                       PREFETCH=summary.prefetch, num_warps=summary.num_warps)
+
+
+def _l1(summary, B, n):
+    """L1_SECTORS of a summary launch: the sectors of a tile of B's rows, if ``l1_prefetch``."""
+    return l1_sectors(summary.block_l * n) if summary.l1_prefetch and B.ndim > 2 else 0
 
 
 def _pieces(like, shape, S, k):
@@ -286,9 +316,13 @@ def forward_starts(u, delta, A, B, delta_bias, softplus, seq_idx, initial_state,
         starts[0] = initial_state
     if S == 1:
         return starts
+    split = summary.state_split
+    if not isinstance(split, int) or split < 1 or n % split:
+        raise ValueError(f"summary.state_split must be an int ≥ 1 that divides n = {n}, got "
+                         f"{split!r}")
     M, E, P = _pieces(u, shape, S, k)
     Bk = bt_layout(B)
-    grid, tile = _launch_args(u, d, g, n, summary)
+    grid, tile = _launch_args(u, d, g, n, summary, split)
     f = flags(None, None, delta_bias, softplus, B, B, seq_idx)
     _state_summary_kernel[(*grid, M)](
         u.contiguous(), delta.contiguous(), A.contiguous(), Bk,  # inputs
@@ -299,7 +333,8 @@ def forward_starts(u, delta, A, B, delta_bias, softplus, seq_idx, initial_state,
                                                    # piece's steps, a piece's slot
         *_strides(Bk),  # strides of the transposed B (b, g, l); zeros if fixed
         HAS_BIAS=f["HAS_BIAS"], SOFTPLUS=f["SOFTPLUS"], VAR_B=f["VAR_B"],
-        HAS_SEQ=f["HAS_SEQ"], **tile)
+        HAS_SEQ=f["HAS_SEQ"], FAST_SP=summary.fast_softplus, L1_SECTORS=_l1(summary, B, n),
+        NS=n // split, **tile)
     if initial_state is not None:
         E[0] += P[0] * initial_state
     BLOCK = 1024

@@ -10,10 +10,57 @@ registers before every load). The teaching kernel has its own, simpler copies of
 import triton
 import triton.language as tl
 
-from mambalearn.triton.common import softplus
+from mambalearn.triton.common import INTERPRETED, LOG2E, exp2_ftz, softplus
 from mambalearn.triton.scan import combine_fn  # the ⊗ of chapter 03, jitted in chapter 08
 
 A_FLOOR = tl.constexpr(-1e30)  # the least A the backward uses (``floor_A``)
+_INTERPRETED = tl.constexpr(INTERPRETED)
+
+
+@triton.jit
+def prefetch_l1(ptr):
+    """Ask for the 32-byte sector holding each pointer to be brought into L1
+    (``prefetch.global.L1``, CCTL.E.PF1 on sm_90): a hint that nothing waits for and that returns
+    nothing — a load issued later finds its data in L1 instead of paying an L2 or DRAM round trip.
+    Every pointer must lie inside its tensor. The interpreter: nothing."""
+    if not _INTERPRETED:
+        tl.inline_asm_elementwise("prefetch.global.L1 [$1]; mov.u32 $0, 0;", "=r,l", [ptr],
+                                  dtype=tl.int32, is_pure=False, pack=1)
+
+
+def l1_sectors(values, bits=32):
+    """SECTORS of `prefetch_run` for a run of ``values`` values of ``bits`` bits starting on a
+    sector: the 32-byte sectors it covers, rounded up to a power of two (0 for none)."""
+    return triton.next_power_of_2(-(-values * bits // 256)) if values > 0 else 0
+
+
+@triton.jit
+def prefetch_run(X_ptr, first, count, last, SECTORS: tl.constexpr):
+    """`prefetch_l1` of the values ``first`` … ``first + count − 1`` after ``X_ptr``, one pointer
+    per 32-byte sector, SECTORS of them; ``first`` and ``last`` (the run's last valid offset in
+    its tensor: offsets past it are clamped to it) a scalar or an (R, 1) column of runs."""
+    STEP: tl.constexpr = 256 // X_ptr.dtype.element_ty.primitive_bitwidth  # values a sector
+    at = first + tl.arange(0, SECTORS) * STEP
+    at = tl.minimum(tl.minimum(at, first + count - 1), last)
+    prefetch_l1(X_ptr + at)
+
+
+@triton.jit
+def softplus_fast(x):
+    """log(1 + eˣ) from the exp unit's 2ˣ and log₂ (``ex2``/``lg2.approx.ftz``): about 12
+    instructions where `common.softplus`'s precise log takes about 30. Relative error ≤ ~1e-5:
+    lg2.approx's ≤ 2⁻²² absolute error near 1, over log(1 + e) ≥ 1/64 (e = e^−|x|); below that
+    log(1 + e) = e − e²/2 + e³/3 (error e⁴/4). x > 20: x, as `common.softplus`. The interpreter
+    runs the same formula with tl.log2."""
+    e = exp2_ftz(-tl.abs(x) * LOG2E)  # (0, 1]
+    if _INTERPRETED:
+        lg = tl.log2(1.0 + e)
+    else:
+        lg = tl.inline_asm_elementwise("lg2.approx.ftz.f32 $0, $1;", "=f,f", [1.0 + e],
+                                       dtype=tl.float32, is_pure=True, pack=1)
+    log1p = tl.where(e < 0.015625, e * (1.0 + e * (e * 0.3333333333333333 - 0.5)),
+                     lg * 0.6931471805599453)
+    return tl.where(x <= 20.0, tl.maximum(x, 0.0) + log1p, x)
 
 
 @triton.jit
