@@ -248,11 +248,11 @@ def test_tiles_smaller_than_the_head_dim(block_p, num_warps, stream):
 def test_small_and_large_batches_pick_their_tiles():
     from mambalearn.mamba2 import step
 
-    # one sequence: tiles cut until every SM has FILL programs, the state kept in L2 (not evicted
-    # first) between tokens; 8 warps: one 16-byte load of the state a thread
-    assert step.FILL * step.SMS <= 80 * 64 // 8 < 2 * step.FILL * step.SMS  # (the next cut)
-    assert step._tile(64, 128, 1 * 80 * 64 * 128) == (8, 8, False)
-    assert step._tile(64, 128, 4 * 80 * 64 * 128) == (32, 8, False)  # b4: still small
+    # a small state (b1, b4): 4-row tiles over one warp (the H200's sweep), kept in L2 (not
+    # evicted first) between tokens; already FILL programs an SM and more, so no further cut
+    assert 80 * 64 // 4 >= step.FILL * step.SMS
+    assert step._tile(64, 128, 1 * 80 * 64 * 128) == (4, 1, False)
+    assert step._tile(64, 128, 4 * 80 * 64 * 128) == (4, 1, False)  # b4: still small
     assert step._tile(64, 128, 64 * 80 * 64 * 128) == (32, 8, True)  # b64: streamed
     assert step._tile(3, 5, 10) == (4, 1, False)  # never wider than the head dim needs
     assert step._tile(2048, 16, 2048 * 16) == (8, 1, False)  # never below a warp's 128 values
@@ -323,7 +323,7 @@ def test_gpu_graph_capture_masks_slots_past_the_state():
 
 # the three ways `_tile` can go, set up at cheap sizes: a small state cut until the grid fills
 # the SMs (FILL, cut down to one warp's VALUES_PER_WARP here: a few heads never fill 132 SMs), a
-# small state in one TILE_SMALL tile a head (FILL 0), and a large one (TILE_LARGE, streamed)
+# small state in TILE_SMALL tiles (FILL 0), and a large one (TILE_LARGE, streamed)
 TILE_BRANCHES = {"fill": dict(), "small": dict(FILL=0), "large": dict(SMALL_STATE=0)}
 
 
@@ -347,8 +347,10 @@ def test_every_tile_choice_matches_oracle(monkeypatch, branch, layout, p, n, dro
     bn = 1 << (n - 1).bit_length()  # BLOCK_N: n rounded up to a power of two
     if branch == "fill":  # cut to one warp's values: several tiles a head, the last one short
         assert block_p * bn <= step.VALUES_PER_WARP < 2 * block_p * bn and p % block_p
-    else:
-        assert block_p >= p and stream == (branch == "large") and warps >= 1
+    else:  # the branch's own tile: as many rows as its values allow, never wider than the head
+        values = (step.TILE_LARGE if branch == "large" else step.TILE_SMALL)[0]
+        assert block_p == max(1, min(1 << (p - 1).bit_length(), values // bn))
+        assert stream == (branch == "large") and warps >= 1
     out, want, s, s_ref = run_both(inp, dt_softplus=True)
     assert_close(s, s_ref, msg="state")
     assert_close(out, want, msg="out")

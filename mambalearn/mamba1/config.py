@@ -179,11 +179,12 @@ BACKWARD_LARGE_N = Backward("state-outer", block_d=1, num_warps=1, maxnreg=80, p
 # backward, n > chunk: state-outer cannot hold the row sums; the sub-block kernel
 BACKWARD_RUNTIME_LOOP = Backward("sub-block", block_d=32, block_l=8, num_warps=1, even=False,
                                  per_sm=9)
-# backward, n ≤ 16, deterministic mode: 8 channels (2 a warp, as the default's tile) in a program of
-# 4 warps, each warp's channel sums staged, added once a chunk: a tree of d/8 tiles, not d/2
-# (the floor and the expectation: ``fused.gradients``; chosen by ``bench.gpu.det_sweep``)
-DETERMINISTIC_BACKWARD = Backward("state-outer", block_d=8, num_warps=4, maxnreg=96, per_sm=5,
-                                  tree_rows=4)
+# backward, n ≤ 16, deterministic mode: 16 channels (2 a warp, as the default's tile) in a program
+# of 8 warps, each warp's channel sums staged, added once a chunk: a tree of d/16 tiles, not d/2
+# (the floor and the expectation: ``fused.gradients``; chosen by ``bench.gpu.det_sweep`` on the
+# H200, the candidate whose slower shape was fastest: docs/results/*_det_sweep_*.json)
+DETERMINISTIC_BACKWARD = Backward("state-outer", block_d=16, num_warps=8, maxnreg=96, per_sm=2,
+                                  tree_rows=8, tree_fan=16)
 # the summaries of a cut sequence: the recurrent layout, one warp of 32 channels, 8 steps a tile
 SUMMARY = Summary(block_d=32, block_l=8, num_warps=1)
 # the interpreter (CPU): small tiles, masks kept in the backward

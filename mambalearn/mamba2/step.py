@@ -183,7 +183,7 @@ def _state_update_kernel(
 # (state values a tile holds at most, warps, stream) for large states (bandwidth-bound) and small
 # ones (latency-bound); the H200 sweeps behind them: bench/NOTES_ssd.md, bench/gpu/step_z.py
 TILE_LARGE = (4096, 8, True)
-TILE_SMALL = (8192, 8, False)  # a state that stays in L2 from one token to the next: keep it
+TILE_SMALL = (512, 1, False)  # a state that stays in L2 from one token to the next: keep it
 SMALL_STATE = 1 << 22  # state values (b·h·p·n) up to which a batch counts as small (16 MB fp32)
 FILL = 4  # a small state's tiles are halved until the grid has FILL programs per SM (0: never)
 SMS = 132  # the reference H200's SMs (the choice does not ask the device: one rule everywhere)
@@ -230,10 +230,12 @@ def _tile(p, n, values):
     one scalar load (D's) before its first wait, so two in practice, against four with z
     (three without) in the first version: the state's loads behind Δ's softplus, D and z after
     the state's store (``python -m bench.gpu.step_z --waits`` counts them). The tile
-    starts at ``TILE_SMALL`` and is halved until the grid has ``FILL`` programs per SM (b1 h80
-    p64 n128: 8 × 128 tiles, 640 programs on 132 SMs, one 16-byte load of the state a thread)
-    so that every SM pulls its share of the state in that round trip — but never below one
-    warp's worth (``VALUES_PER_WARP``).
+    starts at ``TILE_SMALL`` and is halved until the grid has ``FILL`` programs per SM, so that
+    every SM pulls its share of the state in that round trip — but never below one warp's worth
+    (``VALUES_PER_WARP``). On the H200 (``bench.gpu.step_z``'s sweep, b1 h80 p64 n128, with z
+    and without, one and 20 calls a CUDA graph) the smallest programs won: 4 × 128 tiles over
+    one warp, 1 280 programs, each thread four 16-byte loads of the state (``TILE_SMALL``);
+    8 × 128 over 8 warps and 64 × 128 over 8 warps were slower.
 
     Warps: at most one per ``VALUES_PER_WARP`` values of the tile. With n = 128 and 8 warps
     (256 threads, more than n) the compiler gives each thread the B and C values of its own
