@@ -89,8 +89,8 @@ def _bwd_state(n, h_in, g_in, x, dt, dtx, dt_nx, dy, start, start_nx, t, t_ok, l
     beta = Cn * dy
     beta = tl.where(cols[None, :] == BLOCK_L - 1, beta + a_nx * g_in[:, None], beta)
     gg = reverse_scan(a_nx, beta)
-    # gradients from g and h; Ā_t h_{t−1} = h_t − B̄_t x_t
-    ah = h - bx
+    # gradients from g and h; Ā_t h_{t−1} = h_t − B̄_t x_t, exactly 0 where Ā_t is (tile.floor_A)
+    ah = tl.where(a == 0.0, 0.0, h - bx)
     gdt = gg * dt
     dB_c = tl.sum(gdt * x, axis=1)  # (BLOCK_D,): fixed B's gradient
     dC_c = tl.sum(dy * h, axis=1)

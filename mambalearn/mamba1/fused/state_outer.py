@@ -65,7 +65,7 @@ def _so_state(h_in, g_in, A_n, B_n, C_n, C_r, dt, dtx, dt_nx, dy, dy_r, start, s
         beta = C_n * dy
         beta = tl.where(cols[None, :] == BLOCK_L - 1, beta + a_nx * g_in[:, None], beta)
         gg = reverse_scan(a_nx, beta)
-    return h, gg, h - bx
+    return h, gg, tl.where(a == 0.0, 0.0, h - bx)  # (tile.floor_A: exact where Ā_t = 0)
 
 
 @triton.jit

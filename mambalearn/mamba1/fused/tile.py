@@ -69,7 +69,12 @@ def floor_A(A):
     would form Δ A = 0 · (−∞) = NaN where Δ = 0 (past l: no step; the reverse scan carries that
     NaN to every earlier step) and A Ā_t h_{t−1} = −∞ · 0 = NaN in dΔ; floored, Δ A is 0 there
     (decay 1, no step) and −1e30 · Δ otherwise (decay 0, as exp(−∞) was), and the product 0. No
-    finite answer changes: exp(Δ A) is 0 in float32 for A ≤ −1e30 and any Δ above 1e-28."""
+    finite answer changes: exp(Δ A) is 0 in float32 for A ≤ −1e30 and any Δ above 1e-28.
+    The backward forms Ā_t h_{t−1} as h_t − B̄_t x_t, which is 0 where Ā_t is — in exact
+    arithmetic. On a GPU the compiler contracts ``h - dtx * B`` into one fused multiply-add, which
+    subtracts the unrounded product from the rounded h: a residue of one rounding (≈ 1e-8 of B̄x),
+    times A = −1e30, put 1e21 into dΔ. So the backward kernels take that term as 0 wherever Ā_t
+    is 0 (a select; the interpreter, without fused multiply-adds, never showed it)."""
     return tl.where(A < A_FLOOR, A_FLOOR, A)
 
 
