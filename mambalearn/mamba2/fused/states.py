@@ -60,6 +60,32 @@ from mambalearn.mamba2.fused.outputs import tma_ok
 from mambalearn.triton.common import LOG2E, exp2_ftz
 
 
+@triton.jit
+def _entering_state(init_ptr, E_base, G_ptr, pid_bh, j, p, nseg, ok_np, np_offs,
+                    N: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_P: tl.constexpr,
+                    HAS_INIT: tl.constexpr, PHASE: tl.constexpr):
+    """The float32 (BLOCK_N, BLOCK_P) state a program's walk starts from. PHASE 2: the carry
+    into segment j, K_j = Γ_{j−1} K_{j−1} + E_{j−1} (K_1 = E_0), folded from the segments'
+    end states at ``E_base`` (segment i: + i · p · N) and decays Γ. Otherwise H_0 (the state
+    entering chunk 0; it belongs to sequence 0) for segment 0 and zero for the others — or zero
+    without an initial state."""
+    if PHASE == 2:
+        H = tl.load(E_base, mask=ok_np, other=0.0)
+        for i in range(1, j):
+            H = tl.load(G_ptr + pid_bh * nseg + i) * H + tl.load(E_base + i * p * N, mask=ok_np,
+                                                                 other=0.0)
+    elif HAS_INIT:
+        if PHASE == 0:
+            first = ok_np
+        else:  # (where, not &: a block mask with a scalar condition stays a boolean block)
+            first = tl.where(j == 0, ok_np, False)
+        H = tl.load(init_ptr + pid_bh.to(tl.int64) * p * N + np_offs, mask=first,
+                    other=0.0).to(tl.float32)
+    else:
+        H = tl.zeros((BLOCK_N, BLOCK_P), dtype=tl.float32)
+    return H
+
+
 @triton.jit(do_not_specialize=["seg_chunks", "nseg"])
 def _chunk_states_kernel(
     x_ptr, B_ptr, dtc_ptr, dacs_ptr, init_ptr, seq_ptr,  # x, B: mamba_ssm's; Δ, dA_cs (b, h, c, q)
@@ -97,21 +123,8 @@ def _chunk_states_kernel(
     ok_np = (offs_n[:, None] < N) & (offs_p[None, :] < p)
     np_offs = offs_p[None, :] * N + offs_n[:, None]  # (BLOCK_N, BLOCK_P) inside one (p, n) state
     E_base = E_ptr + pid_bh.to(tl.int64) * nseg * p * N + np_offs  # segment i: + i · p · N
-    if PHASE == 2:  # the carry into segment j, folded from the segments before it
-        H = tl.load(E_base, mask=ok_np, other=0.0)
-        for i in range(1, j):
-            H = tl.load(G_ptr + pid_bh * nseg + i) * H + tl.load(E_base + i * p * N, mask=ok_np,
-                                                                 other=0.0)
-    elif HAS_INIT:  # H_0, the state entering chunk 0 (it belongs to sequence 0); a segment
-        # other than the first starts from zero (where, not &: the mask stays a block)
-        if PHASE == 0:
-            first = ok_np
-        else:
-            first = tl.where(j == 0, ok_np, False)
-        H = tl.load(init_ptr + pid_bh.to(tl.int64) * p * N + np_offs, mask=first,
-                    other=0.0).to(tl.float32)
-    else:
-        H = tl.zeros((BLOCK_N, BLOCK_P), dtype=tl.float32)
+    H = _entering_state(init_ptr, E_base, G_ptr, pid_bh, j, p, nseg, ok_np, np_offs, N, BLOCK_N,
+                        BLOCK_P, HAS_INIT, PHASE)
     if PHASE == 1:  # only the first segment publishes the states it walks through
         ok_pub = tl.where(j == 0, ok_np, False)
     else:
@@ -215,19 +228,8 @@ def _chunk_states_tma_kernel(
     ok_np = (offs_n[:, None] < N) & (offs_p[None, :] < p)
     np_offs = offs_p[None, :] * N + offs_n[:, None]  # (BLOCK_N, BLOCK_P) inside one (p, n) state
     E_base = E_ptr + pid_bh.to(tl.int64) * nseg * p * N + np_offs  # segment i: + i · p · N
-    if PHASE == 2:  # the carry into segment j, folded from the segments before it
-        H = tl.load(E_base, mask=ok_np, other=0.0)
-        for i in range(1, j):
-            H = tl.load(G_ptr + pid_bh * nseg + i) * H + tl.load(E_base + i * p * N, mask=ok_np,
-                                                                 other=0.0)
-    elif HAS_INIT:  # H_0, the state entering chunk 0 (it belongs to sequence 0)
-        # segment 0 reads H_0, the others start from zero (where, not &: a block mask with a
-        # scalar condition stays a boolean block)
-        first = tl.where(j == 0, ok_np, False)
-        H = tl.load(init_ptr + pid_bh.to(tl.int64) * p * N + np_offs, mask=first,
-                    other=0.0).to(tl.float32)
-    else:
-        H = tl.zeros((BLOCK_N, BLOCK_P), dtype=tl.float32)
+    H = _entering_state(init_ptr, E_base, G_ptr, pid_bh, j, p, nseg, ok_np, np_offs, N, BLOCK_N,
+                        BLOCK_P, HAS_INIT, PHASE)
     row = pid_bh.to(tl.int64) * nchunks * Q  # this head's rows of Δ and dA_cs
     seq_base = seq_ptr + pid_b.to(tl.int64) * stride_seqb
     seq_prev = 0  # the sequence running at the previous chunk's end; H_0 belongs to sequence 0
