@@ -93,14 +93,7 @@ def sweep_shape(shape, cands, dtype, device, timing, runs, end):
     configs = {"default": base}
     configs.update({k: base.replace(backward=bw, deterministic=True) for k, bw in cands.items()})
     call = lambda cfg: lambda x, grads: run_cfg(x, grads, cfg)  # noqa: E731
-
-    def run_cfg(x, grads, cfg):
-        from mambalearn.mamba1 import selective_scan_fn
-        xs = {k: v.detach().requires_grad_() for k, v in x.items()}
-        out, last = selective_scan_fn(**xs, delta_softplus=True, return_last_state=True,
-                                      config=cfg)
-        torch.autograd.backward([out, last], list(grads))
-        return dict(out=out.detach(), last=last.detach(), **{f"d{k}": xs[k].grad for k in xs})
+    run_cfg = lambda x, grads, cfg: run(x, grads, config=cfg)  # noqa: E731
 
     ref = run_cfg(x, grads, base)
     rows, fns = [], {"default": lambda: run_cfg(x, grads, base)}

@@ -45,7 +45,8 @@ MIMO_PER_SEQUENCE = ("out", "dQ", "dK", "dV", "dZ", "dADT", "dDT", "dTrap", "dAn
 
 
 def mamba1_case(b, d, n, l, dtype, device, seed=0):
-    """(inputs, upstream gradients, run(x, deterministic) → {name: tensor}) for Mamba-1."""
+    """(inputs, upstream gradients, run(x, grads, deterministic, config) → {name: tensor}) for
+    Mamba-1."""
     from mambalearn.mamba1 import selective_scan_fn
 
     gen = torch.Generator().manual_seed(seed)
@@ -56,10 +57,10 @@ def mamba1_case(b, d, n, l, dtype, device, seed=0):
     x = {k: v.to(device, torch.float32 if k in f32 else dtype) for k, v in x.items()}
     grads = (r(b, d, l).to(device, dtype), r(b, d, n).to(device))
 
-    def run(x, grads, deterministic):
+    def run(x, grads, deterministic=None, config=None):
         xs = {k: v.detach().requires_grad_() for k, v in x.items()}
         out, last = selective_scan_fn(**xs, delta_softplus=True, return_last_state=True,
-                                      deterministic=deterministic)
+                                      deterministic=deterministic, config=config)
         torch.autograd.backward([out, last], list(grads))
         return dict(out=out.detach(), last=last.detach(), **{f"d{k}": xs[k].grad for k in xs})
 

@@ -193,12 +193,29 @@ def kernel_ms(fn, reps=200):
     return (total / reps / 1e3, " + ".join(sorted(names))) if names else (None, "")
 
 
+def graphs_compared(sides, inp, calls, gpu, rep):
+    """Each side's step (``fn(state, **args)``) captured k times into one CUDA graph for each k in
+    ``calls``, every graph on its own copy of the state (the step updates it in place), and all
+    of them timed interleaved by ``timing.compare``. Returns (eager calls by (side, k), graphs by
+    "<side> graph<k>", the comparison)."""
+    from mambalearn.timing import compare
+
+    a = {k: v for k, v in inp.items() if k != "state"}
+    eager, fns = {}, {}
+    for k in calls:
+        for name, fn in sides.items():
+            s = inp["state"].clone()  # each graph updates its own copy of the state, in place
+            eager[name, k] = lambda fn=fn, s=s: fn(s, **a)
+            fns[f"{name} graph{k}"] = graphed(eager[name, k], k, gpu)
+    c = compare(fns, warm_s=1.0 if gpu else 0.0, rounds=5 if gpu else 1, rep=rep)
+    return eager, fns, c
+
+
 def step_case(run, shape, with_z, peer, calls=STEP_CALLS):
     """One shape with or without z: the checks, the graphs timed interleaved, the kernels alone."""
     from course.bench.step import floor_ms
     from mambalearn import inference
     from mambalearn.mamba2.step import selective_state_update as ours
-    from mambalearn.timing import compare
 
     b, h, p, n = shape
     inp = step_inputs(b, h, p, n, with_z, dev(run))
@@ -214,13 +231,7 @@ def step_case(run, shape, with_z, peer, calls=STEP_CALLS):
         errs = dict(rel_err=rel(out, want), state_rel_err=rel(s, s64))
         run.keep(op="step check", **label, backend=name, **errs,
                  check="ok" if max(errs.values()) < TOL["step"] else "FAILED")
-    eager, fns = {}, {}
-    for k in calls:
-        for name, fn in sides.items():
-            s = inp["state"].clone()  # each graph updates its own copy of the state, in place
-            eager[name, k] = lambda fn=fn, s=s: fn(s, **a)
-            fns[f"{name} graph{k}"] = graphed(eager[name, k], k, run.gpu)
-    c = compare(fns, warm_s=1.0 if run.gpu else 0.0, rounds=5 if run.gpu else 1, rep=50)
+    eager, fns, c = graphs_compared(sides, inp, calls, run.gpu, rep=50)
     floor = floor_ms(b, h, p, n, torch.float32)
     for k in calls:
         for name in sides:

@@ -185,11 +185,10 @@ def check(run, fn, inp, want, s64, label, backend, tile=None):
 
 def case(run, name, with_z, peer, variants):
     """One (shape, z): checks, then every variant and mamba_ssm graphed and timed together."""
-    from bench.gpu.peers import graphed, kernel_ms, step_inputs
+    from bench.gpu.peers import graphs_compared, kernel_ms, step_inputs
     from course.bench.step import floor_ms
     from mambalearn import inference
     from mambalearn.mamba2.step import StepConfig, selective_state_update
-    from mambalearn.timing import compare
 
     shape = (SMOKE_SHAPES if run.smoke else SHAPES)[name]
     b, h, p, n = shape
@@ -209,13 +208,7 @@ def case(run, name, with_z, peer, variants):
     if peer is not None and check(run, peer, inp, want, s64, label, "mamba_ssm"):
         sides["mamba_ssm"] = peer
     calls = CALLS if run.gpu else (1, 2)
-    eager, fns = {}, {}
-    for k in calls:
-        for side, fn in sides.items():
-            s = inp["state"].clone()  # each graph updates its own copy of the state, in place
-            eager[side, k] = lambda fn=fn, s=s: fn(s, **a)
-            fns[f"{side} graph{k}"] = graphed(eager[side, k], k, run.gpu)
-    c = compare(fns, warm_s=1.0 if run.gpu else 0.0, rounds=5 if run.gpu else 1, rep=30)
+    eager, fns, c = graphs_compared(sides, inp, calls, run.gpu, rep=30)
     floor = floor_ms(b, h, p, n, torch.float32)
     first = "first version" if "first version" in sides else None
     for k in calls:
