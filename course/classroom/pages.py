@@ -101,8 +101,8 @@ def show_recorded(cell, recorded):
     if found is None:
         return False
     outputs, meta = found
-    where = (f"recorded on {meta['device']}, {meta['date']} (commit {meta['commit']}; "
-             f"{meta['file']})")
+    where = (f"recorded on {meta['device']}, {meta['date']} (commit {meta['commit']};\n"
+             f" {meta['file']})")  # the file on a line of its own: a deck never breaks its name
     cell.outputs = [new_output("stream", name="stdout", text=f"[{where}]\n")]
     cell.outputs += [nbformat.from_dict(o) for o in outputs]
     cell.metadata["mambalearn_recorded"] = where
