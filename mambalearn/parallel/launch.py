@@ -104,6 +104,9 @@ def _worker(rank, world_size, backend, init_file, timeout, threads, fn, args, re
         dist.init_process_group(backend, init_method=f"file://{init_file}", rank=rank,
                                 world_size=world_size,
                                 timeout=datetime.timedelta(seconds=timeout))
+        # every rank connected before any runs fn: a rank that fails at once and exits while
+        # another still connects to it would leave that one waiting for the whole timeout
+        dist.barrier()
         status = ("ok", fn(rank, *args), None)
     except BaseException as e:  # noqa: BLE001 - every failure is reported to the caller
         status = ("error", e, traceback.format_exc())
