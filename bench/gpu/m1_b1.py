@@ -10,7 +10,9 @@ the call's start; this script never waits for it), then all are timed in this pr
 `mambalearn.timing.compare` (each warmed ≥ 1 s, 5 interleaved rounds, the median of the per-round
 ratios to the default, and to the peer). A variant whose output is off is reported, never timed.
 
-Variants (`mambalearn.mamba1.config` fields; the default config is unchanged):
+Variants (`mambalearn.mamba1.config` fields, from the config without hints and with the exact
+softplus, the default before these runs; one equal to today's default is not timed twice):
+  no L1 hints, exact softplus   that starting point itself
   summary L1        the summaries ask for the next tile's B rows in L1 at each tile's top
   finish L1         the finishing kernel likewise (scan: the next block's u, Δ, z and B, C rows;
                     recurrent: the next tile's B, C rows)
@@ -97,12 +99,15 @@ def variants(base, n, b, S, gpu):
 
     from mambalearn.mamba1 import config as cfgs
     l1, sp = dict(l1_prefetch=True), dict(fast_softplus=True)
-    both = base.replace(forward=l1, summary=l1)
+    off = dict(l1_prefetch=False, fast_softplus=False)
+    plain = base.replace(forward=off, summary=off)  # no hint, the exact softplus: the variants'
+    both = plain.replace(forward=l1, summary=l1)    # starting point (and the default before)
     fast = both.replace(forward=sp, summary=sp)  # L1 hints and the MUFU softplus, both kernels
-    out = {"default": base}
+    out = {"default": base, "no L1 hints, exact softplus": plain}
     if b == 1:  # (each hint alone: where the time goes, at b1 only)
-        out.update({"summary L1": base.replace(summary=l1), "finish L1": base.replace(forward=l1)})
-    sl = base.replace(forward=sp, summary=dict(**l1, **sp))  # (no hint in the finish)
+        out.update({"summary L1": plain.replace(summary=l1),
+                    "finish L1": plain.replace(forward=l1)})
+    sl = plain.replace(forward=sp, summary=dict(**l1, **sp))  # (no hint in the finish)
     out.update({"both L1": both, "summary L1, fast softplus": sl, "both L1, fast softplus": fast})
     # (n64: the finish's hint spills at 255 registers; the state split goes with `sl` there)
     out[f"{'both' if n <= 16 else 'summary'} L1, fast softplus, states/2 a summary"] = (
@@ -123,7 +128,8 @@ def variants(base, n, b, S, gpu):
         out["both L1, fast softplus, split 1"] = fast.replace(summary=dict(split=1))
         out["summary L1, fast softplus, states/4 a summary"] = sl.replace(
             summary=dict(state_split=4 if gpu else 1))
-    return out
+    # (a variant equal to the default is timed once, as the default)
+    return {k: v for k, v in out.items() if k == "default" or v != base}
 
 
 def shape_run(args, n, b, l, deadline):

@@ -161,8 +161,11 @@ def chunk_size(n):
 
 
 # --- the H200 defaults (the measurements behind each: bench/NOTES_selective_scan.md) ----------
-# forward, n ≤ 16: a scan along time, unmasked `while` over time blocks, states unrolled
-FORWARD = Forward(block_d=64, block_l=32, num_warps=4, per_sm=2)  # 255 registers × 128 threads
+# forward, n ≤ 16: a scan along time, unmasked `while` over time blocks, states unrolled; the
+# next tile's inputs hinted into L1 and Δ's softplus on MUFU (both measured faster at b1–b4, n16
+# and n64, in every kernel of the cut: docs/results/*_m1_b1_*.json)
+FORWARD = Forward(block_d=64, block_l=32, num_warps=4, per_sm=2,  # 255 registers × 128 threads
+                  l1_prefetch=True, fast_softplus=True)
 # forward, n > 16: the same tile with a run-time state loop (unrolled spills at n64), 8 warps
 FORWARD_LARGE_N = Forward(block_d=64, block_l=32, num_warps=8, unroll=False, per_sm=2)
 # forward, the recurrent kernel (one channel a thread, every state in registers): the default
@@ -170,7 +173,7 @@ FORWARD_LARGE_N = Forward(block_d=64, block_l=32, num_warps=8, unroll=False, per
 # step's B/C loads being issued well before their use: `prefetch` loads them a step ahead in
 # the source (without it, ptxas hoists them in some builds and not in others; NOTES).
 FORWARD_RECURRENT = Forward(block_d=32, block_l=8, num_warps=1, layout="recurrent", per_sm=8,
-                            prefetch=True)
+                            prefetch=True, l1_prefetch=True, fast_softplus=True)
 RECURRENT_DEFAULT_N = (64,)
 # backward, n ≤ 16: state-outer, two channels a program; 96 registers buy occupancy (spills)
 BACKWARD = Backward("state-outer", block_d=2, num_warps=1, maxnreg=96, per_sm=21)
@@ -185,8 +188,9 @@ BACKWARD_RUNTIME_LOOP = Backward("sub-block", block_d=32, block_l=8, num_warps=1
 # H200, the candidate whose slower shape was fastest: docs/results/*_det_sweep_*.json)
 DETERMINISTIC_BACKWARD = Backward("state-outer", block_d=16, num_warps=8, maxnreg=96, per_sm=2,
                                   tree_rows=8, tree_fan=16)
-# the summaries of a cut sequence: the recurrent layout, one warp of 32 channels, 8 steps a tile
-SUMMARY = Summary(block_d=32, block_l=8, num_warps=1)
+# the summaries of a cut sequence: the recurrent layout, one warp of 32 channels, 8 steps a tile,
+# the next tile's B rows hinted into L1, the softplus on MUFU (as the forward's)
+SUMMARY = Summary(block_d=32, block_l=8, num_warps=1, l1_prefetch=True, fast_softplus=True)
 # the interpreter (CPU): small tiles, masks kept in the backward
 CPU_FORWARD = Forward(block_d=4, block_l=8, num_warps=1)
 CPU_BACKWARD = Backward("sub-block", block_d=4, block_l=8, num_warps=1, even=False)
