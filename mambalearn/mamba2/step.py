@@ -79,13 +79,20 @@ def _state_update_kernel(
     BLOCK_N: tl.constexpr,  # n rounded up to a power of two
     STREAM: tl.constexpr,  # evict the state from L2 first (a state larger than L2)
     LOADS_FIRST: tl.constexpr,  # D and z loaded with the other inputs, before the state's store
+    GRID_3D: tl.constexpr,  # the grid is (tiles_p, heads, batch): no division to find the tile
+    BC_TILE: tl.constexpr,  # B and C loaded straight into the tile's (BLOCK_P, BLOCK_N) layout
 ):
     # One (BLOCK_P, n) tile per program, numbered p-block fastest, then head, then batch row, so
     # that programs running together touch neighbouring memory.
-    t = tl.program_id(0)
-    pid_p = t % tiles_p
-    pid_h = (t // tiles_p) % n_heads
-    pid_b = t // (tiles_p * n_heads)
+    if GRID_3D:  # the hardware numbers the blocks: every address is ready at once
+        pid_p = tl.program_id(0)
+        pid_h = tl.program_id(1)
+        pid_b = tl.program_id(2)
+    else:  # one axis: two integer divisions (tens of cycles) before the first address
+        t = tl.program_id(0)
+        pid_p = t % tiles_p
+        pid_h = (t // tiles_p) % n_heads
+        pid_b = t // (tiles_p * n_heads)
     offs_p = pid_p * BLOCK_P + tl.arange(0, BLOCK_P)  # (BLOCK_P,)
     offs_n = tl.arange(0, BLOCK_N)  # (BLOCK_N,)
     in_p = offs_p < p  # (BLOCK_P,) bool
@@ -142,10 +149,18 @@ def _state_update_kernel(
     # 3. B and C last: spreading an (n,) vector over the tile's rows can go through shared
     # memory and a barrier (``_tile``), and a load written after that would wait for it
     g = pid_h // heads_per_group  # the B/C group this head reads
-    B = tl.load(B_ptr + pid_b * stride_Bb + g * stride_Bg + offs_n * stride_Bn,
-                mask=mask_n, other=0.0).to(tl.float32)  # (BLOCK_N,)
-    C = tl.load(C_ptr + pid_b * stride_Cb + g * stride_Cg + offs_n * stride_Cn,
-                mask=mask_n, other=0.0).to(tl.float32)  # (BLOCK_N,)
+    if BC_TILE:  # every row loads its own copy (L1 serves the repeats): no shared-memory hop
+        offs_bc = tl.broadcast_to(offs_n[None, :], (BLOCK_P, BLOCK_N))
+        mask_bc = tl.broadcast_to(mask_n[None, :], (BLOCK_P, BLOCK_N))
+        B = tl.load(B_ptr + pid_b * stride_Bb + g * stride_Bg + offs_bc * stride_Bn,
+                    mask=mask_bc, other=0.0).to(tl.float32)  # (BLOCK_P, BLOCK_N)
+        C = tl.load(C_ptr + pid_b * stride_Cb + g * stride_Cg + offs_bc * stride_Cn,
+                    mask=mask_bc, other=0.0).to(tl.float32)  # (BLOCK_P, BLOCK_N)
+    else:
+        B = tl.load(B_ptr + pid_b * stride_Bb + g * stride_Bg + offs_n * stride_Bn,
+                    mask=mask_n, other=0.0).to(tl.float32)[None, :]  # (1, BLOCK_N)
+        C = tl.load(C_ptr + pid_b * stride_Cb + g * stride_Cg + offs_n * stride_Cn,
+                    mask=mask_n, other=0.0).to(tl.float32)[None, :]  # (1, BLOCK_N)
 
     # 4. the update, in float32 whatever the state's dtype
     if HAS_DT_BIAS:
@@ -155,10 +170,10 @@ def _state_update_kernel(
     h = h.to(tl.float32)
     if TIE_HDIM:
         A_bar = tl.exp(A * dt)  # a scalar
-        h = h * A_bar + x[:, None] * (B * dt)[None, :]  # (BLOCK_P, BLOCK_N)
+        h = h * A_bar + x[:, None] * (B * dt)  # (BLOCK_P, BLOCK_N)
     else:
         A_bar = tl.exp(A * dt[:, None])  # (BLOCK_P, BLOCK_N)
-        h = h * A_bar + (dt * x)[:, None] * B[None, :]  # (BLOCK_P, BLOCK_N)
+        h = h * A_bar + (dt * x)[:, None] * B  # (BLOCK_P, BLOCK_N)
 
     # 5. write the new state back (in its own dtype), then read it out: y_t sees x_t
     if STREAM:
@@ -169,7 +184,7 @@ def _state_update_kernel(
     if not LOADS_FIRST:  # (the first version's order: one more wait for memory, after the store)
         D, z = _gate_inputs(D_ptr, z_ptr, pid_b, pid_h, offs_p, in_p, stride_Dh, stride_Dp,
                             stride_zb, stride_zh, stride_zp, HAS_D, HAS_Z)
-    y = tl.sum(h * C[None, :], axis=1)  # (BLOCK_P,)
+    y = tl.sum(h * C, axis=1)  # (BLOCK_P,)
     if HAS_D:
         y += x * D
     if HAS_Z:
@@ -188,17 +203,24 @@ SMALL_STATE = 1 << 22  # state values (b·h·p·n) up to which a batch counts as
 FILL = 4  # a small state's tiles are halved until the grid has FILL programs per SM (0: never)
 SMS = 132  # the reference H200's SMs (the choice does not ask the device: one rule everywhere)
 VALUES_PER_WARP = 128  # at most one warp per 128 values: each thread a 16-byte load of fp32
+GRID_YZ = 65535  # blocks a CUDA grid holds along its second and third axes
 
 
 @dataclass(frozen=True)
 class StepConfig(LaunchConfig):
     """The decode step's launch, overriding `_tile`'s choice field by field (None: its choice):
-    rows of the head dim per tile, warps per program, the state streamed through L2 first."""
+    rows of the head dim per tile, warps per program, the state streamed through L2 first, every
+    input loaded before the state's store; ``grid_3d``: a (tiles, heads, batch) grid instead of
+    one axis divided back into the three (None: one axis); ``bc_tile``: B and C loaded straight
+    into the tile's layout, each row its own copy, instead of one (n,) vector spread over the
+    rows (None: the vector)."""
 
     block_p: int | None = None
     num_warps: int | None = None
     stream: bool | None = None
     loads_first: bool | None = None
+    grid_3d: bool | None = None
+    bc_tile: bool | None = None
 
     def __post_init__(self):
         for name in ("block_p", "num_warps"):
@@ -206,7 +228,7 @@ class StepConfig(LaunchConfig):
             if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v < 1
                                   or v & (v - 1)):
                 raise ValueError(f"config.{name} must be None or a power of two ≥ 1, got {v!r}")
-        for name in ("stream", "loads_first"):
+        for name in ("stream", "loads_first", "grid_3d", "bc_tile"):
             v = getattr(self, name)
             if v is not None and not isinstance(v, bool):
                 raise TypeError(f"config.{name} must be None, True or False, got {v!r}")
@@ -299,7 +321,9 @@ def selective_state_update(state, x, dt, A, B, C, D=None, z=None, dt_bias=None,
     st = st if config.stream is None else config.stream
     tiles_p = triton.cdiv(p, bp)
     zs = z4.stride() if z4 is not None else (0, 0, 0)
-    _state_update_kernel[(tiles_p * h * bx,)](
+    # a grid's second and third axes hold at most 65 535 blocks: beyond, one axis
+    grid_3d = bool(config.grid_3d) and h <= GRID_YZ and bx <= GRID_YZ
+    _state_update_kernel[(tiles_p, h, bx) if grid_3d else (tiles_p * h * bx,)](
         s4, x4, dt4, bias2, A3, B3, C3, D2, z4, out, idx,
         p, n, h // B3.shape[1], tiles_p, h, b,
         *s4.stride(), *x4.stride(), *dt4.stride(),
@@ -310,6 +334,7 @@ def selective_state_update(state, x, dt, A, B, C, D=None, z=None, dt_bias=None,
         SOFTPLUS=bool(dt_softplus), TIE_HDIM=tie, HAS_DT_BIAS=bias2 is not None,
         HAS_D=D2 is not None, HAS_Z=z4 is not None, HAS_IDX=idx is not None,
         BLOCK_P=bp, BLOCK_N=triton.next_power_of_2(n), STREAM=bool(st),
-        LOADS_FIRST=config.loads_first is not False, num_warps=nw,
+        LOADS_FIRST=config.loads_first is not False, GRID_3D=grid_3d,
+        BC_TILE=bool(config.bc_tile), num_warps=nw,
     )
     return out if heads else out[:, 0]

@@ -1,0 +1,73 @@
+"""Chapter 12: the decode step's launch variants (a 3-D grid, B and C loaded into the tile's
+layout) against the float64 oracle: odd sizes, masks at both tile edges, slots with padding."""
+
+import pytest
+import torch
+
+from mambalearn import inference
+from mambalearn.mamba2 import step
+from mambalearn.mamba2.step import StepConfig, selective_state_update
+from mambalearn.testing import assert_close
+
+DEV = "cuda" if torch.cuda.is_available() else "cpu"
+VARIANTS = [dict(grid_3d=True), dict(bc_tile=True), dict(grid_3d=True, bc_tile=True)]
+
+
+def inputs(b, h, p, n, slots, seed, tied=True, with_z=True):
+    """Mamba-2's layout (one Δ and A per head) or, untied, a Δ per row and an A per state value;
+    bf16 x/B/C/z, fp32 state and parameters, a state pool of ``slots`` rows."""
+    g = torch.Generator().manual_seed(seed)
+    r = lambda *s: torch.randn(*s, generator=g, dtype=torch.float64)  # noqa: E731
+    inp = dict(state=r(slots, h, p, n).float(), x=r(b, h, p).bfloat16(),
+               B=r(b, 1, n).bfloat16(), C=r(b, 1, n).bfloat16(), D=r(h).float(),
+               z=r(b, h, p).bfloat16() if with_z else None, dt_bias=(0.5 * r(h)).float())
+    if tied:
+        inp.update(dt=r(b, h).float(), A=-torch.exp(r(h)).float())
+    else:
+        inp.update(dt=r(b, h, p).float(), A=-torch.exp(r(h, p, n)).float(),
+                   D=r(h, p).float(), dt_bias=(0.5 * r(h, p)).float())
+    return {k: (v.to(DEV) if v is not None else None) for k, v in inp.items()}
+
+
+def check(inp, idx=None, **fields):
+    """The kernel under ``StepConfig(**fields)`` against ``inference.decode_step`` in float64."""
+    s = inp["state"].clone()
+    s64 = inp["state"].double()
+    a = {k: v for k, v in inp.items() if k != "state"}
+    out = selective_state_update(s, **a, dt_softplus=True, state_batch_indices=idx,
+                                 config=StepConfig(**fields))
+    d = {k: (v.double() if v is not None else None) for k, v in a.items()}
+    want = inference.decode_step(s64, d["x"], d["dt"], d["A"], d["B"], d["C"], d["D"], d["z"],
+                                 d["dt_bias"], True, state_batch_indices=idx)
+    assert_close(s, s64, msg=f"state {fields}")
+    assert_close(out, want, dtype=torch.bfloat16, msg=f"out {fields}")
+    return out, s
+
+
+@pytest.mark.parametrize("fields", VARIANTS, ids=lambda f: "+".join(f))
+@pytest.mark.parametrize("with_z", [True, False], ids=["z", "no z"])
+def test_variants_match_the_oracle_at_odd_sizes_with_slots(fields, with_z):
+    """p = 5 over 2-row tiles (the last tile half empty), n = 6 in an 8-wide block, three rows
+    mapped into a pool of four slots with one padding row (out 0, no slot touched)."""
+    inp = inputs(3, 3, 5, 6, slots=4, seed=len(fields) + 2 * with_z, with_z=with_z)
+    idx = torch.tensor([3, -1, 0], device=DEV)
+    out, s = check(inp, idx, block_p=2, num_warps=1, **fields)
+    assert bool((out[1] == 0).all())
+    assert torch.equal(s[1:3], inp["state"][1:3])  # slots no row names are untouched
+
+
+@pytest.mark.parametrize("fields", VARIANTS, ids=lambda f: "+".join(f))
+def test_variants_untied_heads_and_a_tile_wider_than_the_head(fields):
+    """Mamba-1's path (Δ per row, A per state value) with a 8-row tile over p = 3 and 2 warps."""
+    check(inputs(2, 2, 3, 5, slots=2, seed=9, tied=False), block_p=8, num_warps=2, **fields)
+
+
+def test_grid_3d_falls_back_to_one_axis_past_the_grid_limit(monkeypatch):
+    monkeypatch.setattr(step, "GRID_YZ", 2)  # 3 heads: past the (patched) limit
+    check(inputs(2, 3, 4, 4, slots=2, seed=5), block_p=2, num_warps=1, grid_3d=True)
+
+
+def test_variant_fields_must_be_booleans():
+    for name in ("grid_3d", "bc_tile"):
+        with pytest.raises(TypeError, match=f"config.{name} must be None, True or False"):
+            StepConfig(**{name: 1})
