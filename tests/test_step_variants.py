@@ -1,5 +1,5 @@
-"""Chapter 12: the decode step's launch variants (a 3-D grid, B and C loaded into the tile's
-layout) against the float64 oracle: odd sizes, masks at both tile edges, slots with padding."""
+"""Chapter 12: the decode step's launch variants (the 3-D grid, the sweep's tiles) against the
+float64 oracle: odd sizes, masks at both tile edges, slots with padding."""
 
 import pytest
 import torch
@@ -10,7 +10,7 @@ from mambalearn.mamba2.step import StepConfig, selective_state_update
 from mambalearn.testing import assert_close
 
 DEV = "cuda" if torch.cuda.is_available() else "cpu"
-VARIANTS = [dict(grid_3d=True), dict(bc_tile=True), dict(grid_3d=True, bc_tile=True)]
+TILES = [(1, 1), (2, 1), (4, 2)]  # (block_p, num_warps): p = 5 ends inside every tile but 1
 
 
 def inputs(b, h, p, n, slots, seed, tied=True, with_z=True):
@@ -44,22 +44,24 @@ def check(inp, idx=None, **fields):
     return out, s
 
 
-@pytest.mark.parametrize("fields", VARIANTS, ids=lambda f: "+".join(f))
+@pytest.mark.parametrize("tile", TILES, ids=lambda t: f"{t[0]}x{t[1]}")
 @pytest.mark.parametrize("with_z", [True, False], ids=["z", "no z"])
-def test_variants_match_the_oracle_at_odd_sizes_with_slots(fields, with_z):
-    """p = 5 over 2-row tiles (the last tile half empty), n = 6 in an 8-wide block, three rows
-    mapped into a pool of four slots with one padding row (out 0, no slot touched)."""
-    inp = inputs(3, 3, 5, 6, slots=4, seed=len(fields) + 2 * with_z, with_z=with_z)
+def test_grid_3d_matches_the_oracle_at_odd_sizes_with_slots(tile, with_z):
+    """p = 5 over 1-, 2- and 4-row tiles (the last one part empty), n = 6 in an 8-wide block,
+    three rows mapped into a pool of four slots with one padding row (out 0, no slot touched)."""
+    inp = inputs(3, 3, 5, 6, slots=4, seed=tile[0] + 8 * with_z, with_z=with_z)
     idx = torch.tensor([3, -1, 0], device=DEV)
-    out, s = check(inp, idx, block_p=2, num_warps=1, **fields)
+    out, s = check(inp, idx, block_p=tile[0], num_warps=tile[1], grid_3d=True)
     assert bool((out[1] == 0).all())
     assert torch.equal(s[1:3], inp["state"][1:3])  # slots no row names are untouched
 
 
-@pytest.mark.parametrize("fields", VARIANTS, ids=lambda f: "+".join(f))
-def test_variants_untied_heads_and_a_tile_wider_than_the_head(fields):
-    """Mamba-1's path (Δ per row, A per state value) with a 8-row tile over p = 3 and 2 warps."""
-    check(inputs(2, 2, 3, 5, slots=2, seed=9, tied=False), block_p=8, num_warps=2, **fields)
+@pytest.mark.parametrize("stream", [False, True])
+def test_grid_3d_untied_heads_and_a_tile_wider_than_the_head(stream):
+    """Mamba-1's path (Δ per row, A per state value) with a 8-row tile over p = 3 and 2 warps,
+    several batch rows and heads (each grid axis longer than one)."""
+    check(inputs(3, 2, 3, 5, slots=3, seed=9, tied=False), block_p=8, num_warps=2,
+          stream=stream, grid_3d=True)
 
 
 def test_grid_3d_falls_back_to_one_axis_past_the_grid_limit(monkeypatch):
@@ -67,7 +69,6 @@ def test_grid_3d_falls_back_to_one_axis_past_the_grid_limit(monkeypatch):
     check(inputs(2, 3, 4, 4, slots=2, seed=5), block_p=2, num_warps=1, grid_3d=True)
 
 
-def test_variant_fields_must_be_booleans():
-    for name in ("grid_3d", "bc_tile"):
-        with pytest.raises(TypeError, match=f"config.{name} must be None, True or False"):
-            StepConfig(**{name: 1})
+def test_grid_3d_must_be_a_boolean():
+    with pytest.raises(TypeError, match="config.grid_3d must be None, True or False"):
+        StepConfig(grid_3d=1)

@@ -80,7 +80,6 @@ def _state_update_kernel(
     STREAM: tl.constexpr,  # evict the state from L2 first (a state larger than L2)
     LOADS_FIRST: tl.constexpr,  # D and z loaded with the other inputs, before the state's store
     GRID_3D: tl.constexpr,  # the grid is (tiles_p, heads, batch): no division to find the tile
-    BC_TILE: tl.constexpr,  # B and C loaded straight into the tile's (BLOCK_P, BLOCK_N) layout
 ):
     # One (BLOCK_P, n) tile per program, numbered p-block fastest, then head, then batch row, so
     # that programs running together touch neighbouring memory.
@@ -149,18 +148,10 @@ def _state_update_kernel(
     # 3. B and C last: spreading an (n,) vector over the tile's rows can go through shared
     # memory and a barrier (``_tile``), and a load written after that would wait for it
     g = pid_h // heads_per_group  # the B/C group this head reads
-    if BC_TILE:  # every row loads its own copy (L1 serves the repeats): no shared-memory hop
-        offs_bc = tl.broadcast_to(offs_n[None, :], (BLOCK_P, BLOCK_N))
-        mask_bc = tl.broadcast_to(mask_n[None, :], (BLOCK_P, BLOCK_N))
-        B = tl.load(B_ptr + pid_b * stride_Bb + g * stride_Bg + offs_bc * stride_Bn,
-                    mask=mask_bc, other=0.0).to(tl.float32)  # (BLOCK_P, BLOCK_N)
-        C = tl.load(C_ptr + pid_b * stride_Cb + g * stride_Cg + offs_bc * stride_Cn,
-                    mask=mask_bc, other=0.0).to(tl.float32)  # (BLOCK_P, BLOCK_N)
-    else:
-        B = tl.load(B_ptr + pid_b * stride_Bb + g * stride_Bg + offs_n * stride_Bn,
-                    mask=mask_n, other=0.0).to(tl.float32)[None, :]  # (1, BLOCK_N)
-        C = tl.load(C_ptr + pid_b * stride_Cb + g * stride_Cg + offs_n * stride_Cn,
-                    mask=mask_n, other=0.0).to(tl.float32)[None, :]  # (1, BLOCK_N)
+    B = tl.load(B_ptr + pid_b * stride_Bb + g * stride_Bg + offs_n * stride_Bn,
+                mask=mask_n, other=0.0).to(tl.float32)  # (BLOCK_N,)
+    C = tl.load(C_ptr + pid_b * stride_Cb + g * stride_Cg + offs_n * stride_Cn,
+                mask=mask_n, other=0.0).to(tl.float32)  # (BLOCK_N,)
 
     # 4. the update, in float32 whatever the state's dtype
     if HAS_DT_BIAS:
@@ -170,10 +161,10 @@ def _state_update_kernel(
     h = h.to(tl.float32)
     if TIE_HDIM:
         A_bar = tl.exp(A * dt)  # a scalar
-        h = h * A_bar + x[:, None] * (B * dt)  # (BLOCK_P, BLOCK_N)
+        h = h * A_bar + x[:, None] * (B * dt)[None, :]  # (BLOCK_P, BLOCK_N)
     else:
         A_bar = tl.exp(A * dt[:, None])  # (BLOCK_P, BLOCK_N)
-        h = h * A_bar + (dt * x)[:, None] * B  # (BLOCK_P, BLOCK_N)
+        h = h * A_bar + (dt * x)[:, None] * B[None, :]  # (BLOCK_P, BLOCK_N)
 
     # 5. write the new state back (in its own dtype), then read it out: y_t sees x_t
     if STREAM:
@@ -184,7 +175,7 @@ def _state_update_kernel(
     if not LOADS_FIRST:  # (the first version's order: one more wait for memory, after the store)
         D, z = _gate_inputs(D_ptr, z_ptr, pid_b, pid_h, offs_p, in_p, stride_Dh, stride_Dp,
                             stride_zb, stride_zh, stride_zp, HAS_D, HAS_Z)
-    y = tl.sum(h * C, axis=1)  # (BLOCK_P,)
+    y = tl.sum(h * C[None, :], axis=1)  # (BLOCK_P,)
     if HAS_D:
         y += x * D
     if HAS_Z:
@@ -211,16 +202,13 @@ class StepConfig(LaunchConfig):
     """The decode step's launch, overriding `_tile`'s choice field by field (None: its choice):
     rows of the head dim per tile, warps per program, the state streamed through L2 first, every
     input loaded before the state's store; ``grid_3d``: a (tiles, heads, batch) grid instead of
-    one axis divided back into the three (None: one axis); ``bc_tile``: B and C loaded straight
-    into the tile's layout, each row its own copy, instead of one (n,) vector spread over the
-    rows (None: the vector)."""
+    one axis divided back into the three (None: one axis)."""
 
     block_p: int | None = None
     num_warps: int | None = None
     stream: bool | None = None
     loads_first: bool | None = None
     grid_3d: bool | None = None
-    bc_tile: bool | None = None
 
     def __post_init__(self):
         for name in ("block_p", "num_warps"):
@@ -228,7 +216,7 @@ class StepConfig(LaunchConfig):
             if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v < 1
                                   or v & (v - 1)):
                 raise ValueError(f"config.{name} must be None or a power of two ≥ 1, got {v!r}")
-        for name in ("stream", "loads_first", "grid_3d", "bc_tile"):
+        for name in ("stream", "loads_first", "grid_3d"):
             v = getattr(self, name)
             if v is not None and not isinstance(v, bool):
                 raise TypeError(f"config.{name} must be None, True or False, got {v!r}")
@@ -334,7 +322,6 @@ def selective_state_update(state, x, dt, A, B, C, D=None, z=None, dt_bias=None,
         SOFTPLUS=bool(dt_softplus), TIE_HDIM=tie, HAS_DT_BIAS=bias2 is not None,
         HAS_D=D2 is not None, HAS_Z=z4 is not None, HAS_IDX=idx is not None,
         BLOCK_P=bp, BLOCK_N=triton.next_power_of_2(n), STREAM=bool(st),
-        LOADS_FIRST=config.loads_first is not False, GRID_3D=grid_3d,
-        BC_TILE=bool(config.bc_tile), num_warps=nw,
+        LOADS_FIRST=config.loads_first is not False, GRID_3D=grid_3d, num_warps=nw,
     )
     return out if heads else out[:, 0]
