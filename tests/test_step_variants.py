@@ -1,5 +1,6 @@
-"""Chapter 12: the decode step's launch variants (the 3-D grid, the sweep's tiles) against the
-float64 oracle: odd sizes, masks at both tile edges, slots with padding."""
+"""Chapter 12: the decode step's launch variants (the 3-D grid, D as one scalar a head, the fast
+softplus, the sweep's tiles) against the float64 oracle: odd sizes, masks at both tile edges,
+slots with padding."""
 
 import pytest
 import torch
@@ -11,6 +12,7 @@ from mambalearn.testing import assert_close
 
 DEV = "cuda" if torch.cuda.is_available() else "cpu"
 TILES = [(1, 1), (2, 1), (4, 2)]  # (block_p, num_warps): p = 5 ends inside every tile but 1
+ALL = dict(grid_3d=True, scalar_d=True, fast_softplus=True)
 
 
 def inputs(b, h, p, n, slots, seed, tied=True, with_z=True):
@@ -46,22 +48,46 @@ def check(inp, idx=None, **fields):
 
 @pytest.mark.parametrize("tile", TILES, ids=lambda t: f"{t[0]}x{t[1]}")
 @pytest.mark.parametrize("with_z", [True, False], ids=["z", "no z"])
-def test_grid_3d_matches_the_oracle_at_odd_sizes_with_slots(tile, with_z):
-    """p = 5 over 1-, 2- and 4-row tiles (the last one part empty), n = 6 in an 8-wide block,
-    three rows mapped into a pool of four slots with one padding row (out 0, no slot touched)."""
+def test_variants_match_the_oracle_at_odd_sizes_with_slots(tile, with_z):
+    """Every new field on; p = 5 over 1-, 2- and 4-row tiles (the last one part empty), n = 6 in
+    an 8-wide block, three rows mapped into a pool of four slots with one padding row (out 0, no
+    slot touched)."""
     inp = inputs(3, 3, 5, 6, slots=4, seed=tile[0] + 8 * with_z, with_z=with_z)
     idx = torch.tensor([3, -1, 0], device=DEV)
-    out, s = check(inp, idx, block_p=tile[0], num_warps=tile[1], grid_3d=True)
+    out, s = check(inp, idx, block_p=tile[0], num_warps=tile[1], **ALL)
     assert bool((out[1] == 0).all())
     assert torch.equal(s[1:3], inp["state"][1:3])  # slots no row names are untouched
 
 
+@pytest.mark.parametrize("field", sorted(ALL))
+def test_each_field_alone(field):
+    check(inputs(2, 3, 5, 6, slots=2, seed=len(field)), block_p=2, num_warps=1, **{field: True})
+
+
 @pytest.mark.parametrize("stream", [False, True])
-def test_grid_3d_untied_heads_and_a_tile_wider_than_the_head(stream):
-    """Mamba-1's path (Δ per row, A per state value) with a 8-row tile over p = 3 and 2 warps,
-    several batch rows and heads (each grid axis longer than one)."""
+def test_variants_untied_heads_and_a_tile_wider_than_the_head(stream):
+    """Mamba-1's path (Δ per row, A per state value, D per row: scalar_d does not apply) with a
+    8-row tile over p = 3 and 2 warps, several batch rows and heads (each grid axis longer than
+    one)."""
     check(inputs(3, 2, 3, 5, slots=3, seed=9, tied=False), block_p=8, num_warps=2,
-          stream=stream, grid_3d=True)
+          stream=stream, **ALL)
+
+
+def test_fast_softplus_over_its_whole_range():
+    """dt + bias from −30 to 30 across heads: both sides of x = 20 (softplus(x) = x) and of
+    e^−|x| = 1/64 (the series branch), where the fast softplus switches formula. From h = 0 with
+    x = B = 1 the new state is Δ itself, read to 2e-5 (its bound: ~1e-5), far tighter than the
+    state's usual tolerance; the out and the state against the oracle as everywhere."""
+    inp = inputs(4, 16, 3, 4, slots=4, seed=3)
+    inp["dt"] = torch.linspace(-30, 30, 64, device=DEV).reshape(4, 16)
+    inp["A"] = -torch.rand(16, device=DEV) * 0.05  # a decay that keeps large Δ in range
+    inp["state"].zero_()
+    inp["x"] = torch.ones_like(inp["x"])
+    inp["B"] = torch.ones_like(inp["B"])
+    _, s = check(inp, block_p=2, num_warps=1, fast_softplus=True)
+    delta = torch.nn.functional.softplus(inp["dt"].double() + inp["dt_bias"].double())
+    assert_close(s, delta[:, :, None, None].expand(s.shape), rtol=2e-5, atol=0.0,
+                 msg="Δ = softplus(dt + bias)")
 
 
 def test_grid_3d_falls_back_to_one_axis_past_the_grid_limit(monkeypatch):
@@ -69,6 +95,7 @@ def test_grid_3d_falls_back_to_one_axis_past_the_grid_limit(monkeypatch):
     check(inputs(2, 3, 4, 4, slots=2, seed=5), block_p=2, num_warps=1, grid_3d=True)
 
 
-def test_grid_3d_must_be_a_boolean():
-    with pytest.raises(TypeError, match="config.grid_3d must be None, True or False"):
-        StepConfig(grid_3d=1)
+def test_variant_fields_must_be_booleans():
+    for name in ALL:
+        with pytest.raises(TypeError, match=f"config.{name} must be None, True or False"):
+            StepConfig(**{name: 1})

@@ -37,6 +37,7 @@ import triton.language as tl
 
 from mambalearn import device  # noqa: F401  (TRITON_INTERPRET before @triton.jit)
 from mambalearn.inference import check_step
+from mambalearn.mamba1.fused.tile import softplus_fast
 from mambalearn.triton.common import softplus
 from mambalearn.triton.config import LaunchConfig, resolve
 from mambalearn.utils import check_kernel_device, check_writable, refuse_grad
@@ -44,13 +45,18 @@ from mambalearn.utils import check_kernel_device, check_writable, refuse_grad
 
 @triton.jit
 def _gate_inputs(D_ptr, z_ptr, pid_b, pid_h, offs_p, in_p, stride_Dh, stride_Dp,
-                 stride_zb, stride_zh, stride_zp, HAS_D: tl.constexpr, HAS_Z: tl.constexpr):
-    """D and z of one tile's rows, float32 (BLOCK_P,) each (a 0 where the call has none)."""
+                 stride_zb, stride_zh, stride_zp, HAS_D: tl.constexpr, HAS_Z: tl.constexpr,
+                 SCALAR_D: tl.constexpr):
+    """D and z of one tile's rows, float32 (BLOCK_P,) each (a 0 where the call has none); D one
+    scalar where it is one value per head (SCALAR_D)."""
     D = 0.0
     z = 0.0
     if HAS_D:
-        D = tl.load(D_ptr + pid_h * stride_Dh + offs_p * stride_Dp, mask=in_p,
-                    other=0.0).to(tl.float32)
+        if SCALAR_D:
+            D = tl.load(D_ptr + pid_h * stride_Dh).to(tl.float32)
+        else:
+            D = tl.load(D_ptr + pid_h * stride_Dh + offs_p * stride_Dp, mask=in_p,
+                        other=0.0).to(tl.float32)
     if HAS_Z:
         z = tl.load(z_ptr + pid_b * stride_zb + pid_h * stride_zh + offs_p * stride_zp,
                     mask=in_p, other=0.0).to(tl.float32)
@@ -80,6 +86,8 @@ def _state_update_kernel(
     STREAM: tl.constexpr,  # evict the state from L2 first (a state larger than L2)
     LOADS_FIRST: tl.constexpr,  # D and z loaded with the other inputs, before the state's store
     GRID_3D: tl.constexpr,  # the grid is (tiles_p, heads, batch): no division to find the tile
+    SCALAR_D: tl.constexpr,  # D is one value per head (stride 0 along p): one load, not BLOCK_P
+    FAST_SP: tl.constexpr,  # softplus from the exp unit's 2^x and log2 (`softplus_fast`)
 ):
     # One (BLOCK_P, n) tile per program, numbered p-block fastest, then head, then batch row, so
     # that programs running together touch neighbouring memory.
@@ -121,7 +129,7 @@ def _state_update_kernel(
                            mask=in_p, other=0.0).to(tl.float32)
     if LOADS_FIRST:
         D, z = _gate_inputs(D_ptr, z_ptr, pid_b, pid_h, offs_p, in_p, stride_Dh, stride_Dp,
-                            stride_zb, stride_zh, stride_zp, HAS_D, HAS_Z)
+                            stride_zb, stride_zh, stride_zp, HAS_D, HAS_Z, SCALAR_D)
     # 2. the state tile: the only big read
     mask_p = in_p
     bad = False  # a slot outside the state: nothing is read or written there, out = NaN
@@ -157,7 +165,10 @@ def _state_update_kernel(
     if HAS_DT_BIAS:
         dt += bias
     if SOFTPLUS:
-        dt = softplus(dt)
+        if FAST_SP:
+            dt = softplus_fast(dt)
+        else:
+            dt = softplus(dt)
     h = h.to(tl.float32)
     if TIE_HDIM:
         A_bar = tl.exp(A * dt)  # a scalar
@@ -174,7 +185,7 @@ def _state_update_kernel(
         tl.store(s_ptrs, h.to(state_ptr.dtype.element_ty), mask=mask_pn)
     if not LOADS_FIRST:  # (the first version's order: one more wait for memory, after the store)
         D, z = _gate_inputs(D_ptr, z_ptr, pid_b, pid_h, offs_p, in_p, stride_Dh, stride_Dp,
-                            stride_zb, stride_zh, stride_zp, HAS_D, HAS_Z)
+                            stride_zb, stride_zh, stride_zp, HAS_D, HAS_Z, SCALAR_D)
     y = tl.sum(h * C[None, :], axis=1)  # (BLOCK_P,)
     if HAS_D:
         y += x * D
@@ -202,13 +213,18 @@ class StepConfig(LaunchConfig):
     """The decode step's launch, overriding `_tile`'s choice field by field (None: its choice):
     rows of the head dim per tile, warps per program, the state streamed through L2 first, every
     input loaded before the state's store; ``grid_3d``: a (tiles, heads, batch) grid instead of
-    one axis divided back into the three (None: one axis)."""
+    one axis divided back into the three (None: one axis); ``scalar_d``: D loaded once a program
+    where it is one value per head (a stride 0 along p, as Mamba-2 passes it), not once a row
+    (None: once a row); ``fast_softplus``: Δ's softplus from the exp unit's 2ˣ and log₂
+    (``softplus_fast``, relative error ≤ ~1e-5; None: the precise log)."""
 
     block_p: int | None = None
     num_warps: int | None = None
     stream: bool | None = None
     loads_first: bool | None = None
     grid_3d: bool | None = None
+    scalar_d: bool | None = None
+    fast_softplus: bool | None = None
 
     def __post_init__(self):
         for name in ("block_p", "num_warps"):
@@ -216,7 +232,7 @@ class StepConfig(LaunchConfig):
             if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v < 1
                                   or v & (v - 1)):
                 raise ValueError(f"config.{name} must be None or a power of two ≥ 1, got {v!r}")
-        for name in ("stream", "loads_first", "grid_3d"):
+        for name in ("stream", "loads_first", "grid_3d", "scalar_d", "fast_softplus"):
             v = getattr(self, name)
             if v is not None and not isinstance(v, bool):
                 raise TypeError(f"config.{name} must be None, True or False, got {v!r}")
@@ -322,6 +338,8 @@ def selective_state_update(state, x, dt, A, B, C, D=None, z=None, dt_bias=None,
         SOFTPLUS=bool(dt_softplus), TIE_HDIM=tie, HAS_DT_BIAS=bias2 is not None,
         HAS_D=D2 is not None, HAS_Z=z4 is not None, HAS_IDX=idx is not None,
         BLOCK_P=bp, BLOCK_N=triton.next_power_of_2(n), STREAM=bool(st),
-        LOADS_FIRST=config.loads_first is not False, GRID_3D=grid_3d, num_warps=nw,
+        LOADS_FIRST=config.loads_first is not False, GRID_3D=grid_3d,
+        SCALAR_D=bool(config.scalar_d) and D2 is not None and D2.stride(1) == 0,
+        FAST_SP=bool(config.fast_softplus), num_warps=nw,
     )
     return out if heads else out[:, 0]
