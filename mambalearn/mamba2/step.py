@@ -45,18 +45,13 @@ from mambalearn.utils import check_kernel_device, check_writable, refuse_grad
 
 @triton.jit
 def _gate_inputs(D_ptr, z_ptr, pid_b, pid_h, offs_p, in_p, stride_Dh, stride_Dp,
-                 stride_zb, stride_zh, stride_zp, HAS_D: tl.constexpr, HAS_Z: tl.constexpr,
-                 SCALAR_D: tl.constexpr):
-    """D and z of one tile's rows, float32 (BLOCK_P,) each (a 0 where the call has none); D one
-    scalar where it is one value per head (SCALAR_D)."""
+                 stride_zb, stride_zh, stride_zp, HAS_D: tl.constexpr, HAS_Z: tl.constexpr):
+    """D and z of one tile's rows, float32 (BLOCK_P,) each (a 0 where the call has none)."""
     D = 0.0
     z = 0.0
     if HAS_D:
-        if SCALAR_D:
-            D = tl.load(D_ptr + pid_h * stride_Dh).to(tl.float32)
-        else:
-            D = tl.load(D_ptr + pid_h * stride_Dh + offs_p * stride_Dp, mask=in_p,
-                        other=0.0).to(tl.float32)
+        D = tl.load(D_ptr + pid_h * stride_Dh + offs_p * stride_Dp, mask=in_p,
+                    other=0.0).to(tl.float32)
     if HAS_Z:
         z = tl.load(z_ptr + pid_b * stride_zb + pid_h * stride_zh + offs_p * stride_zp,
                     mask=in_p, other=0.0).to(tl.float32)
@@ -86,7 +81,7 @@ def _state_update_kernel(
     STREAM: tl.constexpr,  # evict the state from L2 first (a state larger than L2)
     LOADS_FIRST: tl.constexpr,  # D and z loaded with the other inputs, before the state's store
     GRID_3D: tl.constexpr,  # the grid is (tiles_p, heads, batch): no division to find the tile
-    SCALAR_D: tl.constexpr,  # D is one value per head (stride 0 along p): one load, not BLOCK_P
+    SCALAR_D: tl.constexpr,  # D one value per head (stride 0 along p): one load, first, volatile
     FAST_SP: tl.constexpr,  # softplus from the exp unit's 2^x and log2 (`softplus_fast`)
 ):
     # One (BLOCK_P, n) tile per program, numbered p-block fastest, then head, then batch row, so
@@ -113,11 +108,16 @@ def _state_update_kernel(
     if HAS_IDX:
         slot = tl.load(idx_ptr + pid_b).to(tl.int64)
     # 1. the small per-token inputs (they need no slot)
+    if SCALAR_D:  # one D per head, loaded first. ptxas issues a load of D written anywhere else
+        # after Δ's softplus (it waits for Δ first): the load comes back one round trip after
+        # the rest. Volatile loads keep their order among themselves: D's, then Δ's.
+        D = tl.load(D_ptr + pid_h * stride_Dh, volatile=True).to(tl.float32)
     x = tl.load(x_ptr + pid_b * stride_xb + pid_h * stride_xh + offs_p * stride_xp,
                 mask=in_p, other=0.0).to(tl.float32)  # (BLOCK_P,)
     bias = 0.0
     if TIE_HDIM:  # Mamba-2: one Δ and one A per head
-        dt = tl.load(dt_ptr + pid_b * stride_dtb + pid_h * stride_dth).to(tl.float32)
+        dt = tl.load(dt_ptr + pid_b * stride_dtb + pid_h * stride_dth,
+                     volatile=SCALAR_D).to(tl.float32)
         if HAS_DT_BIAS:
             bias = tl.load(dt_bias_ptr + pid_h * stride_biash).to(tl.float32)
         A = tl.load(A_ptr + pid_h * stride_Ah).to(tl.float32)
@@ -128,8 +128,10 @@ def _state_update_kernel(
             bias = tl.load(dt_bias_ptr + pid_h * stride_biash + offs_p * stride_biasp,
                            mask=in_p, other=0.0).to(tl.float32)
     if LOADS_FIRST:
-        D, z = _gate_inputs(D_ptr, z_ptr, pid_b, pid_h, offs_p, in_p, stride_Dh, stride_Dp,
-                            stride_zb, stride_zh, stride_zp, HAS_D, HAS_Z, SCALAR_D)
+        D1, z = _gate_inputs(D_ptr, z_ptr, pid_b, pid_h, offs_p, in_p, stride_Dh, stride_Dp,
+                             stride_zb, stride_zh, stride_zp, HAS_D and not SCALAR_D, HAS_Z)
+        if not SCALAR_D:
+            D = D1
     # 2. the state tile: the only big read
     mask_p = in_p
     bad = False  # a slot outside the state: nothing is read or written there, out = NaN
@@ -185,7 +187,7 @@ def _state_update_kernel(
         tl.store(s_ptrs, h.to(state_ptr.dtype.element_ty), mask=mask_pn)
     if not LOADS_FIRST:  # (the first version's order: one more wait for memory, after the store)
         D, z = _gate_inputs(D_ptr, z_ptr, pid_b, pid_h, offs_p, in_p, stride_Dh, stride_Dp,
-                            stride_zb, stride_zh, stride_zp, HAS_D, HAS_Z, SCALAR_D)
+                            stride_zb, stride_zh, stride_zp, HAS_D, HAS_Z)
     y = tl.sum(h * C[None, :], axis=1)  # (BLOCK_P,)
     if HAS_D:
         y += x * D
@@ -213,10 +215,10 @@ class StepConfig(LaunchConfig):
     """The decode step's launch, overriding `_tile`'s choice field by field (None: its choice):
     rows of the head dim per tile, warps per program, the state streamed through L2 first, every
     input loaded before the state's store; ``grid_3d``: a (tiles, heads, batch) grid instead of
-    one axis divided back into the three (None: one axis); ``scalar_d``: D loaded once a program
-    where it is one value per head (a stride 0 along p, as Mamba-2 passes it), not once a row
-    (None: once a row); ``fast_softplus``: Δ's softplus from the exp unit's 2ˣ and log₂
-    (``softplus_fast``, relative error ≤ ~1e-5; None: the precise log)."""
+    one axis divided back into the three (None: one axis); ``scalar_d``: D loaded once a program,
+    first of all loads, where it is one value per head (a stride 0 along p, as Mamba-2 passes it),
+    not once a row with the gate (None: once a row); ``fast_softplus``: Δ's softplus from the
+    exp unit's 2ˣ and log₂ (``softplus_fast``, relative error ≤ ~1e-5; None: the precise log)."""
 
     block_p: int | None = None
     num_warps: int | None = None
@@ -339,7 +341,8 @@ def selective_state_update(state, x, dt, A, B, C, D=None, z=None, dt_bias=None,
         HAS_D=D2 is not None, HAS_Z=z4 is not None, HAS_IDX=idx is not None,
         BLOCK_P=bp, BLOCK_N=triton.next_power_of_2(n), STREAM=bool(st),
         LOADS_FIRST=config.loads_first is not False, GRID_3D=grid_3d,
-        SCALAR_D=bool(config.scalar_d) and D2 is not None and D2.stride(1) == 0,
+        SCALAR_D=bool(config.scalar_d) and D2 is not None and D2.stride(1) == 0
+        and config.loads_first is not False,
         FAST_SP=bool(config.fast_softplus), num_warps=nw,
     )
     return out if heads else out[:, 0]
