@@ -15,13 +15,13 @@ TILES = [(1, 1), (2, 1), (4, 2)]  # (block_p, num_warps): p = 5 ends inside ever
 ALL = dict(grid_3d=True, scalar_d=True, fast_softplus=True)
 
 
-def inputs(b, h, p, n, slots, seed, tied=True, with_z=True):
+def inputs(b, h, p, n, slots, seed, tied=True, with_z=True, groups=1):
     """Mamba-2's layout (one Δ and A per head) or, untied, a Δ per row and an A per state value;
     bf16 x/B/C/z, fp32 state and parameters, a state pool of ``slots`` rows."""
     g = torch.Generator().manual_seed(seed)
     r = lambda *s: torch.randn(*s, generator=g, dtype=torch.float64)  # noqa: E731
     inp = dict(state=r(slots, h, p, n).float(), x=r(b, h, p).bfloat16(),
-               B=r(b, 1, n).bfloat16(), C=r(b, 1, n).bfloat16(), D=r(h).float(),
+               B=r(b, groups, n).bfloat16(), C=r(b, groups, n).bfloat16(), D=r(h).float(),
                z=r(b, h, p).bfloat16() if with_z else None, dt_bias=(0.5 * r(h)).float())
     if tied:
         inp.update(dt=r(b, h).float(), A=-torch.exp(r(h)).float())
@@ -88,6 +88,13 @@ def test_fast_softplus_over_its_whole_range():
     delta = torch.nn.functional.softplus(inp["dt"].double() + inp["dt_bias"].double())
     assert_close(s, delta[:, :, None, None].expand(s.shape), rtol=2e-5, atol=0.0,
                  msg="Δ = softplus(dt + bias)")
+
+
+@pytest.mark.parametrize("groups", [2, 4])
+def test_grid_3d_with_several_b_c_groups(groups):
+    """One B/C group takes a launch without the head-to-group division; several keep it."""
+    check(inputs(2, 4, 3, 5, slots=2, seed=groups, groups=groups), block_p=2, num_warps=1,
+          grid_3d=True)
 
 
 def test_grid_3d_falls_back_to_one_axis_past_the_grid_limit(monkeypatch):

@@ -336,12 +336,15 @@ def selective_state_update(state, x, dt, A, B, C, D=None, z=None, dt_bias=None,
     zs = z4.stride() if z4 is not None else (0, 0, 0)
     # a grid's second and third axes hold at most 65 535 blocks: beyond, one axis
     grid_3d = bool(config.grid_3d) and h <= GRID_YZ and bx <= GRID_YZ
+    per_group, sB, sC = h // B3.shape[1], B3.stride(), C3.stride()
+    if grid_3d and B3.shape[1] == 1:  # one B/C group: group = head // 1 · stride 0, and Triton
+        per_group, sB, sC = 1, (sB[0], 0, sB[2]), (sC[0], 0, sC[2])  # folds an integer 1
     _state_update_kernel[(tiles_p, h, bx) if grid_3d else (tiles_p * h * bx,)](
         s4, x4, dt4, bias2, A3, B3, C3, D2, z4, out, idx,
-        p, n, h // B3.shape[1], tiles_p, h, b,
+        p, n, per_group, tiles_p, h, b,
         *s4.stride(), *x4.stride(), *dt4.stride(),
         *(bias2.stride() if bias2 is not None else (0, 0)),
-        *A3.stride(), *B3.stride(), *C3.stride(),
+        *A3.stride(), *sB, *sC,
         *(D2.stride() if D2 is not None else (0, 0)),
         *zs, *out.stride(),
         SOFTPLUS=bool(dt_softplus), TIE_HDIM=tie, HAS_DT_BIAS=bias2 is not None,
