@@ -363,15 +363,14 @@ def choose(run):
                 break
     if targets:
         setting = settings_for(targets)
+        # the StepConfig fields every winner has on: the launcher should take None as on
         on = set.intersection(*(set(v) for v in extra.values())) if extra else set()
-        if on and setting is not None:  # fields every winner has on: make them the default
-            setting = dict(setting, DEFAULT="StepConfig({})".format(
-                ", ".join(f"{k}=True" for k in EXTRA if k in on)))
         run.keep(op="step_z choose", backend="mambalearn.mamba2.step settings",
                  shapes=", ".join(targets),
                  set="nothing: _tile already picks the winners" if setting == {} else
                  json.dumps(setting) if setting else "no FILL/VALUES_PER_WARP/TILE_* setting "
                  "picks them all: change _tile",
+                 on_by_default=", ".join(k for k in EXTRA if k in on) or "none",
                  fields=json.dumps(extra))
 
 
