@@ -1,6 +1,6 @@
 """Chapter 12: the decode step's launch variants (the 3-D grid, D as one scalar a head, the fast
-softplus, the sweep's tiles) against the float64 oracle: odd sizes, masks at both tile edges,
-slots with padding."""
+softplus, programmatic dependent launch, the sweep's tiles) against the float64 oracle: odd
+sizes, masks at both tile edges, slots with padding."""
 
 import pytest
 import torch
@@ -12,7 +12,7 @@ from mambalearn.testing import assert_close
 
 DEV = "cuda" if torch.cuda.is_available() else "cpu"
 TILES = [(1, 1), (2, 1), (4, 2)]  # (block_p, num_warps): p = 5 ends inside every tile but 1
-ALL = dict(grid_3d=True, scalar_d=True, fast_softplus=True)
+ALL = dict(grid_3d=True, scalar_d=True, fast_softplus=True, pdl=True)
 
 
 def inputs(b, h, p, n, slots, seed, tied=True, with_z=True, groups=1):
@@ -106,3 +106,31 @@ def test_variant_fields_must_be_booleans():
     for name in ALL:
         with pytest.raises(TypeError, match=f"config.{name} must be None, True or False"):
             StepConfig(**{name: 1})
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.get_device_capability()[0] < 9,
+                    reason="needs a Hopper (or later) GPU")
+@pytest.mark.parametrize("tile", [(4, 1), (32, 8)], ids=["4x1", "32x8"])
+def test_gpu_pdl_steps_in_one_graph_follow_each_other(tile):
+    """Five steps replayed from one CUDA graph, each launched with programmatic dependent
+    launch: every step must wait for the one before (it reads the state that one writes) — the
+    state after the replay equals five oracle steps, and each step's output its own."""
+    inp = inputs(2, 4, 64, 128, slots=2, seed=21)
+    s = inp["state"].clone()
+    s64 = inp["state"].double()
+    a = {k: v for k, v in inp.items() if k != "state"}
+    d = {k: v.double() for k, v in a.items()}
+    fields = dict(block_p=tile[0], num_warps=tile[1], **ALL)
+    selective_state_update(s.clone(), **a, dt_softplus=True, config=StepConfig(**fields))  # build
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        outs = [selective_state_update(s, **a, dt_softplus=True, config=StepConfig(**fields))
+                for _ in range(5)]
+    graph.replay()
+    torch.cuda.synchronize()
+    for i in range(5):
+        want = inference.decode_step(s64, d["x"], d["dt"], d["A"], d["B"], d["C"], d["D"],
+                                     d["z"], d["dt_bias"], True)
+        assert_close(outs[i], want, dtype=torch.bfloat16, msg=f"step {i}")
+    assert_close(s, s64, msg="state after five steps")

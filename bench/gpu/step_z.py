@@ -76,23 +76,26 @@ CALLS = (1, 20)  # calls a CUDA graph
 # StepConfig fields; "default" is whatever _tile picks now (a listed tile equal to it is not
 # timed twice); "3d" = the 3-D grid
 G3 = dict(grid_3d=True)  # the (tiles, heads, batch) grid: no division before the first load
-# "new": the 3-D grid, D one scalar a head, the softplus from ex2/lg2 (StepConfig's three fields)
+# "new": the 3-D grid, D one scalar a head, the softplus from ex2/lg2 (StepConfig's fields);
+# "+pdl": launched with programmatic dependent launch too
 NEW = dict(grid_3d=True, scalar_d=True, fast_softplus=True)
+NEWP = dict(NEW, pdl=True)
 VARIANTS = {
     "b1": [("default", {}),  # 4x1 (TILE_SMALL)
+           ("4x1 new+pdl", dict(block_p=4, num_warps=1, **NEWP)),
            ("4x1 new", dict(block_p=4, num_warps=1, **NEW)),
            ("4x1 3d D1", dict(block_p=4, num_warps=1, grid_3d=True, scalar_d=True)),
-           ("2x1 new", dict(block_p=2, num_warps=1, **NEW)),  # every load in one round
-           ("8x1 new", dict(block_p=8, num_warps=1, **NEW)),  # 32 values a thread, as 64x8
+           ("2x1 new+pdl", dict(block_p=2, num_warps=1, **NEWP)),  # every load in one round
+           ("8x1 new+pdl", dict(block_p=8, num_warps=1, **NEWP)),  # 32 values a thread
            ("4x1 3d", dict(block_p=4, num_warps=1, **G3))],
     "b64": [("default", {}),  # 32x8 stream (TILE_LARGE)
             ("32x8 new", dict(block_p=32, num_warps=8, **NEW)),
+            ("32x8 new+pdl", dict(block_p=32, num_warps=8, **NEWP)),
             ("8x2 new", dict(block_p=8, num_warps=2, **NEW)),  # 32 blocks an SM: 64 warps
             ("4x1 new", dict(block_p=4, num_warps=1, **NEW)),
-            ("16x4 new", dict(block_p=16, num_warps=4, **NEW)),
-            ("32x8 new no stream", dict(block_p=32, num_warps=8, stream=False, **NEW))],
+            ("16x4 new", dict(block_p=16, num_warps=4, **NEW))],
 }
-EXTRA = ("grid_3d", "scalar_d", "fast_softplus")  # StepConfig fields _tile does not choose
+EXTRA = ("grid_3d", "scalar_d", "fast_softplus", "pdl")  # StepConfig fields _tile does not choose
 MIN_VARIANTS = 2  # a case runs with at least the default and the first candidate, or not at all
 FLOOR = "state.mul_ (floor)"  # torch's in-place multiply of the state: the same bytes, no math
 SECONDS_A_CALLABLE = (1.3, 0.2)  # (GPU, CPU): warm-up 1 s + 5 rounds of do_bench (30 ms)
@@ -159,13 +162,14 @@ def resolved(shape, fields):
     return dict(block_p=fields.get("block_p", bp), num_warps=fields.get("num_warps", nw),
                 stream=fields.get("stream", st), loads_first=fields.get("loads_first", True),
                 grid_3d=fields.get("grid_3d", False), scalar_d=fields.get("scalar_d", False),
-                fast_softplus=fields.get("fast_softplus", False))
+                fast_softplus=fields.get("fast_softplus", False), pdl=fields.get("pdl", False))
 
 
 def describe_tile(tile):
     return (f"{tile['block_p']}x{tile['num_warps']}" + (" stream" if tile["stream"] else "")
             + ("" if tile["loads_first"] else " late D,z") + (" 3d" if tile["grid_3d"] else "")
-            + (" D1" if tile["scalar_d"] else "") + (" fsp" if tile["fast_softplus"] else ""))
+            + (" D1" if tile["scalar_d"] else "") + (" fsp" if tile["fast_softplus"] else "")
+            + (" pdl" if tile["pdl"] else ""))
 
 
 def variants_at(name):
@@ -182,15 +186,34 @@ def variants_at(name):
     return out
 
 
-def check(run, fn, inp, want, s64, label, backend, tile=None):
-    """The variant's output and new state against the oracle: True if both within TOL."""
+def check(run, fn, inp, want, s64, label, backend, tile=None, twice=None):
+    """The variant's output and new state against the oracle, and on a GPU the state after two
+    calls replayed from one CUDA graph against ``twice`` (two oracle steps: the second call must
+    wait for the first, which a launch that overlaps its predecessor could get wrong): True if
+    all within TOL; an exception is a failed check."""
     from bench.gpu.peers import rel
 
     a = {k: v for k, v in inp.items() if k != "state"}
     s = inp["state"].clone()
-    out = fn(s, **a)
-    errs = dict(rel_err=rel(out, want), state_rel_err=rel(s, s64))
-    ok = errs["rel_err"] < TOL["out"] and errs["state_rel_err"] < TOL["state"]
+    try:
+        out = fn(s, **a)
+        errs = dict(rel_err=rel(out, want), state_rel_err=rel(s, s64))
+        if run.gpu and twice is not None:
+            s2 = inp["state"].clone()
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph):
+                fn(s2, **a)
+                fn(s2, **a)
+            graph.replay()
+            torch.cuda.synchronize()
+            errs["graph2_state_rel_err"] = rel(s2, twice)
+    except Exception as e:  # noqa: BLE001 - reported, and the variant is not timed
+        run.keep(op="step_z check", **label, backend=backend, check="FAILED",
+                 tile=describe_tile(tile) if tile else None,
+                 error=f"{type(e).__name__}: {str(e)[:200]}")
+        return False
+    ok = errs["rel_err"] < TOL["out"] and all(
+        v < TOL["state"] for k, v in errs.items() if k != "rel_err")
     run.keep(op="step_z check", **label, backend=backend, **errs,
              tile=describe_tile(tile) if tile else None, check="ok" if ok else "FAILED")
     return ok
@@ -211,14 +234,17 @@ def case(run, name, with_z, peer, variants):
     s64 = inp["state"].double()
     want = inference.decode_step(s64, *(a[k].double() for k in ("x", "dt", "A", "B", "C", "D")),
                                  a["z"].double() if with_z else None, a["dt_bias"].double(), True)
+    twice = s64.clone()  # the state after two steps
+    inference.decode_step(twice, *(a[k].double() for k in ("x", "dt", "A", "B", "C", "D")),
+                          a["z"].double() if with_z else None, a["dt_bias"].double(), True)
     sides = {}  # backend name -> callable(state, **args)
     tiles = {}
     for label_v, tile in variants:
         cfg = StepConfig(**tile)
         fn = lambda s, cfg=cfg, **kw: selective_state_update(s, **kw, config=cfg)  # noqa: E731
-        if check(run, fn, inp, want, s64, label, label_v, tile):
+        if check(run, fn, inp, want, s64, label, label_v, tile, twice):
             sides[label_v], tiles[label_v] = fn, tile
-    if peer is not None and check(run, peer, inp, want, s64, label, "mamba_ssm"):
+    if peer is not None and check(run, peer, inp, want, s64, label, "mamba_ssm", twice=twice):
         sides["mamba_ssm"] = peer
     # not a variant (its output is not the step's): what touching the state costs at all
     sides[FLOOR] = lambda s, **kw: s.mul_(1.0)
@@ -477,7 +503,7 @@ def waits(run, out_dir):
         cx, opt = la["constexprs"], la["options"]
         tile = dict(block_p=cx["BLOCK_P"], num_warps=opt.get("num_warps"), stream=cx["STREAM"],
                     loads_first=cx["LOADS_FIRST"], grid_3d=cx["GRID_3D"],
-                    scalar_d=cx["SCALAR_D"], fast_softplus=cx["FAST_SP"])
+                    scalar_d=cx["SCALAR_D"], fast_softplus=cx["FAST_SP"], pdl=cx["PDL"])
         shape, label, text = names.get((tuple(sorted(tile.items())), cx["HAS_Z"]), ("?", "?", "?"))
         z = "with z" if cx["HAS_Z"] else "without z"
         if isinstance(res, str):

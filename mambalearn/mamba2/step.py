@@ -41,13 +41,16 @@ from dataclasses import dataclass
 import torch
 import triton
 import triton.language as tl
+from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
 from mambalearn import device  # noqa: F401  (TRITON_INTERPRET before @triton.jit)
 from mambalearn.inference import check_step
 from mambalearn.mamba1.fused.tile import softplus_fast
-from mambalearn.triton.common import softplus
+from mambalearn.triton.common import INTERPRETED, softplus
 from mambalearn.triton.config import LaunchConfig, resolve
 from mambalearn.utils import check_kernel_device, check_writable, refuse_grad
+
+_INTERPRETED = tl.constexpr(INTERPRETED)
 
 
 @triton.jit
@@ -90,6 +93,7 @@ def _state_update_kernel(
     GRID_3D: tl.constexpr,  # the grid is (tiles_p, heads, batch): no division to find the tile
     SCALAR_D: tl.constexpr,  # D one value per head (stride 0 along p): one load, first, volatile
     FAST_SP: tl.constexpr,  # softplus from the exp unit's 2^x and log2 (`softplus_fast`)
+    PDL: tl.constexpr,  # programmatic dependent launch: start while the previous kernel ends
 ):
     # One (BLOCK_P, n) tile per program, numbered p-block fastest, then head, then batch row, so
     # that programs running together touch neighbouring memory.
@@ -102,6 +106,13 @@ def _state_update_kernel(
         pid_p = t % tiles_p
         pid_h = (t // tiles_p) % n_heads
         pid_b = t // (tiles_p * n_heads)
+    if PDL and not _INTERPRETED:
+        # Launched with programmatic dependent launch, this kernel's programs may start before
+        # the previous kernel in the stream has finished: let the next step's launch begin
+        # now, then wait for the previous kernel (its writes: the state, x, Δ, B, C, z) before
+        # any load. What overlaps is the launch and the programs' start, not memory traffic.
+        gdc_launch_dependents()
+        gdc_wait()
     offs_p = pid_p * BLOCK_P + tl.arange(0, BLOCK_P)  # (BLOCK_P,)
     offs_n = tl.arange(0, BLOCK_N)  # (BLOCK_N,)
     in_p = offs_p < p  # (BLOCK_P,) bool
@@ -225,7 +236,10 @@ class StepConfig(LaunchConfig):
     one axis divided back into the three (None: one axis); ``scalar_d``: D loaded once a program,
     first of all loads, where it is one value per head (a stride 0 along p, as Mamba-2 passes it),
     not once a row with the gate (None: once a row); ``fast_softplus``: Δ's softplus from the
-    exp unit's 2ˣ and log₂ (``softplus_fast``, relative error ≤ ~1e-5; None: the precise log)."""
+    exp unit's 2ˣ and log₂ (``softplus_fast``, relative error ≤ ~1e-5; None: the precise log);
+    ``pdl``: launched with programmatic dependent launch (Hopper and later; a CUDA graph keeps
+    it): the launch overlaps the end of the previous kernel in the stream (None: a plain launch).
+    """
 
     block_p: int | None = None
     num_warps: int | None = None
@@ -234,6 +248,7 @@ class StepConfig(LaunchConfig):
     grid_3d: bool | None = None
     scalar_d: bool | None = None
     fast_softplus: bool | None = None
+    pdl: bool | None = None
 
     def __post_init__(self):
         for name in ("block_p", "num_warps"):
@@ -241,7 +256,7 @@ class StepConfig(LaunchConfig):
             if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v < 1
                                   or v & (v - 1)):
                 raise ValueError(f"config.{name} must be None or a power of two ≥ 1, got {v!r}")
-        for name in ("stream", "loads_first", "grid_3d", "scalar_d", "fast_softplus"):
+        for name in ("stream", "loads_first", "grid_3d", "scalar_d", "fast_softplus", "pdl"):
             v = getattr(self, name)
             if v is not None and not isinstance(v, bool):
                 raise TypeError(f"config.{name} must be None, True or False, got {v!r}")
@@ -336,6 +351,9 @@ def selective_state_update(state, x, dt, A, B, C, D=None, z=None, dt_bias=None,
     zs = z4.stride() if z4 is not None else (0, 0, 0)
     # a grid's second and third axes hold at most 65 535 blocks: beyond, one axis
     grid_3d = bool(config.grid_3d) and h <= GRID_YZ and bx <= GRID_YZ
+    # programmatic dependent launch needs Hopper or later (elsewhere: a plain launch); in the
+    # interpreter the kernel is built with it but skips its two instructions
+    pdl = bool(config.pdl) and (INTERPRETED or torch.cuda.get_device_capability(x.device)[0] >= 9)
     per_group, sB, sC = h // B3.shape[1], B3.stride(), C3.stride()
     if grid_3d and B3.shape[1] == 1:  # one B/C group: group = head // 1 · stride 0, and Triton
         per_group, sB, sC = 1, (sB[0], 0, sB[2]), (sC[0], 0, sC[2])  # folds an integer 1
@@ -353,6 +371,7 @@ def selective_state_update(state, x, dt, A, B, C, D=None, z=None, dt_bias=None,
         LOADS_FIRST=config.loads_first is not False, GRID_3D=grid_3d,
         SCALAR_D=bool(config.scalar_d) and D2 is not None and D2.stride(1) == 0
         and config.loads_first is not False,
-        FAST_SP=bool(config.fast_softplus), num_warps=nw,
+        FAST_SP=bool(config.fast_softplus), PDL=pdl, num_warps=nw,
+        **({"launch_pdl": True} if pdl and not INTERPRETED else {}),
     )
     return out if heads else out[:, 0]
