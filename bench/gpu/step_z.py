@@ -414,9 +414,9 @@ def table(rows):
     kinds = sorted({key[1] for cell in cells.values() for key in cell if key != "tile"},
                    key=lambda k: (k == "kernel", len(k), k))  # graph1, graph20, kernel
     head = "".join(f"{z + ' ' + k:>15}" for z in ("z", "no z") for k in kinds)
-    lines = ["µs a call and ratio to mamba_ssm", f"{'':<4}{'backend':<15}{'tile':<22}{head}"]
+    lines = ["µs a call and ratio to mamba_ssm", f"{'':<4}{'backend':<15}{'tile':<27}{head}"]
     for (shape, backend), cell in cells.items():
-        lines.append(f"{shape:<4}{backend[:14]:<15}{cell['tile'][:21]:<22}" + "".join(
+        lines.append(f"{shape:<4}{backend[:14]:<15}{cell['tile'][:26]:<27}" + "".join(
             f"{cell.get((z, k), '-'):>15}" for z in ("with z", "without z") for k in kinds))
     for r in rows:
         if r["op"] == "step_z choose" or "error" in r or str(r.get("check", "ok")) != "ok":

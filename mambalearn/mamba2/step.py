@@ -21,12 +21,14 @@ loaded before anything is computed (a load written after the state's store could
 it: the compiler cannot tell that they touch different memory), and the tile is small enough
 that every SM gets programs (``_tile``: the choice, its floor and its round trips).
 
-Three launch variants shorten that path further (``StepConfig`` fields, off unless asked for):
+Four launch variants shorten that path further (``StepConfig`` fields, off unless asked for):
 ``grid_3d`` launches a (tiles, heads, batch) grid, so a program need not divide its number back
 into the three before it can form an address (integer division is a chain of tens of
 instructions on a GPU); ``scalar_d`` loads a per-head D once, first, instead of once a row —
 left to itself, ptxas issues D's loads after Δ's softplus, and they come back one round trip
-after everything else; ``fast_softplus`` computes Δ's softplus from the exp unit's 2ˣ and log₂.
+after everything else; ``fast_softplus`` computes Δ's softplus from the exp unit's 2ˣ and log₂;
+``pdl`` (programmatic dependent launch, Hopper and later) lets the next step's launch overlap the
+end of this one: a step in a CUDA graph of many costs a launch gap besides its kernel.
 
 Mamba-2 passes per-head scalars broadcast with stride 0 (A (h, p, n), Δ (b, h, p)); the launcher
 detects that (``TIE_HDIM``) and the kernel then loads one A and one Δ per program instead of a
