@@ -43,7 +43,6 @@ from dataclasses import dataclass
 import torch
 import triton
 import triton.language as tl
-from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
 from mambalearn import device  # noqa: F401  (TRITON_INTERPRET before @triton.jit)
 from mambalearn.inference import check_step
@@ -51,6 +50,11 @@ from mambalearn.mamba1.fused.tile import softplus_fast
 from mambalearn.triton.common import INTERPRETED, softplus
 from mambalearn.triton.config import LaunchConfig, resolve
 from mambalearn.utils import check_kernel_device, check_writable, refuse_grad
+
+try:  # griddepcontrol (programmatic dependent launch), in triton.language.extra since 3.4
+    from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
+except ImportError:  # elsewhere ``pdl`` launches plainly
+    gdc_launch_dependents = gdc_wait = None
 
 _INTERPRETED = tl.constexpr(INTERPRETED)
 
@@ -355,7 +359,8 @@ def selective_state_update(state, x, dt, A, B, C, D=None, z=None, dt_bias=None,
     grid_3d = bool(config.grid_3d) and h <= GRID_YZ and bx <= GRID_YZ
     # programmatic dependent launch needs Hopper or later (elsewhere: a plain launch); in the
     # interpreter the kernel is built with it but skips its two instructions
-    pdl = bool(config.pdl) and (INTERPRETED or torch.cuda.get_device_capability(x.device)[0] >= 9)
+    pdl = bool(config.pdl) and gdc_wait is not None and (
+        INTERPRETED or torch.cuda.get_device_capability(x.device)[0] >= 9)
     per_group, sB, sC = h // B3.shape[1], B3.stride(), C3.stride()
     if grid_3d and B3.shape[1] == 1:  # one B/C group: group = head // 1 · stride 0, and Triton
         per_group, sB, sC = 1, (sB[0], 0, sB[2]), (sC[0], 0, sC[2])  # folds an integer 1
