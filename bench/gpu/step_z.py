@@ -5,18 +5,19 @@
     python3 -m bench.gpu.step_z --waits --out /tmp/step_z   (no GPU: every variant and mamba_ssm's
         kernel built for sm_90, each program's waits for memory counted in its SASS)
 
-The question: why the step with z took 5.4 µs of kernel time at b1 h80 p64 n128 against
-mamba_ssm's 3.2 (1.69× as one call a CUDA graph), and which tile ``mambalearn.mamba2.step._tile``
-should choose. The kernel now loads every input before it stores the state (``loads_first``;
-before, D and z were loaded after the store and waited for memory once more) and cuts a small
-state into tiles until every SM has programs (``step.FILL``). Timed here, in one process:
+The question: how close the decode step comes to its floor at b64 (bandwidth) and how much faster
+it can be at b1 (latency), h80 p64 n128, fp32 state, against mamba_ssm in one process. The floors
+and the expectations per variant: ``bench/NOTES_step.md``. Timed here, in one process:
 
-- **the first version**: the old default tile (64 × 128 at b1, 32 × 128 at b64) with the old load
-  order (``StepConfig(loads_first=False)``);
-- **the default**: whatever ``_tile`` chooses now;
-- **a sweep of tiles** (block_p × warps; the n axis is never split: at n128 the rows alone give
-  up to 5 120 programs, more than 132 SMs hold at once, and a split n would need a second pass
-  or atomics to add up the output);
+- **the default**: whatever ``_tile`` chooses (b1: 4 × 128 tiles over one warp; b64: 32 × 128
+  over 8 warps, the state streamed past L2) on the one-axis grid;
+- **the 3-D grid** (``StepConfig(grid_3d=True)``): the hardware numbers the (tile, head, batch)
+  blocks, so the program does not divide its number back into the three (the sm_90 build of the
+  default issues its first load after ~100 instructions of integer division, the 3-D grid's
+  after 25), on a sweep of tiles (block_p × warps; the n axis is never split);
+- **the floor**: ``state.mul_(1.0)``, torch's in-place elementwise kernel over the same state —
+  the same bytes read and written with no math: what touching the state costs at all (not a
+  variant, not checked; it bounds what any tile can reach);
 - **mamba_ssm**'s ``selective_state_update`` (its source tree, ``course.bench.step``; it has no
   autotuner: its tile is fixed by hand), called with the same arguments.
 
@@ -29,19 +30,20 @@ of the state) in one ``mambalearn.timing.compare`` (each callable warmed ≥ 1 s
 rounds of ``do_bench``; ratio = median of the per-round ratios to mamba_ssm, spread = (max −
 min)/median), and at b1 each kernel's own device time from ``torch.profiler`` over replays of its
 one-call graph (``bench.gpu.peers.kernel_ms``). The cases run in the order of what matters most
-(b1 with z, b1 without, b64 without, b64 with); each starts only while ``--limit`` leaves it the
-time it needs, dropping the last variants of its list first (a row says what was left out).
+(b1 with z, b64 without, b1 without; b64 with z is not run); each starts only while ``--limit``
+leaves it the time it needs, dropping the last variants of its list first (a row says so).
 
 Last, ``choose``: for each shape the variant with the lowest geometric mean of its ratios to
 mamba_ssm (over z and both graph sizes), and the settings of ``step`` (FILL, VALUES_PER_WARP,
 TILE_SMALL, TILE_LARGE) under which ``_tile`` picks it — what the lead sets. Results:
 ``$OUT/<device>_step_z_<date>.json`` (``bench.gpu.record``), then a short table.
 
-Expected on an H200 (before the run; the sm_90 builds on a CPU): the first version's program
-waits for memory four times (the state's loads behind Δ's softplus, D and z after the store);
-the new order twice at 8 × 128 with 8 warps (every load but D's before the first wait). At b1 the
-kernel should drop from ≈5.4 µs towards mamba_ssm's ≈3.2 µs or below (≤ 0.9× one call a graph
-with z); at b64 (bandwidth-bound, many programs an SM) little should move (≈0.9×).
+Expected on an H200 (before the run, from the sm_90 builds; bench/NOTES_step.md): the 3-D grid
+takes the integer divisions (≈ 150–200 dependent cycles) off the path to the first load: ≈ 0.1 µs
+off the b1 kernel (≈ 2.8 µs), a few per cent; nothing measurable at b64, which is bound by DRAM
+(default ≈ 94 % of the copy bandwidth). At b64 the floor row says what is left: 0.85× of
+mamba_ssm needs ≈ 97 % of the copy bandwidth. At b1 the floor row says how much of one call a
+graph is the launch and the cold L2 rather than the kernel.
 """
 
 import argparse
@@ -66,27 +68,36 @@ T0 = time.time()
 SHAPES = {"b1": (1, 80, 64, 128), "b64": (64, 80, 64, 128)}  # (b, h, p, n)
 # --cpu-smoke: toy sizes with the GPU's n (so every launch has the GPU run's constexprs)
 SMOKE_SHAPES = {"b1": (1, 2, 5, 128), "b64": (2, 2, 5, 128)}
-CASES = [("b1", True), ("b1", False), ("b64", False), ("b64", True)]  # (shape, with z), in order
+# (shape, with z), in order; b64 with z (0.82-0.86x of mamba_ssm in the last sweep, no target)
+# is left out for the time limit
+CASES = [("b1", True), ("b64", False), ("b1", False)]
 CALLS = (1, 20)  # calls a CUDA graph
 # the variants of each shape, most wanted first (the time limit drops from the end): name ->
-# StepConfig fields; "first version" is the old default tile with the old load order, "default"
-# is whatever _tile picks now (a listed tile equal to it is not timed twice)
+# StepConfig fields; "default" is whatever _tile picks now (a listed tile equal to it is not
+# timed twice); "3d" = the 3-D grid
+G3 = dict(grid_3d=True)  # the (tiles, heads, batch) grid: no division before the first load
+# "new": the 3-D grid, D one scalar a head, the softplus from ex2/lg2 (StepConfig's fields);
+# "+pdl": launched with programmatic dependent launch too
+NEW = dict(grid_3d=True, scalar_d=True, fast_softplus=True)
+NEWP = dict(NEW, pdl=True)
 VARIANTS = {
-    "b1": [("first version", dict(block_p=64, num_warps=8, stream=False, loads_first=False)),
-           ("default", {}),
-           ("tile 64x8", dict(block_p=64, num_warps=8)),
-           ("tile 4x4", dict(block_p=4, num_warps=4)),  # mamba_ssm's tile at n128
-           ("tile 16x8", dict(block_p=16, num_warps=8)),
-           ("tile 8x8", dict(block_p=8, num_warps=8)),
-           ("tile 4x1", dict(block_p=4, num_warps=1)),
-           ("tile 2x2", dict(block_p=2, num_warps=2))],
-    "b64": [("first version", dict(block_p=32, num_warps=8, stream=True, loads_first=False)),
-            ("default", {}),
-            ("tile 64x8", dict(block_p=64, num_warps=8)),
-            ("tile 16x8", dict(block_p=16, num_warps=8)),
-            ("tile 16x4", dict(block_p=16, num_warps=4))],
+    "b1": [("default", {}),  # 4x1 (TILE_SMALL)
+           ("4x1 new+pdl", dict(block_p=4, num_warps=1, **NEWP)),
+           ("4x1 new", dict(block_p=4, num_warps=1, **NEW)),
+           ("4x1 3d D1", dict(block_p=4, num_warps=1, grid_3d=True, scalar_d=True)),
+           ("2x1 new+pdl", dict(block_p=2, num_warps=1, **NEWP)),  # every load in one round
+           ("8x1 new+pdl", dict(block_p=8, num_warps=1, **NEWP)),  # 32 values a thread
+           ("4x1 3d", dict(block_p=4, num_warps=1, **G3))],
+    "b64": [("default", {}),  # 32x8 stream (TILE_LARGE)
+            ("32x8 new", dict(block_p=32, num_warps=8, **NEW)),
+            ("32x8 new+pdl", dict(block_p=32, num_warps=8, **NEWP)),
+            ("8x2 new", dict(block_p=8, num_warps=2, **NEW)),  # 32 blocks an SM: 64 warps
+            ("4x1 new", dict(block_p=4, num_warps=1, **NEW)),
+            ("16x4 new", dict(block_p=16, num_warps=4, **NEW))],
 }
-MIN_VARIANTS = 2  # a case runs with at least the first version and the default, or not at all
+EXTRA = ("grid_3d", "scalar_d", "fast_softplus", "pdl")  # StepConfig fields _tile does not choose
+MIN_VARIANTS = 2  # a case runs with at least the default and the first candidate, or not at all
+FLOOR = "state.mul_ (floor)"  # torch's in-place multiply of the state: the same bytes, no math
 SECONDS_A_CALLABLE = (1.3, 0.2)  # (GPU, CPU): warm-up 1 s + 5 rounds of do_bench (30 ms)
 SECONDS_COMPILE = (1.0, 0.3)  # a variant's Triton build (each (shape, z) builds its own)
 SECONDS_FIXED = (4.0, 1.0)  # a case's inputs, oracle and graph captures
@@ -97,16 +108,18 @@ METHOD = (
     "rounds of triton.testing.do_bench (median, 30 ms each; do_bench clears L2 before each "
     "replay); ms = ms a call (graph time / calls), the median over the rounds; ratio = the median "
     "of the per-round ratios ours / mamba_ssm at the same calls a graph, spread = (max - min) / "
-    "median of them; vs_first = the same against the first version. 'graph1' = one call a CUDA "
+    "median of them; vs_default = the same against the default. 'graph1' = one call a CUDA "
     "graph, 'graph20' = 20 calls a graph, each graph on its own copy of the state. Inputs: "
     "bench.gpu.peers.step_inputs (fp32 state, bf16 x/B/C, fp32 A/D/dt_bias broadcast per head "
     "as Mamba-2's step passes them, softplus; 'with z': z (b, h, p) bf16). 'kernel' = the "
     "kernel's own device time under torch.profiler over 200 replays of the one-call graph. "
     "'check' = rel. error of the output and the new state against inference.decode_step in "
     "float64 (a variant that fails is not timed). Variants: StepConfig fields (block_p x "
-    "num_warps, stream, loads_first); 'first version' = the old default tile with D and z loaded "
-    "after the state's store. 'choose' = per shape, the variant with the lowest geometric mean "
-    "of its ratios to mamba_ssm over z and both graph sizes.")
+    "num_warps, stream, grid_3d: '3d' = a (tiles, heads, batch) grid instead of one axis "
+    "divided back into the three). 'state.mul_ (floor)' = torch's in-place state.mul_(1.0) on "
+    "the same state, graphed and timed the same way (not a variant, not checked): the cost of "
+    "reading and writing the state with no math. 'choose' = per shape, the variant with the "
+    "lowest geometric mean of its ratios to mamba_ssm over z and both graph sizes.")
 
 WAITS_METHOD = (
     "--waits: each variant launched once in Triton's interpreter at b1 (b64's tiles: b2) h8 p64 "
@@ -147,12 +160,16 @@ def resolved(shape, fields):
     b, h, p, n = shape
     bp, nw, st = step._tile(p, n, b * h * p * n)
     return dict(block_p=fields.get("block_p", bp), num_warps=fields.get("num_warps", nw),
-                stream=fields.get("stream", st), loads_first=fields.get("loads_first", True))
+                stream=fields.get("stream", st), loads_first=fields.get("loads_first", True),
+                grid_3d=fields.get("grid_3d", False), scalar_d=fields.get("scalar_d", False),
+                fast_softplus=fields.get("fast_softplus", False), pdl=fields.get("pdl", False))
 
 
 def describe_tile(tile):
     return (f"{tile['block_p']}x{tile['num_warps']}" + (" stream" if tile["stream"] else "")
-            + ("" if tile["loads_first"] else " late D,z"))
+            + ("" if tile["loads_first"] else " late D,z") + (" 3d" if tile["grid_3d"] else "")
+            + (" D1" if tile["scalar_d"] else "") + (" fsp" if tile["fast_softplus"] else "")
+            + (" pdl" if tile["pdl"] else ""))
 
 
 def variants_at(name):
@@ -169,15 +186,34 @@ def variants_at(name):
     return out
 
 
-def check(run, fn, inp, want, s64, label, backend, tile=None):
-    """The variant's output and new state against the oracle: True if both within TOL."""
+def check(run, fn, inp, want, s64, label, backend, tile=None, twice=None):
+    """The variant's output and new state against the oracle, and on a GPU the state after two
+    calls replayed from one CUDA graph against ``twice`` (two oracle steps: the second call must
+    wait for the first, which a launch that overlaps its predecessor could get wrong): True if
+    all within TOL; an exception is a failed check."""
     from bench.gpu.peers import rel
 
     a = {k: v for k, v in inp.items() if k != "state"}
     s = inp["state"].clone()
-    out = fn(s, **a)
-    errs = dict(rel_err=rel(out, want), state_rel_err=rel(s, s64))
-    ok = errs["rel_err"] < TOL["out"] and errs["state_rel_err"] < TOL["state"]
+    try:
+        out = fn(s, **a)
+        errs = dict(rel_err=rel(out, want), state_rel_err=rel(s, s64))
+        if run.gpu and twice is not None:
+            s2 = inp["state"].clone()
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph):
+                fn(s2, **a)
+                fn(s2, **a)
+            graph.replay()
+            torch.cuda.synchronize()
+            errs["graph2_state_rel_err"] = rel(s2, twice)
+    except Exception as e:  # noqa: BLE001 - reported, and the variant is not timed
+        run.keep(op="step_z check", **label, backend=backend, check="FAILED",
+                 tile=describe_tile(tile) if tile else None,
+                 error=f"{type(e).__name__}: {str(e)[:200]}")
+        return False
+    ok = errs["rel_err"] < TOL["out"] and all(
+        v < TOL["state"] for k, v in errs.items() if k != "rel_err")
     run.keep(op="step_z check", **label, backend=backend, **errs,
              tile=describe_tile(tile) if tile else None, check="ok" if ok else "FAILED")
     return ok
@@ -198,28 +234,33 @@ def case(run, name, with_z, peer, variants):
     s64 = inp["state"].double()
     want = inference.decode_step(s64, *(a[k].double() for k in ("x", "dt", "A", "B", "C", "D")),
                                  a["z"].double() if with_z else None, a["dt_bias"].double(), True)
+    twice = s64.clone()  # the state after two steps
+    inference.decode_step(twice, *(a[k].double() for k in ("x", "dt", "A", "B", "C", "D")),
+                          a["z"].double() if with_z else None, a["dt_bias"].double(), True)
     sides = {}  # backend name -> callable(state, **args)
     tiles = {}
     for label_v, tile in variants:
         cfg = StepConfig(**tile)
         fn = lambda s, cfg=cfg, **kw: selective_state_update(s, **kw, config=cfg)  # noqa: E731
-        if check(run, fn, inp, want, s64, label, label_v, tile):
+        if check(run, fn, inp, want, s64, label, label_v, tile, twice):
             sides[label_v], tiles[label_v] = fn, tile
-    if peer is not None and check(run, peer, inp, want, s64, label, "mamba_ssm"):
+    if peer is not None and check(run, peer, inp, want, s64, label, "mamba_ssm", twice=twice):
         sides["mamba_ssm"] = peer
+    # not a variant (its output is not the step's): what touching the state costs at all
+    sides[FLOOR] = lambda s, **kw: s.mul_(1.0)
     calls = CALLS if run.gpu else (1, 2)
     eager, fns, c = graphs_compared(sides, inp, calls, run.gpu, rep=30)
     floor = floor_ms(b, h, p, n, torch.float32)
-    first = "first version" if "first version" in sides else None
+    base = "default" if "default" in sides else None
     for k in calls:
         for side in sides:
             r = c.ratio(f"{side} graph{k}", f"mamba_ssm graph{k}") \
                 if side != "mamba_ssm" and "mamba_ssm" in sides else (None, None)
-            vs = c.ratio(f"{side} graph{k}", f"{first} graph{k}")[0] \
-                if first and side != first else None
+            vs = c.ratio(f"{side} graph{k}", f"{base} graph{k}")[0] \
+                if base and side != base else None
             run.keep(op=f"step_z graph{k}", **label, backend=side,
                      tile=describe_tile(tiles[side]) if side in tiles else None,
-                     ms=c.ms(f"{side} graph{k}") / k, ratio=r[0], spread=r[1], vs_first=vs,
+                     ms=c.ms(f"{side} graph{k}") / k, ratio=r[0], spread=r[1], vs_default=vs,
                      floor_ms=floor)
     if not run.gpu or name != "b1":
         return
@@ -242,11 +283,11 @@ def case(run, name, with_z, peer, variants):
 
 
 def need(run, name, count):
-    """Seconds a case of ``count`` variants (and the peer) needs at shape ``name``."""
+    """Seconds a case of ``count`` variants (and the peer and the floor) needs at ``name``."""
     i = 0 if run.gpu else 1
-    seconds = (SECONDS_FIXED[i] + 2 * (count + 1) * SECONDS_A_CALLABLE[i]
+    seconds = (SECONDS_FIXED[i] + 2 * (count + 2) * SECONDS_A_CALLABLE[i]
                + count * SECONDS_COMPILE[i])
-    return seconds + ((count + 1) * SECONDS_PROFILE if name == "b1" and run.gpu else 0)
+    return seconds + ((count + 2) * SECONDS_PROFILE if name == "b1" and run.gpu else 0)
 
 
 def cases(run, peer):
@@ -293,10 +334,10 @@ def settings_for(targets):
     now = {k: getattr(step, k) for k in names}
     cand = {"FILL": [now["FILL"], 0, 1, 2, 4, 8, 16, 32],
             "VALUES_PER_WARP": [now["VALUES_PER_WARP"], 32, 64, 128, 256, 512, 1024]}
-    small = [now["TILE_SMALL"]] + [(v, w, False) for v in (8192, 4096, 2048, 1024, 512)
+    small = [now["TILE_SMALL"]] + [(v, w, False) for v in (8192, 4096, 2048, 1024, 512, 256)
                                    for w in (1, 2, 4, 8, 16)]
-    large = [now["TILE_LARGE"]] + [(v, w, s) for v in (8192, 4096, 2048, 1024)
-                                   for w in (4, 8, 16) for s in (True, False)]
+    large = [now["TILE_LARGE"]] + [(v, w, s) for v in (8192, 4096, 2048, 1024, 512, 256)
+                                   for w in (1, 2, 4, 8, 16) for s in (True, False)]
     best = None
     try:
         for combo in itertools.product(cand["FILL"], cand["VALUES_PER_WARP"], small, large):
@@ -319,7 +360,7 @@ def settings_for(targets):
 def choose(run):
     """Per shape, the variant with the lowest geometric mean of its ratios to mamba_ssm, and the
     step settings that make _tile pick it at the GPU's shape (b1 and b64 h80 p64 n128)."""
-    targets = {}
+    targets, extra = {}, {}
     for name, shape in (SMOKE_SHAPES if run.smoke else SHAPES).items():
         label = "b{} h{} p{} n{} fp32 state".format(*shape)
         ratios, tiles = {}, {}
@@ -344,14 +385,19 @@ def choose(run):
                 if tile["loads_first"]:
                     targets[name] = (SHAPES[name], (tile["block_p"], tile["num_warps"],
                                                     tile["stream"]))
+                    extra[name] = [k for k in EXTRA if tile[k]]
                 break
     if targets:
         setting = settings_for(targets)
+        # the StepConfig fields every winner has on: the launcher should take None as on
+        on = set.intersection(*(set(v) for v in extra.values())) if extra else set()
         run.keep(op="step_z choose", backend="mambalearn.mamba2.step settings",
                  shapes=", ".join(targets),
                  set="nothing: _tile already picks the winners" if setting == {} else
                  json.dumps(setting) if setting else "no FILL/VALUES_PER_WARP/TILE_* setting "
-                 "picks them all: change _tile")
+                 "picks them all: change _tile",
+                 on_by_default=", ".join(k for k in EXTRA if k in on) or "none",
+                 fields=json.dumps(extra))
 
 
 def table(rows):
@@ -368,9 +414,9 @@ def table(rows):
     kinds = sorted({key[1] for cell in cells.values() for key in cell if key != "tile"},
                    key=lambda k: (k == "kernel", len(k), k))  # graph1, graph20, kernel
     head = "".join(f"{z + ' ' + k:>15}" for z in ("z", "no z") for k in kinds)
-    lines = ["µs a call and ratio to mamba_ssm", f"{'':<4}{'backend':<15}{'tile':<22}{head}"]
+    lines = ["µs a call and ratio to mamba_ssm", f"{'':<4}{'backend':<15}{'tile':<27}{head}"]
     for (shape, backend), cell in cells.items():
-        lines.append(f"{shape:<4}{backend[:14]:<15}{cell['tile'][:21]:<22}" + "".join(
+        lines.append(f"{shape:<4}{backend[:14]:<15}{cell['tile'][:26]:<27}" + "".join(
             f"{cell.get((z, k), '-'):>15}" for z in ("with z", "without z") for k in kinds))
     for r in rows:
         if r["op"] == "step_z choose" or "error" in r or str(r.get("check", "ok")) != "ok":
@@ -411,10 +457,11 @@ def load_waits(sass):
     return rounds + in_round, late, loads
 
 
-def waits(run):
+def waits(run, out_dir):
     """Every variant of both shapes (with and without z) launched once in the interpreter at
     b1/b2 h8 p64 n128 (the GPU run's constexprs; integers divisible by 16 marked so, as the GPU
-    specialises them), built for sm_90, and its waits for memory counted in the SASS."""
+    specialises them), built for sm_90, and its waits for memory counted in the SASS (each
+    listing written to ``out_dir``/sass/)."""
     import inspect
     import tempfile
 
@@ -455,13 +502,18 @@ def waits(run):
     for la, res in zip(found, built, strict=True):
         cx, opt = la["constexprs"], la["options"]
         tile = dict(block_p=cx["BLOCK_P"], num_warps=opt.get("num_warps"), stream=cx["STREAM"],
-                    loads_first=cx["LOADS_FIRST"])
+                    loads_first=cx["LOADS_FIRST"], grid_3d=cx["GRID_3D"],
+                    scalar_d=cx["SCALAR_D"], fast_softplus=cx["FAST_SP"], pdl=cx["PDL"])
         shape, label, text = names.get((tuple(sorted(tile.items())), cx["HAS_Z"]), ("?", "?", "?"))
         z = "with z" if cx["HAS_Z"] else "without z"
         if isinstance(res, str):
             run.keep(op="step_z waits", shape=shape, z=z, backend=label, tile=text, error=res[:300])
             continue
         w, late, loads = load_waits(res.sass)
+        os.makedirs(os.path.join(out_dir, "sass"), exist_ok=True)
+        with open(os.path.join(out_dir, "sass", re.sub(r"\W+", "_", f"{shape} {z} {text}")
+                               + ".sass"), "w") as f:
+            f.write(res.sass)
         run.keep(op="step_z waits", shape=shape, z=z, backend=label, tile=text, waits=w,
                  loads_after_first_wait=late, loads=loads, registers=res.registers,
                  spill_bytes=res.spill_bytes)
@@ -539,7 +591,7 @@ def main(argv=None):
     args = ap.parse_args(argv)
     if args.waits:
         run = Run(args.limit, smoke=True)
-        waits(run)
+        waits(run, args.out)
         peer_waits(run)
         from bench.gpu.record import record
 

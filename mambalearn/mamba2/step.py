@@ -21,6 +21,15 @@ loaded before anything is computed (a load written after the state's store could
 it: the compiler cannot tell that they touch different memory), and the tile is small enough
 that every SM gets programs (``_tile``: the choice, its floor and its round trips).
 
+Four launch variants shorten that path further (``StepConfig`` fields, off unless asked for):
+``grid_3d`` launches a (tiles, heads, batch) grid, so a program need not divide its number back
+into the three before it can form an address (integer division is a chain of tens of
+instructions on a GPU); ``scalar_d`` loads a per-head D once, first, instead of once a row —
+left to itself, ptxas issues D's loads after Δ's softplus, and they come back one round trip
+after everything else; ``fast_softplus`` computes Δ's softplus from the exp unit's 2ˣ and log₂;
+``pdl`` (programmatic dependent launch, Hopper and later) lets the next step's launch overlap the
+end of this one: a step in a CUDA graph of many costs a launch gap besides its kernel.
+
 Mamba-2 passes per-head scalars broadcast with stride 0 (A (h, p, n), Δ (b, h, p)); the launcher
 detects that (``TIE_HDIM``) and the kernel then loads one A and one Δ per program instead of a
 (BLOCK_P, n) tile of A — which would otherwise add a third of the traffic again.
@@ -37,9 +46,17 @@ import triton.language as tl
 
 from mambalearn import device  # noqa: F401  (TRITON_INTERPRET before @triton.jit)
 from mambalearn.inference import check_step
-from mambalearn.triton.common import softplus
+from mambalearn.mamba1.fused.tile import softplus_fast
+from mambalearn.triton.common import INTERPRETED, softplus
 from mambalearn.triton.config import LaunchConfig, resolve
 from mambalearn.utils import check_kernel_device, check_writable, refuse_grad
+
+try:  # griddepcontrol (programmatic dependent launch), in triton.language.extra since 3.4
+    from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
+except ImportError:  # elsewhere ``pdl`` launches plainly
+    gdc_launch_dependents = gdc_wait = None
+
+_INTERPRETED = tl.constexpr(INTERPRETED)
 
 
 @triton.jit
@@ -79,13 +96,29 @@ def _state_update_kernel(
     BLOCK_N: tl.constexpr,  # n rounded up to a power of two
     STREAM: tl.constexpr,  # evict the state from L2 first (a state larger than L2)
     LOADS_FIRST: tl.constexpr,  # D and z loaded with the other inputs, before the state's store
+    GRID_3D: tl.constexpr,  # the grid is (tiles_p, heads, batch): no division to find the tile
+    SCALAR_D: tl.constexpr,  # D one value per head (stride 0 along p): one load, first, volatile
+    FAST_SP: tl.constexpr,  # softplus from the exp unit's 2^x and log2 (`softplus_fast`)
+    PDL: tl.constexpr,  # programmatic dependent launch: start while the previous kernel ends
 ):
     # One (BLOCK_P, n) tile per program, numbered p-block fastest, then head, then batch row, so
     # that programs running together touch neighbouring memory.
-    t = tl.program_id(0)
-    pid_p = t % tiles_p
-    pid_h = (t // tiles_p) % n_heads
-    pid_b = t // (tiles_p * n_heads)
+    if GRID_3D:  # the hardware numbers the blocks: every address is ready at once
+        pid_p = tl.program_id(0)
+        pid_h = tl.program_id(1)
+        pid_b = tl.program_id(2)
+    else:  # one axis: two integer divisions (tens of cycles) before the first address
+        t = tl.program_id(0)
+        pid_p = t % tiles_p
+        pid_h = (t // tiles_p) % n_heads
+        pid_b = t // (tiles_p * n_heads)
+    if PDL and not _INTERPRETED:
+        # Launched with programmatic dependent launch, this kernel's programs may start before
+        # the previous kernel in the stream has finished: let the next step's launch begin
+        # now, then wait for the previous kernel (its writes: the state, x, Δ, B, C, z) before
+        # any load. What overlaps is the launch and the programs' start, not memory traffic.
+        gdc_launch_dependents()
+        gdc_wait()
     offs_p = pid_p * BLOCK_P + tl.arange(0, BLOCK_P)  # (BLOCK_P,)
     offs_n = tl.arange(0, BLOCK_N)  # (BLOCK_N,)
     in_p = offs_p < p  # (BLOCK_P,) bool
@@ -99,11 +132,16 @@ def _state_update_kernel(
     if HAS_IDX:
         slot = tl.load(idx_ptr + pid_b).to(tl.int64)
     # 1. the small per-token inputs (they need no slot)
+    if SCALAR_D:  # one D per head, loaded first. ptxas issues a load of D written anywhere else
+        # after Δ's softplus (it waits for Δ first): the load comes back one round trip after
+        # the rest. Volatile loads keep their order among themselves: D's, then Δ's.
+        D = tl.load(D_ptr + pid_h * stride_Dh, volatile=True).to(tl.float32)
     x = tl.load(x_ptr + pid_b * stride_xb + pid_h * stride_xh + offs_p * stride_xp,
                 mask=in_p, other=0.0).to(tl.float32)  # (BLOCK_P,)
     bias = 0.0
     if TIE_HDIM:  # Mamba-2: one Δ and one A per head
-        dt = tl.load(dt_ptr + pid_b * stride_dtb + pid_h * stride_dth).to(tl.float32)
+        dt = tl.load(dt_ptr + pid_b * stride_dtb + pid_h * stride_dth,
+                     volatile=SCALAR_D).to(tl.float32)
         if HAS_DT_BIAS:
             bias = tl.load(dt_bias_ptr + pid_h * stride_biash).to(tl.float32)
         A = tl.load(A_ptr + pid_h * stride_Ah).to(tl.float32)
@@ -114,8 +152,10 @@ def _state_update_kernel(
             bias = tl.load(dt_bias_ptr + pid_h * stride_biash + offs_p * stride_biasp,
                            mask=in_p, other=0.0).to(tl.float32)
     if LOADS_FIRST:
-        D, z = _gate_inputs(D_ptr, z_ptr, pid_b, pid_h, offs_p, in_p, stride_Dh, stride_Dp,
-                            stride_zb, stride_zh, stride_zp, HAS_D, HAS_Z)
+        D1, z = _gate_inputs(D_ptr, z_ptr, pid_b, pid_h, offs_p, in_p, stride_Dh, stride_Dp,
+                             stride_zb, stride_zh, stride_zp, HAS_D and not SCALAR_D, HAS_Z)
+        if not SCALAR_D:
+            D = D1
     # 2. the state tile: the only big read
     mask_p = in_p
     bad = False  # a slot outside the state: nothing is read or written there, out = NaN
@@ -151,7 +191,10 @@ def _state_update_kernel(
     if HAS_DT_BIAS:
         dt += bias
     if SOFTPLUS:
-        dt = softplus(dt)
+        if FAST_SP:
+            dt = softplus_fast(dt)
+        else:
+            dt = softplus(dt)
     h = h.to(tl.float32)
     if TIE_HDIM:
         A_bar = tl.exp(A * dt)  # a scalar
@@ -188,17 +231,30 @@ SMALL_STATE = 1 << 22  # state values (b·h·p·n) up to which a batch counts as
 FILL = 4  # a small state's tiles are halved until the grid has FILL programs per SM (0: never)
 SMS = 132  # the reference H200's SMs (the choice does not ask the device: one rule everywhere)
 VALUES_PER_WARP = 128  # at most one warp per 128 values: each thread a 16-byte load of fp32
+GRID_YZ = 65535  # blocks a CUDA grid holds along its second and third axes
 
 
 @dataclass(frozen=True)
 class StepConfig(LaunchConfig):
     """The decode step's launch, overriding `_tile`'s choice field by field (None: its choice):
-    rows of the head dim per tile, warps per program, the state streamed through L2 first."""
+    rows of the head dim per tile, warps per program, the state streamed through L2 first, every
+    input loaded before the state's store; ``grid_3d``: a (tiles, heads, batch) grid instead of
+    one axis divided back into the three (None: one axis); ``scalar_d``: D loaded once a program,
+    first of all loads, where it is one value per head (a stride 0 along p, as Mamba-2 passes it),
+    not once a row with the gate (None: once a row); ``fast_softplus``: Δ's softplus from the
+    exp unit's 2ˣ and log₂ (``softplus_fast``, relative error ≤ ~1e-5; None: the precise log);
+    ``pdl``: launched with programmatic dependent launch (Hopper and later; a CUDA graph keeps
+    it): the launch overlaps the end of the previous kernel in the stream (None: a plain launch).
+    """
 
     block_p: int | None = None
     num_warps: int | None = None
     stream: bool | None = None
     loads_first: bool | None = None
+    grid_3d: bool | None = None
+    scalar_d: bool | None = None
+    fast_softplus: bool | None = None
+    pdl: bool | None = None
 
     def __post_init__(self):
         for name in ("block_p", "num_warps"):
@@ -206,7 +262,7 @@ class StepConfig(LaunchConfig):
             if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v < 1
                                   or v & (v - 1)):
                 raise ValueError(f"config.{name} must be None or a power of two ≥ 1, got {v!r}")
-        for name in ("stream", "loads_first"):
+        for name in ("stream", "loads_first", "grid_3d", "scalar_d", "fast_softplus", "pdl"):
             v = getattr(self, name)
             if v is not None and not isinstance(v, bool):
                 raise TypeError(f"config.{name} must be None, True or False, got {v!r}")
@@ -299,17 +355,30 @@ def selective_state_update(state, x, dt, A, B, C, D=None, z=None, dt_bias=None,
     st = st if config.stream is None else config.stream
     tiles_p = triton.cdiv(p, bp)
     zs = z4.stride() if z4 is not None else (0, 0, 0)
-    _state_update_kernel[(tiles_p * h * bx,)](
+    # a grid's second and third axes hold at most 65 535 blocks: beyond, one axis
+    grid_3d = bool(config.grid_3d) and h <= GRID_YZ and bx <= GRID_YZ
+    # programmatic dependent launch needs Hopper or later (elsewhere: a plain launch); in the
+    # interpreter the kernel is built with it but skips its two instructions
+    pdl = bool(config.pdl) and gdc_wait is not None and (
+        INTERPRETED or torch.cuda.get_device_capability(x.device)[0] >= 9)
+    per_group, sB, sC = h // B3.shape[1], B3.stride(), C3.stride()
+    if grid_3d and B3.shape[1] == 1:  # one B/C group: group = head // 1 · stride 0, and Triton
+        per_group, sB, sC = 1, (sB[0], 0, sB[2]), (sC[0], 0, sC[2])  # folds an integer 1
+    _state_update_kernel[(tiles_p, h, bx) if grid_3d else (tiles_p * h * bx,)](
         s4, x4, dt4, bias2, A3, B3, C3, D2, z4, out, idx,
-        p, n, h // B3.shape[1], tiles_p, h, b,
+        p, n, per_group, tiles_p, h, b,
         *s4.stride(), *x4.stride(), *dt4.stride(),
         *(bias2.stride() if bias2 is not None else (0, 0)),
-        *A3.stride(), *B3.stride(), *C3.stride(),
+        *A3.stride(), *sB, *sC,
         *(D2.stride() if D2 is not None else (0, 0)),
         *zs, *out.stride(),
         SOFTPLUS=bool(dt_softplus), TIE_HDIM=tie, HAS_DT_BIAS=bias2 is not None,
         HAS_D=D2 is not None, HAS_Z=z4 is not None, HAS_IDX=idx is not None,
         BLOCK_P=bp, BLOCK_N=triton.next_power_of_2(n), STREAM=bool(st),
-        LOADS_FIRST=config.loads_first is not False, num_warps=nw,
+        LOADS_FIRST=config.loads_first is not False, GRID_3D=grid_3d,
+        SCALAR_D=bool(config.scalar_d) and D2 is not None and D2.stride(1) == 0
+        and config.loads_first is not False,
+        FAST_SP=bool(config.fast_softplus), PDL=pdl, num_warps=nw,
+        **({"launch_pdl": True} if pdl and not INTERPRETED else {}),
     )
     return out if heads else out[:, 0]
