@@ -75,17 +75,19 @@ class GradBuffers:
     def allocate(cls, u, delta, z, Bk, Ck, dlast, n, S=1, tree=None):
         """Zeroed sums, one set per segment of S; gbuf (S, b, d, n): the last state's gradient
         ``dlast`` (or zeros) in slot S − 1, zeros elsewhere (the kernel folds those). ``tree``:
-        None (atomics), or (tiles, chunk, fan, zero): the deterministic mode's `TreeSum` of
-        ``tiles`` channel tiles, if B or C varies with time (``zero``: zeroed slots, for a kernel
-        that leaves the columns past l of the last chunk unwritten)."""
+        None (atomics), or (tiles, chunk, fan, zero[, after]): the deterministic mode's `TreeSum`
+        of ``tiles`` channel tiles, if B or C varies with time (``zero``: zeroed slots, for a
+        kernel that leaves the columns past l of the last chunk unwritten; ``after``: no tree in
+        the kernel, the slots added by `TreeSum.add_after` in `finish`)."""
         b, d = u.shape[0], u.shape[1]
         f32 = dict(device=u.device, dtype=torch.float32)
         nvar = (Bk.ndim == 4) + (Ck.ndim == 4)
         if tree is not None and nvar:
-            tiles, chunk, fan, zero = tree
+            tiles, chunk, fan, zero, *after = tree
             g, l = (Bk if Bk.ndim == 4 else Ck).shape[1], u.shape[2]
             tree = (TreeSum.allocate(tiles, b * g * triton.cdiv(l, chunk), nvar * n * chunk,
-                                     fan, u.device, zero, grouped=True), chunk)
+                                     fan, u.device, zero, grouped=True,
+                                     after=bool(after and after[0])), chunk)
             Bk, Ck = (X.new_empty(()) if X.ndim == 4 else X for X in (Bk, Ck))  # no atomic sums
         else:
             tree = (None, 0)
@@ -108,12 +110,13 @@ class GradBuffers:
         return bc_strides(X) if var and X.ndim == 4 else Strides(0, 0, 0)
 
     def tree_constexprs(self, num_warps):
-        """The kernels' switches of the deterministic mode: DET, SLOT, FAN, TREE_BLOCK."""
+        """The kernels' switches of the deterministic mode: DET, SLOT, FAN, TREE_BLOCK, AFTER."""
         if self.tree is None:
-            return dict(DET=False, SLOT=1, FAN=2, TREE_BLOCK=32)
+            return dict(DET=False, SLOT=1, FAN=2, TREE_BLOCK=32, AFTER=False)
         slot = self.tree.slots.shape[2]  # (floats a slot, in either layout)
         return dict(DET=True, SLOT=slot, FAN=self.tree.fan,
-                    TREE_BLOCK=min(128 * num_warps, triton.next_power_of_2(slot)))
+                    TREE_BLOCK=min(128 * num_warps, triton.next_power_of_2(slot)),
+                    AFTER=self.tree.after)
 
     def _from_tree(self, which, shape):
         """Time-varying dB (which 0) or dC (1 if B varies too, else 0) (b, g, n, l) from the root
@@ -129,6 +132,8 @@ class GradBuffers:
         dB = self.dBf_rows.sum(0) if B.ndim == 2 else self.dB
         dC = self.dCf_rows.sum(0) if C.ndim == 2 else self.dC
         if self.tree is not None:  # (B, C (b, n, l) or (b, g, n, l): the kernel's 4-D layout)
+            if self.tree.after:  # the tiles' slots added in tile order by a second kernel
+                self.tree.add_after()
             var = [X for X in (B, C) if X.ndim != 2]
             shape = lambda X: (X.shape[0], 1 if X.ndim == 3 else X.shape[1], *X.shape[-2:])
             if B.ndim != 2:
