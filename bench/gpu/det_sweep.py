@@ -1,13 +1,18 @@
-"""Device script: which backward tile the deterministic mode of Mamba-1 should use (``--sweep``).
+"""Device script: which backward the deterministic mode of Mamba-1 should use (``--sweep``).
 
 The deterministic backward adds the time-varying dB/dC of every channel tile in a fixed order
 (``mambalearn.triton.deterministic``): T = d / block_d partials of (2n × chunk) floats a chunk,
-T·2n·l floats a batch row (``fused.gradients``: the floor). The default tile (2 channels, one
-warp) makes T = 1024 at d2048; a wider program (``Backward.block_d``, ``num_warps``) with its
-warps' channel sums staged and added once a chunk (``Backward.tree_rows``) makes T 4–8× smaller
-without a cross-warp sum per state. This script times, in one process and at both shapes of
-``bench.gpu.determinism`` (b8 d2048 n16 l2048, b1 d2048 n16 l32768; bf16, z, D, delta_bias,
-softplus, B/C (b, n, l)):
+T·2n·l floats a batch row (``fused.gradients``: the floor). The deterministic default until now
+(16 channels in 8 warps, their warps' channel sums staged and added once a chunk,
+``Backward.tree_rows``, then a tree joined every chunk) measured 1.21× the atomic default at b8
+and 1.34× at b1 l32768. Its candidates here (``bench/NOTES_determinism.md``: the floor and what
+each should move): ``Backward.reg_carry`` (the adjoint carry between chunks in registers: no
+shared-memory round trip and barriers a state once the channels span warps) and
+``Backward.tree_after`` (the partials added by a second kernel, in tile order: no counter, fence
+or last-arriver's sum in the chunk loop, whose delay adds up along a long sequence), alone and
+together, on 16 and 32 channels, at 96 and 80 registers. This script times, in one process and at
+both shapes of ``bench.gpu.determinism`` (b8 d2048 n16 l2048, b1 d2048 n16 l32768; bf16, z, D,
+delta_bias, softplus, B/C (b, n, l)):
 
     1. the default mode (atomics) once: the reference outputs and gradients;
     2. each candidate deterministic config 3× on the same inputs: all 3 bitwise equal, and every
@@ -48,20 +53,26 @@ def per_sm(block_d, warps, maxnreg=96):
 
 
 def candidates():
-    """{name: Backward} of the deterministic mode (n ≤ 16, chunk 64); the first is the tile the
-    mode used before staging (2 channels, one warp, straight into the tree)."""
+    """{name: Backward} of the deterministic mode (n ≤ 16, chunk 64). The first is the
+    deterministic default until now (16 channels, 8 warps, staged rows, a tree joined every
+    chunk); then its two changes, alone and together (``reg_carry``: the adjoint carry in
+    registers, no shared-memory round trip a state; ``after``: the tiles' partials added by a
+    second kernel, no tree in the chunk loop); then the pair on a twice wider tile (T = d/32,
+    still 16 warps an SM) and at 80 registers (24 warps an SM, more spills)."""
     from mambalearn.mamba1 import config as cfgs
 
     base = cfgs.BACKWARD
-    tile = lambda bd, w, rows, fan=16: dataclasses.replace(  # noqa: E731
-        base, block_d=bd, num_warps=w, tree_rows=rows, tree_fan=fan, per_sm=per_sm(bd, w))
-    return {  # (most likely first: a run cut short by --limit drops the last)
-        "8x64w4 r4": tile(8, 4, 4),  # T = d/8, 20 warps an SM
-        "16x64w8 r8": tile(16, 8, 8),  # T = d/16, 16 warps an SM
-        "4x64w2 r2": tile(4, 2, 2),  # T = d/4, 20 warps an SM
-        "8x64w4 r8": tile(8, 4, 8),  # every channel its own row: no shuffle before the stage
-        "2x64w1 (before)": base,  # T = d/2, straight into the tree
-        "8x64w4 r4 fan64": tile(8, 4, 4, fan=64),  # 4 nodes of 64 above the tiles, not 16 of 16
+    tile = lambda bd, w, rows, fan=16, nreg=96, **kw: dataclasses.replace(  # noqa: E731
+        base, block_d=bd, num_warps=w, tree_rows=rows, tree_fan=fan, maxnreg=nreg,
+        per_sm=per_sm(bd, w, nreg), **kw)
+    both = dict(reg_carry=True, tree_after=True)
+    return {  # (most telling first: a run cut short by --limit drops the last)
+        "16x64w8 r8": tile(16, 8, 8),  # the default until now: T = d/16, 16 warps an SM
+        "16x64w8 r8 carry after": tile(16, 8, 8, **both),
+        "16x64w8 r8 carry": tile(16, 8, 8, reg_carry=True),
+        "16x64w8 r8 after": tile(16, 8, 8, tree_after=True),
+        "32x64w16 r16 carry after": tile(32, 16, 16, **both),  # T = d/32, 16 warps an SM
+        "16x64w8 r8 carry after n80": tile(16, 8, 8, nreg=80, **both),  # 24 warps an SM
     }
 
 
@@ -106,7 +117,8 @@ def sweep_shape(shape, cands, dtype, device, timing, runs, end):
             continue
         bw = cfg.backward
         row = dict(shape=name, variant=cname, block_d=bw.block_d, num_warps=bw.num_warps,
-                   tree_rows=bw.tree_rows, tree_fan=bw.tree_fan, chunk=cfg.chunk,
+                   tree_rows=bw.tree_rows, tree_fan=bw.tree_fan, tree_after=bw.tree_after,
+                   reg_carry=bw.reg_carry, maxnreg=bw.maxnreg, chunk=cfg.chunk,
                    tiles=shape["d"] // bw.block_d)
         try:
             equal, err = check(call(cfg), x, grads, ref, runs)
@@ -148,7 +160,7 @@ def pick(rows):
 
 
 def table(rows):
-    lines = [f"{'shape':<22}{'variant':<20}{'T':>6}{'equal':>7}{'rel err':>10}{'ms':>9}"
+    lines = [f"{'shape':<22}{'variant':<28}{'T':>6}{'equal':>7}{'rel err':>10}{'ms':>9}"
              f"{'× default':>10}"]
     for r in rows:
         if "variant" in r and ("ms" in r or "correct" in r):
@@ -156,7 +168,7 @@ def table(rows):
             err = f"{r['max_rel_err']:.1e}" if "max_rel_err" in r else "-"
             ms = f"{r['ms']:.3f}" if "ms" in r else ("WRONG" if not r.get("correct") else "-")
             ratio = f"{r['ratio_to_default']:.3f}" if "ratio_to_default" in r else "-"
-            lines.append(f"{r['shape']:<22}{r['variant']:<20}{r.get('tiles', '-'):>6}{eq:>7}"
+            lines.append(f"{r['shape']:<22}{r['variant']:<28}{r.get('tiles', '-'):>6}{eq:>7}"
                          f"{err:>10}{ms:>9}{ratio:>10}")
     lines += [f"{r.get('check')}: {r.get('shape', '')} {r.get('variant', '')} "
               f"{r.get('why') or r.get('error')}" for r in rows
@@ -184,7 +196,7 @@ def main(argv=None):
     print(torch.cuda.get_device_name() if gpu else "CPU (interpreter, smoke run)", flush=True)
     cands = candidates()
     if not gpu:
-        cands = {k: cands[k] for k in ("2x64w1 (before)", "8x64w4 r4")}
+        cands = {k: cands[k] for k in ("16x64w8 r8", "16x64w8 r8 carry after")}
     shapes = MAMBA1 if gpu else SMOKE
     rows = []
     try:
@@ -219,7 +231,8 @@ def main(argv=None):
         print(f"make the deterministic default: {best} (worse ratio {worst:.3f}): "
               f"config.DETERMINISTIC_BACKWARD = Backward('state-outer', block_d={bw.block_d}, "
               f"num_warps={bw.num_warps}, maxnreg={bw.maxnreg}, per_sm={bw.per_sm}, "
-              f"tree_rows={bw.tree_rows}, tree_fan={bw.tree_fan})", flush=True)
+              f"tree_rows={bw.tree_rows}, tree_fan={bw.tree_fan}, tree_after={bw.tree_after}, "
+              f"reg_carry={bw.reg_carry})", flush=True)
     return rows
 
 
