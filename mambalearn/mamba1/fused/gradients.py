@@ -40,6 +40,14 @@ instructions a thread against ≈ 16 × 326 in the loop) and one counter atomic 
 What the wider program costs: occupancy (96 registers: 21 one-warp programs an SM, 5 × 4 warps
 = 20, 2 × 8 warps = 16, a loss of a quarter), and a few more spills around the chunk loop.
 Expected at W = 4: a few per cent over the atomic default, the tree's bytes a quarter of T = 1024's.
+What the H200 measured of it (``docs/results/*_det_sweep_*.json``) stays above that, most at b1
+l32768, where each program walks 256 chunks (the sequence cut in 2 segments) and a per-chunk cost
+adds up: the tree's counter, fence and last-arriver's sums every chunk, and the adjoint carry's
+shared-memory round trip every state. Two switches take them out of the loop:
+``Backward.tree_after`` (the slots added in tile order by a second kernel, ``TreeSum.add_after``:
+the slots' read from HBM once, 268 MB at b8 for T = 128, ≈ 0.06 ms) and ``Backward.reg_carry``
+(the carry in registers, ``state_outer``); ``bench.gpu.det_sweep`` times them against the tile
+without them.
 """
 
 from dataclasses import dataclass

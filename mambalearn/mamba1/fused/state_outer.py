@@ -8,6 +8,13 @@ B_n, C_n) depend on no earlier state and are issued one state ahead; the row sum
 fixed dB/dC) sit in column n of a (BLOCK_D, BLOCK_L) register tile (so n ≤ CHUNK). No state
 iteration waits for a load-add-store of its own.
 
+The adjoint carried from one chunk to the earlier one goes through gbuf, a (BLOCK_D,) load and
+store per state; with REG_CARRY (``Backward.reg_carry``) it stays in a (BLOCK_D, BLOCK_L) register
+tile instead, column n = state n (n ≤ CHUNK, as the row sums), and gbuf is read once before the
+chunk loop and written once after it. In a one-warp program the two cost the same; once a tile's
+channels span warps the store's (BLOCK_D,) layout is not the tile's, and each state paid a
+shared-memory round trip with two barriers for it (``fused.gradients``).
+
 Shapes: as the forward (``forward``), plus dout (b, d, l) and the buffers of `GradBuffers`;
 gbuf (b, d, n) fp32 carries the adjoint between chunks (it starts as the last state's gradient).
 """
