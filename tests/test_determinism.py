@@ -184,9 +184,10 @@ CARRY_AFTER = dict(reg_carry=True, tree_after=True)
 @pytest.mark.parametrize("layout, d, extra", [(lay, d, {}) for lay in ("state-outer", "sub-block")
                                               for d in (3, 1)]
                          + [(f"staged {s}", 3, {}) for s in STAGED]
-                         + [(f"staged {STAGED[0]}", 3, CARRY_AFTER),
-                            ("state-outer", 3, dict(reg_carry=True)),
-                            ("sub-block", 3, dict(tree_after=True))])
+                         + [pytest.param(f"staged {STAGED[0]}", 3, CARRY_AFTER,
+                                         id="staged-carry-after"),
+                            pytest.param("sub-block", 3, dict(tree_after=True),
+                                         id="sub-block-after")])
 def test_mamba1_deterministic_and_default_match_the_oracle(layout, d, extra):
     """d 3: 3 tiles of one channel, a tree of 3 levels; d 1: one tile, its own sum (Triton then
     passes the tile count as a constant 1). "staged (block_d, warps, rows)": the state-outer

@@ -58,7 +58,8 @@ def candidates():
     chunk); then its two changes, alone and together (``reg_carry``: the adjoint carry in
     registers, no shared-memory round trip a state; ``after``: the tiles' partials added by a
     second kernel, no tree in the chunk loop); then the pair on a twice wider tile (T = d/32,
-    still 16 warps an SM) and at 80 registers (24 warps an SM, more spills)."""
+    still 16 warps an SM), at 80 registers (24 warps an SM, more spills) and on 8 channels in 4
+    warps (T = d/8, 20 warps an SM)."""
     from mambalearn.mamba1 import config as cfgs
 
     base = cfgs.BACKWARD
@@ -73,6 +74,7 @@ def candidates():
         "16x64w8 r8 after": tile(16, 8, 8, tree_after=True),
         "32x64w16 r16 carry after": tile(32, 16, 16, **both),  # T = d/32, 16 warps an SM
         "16x64w8 r8 carry after n80": tile(16, 8, 8, nreg=80, **both),  # 24 warps an SM
+        "8x64w4 r4 carry after": tile(8, 4, 4, **both),  # T = d/8, 20 warps an SM
     }
 
 
