@@ -10,7 +10,8 @@ each should move): ``Backward.reg_carry`` (the adjoint carry between chunks in r
 shared-memory round trip and barriers a state once the channels span warps) and
 ``Backward.tree_after`` (the partials added by a second kernel, in tile order: no counter, fence
 or last-arriver's sum in the chunk loop, whose delay adds up along a long sequence), alone and
-together, on 16 and 32 channels, at 96 and 80 registers. This script times, in one process and at
+together, on 16 and 32 channels, at 128, 96 and 80 registers (an 8-warp program at 96 leaves a
+quarter of the register file unused: two fit at 128 too). This script times, in one process and at
 both shapes of ``bench.gpu.determinism`` (b8 d2048 n16 l2048, b1 d2048 n16 l32768; bf16, z, D,
 delta_bias, softplus, B/C (b, n, l)):
 
@@ -55,11 +56,11 @@ def per_sm(block_d, warps, maxnreg=96):
 def candidates():
     """{name: Backward} of the deterministic mode (n ≤ 16, chunk 64). The first is the
     deterministic default until now (16 channels, 8 warps, staged rows, a tree joined every
-    chunk); then its two changes, alone and together (``reg_carry``: the adjoint carry in
-    registers, no shared-memory round trip a state; ``after``: the tiles' partials added by a
-    second kernel, no tree in the chunk loop); then the pair on a twice wider tile (T = d/32,
-    still 16 warps an SM), at 80 registers (24 warps an SM, more spills) and on 8 channels in 4
-    warps (T = d/8, 20 warps an SM)."""
+    chunk, 96 registers); its two changes together (``reg_carry``: the adjoint carry in registers,
+    no shared-memory round trip a state; ``after``: the tiles' partials added by a second kernel,
+    no tree in the chunk loop) at 128 registers, on 16 and on 32 channels (T = d/32, 16 warps an
+    SM either way); then, at 96 registers, the two together and alone; at 80 (24 warps an SM,
+    more spills); on 8 channels in 4 warps (T = d/8, 20 warps an SM)."""
     from mambalearn.mamba1 import config as cfgs
 
     base = cfgs.BACKWARD
@@ -69,10 +70,13 @@ def candidates():
     both = dict(reg_carry=True, tree_after=True)
     return {  # (most telling first: a run cut short by --limit drops the last)
         "16x64w8 r8": tile(16, 8, 8),  # the default until now: T = d/16, 16 warps an SM
-        "16x64w8 r8 carry after": tile(16, 8, 8, **both),
-        "16x64w8 r8 carry": tile(16, 8, 8, reg_carry=True),
+        # both changes, at 128 registers: two 8-warp programs an SM still (2 × 256 × 128 = the
+        # 65536 registers of an SM; at 96 a third does not fit either), no spill in the loops
+        "16x64w8 r8 carry after n128": tile(16, 8, 8, nreg=128, **both),
+        "32x64w16 r16 carry after n128": tile(32, 16, 16, nreg=128, **both),  # T = d/32
+        "16x64w8 r8 carry after": tile(16, 8, 8, **both),  # (each change alone and together, at
+        "16x64w8 r8 carry": tile(16, 8, 8, reg_carry=True),  # the old default's 96 registers)
         "16x64w8 r8 after": tile(16, 8, 8, tree_after=True),
-        "32x64w16 r16 carry after": tile(32, 16, 16, **both),  # T = d/32, 16 warps an SM
         "16x64w8 r8 carry after n80": tile(16, 8, 8, nreg=80, **both),  # 24 warps an SM
         "8x64w4 r4 carry after": tile(8, 4, 4, **both),  # T = d/8, 20 warps an SM
     }
@@ -198,7 +202,7 @@ def main(argv=None):
     print(torch.cuda.get_device_name() if gpu else "CPU (interpreter, smoke run)", flush=True)
     cands = candidates()
     if not gpu:
-        cands = {k: cands[k] for k in ("16x64w8 r8", "16x64w8 r8 carry after")}
+        cands = {k: cands[k] for k in ("16x64w8 r8", "16x64w8 r8 carry after n128")}
     shapes = MAMBA1 if gpu else SMOKE
     rows = []
     try:
