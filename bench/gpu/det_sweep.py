@@ -27,6 +27,7 @@ Last it prints the candidate whose worse ratio over the two shapes is the smalle
 
     python3 -m bench.gpu.det_sweep --sweep --limit 120 --out $OUT   (H200, < 120 s)
     python3 -m bench.gpu.det_sweep --cpu-smoke --out /tmp/out       (any machine: the interpreter)
+    python3 -m bench.gpu.det_sweep --sm90     (any machine: every candidate built for sm_90)
 """
 
 import argparse
@@ -80,6 +81,55 @@ def candidates():
         "16x64w8 r8 carry after n80": tile(16, 8, 8, nreg=80, **both),  # 24 warps an SM
         "8x64w4 r4 carry after": tile(8, 4, 4, **both),  # T = d/8, 20 warps an SM
     }
+
+
+def sm90_builds(cands, d=2048, n=16, chunk=64):
+    """Each candidate's backward kernel built for sm_90 as the sweep launches it (bf16 u/Δ/z/dout,
+    fp32 B/C in the kernel's layout, every option, B and C varying; without and with the fold of a
+    cut sequence, whose summary pieces come as run-time integers at b1) and its second kernel's
+    sum of d / block_d tiles: {(name, fold): Compiled or the compiler's message}. No GPU needed
+    (``mambalearn.compiled``: Triton's ptxas)."""
+    import inspect
+
+    from mambalearn import compiled
+    from mambalearn.mamba1.fused import state_outer
+    from mambalearn.triton import deterministic
+
+    kernel = state_outer._bwd_so_kernel
+    bf16 = {"u_ptr", "delta_ptr", "z_ptr", "dout_ptr", "du_ptr", "ddelta_ptr", "dz_ptr"}
+    configs, keys, tiles = [], [], set()
+    for name, bw in cands.items():
+        for fold in (False, True):
+            const = dict(g=1, N=n, BLOCK_D=bw.block_d, BLOCK_L=chunk, HAS_D=True, HAS_Z=True,
+                         HAS_BIAS=True, SOFTPLUS=True, VAR_B=True, VAR_C=True, HAS_SEQ=False,
+                         EVEN_L=True, EVEN_D=True, REV_LOADS=bw.rev_loads, FOLD=fold, DET=True,
+                         SLOT=2 * n * chunk, FAN=bw.tree_fan,
+                         TREE_BLOCK=min(128 * bw.num_warps, 2 * n * chunk), ROWS=bw.tree_rows,
+                         AFTER=bw.tree_after, REG_CARRY=bw.reg_carry)
+            if not fold:
+                const["pieces"] = 1  # (an int argument equal to 1 is passed as a constant)
+            sig = {k: "constexpr" if k in const else
+                   ("*i32" if k in ("seq_ptr", "counts_ptr") else "*bf16" if k in bf16
+                    else "*fp32") if k.endswith("_ptr") else "i32"
+                   for k in inspect.signature(kernel.fn).parameters}
+            # (every pointer and integer divisible by 16, as Triton finds them at both shapes)
+            configs.append(dict(constexprs=const, signature=sig, num_warps=bw.num_warps,
+                                divisible=[k for k, v in sig.items() if v != "constexpr"],
+                                **({} if bw.maxnreg is None else dict(maxnreg=bw.maxnreg))))
+            keys.append((name, fold))
+        if bw.tree_after:
+            tiles.add(d // bw.block_d)
+    built = dict(zip(keys, compiled.compile_many(kernel.fn.__module__, kernel.fn.__name__, None,
+                                                  configs, sass=True), strict=True))
+    ksum = deterministic._ordered_sum_kernel
+    sig = dict(slots_ptr="*fp32", out_ptr="*fp32", size="i32", TILES="constexpr",
+               BLOCK="constexpr")
+    sums = [dict(constexprs=dict(TILES=t, BLOCK=deterministic.AFTER_BLOCK), signature=sig,
+                 num_warps=4, divisible=["slots_ptr", "out_ptr", "size"]) for t in sorted(tiles)]
+    built.update({(f"add_after T={t}", False): b for t, b in zip(
+        sorted(tiles), compiled.compile_many(ksum.fn.__module__, ksum.fn.__name__, None, sums,
+                                             sass=False), strict=True)})
+    return built
 
 
 def check(run, x, grads, ref, runs):
@@ -188,8 +238,27 @@ def main(argv=None):
     ap.add_argument("--limit", type=float, default=120.0, help="seconds for the whole run")
     ap.add_argument("--out", default=os.environ.get("OUT", "/tmp/out"))
     ap.add_argument("--cpu-smoke", action="store_true", help="toy sizes in the interpreter")
+    ap.add_argument("--sm90", action="store_true",
+                    help="build every candidate for sm_90 (no GPU): registers, spills, problems")
     args = ap.parse_args(argv)
     t0 = time.perf_counter()
+    if args.sm90:
+        from mambalearn.compiled import opcode_counts
+
+        bad = 0
+        for (name, fold), b in sm90_builds(candidates()).items():
+            what = f"{name}{' fold' if fold else ''}"
+            if isinstance(b, str):
+                bad += 1
+                print(f"FAIL {what}: {b[-300:]}")
+                continue
+            ops = opcode_counts(b.sass) if b.sass else {}
+            print(f"{what:<36} registers {b.registers:>3} spill {b.spill_bytes:>4} B  shared "
+                  f"{b.shared_bytes:>5} B  " + " ".join(f"{k} {ops.get(k, 0)}" for k in
+                                                        ("BAR", "ATOMG", "MEMBAR", "LDL", "STL")
+                                                        if ops))
+        print(f"{bad} problems")
+        return bad
     gpu = torch.cuda.is_available() and not args.cpu_smoke
     if not args.cpu_smoke and not (gpu and args.sweep):
         print("nothing to do: --sweep on a GPU, or --cpu-smoke")
