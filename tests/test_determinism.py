@@ -177,8 +177,8 @@ STAGED = [  # state-outer, deterministic, staged partials: (channels a tile, war
     (8, 2, 1),  # every channel in one row (the sum over the tile before staging)
 ]
 # the changes of the deterministic default: the adjoint carry in registers, the tiles' partials
-# added by a second kernel
-CARRY_AFTER = dict(reg_carry=True, tree_after=True)
+# added by a second kernel (and the staging's sums 16 floats a pass: several passes a slot)
+CARRY_AFTER = dict(reg_carry=True, tree_after=True, tree_block=16)
 
 
 @pytest.mark.parametrize("layout, d, extra", [(lay, d, {}) for lay in ("state-outer", "sub-block")
@@ -267,6 +267,9 @@ def test_mamba1_bad_deterministic_values_are_refused():
     for name in ("tree_after", "reg_carry"):
         with pytest.raises(TypeError, match=f"backward.{name} must be True or False"):
             default_config(2, "cpu").replace(backward=dict(so, **{name: 1}))
+    for tb in (3, -16, 16.0):
+        with pytest.raises(ValueError, match="tree_block must be 0 or a power of two"):
+            default_config(2, "cpu").replace(backward=dict(so, tree_block=tb))
     with pytest.raises(ValueError, match="only the 'state-outer' backward carries"):
         default_config(2, "cpu").replace(backward=dict(layout="sub-block", reg_carry=True))
     assert default_config(2, "cpu").replace(backward=dict(so, tree_rows=4)).backward.tree_rows == 4

@@ -59,9 +59,9 @@ def candidates():
     deterministic default until now (16 channels, 8 warps, staged rows, a tree joined every
     chunk, 96 registers); its two changes together (``reg_carry``: the adjoint carry in registers,
     no shared-memory round trip a state; ``after``: the tiles' partials added by a second kernel,
-    no tree in the chunk loop) at 128 registers, on 16 and on 32 channels (T = d/32, 16 warps an
-    SM either way); then, at 96 registers, the two together and alone; at 80 (24 warps an SM,
-    more spills); on 8 channels in 4 warps (T = d/8, 20 warps an SM)."""
+    no tree in the chunk loop) at 128 registers, on 16 channels (also with the staging's sum in
+    one pass, ``tree_block``) and on 32 (T = d/32, 16 warps an SM either way); then, at 96
+    registers, the two together and alone; at 80 (24 warps an SM, more spills)."""
     from mambalearn.mamba1 import config as cfgs
 
     base = cfgs.BACKWARD
@@ -74,12 +74,14 @@ def candidates():
         # both changes, at 128 registers: two 8-warp programs an SM still (2 × 256 × 128 = the
         # 65536 registers of an SM; at 96 a third does not fit either), no spill in the loops
         "16x64w8 r8 carry after n128": tile(16, 8, 8, nreg=128, **both),
-        "32x64w16 r16 carry after n128": tile(32, 16, 16, nreg=128, **both),  # T = d/32
+        # the staging's sum in one pass of 2048 floats (16 loads a thread in flight), not two
+        "16x64w8 r8 carry after n128 b2048": tile(16, 8, 8, nreg=128, tree_block=2048, **both),
+        "32x64w16 r16 carry after n128": tile(32, 16, 16, nreg=128, **both),  # T = d/32 (and one
+        # pass: 2048 floats at 16 warps)
         "16x64w8 r8 carry after": tile(16, 8, 8, **both),  # (each change alone and together, at
         "16x64w8 r8 carry": tile(16, 8, 8, reg_carry=True),  # the old default's 96 registers)
         "16x64w8 r8 after": tile(16, 8, 8, tree_after=True),
         "16x64w8 r8 carry after n80": tile(16, 8, 8, nreg=80, **both),  # 24 warps an SM
-        "8x64w4 r4 carry after": tile(8, 4, 4, **both),  # T = d/8, 20 warps an SM
     }
 
 
@@ -104,7 +106,8 @@ def sm90_builds(cands, d=2048, n=16, chunk=64):
                          HAS_BIAS=True, SOFTPLUS=True, VAR_B=True, VAR_C=True, HAS_SEQ=False,
                          EVEN_L=True, EVEN_D=True, REV_LOADS=bw.rev_loads, FOLD=fold, DET=True,
                          SLOT=2 * n * chunk, FAN=bw.tree_fan,
-                         TREE_BLOCK=min(128 * bw.num_warps, 2 * n * chunk), ROWS=bw.tree_rows,
+                         TREE_BLOCK=min(bw.tree_block or 128 * bw.num_warps, 2 * n * chunk),
+                         ROWS=bw.tree_rows,
                          AFTER=bw.tree_after, REG_CARRY=bw.reg_carry)
             if not fold:
                 const["pieces"] = 1  # (an int argument equal to 1 is passed as a constant)
@@ -174,7 +177,8 @@ def sweep_shape(shape, cands, dtype, device, timing, runs, end):
         bw = cfg.backward
         row = dict(shape=name, variant=cname, block_d=bw.block_d, num_warps=bw.num_warps,
                    tree_rows=bw.tree_rows, tree_fan=bw.tree_fan, tree_after=bw.tree_after,
-                   reg_carry=bw.reg_carry, maxnreg=bw.maxnreg, chunk=cfg.chunk,
+                   reg_carry=bw.reg_carry, tree_block=bw.tree_block, maxnreg=bw.maxnreg,
+                   chunk=cfg.chunk,
                    tiles=shape["d"] // bw.block_d)
         try:
             equal, err = check(call(cfg), x, grads, ref, runs)
@@ -307,7 +311,8 @@ def main(argv=None):
               f"config.DETERMINISTIC_BACKWARD = Backward('state-outer', block_d={bw.block_d}, "
               f"num_warps={bw.num_warps}, maxnreg={bw.maxnreg}, per_sm={bw.per_sm}, "
               f"tree_rows={bw.tree_rows}, tree_fan={bw.tree_fan}, tree_after={bw.tree_after}, "
-              f"reg_carry={bw.reg_carry})", flush=True)
+              f"reg_carry={bw.reg_carry}"
+              + (f", tree_block={bw.tree_block}" if bw.tree_block else "") + ")", flush=True)
     return rows
 
 

@@ -86,6 +86,8 @@ class Backward(LaunchConfig):
     tree_after: bool = False  # deterministic mode: the tiles' partials added in tile order by a
     # second kernel after the backward (``deterministic.TreeSum`` ``after``), not by a tree joined
     # in the chunk loop (no counter, fence or last-arriver's sum there)
+    tree_block: int = 0  # deterministic mode: floats a pass of the staging's and the tree's sums
+    # adds (a power of two; 0: 128 a warp, 4 a thread)
     reg_carry: bool = False  # state-outer: the adjoint carried between chunks in a register tile
     # (column n = state n), not stored and reloaded per state (a shared-memory round trip once
     # the channels span warps)
@@ -126,6 +128,9 @@ class Config(LaunchConfig):
         if rows and self.backward.layout != "state-outer":
             raise ValueError(f"backward.tree_rows = {rows}: only the 'state-outer' backward "
                              f"stages its partials, not {self.backward.layout!r}")
+        tb = self.backward.tree_block
+        if not isinstance(tb, int) or tb < 0 or tb & (tb - 1):
+            raise ValueError(f"backward.tree_block must be 0 or a power of two, got {tb!r}")
         for name in ("tree_after", "reg_carry"):
             if not isinstance(getattr(self.backward, name), bool):
                 raise TypeError(f"backward.{name} must be True or False, got "

@@ -394,5 +394,5 @@ def launch(dout, u, delta, A, Bk, Ck, D, z, delta_bias, SOFTPLUS, seq_idx, state
         CHUNK=config.chunk, SCR=scr,
         **flags(D, z, delta_bias, SOFTPLUS, B, C, seq_idx),  # HAS_D … HAS_SEQ
         UNROLL=bc.unroll, EVEN_L=even_l, EVEN_D=even_d, STAGES=cfgs.stages(bc.stages, interp),
-        **bufs.tree_constexprs(bc.num_warps),  # DET, SLOT, FAN, TREE_BLOCK, AFTER
+        **bufs.tree_constexprs(bc.num_warps, bc.tree_block),  # DET, SLOT, FAN, TREE_BLOCK, AFTER
         num_warps=bc.num_warps, **cfgs.compile_options(bc.maxnreg, interp))

@@ -117,13 +117,14 @@ class GradBuffers:
         """Strides of a time-varying dB/dC buffer (b, g, n, l); zeros for a stand-in."""
         return bc_strides(X) if var and X.ndim == 4 else Strides(0, 0, 0)
 
-    def tree_constexprs(self, num_warps):
-        """The kernels' switches of the deterministic mode: DET, SLOT, FAN, TREE_BLOCK, AFTER."""
+    def tree_constexprs(self, num_warps, block=0):
+        """The kernels' switches of the deterministic mode: DET, SLOT, FAN, TREE_BLOCK, AFTER
+        (TREE_BLOCK: ``block`` floats a pass, 0: 128 a warp; at most the slot's)."""
         if self.tree is None:
             return dict(DET=False, SLOT=1, FAN=2, TREE_BLOCK=32, AFTER=False)
         slot = self.tree.slots.shape[2]  # (floats a slot, in either layout)
         return dict(DET=True, SLOT=slot, FAN=self.tree.fan,
-                    TREE_BLOCK=min(128 * num_warps, triton.next_power_of_2(slot)),
+                    TREE_BLOCK=min(block or 128 * num_warps, triton.next_power_of_2(slot)),
                     AFTER=self.tree.after)
 
     def _from_tree(self, which, shape):

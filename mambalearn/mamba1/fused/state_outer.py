@@ -372,6 +372,6 @@ def launch(dout, u, delta, A, Bk, Ck, D, z, delta_bias, SOFTPLUS, seq_idx, state
         N=n, BLOCK_D=bc.block_d, BLOCK_L=config.chunk,
         **flags(D, z, delta_bias, SOFTPLUS, B, C, seq_idx),  # HAS_D … HAS_SEQ
         EVEN_L=even_l, EVEN_D=even_d, REV_LOADS=bc.rev_loads, FOLD=S > 1,
-        **bufs.tree_constexprs(bc.num_warps),  # DET, SLOT, FAN, TREE_BLOCK, AFTER
+        **bufs.tree_constexprs(bc.num_warps, bc.tree_block),  # DET, SLOT, FAN, TREE_BLOCK, AFTER
         ROWS=rows, REG_CARRY=bc.reg_carry, num_warps=bc.num_warps,
         **cfgs.compile_options(bc.maxnreg, interp))
