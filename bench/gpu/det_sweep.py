@@ -220,7 +220,7 @@ def pick(rows):
 
 
 def table(rows):
-    lines = [f"{'shape':<22}{'variant':<28}{'T':>6}{'equal':>7}{'rel err':>10}{'ms':>9}"
+    lines = [f"{'shape':<22}{'variant':<34}{'T':>6}{'equal':>7}{'rel err':>10}{'ms':>9}"
              f"{'× default':>10}"]
     for r in rows:
         if "variant" in r and ("ms" in r or "correct" in r):
@@ -228,7 +228,7 @@ def table(rows):
             err = f"{r['max_rel_err']:.1e}" if "max_rel_err" in r else "-"
             ms = f"{r['ms']:.3f}" if "ms" in r else ("WRONG" if not r.get("correct") else "-")
             ratio = f"{r['ratio_to_default']:.3f}" if "ratio_to_default" in r else "-"
-            lines.append(f"{r['shape']:<22}{r['variant']:<28}{r.get('tiles', '-'):>6}{eq:>7}"
+            lines.append(f"{r['shape']:<22}{r['variant']:<34}{r.get('tiles', '-'):>6}{eq:>7}"
                          f"{err:>10}{ms:>9}{ratio:>10}")
     lines += [f"{r.get('check')}: {r.get('shape', '')} {r.get('variant', '')} "
               f"{r.get('why') or r.get('error')}" for r in rows
