@@ -104,6 +104,33 @@ def test_the_tree_sum_ignores_arrival_order(tiles, fan, grouped):
         testing.assert_close(seq, want, rtol=1e-5, atol=1e-5 * x.abs().max().item())
 
 
+@pytest.mark.parametrize("tiles", [1, 8, 9, 19])
+def test_add_after_sums_the_tiles_in_tile_order(tiles):
+    """``TreeSum(after=True)``: the second kernel's sum is the left-to-right sum in tile order,
+    bit for bit (1 tile: a copy; 8: one full round of loads; 9, 19: a partial last round), over
+    sizes that leave its last block partial; magnitudes spread so another order has other bits."""
+    gen = torch.Generator().manual_seed(tiles)
+    groups, size = 3, 700  # two blocks of 512, the second masked
+    tree = TreeSum.allocate(tiles, groups, size, 16, DEV, grouped=True, after=True)
+    assert tree.rows == tiles and tree.slots.shape == (groups, tiles, size)
+    scale = 10.0 ** torch.randint(-6, 7, (groups, tiles, size), generator=gen)
+    tree.slots.copy_(torch.randn(groups, tiles, size, generator=gen) * scale)
+    with pytest.raises(RuntimeError, match="add_after"):
+        tree.root()
+    tree.add_after()
+    want = tree.slots[:, 0].clone()
+    for k in range(1, tiles):
+        want = want + tree.slots[:, k]
+    assert torch.equal(tree.root(), want)
+    if tiles > 2:
+        back = tree.slots[:, -1].clone()
+        for k in range(tiles - 2, -1, -1):
+            back = back + tree.slots[:, k]
+        assert not torch.equal(back, want)
+    with pytest.raises(ValueError, match="grouped"):
+        TreeSum.allocate(tiles, groups, size, 16, DEV, after=True)
+
+
 def test_tree_levels():
     assert levels(1, 16) == [1] and levels(1024, 16) == [1024, 64, 4, 1]
     assert levels(7, 2) == [7, 4, 2, 1]
@@ -149,22 +176,33 @@ STAGED = [  # state-outer, deterministic, staged partials: (channels a tile, war
     (4, 1, 4),  # one channel a row
     (8, 2, 1),  # every channel in one row (the sum over the tile before staging)
 ]
+# the changes of the deterministic default: the adjoint carry in registers, the tiles' partials
+# added by a second kernel (and the staging's sums 16 floats a pass: several passes a slot)
+CARRY_AFTER = dict(reg_carry=True, tree_after=True, tree_block=16)
 
 
-@pytest.mark.parametrize("layout, d", [(lay, d) for lay in ("state-outer", "sub-block")
-                                       for d in (3, 1)] + [(f"staged {s}", 3) for s in STAGED])
-def test_mamba1_deterministic_and_default_match_the_oracle(layout, d):
+@pytest.mark.parametrize("layout, d, extra", [(lay, d, {}) for lay in ("state-outer", "sub-block")
+                                              for d in (3, 1)]
+                         + [(f"staged {s}", 3, {}) for s in STAGED]
+                         + [pytest.param(f"staged {STAGED[0]}", 3, CARRY_AFTER,
+                                         id="staged-carry-after"),
+                            pytest.param("sub-block", 3, dict(tree_after=True),
+                                         id="sub-block-after")])
+def test_mamba1_deterministic_and_default_match_the_oracle(layout, d, extra):
     """d 3: 3 tiles of one channel, a tree of 3 levels; d 1: one tile, its own sum (Triton then
     passes the tile count as a constant 1). "staged (block_d, warps, rows)": the state-outer
     backward with ``tree_rows``, 3 tiles, the last one partial, the sequence cut in 2
-    segments."""
-    bw, cut = dict(layout=layout, block_d=1, tree_fan=2), {}
+    segments. ``extra``: `Backward.reg_carry` (both modes: the carry does not depend on them),
+    `Backward.tree_after`."""
+    bw, cut = dict(layout=layout, block_d=1, tree_fan=2, **extra), {}
     if layout.startswith("staged"):
         block_d, warps, rows = STAGED[[f"staged {s}" for s in STAGED].index(layout)]
         bw = dict(layout="state-outer", block_d=block_d, num_warps=warps, tree_rows=rows,
-                  tree_fan=2)
+                  tree_fan=2, **extra)
         d = 3 * block_d - 1  # 11 at block_d 4, 23 at 8
         cut = dict(segments=2)  # (16 + 1 steps: each program's staging, segment by segment)
+    elif extra.get("reg_carry"):
+        cut = dict(segments=2)  # (the carry entering segment 0 folded from segment 1's)
     x = m1_inputs(2, d, 17, 2, gC=1, seed=0)
     gen = torch.Generator().manual_seed(1)
     dout = torch.randn(2, d, 17, generator=gen).to(DEV)
@@ -173,20 +211,22 @@ def test_mamba1_deterministic_and_default_match_the_oracle(layout, d):
     out, last = selective_scan_sequential(**ref_in, delta_softplus=True, return_last_state=True)
     torch.autograd.backward([out, last], [dout.double(), dlast.double()])
     want = dict(out=out, last=last, **{f"d{k}": ref_in[k].grad for k in x})
-    modes = [True, False] if layout == "state-outer" else [True]  # (the sub-block default: the
-    for det in modes:                                              # other files' tests)
+    # (the sub-block default: the other files' tests)
+    modes = [True, False] if layout == "state-outer" or extra.get("reg_carry") else [True]
+    for det in modes:
         got = m1_run(x, dout, dlast, m1_config(backward=bw, deterministic=det, **cut))
         for k, v in want.items():
             testing.assert_close(got[k], v, dtype=torch.float32, grad=k.startswith("d"),
                                  msg=f"{k}, deterministic={det}")
 
 
-@pytest.mark.parametrize("staged", [False, True])
+@pytest.mark.parametrize("staged", [False, True, "carry after"])
 def test_mamba1_a_sequence_has_the_same_bits_anywhere_in_its_batch(staged):
     """Kernels only: no initial state, whose gradient's exp runs in PyTorch — on the CPU its
     vectorised loop rounds a tensor's last elements in a scalar tail (see the MIMO test).
-    ``staged``: 2 channels a tile in 2 staged rows (``Backward.tree_rows``)."""
-    b, d, l, n = 3, 4 + 4 * staged, 9, 2  # l = 9, chunk 8 (on a CPU): two segments, 2 tiles a
+    ``staged``: 2 channels a tile in 2 staged rows (``Backward.tree_rows``); "carry after": so,
+    with the carry in registers and the partials added by a second kernel."""
+    b, d, l, n = 3, 4 + 4 * bool(staged), 9, 2  # l = 9, chunk 8 (on a CPU): two segments, 2 tiles a
     # group
     s, other = m1_inputs(1, d, l, n, gC=2, seed=2), m1_inputs(b, d, l, n, gC=2, seed=3)
     gen = torch.Generator().manual_seed(4)
@@ -194,7 +234,8 @@ def test_mamba1_a_sequence_has_the_same_bits_anywhere_in_its_batch(staged):
     dls, dlo = torch.randn(1, d, n, generator=gen), torch.randn(b, d, n, generator=gen)
     batch = lambda at, X, Y: torch.cat([Y[:at], X, Y[at + 1:]]) if X.shape[0] == 1 and \
         Y.shape[0] == b else X  # A, D, delta_bias are shared
-    bw = dict(tree_fan=2, **(dict(block_d=2, num_warps=1, tree_rows=2) if staged else {}))
+    bw = dict(tree_fan=2, **(dict(block_d=2, num_warps=1, tree_rows=2) if staged else {}),
+              **(CARRY_AFTER if staged == "carry after" else {}))
     cfg = m1_config(segments=2, deterministic=True, backward=bw,
                     **({} if GPU else dict(chunk=8)))
     runs = []
@@ -223,6 +264,14 @@ def test_mamba1_bad_deterministic_values_are_refused():
             default_config(2, "cpu").replace(backward=dict(so, tree_rows=rows))
     with pytest.raises(ValueError, match="only the 'state-outer' backward stages"):
         default_config(2, "cpu").replace(backward=dict(layout="sub-block", tree_rows=2))
+    for name in ("tree_after", "reg_carry"):
+        with pytest.raises(TypeError, match=f"backward.{name} must be True or False"):
+            default_config(2, "cpu").replace(backward=dict(so, **{name: 1}))
+    for tb in (3, -16, 16.0):
+        with pytest.raises(ValueError, match="tree_block must be 0 or a power of two"):
+            default_config(2, "cpu").replace(backward=dict(so, tree_block=tb))
+    with pytest.raises(ValueError, match="only the 'state-outer' backward carries"):
+        default_config(2, "cpu").replace(backward=dict(layout="sub-block", reg_carry=True))
     assert default_config(2, "cpu").replace(backward=dict(so, tree_rows=4)).backward.tree_rows == 4
 
 
@@ -302,20 +351,23 @@ def test_mimo_bad_deterministic_values_are_refused():
 # sm_90 builds (no GPU needed) and the GPU's ten runs
 # ---------------------------------------------------------------------------------------------
 @pytest.mark.slow
-@pytest.mark.parametrize("block_d, warps, rows", [(2, 1, 0), (8, 4, 4)])
+@pytest.mark.parametrize("block_d, warps, rows, after", [(2, 1, 0, False), (8, 4, 4, False),
+                                                         (16, 8, 8, True)])
 def test_the_deterministic_state_outer_backward_builds_for_sm90_without_spills(block_d, warps,
-                                                                               rows):
-    """The n16 tiles (2 channels × 64 steps in one warp, straight into the tree; the
-    deterministic default's 8 channels in 4 warps, staged), bf16, every option, B and C
-    varying, no register cap: no spill (the atomic build has none either), no more shared
-    memory than a program of the atomic build uses (256 bytes a warp), one integer atomic (the
-    counter) and no float atomics."""
+                                                                               rows, after):
+    """The n16 tiles (2 channels × 64 steps in one warp, straight into the tree; 8 channels in 4
+    warps, staged; the deterministic default's 16 channels in 8 warps, staged, the carry in
+    registers and the partials added after), bf16, every option, B and C varying, no register
+    cap: no spill (the atomic build has none either), no more shared memory than a program of
+    the atomic build uses (256 bytes a warp), one integer atomic (the counter; ``after``: none,
+    and no fence) and no float atomics."""
     BF16 = {"u_ptr", "delta_ptr", "z_ptr", "dout_ptr", "du_ptr", "ddelta_ptr", "dz_ptr"}
     kernel = state_outer._bwd_so_kernel
     flags = dict(N=16, BLOCK_D=block_d, BLOCK_L=64, HAS_D=True, HAS_Z=True, HAS_BIAS=True,
                  SOFTPLUS=True, VAR_B=True, VAR_C=True, HAS_SEQ=False, EVEN_L=True, EVEN_D=True,
                  REV_LOADS=False, FOLD=False)
-    const = dict(flags, DET=True, SLOT=2 * 16 * 64, FAN=16, TREE_BLOCK=128 * warps, ROWS=rows)
+    const = dict(flags, DET=True, SLOT=2 * 16 * 64, FAN=16, TREE_BLOCK=128 * warps, ROWS=rows,
+                 AFTER=after, REG_CARRY=after)
     sig = {k: "constexpr" if k in const else
            ("*i32" if k in ("seq_ptr", "counts_ptr") else "*bf16" if k in BF16 else "*fp32")
            if k.endswith("_ptr") else "i32" for k in inspect.signature(kernel.fn).parameters}
@@ -323,7 +375,8 @@ def test_the_deterministic_state_outer_backward_builds_for_sm90_without_spills(b
     assert det.spill_bytes == 0 and det.registers <= 255
     assert det.shared_bytes <= 256 * warps <= machine.H200.shared_per_block
     ops = det.opcodes()
-    assert "REDG" not in ops and ops.get("ATOMG") == 1, ops  # one counter, no float atomics
+    assert "REDG" not in ops and ops.get("ATOMG", 0) == (0 if after else 1), ops  # the counter
+    assert ("MEMBAR" in ops) != after, ops  # (its release fence)
 
 
 @pytest.mark.gpu

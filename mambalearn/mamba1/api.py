@@ -81,7 +81,8 @@ def backward(dout, dlast, u, delta, A, B, C, D, z, delta_bias, SOFTPLUS, seq_idx
     tree = None  # deterministic: dB/dC over the channel tiles in a fixed order, not atomics
     if config.deterministic:
         tree = (triton.cdiv(d // g, bc.block_d), config.chunk, bc.tree_fan,
-                bc.layout == "sub-block")  # (its last sub-block may end before the chunk)
+                bc.layout == "sub-block",  # (its last sub-block may end before the chunk)
+                bc.tree_after)
     bufs = GradBuffers.allocate(u, delta, z, Bk, Ck, dlast, n, S, tree)
     kernel = state_outer if bc.layout == "state-outer" else sub_block
     kernel.launch(dout, u, delta, A, Bk, Ck, D, z, delta_bias, SOFTPLUS, seq_idx, states, bufs,

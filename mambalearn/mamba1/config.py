@@ -83,6 +83,14 @@ class Backward(LaunchConfig):
     tree_rows: int = 0  # deterministic mode, state-outer: rows of a program's per-chunk staging
     # (each run of block_d / tree_rows channels summed, the rows then added once a chunk; 0: the
     # tile's channel sum goes straight into its slot of the tree)
+    tree_after: bool = False  # deterministic mode: the tiles' partials added in tile order by a
+    # second kernel after the backward (``deterministic.TreeSum`` ``after``), not by a tree joined
+    # in the chunk loop (no counter, fence or last-arriver's sum there)
+    tree_block: int = 0  # deterministic mode: floats a pass of the staging's and the tree's sums
+    # adds (a power of two; 0: 128 a warp, 4 a thread)
+    reg_carry: bool = False  # state-outer: the adjoint carried between chunks in a register tile
+    # (column n = state n), not stored and reloaded per state (a shared-memory round trip once
+    # the channels span warps)
 
 
 @dataclass(frozen=True)
@@ -120,6 +128,16 @@ class Config(LaunchConfig):
         if rows and self.backward.layout != "state-outer":
             raise ValueError(f"backward.tree_rows = {rows}: only the 'state-outer' backward "
                              f"stages its partials, not {self.backward.layout!r}")
+        tb = self.backward.tree_block
+        if not isinstance(tb, int) or tb < 0 or tb & (tb - 1):
+            raise ValueError(f"backward.tree_block must be 0 or a power of two, got {tb!r}")
+        for name in ("tree_after", "reg_carry"):
+            if not isinstance(getattr(self.backward, name), bool):
+                raise TypeError(f"backward.{name} must be True or False, got "
+                                f"{getattr(self.backward, name)!r}")
+        if self.backward.reg_carry and self.backward.layout != "state-outer":
+            raise ValueError(f"backward.reg_carry: only the 'state-outer' backward carries its "
+                             f"adjoint in registers, not {self.backward.layout!r}")
         if not isinstance(self.deterministic, bool):
             raise TypeError(f"deterministic must be True or False, got {self.deterministic!r}")
         if self.forward.layout not in FORWARD_LAYOUTS:

@@ -31,6 +31,14 @@ write-back, under a compute-bound kernel. Counters: one int32 per parent and gro
 program, group and level. The tree's shape depends only on T and FAN, and a group's slots only on
 its index: a group's result does not depend on the other groups (nor on the batch around it).
 
+A third way, ``after`` (grouped, no tree): the programs only store their partials, and a second
+kernel (`TreeSum.add_after`, ``_ordered_sum_kernel``) adds each group's T slots in tile order
+(0, 1, …, T − 1, one running sum) once they all exist. No counter, fence or barrier-and-sum in the
+producing kernel, and no program that, being the last of its siblings, adds 16 slots and so comes
+last again the next time (in a loop that joins a tree every chunk, that program's delay adds up
+along the loop). Its price: the slots are written back to HBM and read once from there
+(T·groups·size·4 bytes each way), where the tree's sums mostly hit L2.
+
 Shapes: slots (rows, groups, size) fp32, counts (parents, groups) int32 (zeroed).
 """
 
@@ -39,6 +47,8 @@ from dataclasses import dataclass
 import torch
 import triton
 import triton.language as tl
+
+AFTER_BLOCK = 512  # `add_after`: floats a program adds (4 a thread at 4 warps)
 
 
 def levels(tiles, fan):
@@ -62,18 +72,23 @@ class TreeSum:
     tiles: int
     fan: int
     grouped: bool = False  # each group's slots together (``slot_of_grouped``, ``tree_sum_grouped``)
+    after: bool = False  # no tree: the T slots of a group added by `add_after` (module docstring)
+    result: torch.Tensor | None = None  # after: (groups, size), filled by `add_after`
 
     @classmethod
-    def allocate(cls, tiles, groups, size, fan, device, zero=False, grouped=False):
+    def allocate(cls, tiles, groups, size, fan, device, zero=False, grouped=False, after=False):
         """Empty slots (``zero``: zeros, for a kernel that leaves some of a slot unwritten).
         ``grouped``: the layout (groups, rows, size): the FAN children of a node side by side, and
-        the programs working on one group at the same time write next to each other."""
-        sizes = levels(tiles, fan)
+        the programs working on one group at the same time write next to each other. ``after``
+        (grouped only): T slots a group and no tree above them; `add_after` adds them."""
+        if after and not grouped:
+            raise ValueError("TreeSum.allocate: after=True needs the grouped layout")
+        sizes = [tiles] if after else levels(tiles, fan)
         new = torch.zeros if zero else torch.empty
         shape = (groups, sum(sizes), size) if grouped else (sum(sizes), groups, size)
         slots = new(shape, device=device, dtype=torch.float32)
         counts = torch.zeros((max(1, sum(sizes[1:])), groups), device=device, dtype=torch.int32)
-        return cls(slots, counts, tiles, fan, grouped)
+        return cls(slots, counts, tiles, fan, grouped, after)
 
     @property
     def rows(self):
@@ -86,12 +101,60 @@ class TreeSum:
 
     def root(self):
         """(groups, size) fp32: the sums (valid after the kernel that filled the slots; grouped: a
-        view with a row stride of ``rows · size``)."""
+        view with a row stride of ``rows · size``; ``after``: once `add_after` ran)."""
+        if self.after:
+            if self.result is None:
+                raise RuntimeError("TreeSum(after=True): call add_after() before root()")
+            return self.result
         return self.slots[:, -1] if self.grouped else self.slots[-1]
+
+    def add_after(self, block=AFTER_BLOCK, num_warps=4):
+        """``after``: each group's T slots added in tile order into ``result`` (groups, size)
+        by ``_ordered_sum_kernel`` (one program a group and ``block`` floats). Returns it."""
+        if not self.after:
+            raise RuntimeError("add_after is for a TreeSum allocated with after=True")
+        groups, tiles, size = self.slots.shape
+        self.result = torch.empty((groups, size), device=self.slots.device, dtype=torch.float32)
+        _ordered_sum_kernel[(groups, triton.cdiv(size, block))](
+            self.slots, self.result, size, TILES=tiles, BLOCK=block, num_warps=num_warps)
+        return self.result
 
     def extra_bytes(self):
         """Bytes of the slots and counters: what the deterministic mode allocates."""
         return self.slots.numel() * 4 + self.counts.numel() * 4
+
+
+@triton.jit
+def _slot_row(src, t, size, m, o, TILES: tl.constexpr):
+    """Slot t of a group's TILES (``src``: slot 0 at these floats), 0 past the last."""
+    has = (o * 0 + t) < TILES  # (a vector mask: the interpreter wants one)
+    return tl.load(src + t * size, mask=m & has, other=0.0)
+
+
+@triton.jit
+def _ordered_sum_kernel(slots_ptr, out_ptr, size, TILES: tl.constexpr, BLOCK: tl.constexpr):
+    """out[grp, o] = ((slot 0 + slot 1) + slot 2) + … + slot TILES − 1 of group grp (grouped
+    layout, T = TILES slots a group), BLOCK floats o a program. Eight slots are loaded at a time
+    (in flight together), then added in tile order; a slot past T reads 0 (x + 0 = x)."""
+    grp = tl.program_id(0).to(tl.int64)
+    o = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
+    m = o < size
+    src = slots_ptr + grp * TILES * size + o
+    acc = tl.load(src, mask=m, other=0.0)
+    if TILES > 1:  # (a constexpr guard: Triton 3.6's sm_90 build fails on a constant-false loop)
+        t = 1
+        while t < TILES:  # (`while`, not `for`: triton-lang/triton#9171)
+            v0 = _slot_row(src, t, size, m, o, TILES)
+            v1 = _slot_row(src, t + 1, size, m, o, TILES)
+            v2 = _slot_row(src, t + 2, size, m, o, TILES)
+            v3 = _slot_row(src, t + 3, size, m, o, TILES)
+            v4 = _slot_row(src, t + 4, size, m, o, TILES)
+            v5 = _slot_row(src, t + 5, size, m, o, TILES)
+            v6 = _slot_row(src, t + 6, size, m, o, TILES)
+            v7 = _slot_row(src, t + 7, size, m, o, TILES)
+            acc = (((((((acc + v0) + v1) + v2) + v3) + v4) + v5) + v6) + v7  # in tile order
+            t += 8
+    tl.store(out_ptr + grp * size + o, acc, mask=m)
 
 
 @triton.jit

@@ -189,6 +189,7 @@ def _bwd_kernel(
                            # (the next state's loads issued during this one); 0: `range`
     DET: tl.constexpr,  # time-varying dB/dC through the fixed-order tree sum, not atomics
     SLOT: tl.constexpr, FAN: tl.constexpr, TREE_BLOCK: tl.constexpr,  # its slot, fan-in, tile
+    AFTER: tl.constexpr,  # DET: no tree here, a second kernel adds the slots (`TreeSum.after`)
 ):
     EVEN: tl.constexpr = EVEN_L and EVEN_D
     pid_bg, pid_d = tl.program_id(0), tl.program_id(1)
@@ -339,7 +340,7 @@ def _bwd_kernel(
                                              dbias_acc, offs, mask, du_ptr, ddelta_ptr, dz_ptr,
                                              HAS_D, HAS_Z, SOFTPLUS, EVEN)
             j -= 1
-        if DET:  # the chunk's dB/dC rows of every channel tile, added in tile order
+        if DET and not AFTER:  # the chunk's dB/dC rows of every channel tile, added in tile order
             tree_sum_grouped(slots_ptr, counts_ptr, pid_d, tl.num_programs(1), grp, groups,
                              slot_rows, SLOT, FAN, TREE_BLOCK)
         tl.debug_barrier()  # the next chunk's step 1 overwrites the scratch
@@ -393,5 +394,5 @@ def launch(dout, u, delta, A, Bk, Ck, D, z, delta_bias, SOFTPLUS, seq_idx, state
         CHUNK=config.chunk, SCR=scr,
         **flags(D, z, delta_bias, SOFTPLUS, B, C, seq_idx),  # HAS_D … HAS_SEQ
         UNROLL=bc.unroll, EVEN_L=even_l, EVEN_D=even_d, STAGES=cfgs.stages(bc.stages, interp),
-        **bufs.tree_constexprs(bc.num_warps),  # DET, SLOT, FAN, TREE_BLOCK
+        **bufs.tree_constexprs(bc.num_warps, bc.tree_block),  # DET, SLOT, FAN, TREE_BLOCK, AFTER
         num_warps=bc.num_warps, **cfgs.compile_options(bc.maxnreg, interp))

@@ -40,6 +40,14 @@ instructions a thread against ≈ 16 × 326 in the loop) and one counter atomic 
 What the wider program costs: occupancy (96 registers: 21 one-warp programs an SM, 5 × 4 warps
 = 20, 2 × 8 warps = 16, a loss of a quarter), and a few more spills around the chunk loop.
 Expected at W = 4: a few per cent over the atomic default, the tree's bytes a quarter of T = 1024's.
+What the H200 measured of it (``docs/results/*_det_sweep_*.json``) stays above that, most at b1
+l32768, where each program walks 256 chunks (the sequence cut in 2 segments) and a per-chunk cost
+adds up: the tree's counter, fence and last-arriver's sums every chunk, and the adjoint carry's
+shared-memory round trip every state. Two switches take them out of the loop:
+``Backward.tree_after`` (the slots added in tile order by a second kernel, ``TreeSum.add_after``:
+the slots' read from HBM once, 268 MB at b8 for T = 128, ≈ 0.06 ms) and ``Backward.reg_carry``
+(the carry in registers, ``state_outer``); ``bench.gpu.det_sweep`` times them against the tile
+without them.
 """
 
 from dataclasses import dataclass
@@ -75,17 +83,19 @@ class GradBuffers:
     def allocate(cls, u, delta, z, Bk, Ck, dlast, n, S=1, tree=None):
         """Zeroed sums, one set per segment of S; gbuf (S, b, d, n): the last state's gradient
         ``dlast`` (or zeros) in slot S − 1, zeros elsewhere (the kernel folds those). ``tree``:
-        None (atomics), or (tiles, chunk, fan, zero): the deterministic mode's `TreeSum` of
-        ``tiles`` channel tiles, if B or C varies with time (``zero``: zeroed slots, for a kernel
-        that leaves the columns past l of the last chunk unwritten)."""
+        None (atomics), or (tiles, chunk, fan, zero[, after]): the deterministic mode's `TreeSum`
+        of ``tiles`` channel tiles, if B or C varies with time (``zero``: zeroed slots, for a
+        kernel that leaves the columns past l of the last chunk unwritten; ``after``: no tree in
+        the kernel, the slots added by `TreeSum.add_after` in `finish`)."""
         b, d = u.shape[0], u.shape[1]
         f32 = dict(device=u.device, dtype=torch.float32)
         nvar = (Bk.ndim == 4) + (Ck.ndim == 4)
         if tree is not None and nvar:
-            tiles, chunk, fan, zero = tree
+            tiles, chunk, fan, zero, *after = tree
             g, l = (Bk if Bk.ndim == 4 else Ck).shape[1], u.shape[2]
             tree = (TreeSum.allocate(tiles, b * g * triton.cdiv(l, chunk), nvar * n * chunk,
-                                     fan, u.device, zero, grouped=True), chunk)
+                                     fan, u.device, zero, grouped=True,
+                                     after=bool(after and after[0])), chunk)
             Bk, Ck = (X.new_empty(()) if X.ndim == 4 else X for X in (Bk, Ck))  # no atomic sums
         else:
             tree = (None, 0)
@@ -107,13 +117,15 @@ class GradBuffers:
         """Strides of a time-varying dB/dC buffer (b, g, n, l); zeros for a stand-in."""
         return bc_strides(X) if var and X.ndim == 4 else Strides(0, 0, 0)
 
-    def tree_constexprs(self, num_warps):
-        """The kernels' switches of the deterministic mode: DET, SLOT, FAN, TREE_BLOCK."""
+    def tree_constexprs(self, num_warps, block=0):
+        """The kernels' switches of the deterministic mode: DET, SLOT, FAN, TREE_BLOCK, AFTER
+        (TREE_BLOCK: ``block`` floats a pass, 0: 128 a warp; at most the slot's)."""
         if self.tree is None:
-            return dict(DET=False, SLOT=1, FAN=2, TREE_BLOCK=32)
+            return dict(DET=False, SLOT=1, FAN=2, TREE_BLOCK=32, AFTER=False)
         slot = self.tree.slots.shape[2]  # (floats a slot, in either layout)
         return dict(DET=True, SLOT=slot, FAN=self.tree.fan,
-                    TREE_BLOCK=min(128 * num_warps, triton.next_power_of_2(slot)))
+                    TREE_BLOCK=min(block or 128 * num_warps, triton.next_power_of_2(slot)),
+                    AFTER=self.tree.after)
 
     def _from_tree(self, which, shape):
         """Time-varying dB (which 0) or dC (1 if B varies too, else 0) (b, g, n, l) from the root
@@ -129,6 +141,8 @@ class GradBuffers:
         dB = self.dBf_rows.sum(0) if B.ndim == 2 else self.dB
         dC = self.dCf_rows.sum(0) if C.ndim == 2 else self.dC
         if self.tree is not None:  # (B, C (b, n, l) or (b, g, n, l): the kernel's 4-D layout)
+            if self.tree.after:  # the tiles' slots added in tile order by a second kernel
+                self.tree.add_after()
             var = [X for X in (B, C) if X.ndim != 2]
             shape = lambda X: (X.shape[0], 1 if X.ndim == 3 else X.shape[1], *X.shape[-2:])
             if B.ndim != 2:

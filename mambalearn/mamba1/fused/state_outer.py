@@ -8,6 +8,13 @@ B_n, C_n) depend on no earlier state and are issued one state ahead; the row sum
 fixed dB/dC) sit in column n of a (BLOCK_D, BLOCK_L) register tile (so n ≤ CHUNK). No state
 iteration waits for a load-add-store of its own.
 
+The adjoint carried from one chunk to the earlier one goes through gbuf, a (BLOCK_D,) load and
+store per state; with REG_CARRY (``Backward.reg_carry``) it stays in a (BLOCK_D, BLOCK_L) register
+tile instead, column n = state n (n ≤ CHUNK, as the row sums), and gbuf is read once before the
+chunk loop and written once after it. In a one-warp program the two cost the same; once a tile's
+channels span warps the store's (BLOCK_D,) layout is not the tile's, and each state paid a
+shared-memory round trip with two barriers for it (``fused.gradients``).
+
 Shapes: as the forward (``forward``), plus dout (b, d, l) and the buffers of `GradBuffers`;
 gbuf (b, d, n) fp32 carries the adjoint between chunks (it starts as the last state's gradient).
 """
@@ -27,6 +34,7 @@ from mambalearn.mamba1.fused.tile import (
     ld,
     load_bc,
     load_delta,
+    put_column,
     reverse_scan,
     seq_start,
     st,
@@ -69,16 +77,20 @@ def _so_state(h_in, g_in, A_n, B_n, C_n, C_r, dt, dtx, dt_nx, dy, dy_r, start, s
 
 
 @triton.jit
-def _so_load_state(n, st_c, g_c, A_ptr, B_ptr, Bv_ptr, C_ptr, Cv_ptr, t, t_r, l, d_idx, d_mask,
-                   stride_Bn, stride_Cn, N: tl.constexpr,
+def _so_load_state(n, st_c, g_c, G, cols, A_ptr, B_ptr, Bv_ptr, C_ptr, Cv_ptr, t, t_r, l, d_idx,
+                   d_mask, stride_Bn, stride_Cn, N: tl.constexpr,
                    VAR_B: tl.constexpr, VAR_C: tl.constexpr, EVEN_L: tl.constexpr,
-                   EVEN_D: tl.constexpr, REV_LOADS: tl.constexpr):
+                   EVEN_D: tl.constexpr, REV_LOADS: tl.constexpr, REG_CARRY: tl.constexpr):
     """What state n reads in one chunk: A[:, n], the stored state entering the chunk, the
-    adjoint leaving the later chunk, B_n, C_n (and C_n reversed). Nothing here depends on an
-    earlier state of this chunk, so the loop issues it one state ahead."""
+    adjoint leaving the later chunk (REG_CARRY: column n of the register tile G), B_n, C_n (and
+    C_n reversed). Nothing here depends on an earlier state of this chunk, so the loop issues it
+    one state ahead."""
     A_n = floor_A(ld(A_ptr + d_idx * N + n, d_mask, EVEN_D))  # (BLOCK_D,); A = −∞: no NaN
     h_n = ld(st_c + n, d_mask, EVEN_D)  # (BLOCK_D,)
-    g_n = ld(g_c + n, d_mask, EVEN_D)  # (BLOCK_D,) written in the later chunk
+    if REG_CARRY:
+        g_n = column(G, cols, n)  # (BLOCK_D,) left by the later chunk (shuffles in a warp)
+    else:
+        g_n = ld(g_c + n, d_mask, EVEN_D)  # (BLOCK_D,) written in the later chunk
     B_n = load_bc(B_ptr, Bv_ptr, n, t, l, d_idx, d_mask, stride_Bn, N, VAR_B, EVEN_L,
                   EVEN_D)
     C_n = load_bc(C_ptr, Cv_ptr, n, t, l, d_idx, d_mask, stride_Cn, N, VAR_C, EVEN_L,
@@ -160,6 +172,8 @@ def _bwd_so_kernel(
     DET: tl.constexpr,  # time-varying dB/dC through the fixed-order tree sum, not atomics
     SLOT: tl.constexpr, FAN: tl.constexpr, TREE_BLOCK: tl.constexpr,  # its slot, fan-in, tile
     ROWS: tl.constexpr,  # DET: rows of a program's staging (0: its channel sums into its slot)
+    AFTER: tl.constexpr,  # DET: no tree here, a second kernel adds the slots (`TreeSum.after`)
+    REG_CARRY: tl.constexpr,  # the adjoint carry in a register tile, gbuf read/written once
 ):
     EVEN: tl.constexpr = EVEN_L and EVEN_D
     pid_bg, pid_d, pid_s = tl.program_id(0), tl.program_id(1), tl.program_id(2)
@@ -192,6 +206,10 @@ def _bwd_so_kernel(
             g_in = fold_adjoints(G_ptr, P_ptr, at, n_tile, pid_s * pieces, M, bd * N)
             tl.store(g_c[:, None] + cols[None, :], g_in, mask=n_tile)
             tl.debug_barrier()  # the chunk loop reads these per state, across threads
+    n_mask = d_mask[:, None] & (cols[None, :] < N)  # (BLOCK_D, BLOCK_L): column n = state n
+    G = tl.zeros((BLOCK_D, BLOCK_L), dtype=tl.float32)  # REG_CARRY: the adjoint carry, column n
+    if REG_CARRY:
+        G = tl.load(g_c[:, None] + cols[None, :], mask=n_mask, other=0.0)
     Bv_ptr = B_ptr + bi * stride_Bb + gi * stride_Bg
     Cv_ptr = C_ptr + bi * stride_Cb + gi * stride_Cg
     dBv_ptr = dB_ptr + bi * stride_dBb + gi * stride_dBg
@@ -238,19 +256,23 @@ def _bwd_so_kernel(
         gahA = tl.zeros((BLOCK_D, BLOCK_L), dtype=tl.float32)  # Σ_n g_n Ā h_{t−1} A_n
         st_c = states_ptr + (bd_row * nchunks + c) * N  # (BLOCK_D,) this chunk's stored states
         A_n, h_n, g_n, B_n, C_n, C_r = _so_load_state(
-            0, st_c, g_c, A_ptr, B_ptr, Bv_ptr, C_ptr, Cv_ptr, t, t_r, l, d_idx, d_mask,
+            0, st_c, g_c, G, cols, A_ptr, B_ptr, Bv_ptr, C_ptr, Cv_ptr, t, t_r, l, d_idx, d_mask,
             stride_Bn, stride_Cn, N, VAR_B, VAR_C, EVEN_L, EVEN_D,
-            REV_LOADS)
+            REV_LOADS, REG_CARRY)
         # 2. every state over the whole chunk
         for n in range(N):
             # state n + 1's loads in flight during state n (the last one reloads N − 1)
+            # (REG_CARRY: column n + 1 of G, which state n leaves as it is)
             A_nx, h_nx, g_nx, B_nx, C_nx, C_rnx = _so_load_state(
-                tl.minimum(n + 1, N - 1), st_c, g_c, A_ptr, B_ptr, Bv_ptr, C_ptr, Cv_ptr, t,
-                t_r, l, d_idx, d_mask, stride_Bn, stride_Cn, N, VAR_B,
-                VAR_C, EVEN_L, EVEN_D, REV_LOADS)
+                tl.minimum(n + 1, N - 1), st_c, g_c, G, cols, A_ptr, B_ptr, Bv_ptr, C_ptr, Cv_ptr,
+                t, t_r, l, d_idx, d_mask, stride_Bn, stride_Cn, N, VAR_B,
+                VAR_C, EVEN_L, EVEN_D, REV_LOADS, REG_CARRY)
             h, gg, ah = _so_state(h_n, g_n, A_n, B_n, C_n, C_r, dt, dtx, dt_nx, dy, dy_r, start,
                                   start_nx, cols, BLOCK_L, HAS_SEQ, REV_LOADS)
-            st(g_c + n, column(gg, cols, 0), d_mask, EVEN_D)  # g at the chunk's first step
+            if REG_CARRY:  # g at the chunk's first step, for the earlier chunk
+                G = put_column(G, cols, n, column(gg, cols, 0))
+            else:
+                st(g_c + n, column(gg, cols, 0), d_mask, EVEN_D)
             p = gg * ah  # g_t Ā_t h_{t−1}
             dA_acc += tl.where(cols[None, :] == n, tl.sum(p * dt, axis=1)[:, None], 0.0)
             y += h * C_n
@@ -287,14 +309,18 @@ def _bwd_so_kernel(
             # the per-step parts: fewer values live than after the state loop)
             if ROWS > 0:  # the staged rows, added in row order, into this program's slot
                 _so_stage_sum(dBv_c + c * BLOCK_L, slot, ROWS, SLOT, TREE_BLOCK)
-            tree_sum_grouped(slots_ptr, counts_ptr, pid_d, tl.num_programs(1),
-                             pid_bg * nchunks + c, groups, slot_rows, SLOT, FAN, TREE_BLOCK)
-        tl.debug_barrier()  # the adjoints stored above are read by other threads next chunk
+            if not AFTER:
+                tree_sum_grouped(slots_ptr, counts_ptr, pid_d, tl.num_programs(1),
+                                 pid_bg * nchunks + c, groups, slot_rows, SLOT, FAN, TREE_BLOCK)
+        if not REG_CARRY or ROWS > 0:  # the adjoints stored above are read by other threads next
+            # chunk; the staging read above is rewritten by every warp next chunk
+            tl.debug_barrier()
         c -= 1
     # 4. this program's sums over its segment of its batch row (the launcher adds the rows: no
     # atomics)
     pn = sd_row[:, None] * N + cols[None, :]  # (BLOCK_D, BLOCK_L), columns < N used
-    n_mask = d_mask[:, None] & (cols[None, :] < N)
+    if REG_CARRY:  # the adjoint at the segment's first step (segment 0: g_0)
+        tl.store(g_c[:, None] + cols[None, :], G, mask=n_mask)
     tl.store(dA_ptr + pn, dA_acc, mask=n_mask)
     if not VAR_B:
         tl.store(dBf_ptr + pn, dBf_acc, mask=n_mask)
@@ -346,5 +372,6 @@ def launch(dout, u, delta, A, Bk, Ck, D, z, delta_bias, SOFTPLUS, seq_idx, state
         N=n, BLOCK_D=bc.block_d, BLOCK_L=config.chunk,
         **flags(D, z, delta_bias, SOFTPLUS, B, C, seq_idx),  # HAS_D … HAS_SEQ
         EVEN_L=even_l, EVEN_D=even_d, REV_LOADS=bc.rev_loads, FOLD=S > 1,
-        **bufs.tree_constexprs(bc.num_warps),  # DET, SLOT, FAN, TREE_BLOCK
-        ROWS=rows, num_warps=bc.num_warps, **cfgs.compile_options(bc.maxnreg, interp))
+        **bufs.tree_constexprs(bc.num_warps, bc.tree_block),  # DET, SLOT, FAN, TREE_BLOCK, AFTER
+        ROWS=rows, REG_CARRY=bc.reg_carry, num_warps=bc.num_warps,
+        **cfgs.compile_options(bc.maxnreg, interp))
