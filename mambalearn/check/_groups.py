@@ -40,6 +40,11 @@ GROUPS = {
         "mambalearn.mamba2.fused.forward.ssd_fused_forward",
         "mambalearn.mamba2.fused.forward.fused_forward",
     ],
+    # the combine of chapter 03's operator, elementwise: the PyTorch one and chapter 08's Triton one
+    "elementwise combines": [
+        "mambalearn.ops.combine_elementwise",
+        "mambalearn.triton.scan.combine_fn",
+    ],
     # every scan of h_t = a_t h_{t−1} + b_t (chapters 02–08)
     "linear scans": [
         "mambalearn.scan.sequential.linear_scan_sequential",
