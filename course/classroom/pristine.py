@@ -93,6 +93,7 @@ def _write(path, data):
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
+        os.chmod(tmp, 0o644)  # (mkstemp's file is the owner's alone; a notebook is not secret)
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
