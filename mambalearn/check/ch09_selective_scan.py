@@ -29,7 +29,6 @@ from mambalearn.scan.sequential import selective_scan_sequential
 __all__ = ["selective_scan_kernel"]
 REBUILDS = {  # the Triton kernels and launchers, and the PyTorch scans with the same signature
     "selective_scan_kernel": ["@mamba1 kernels", "@mamba1 scans",
-                              "mambalearn.inference.scan_by_steps",
                               "@elementwise combines"],
 }
 
