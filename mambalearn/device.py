@@ -48,6 +48,14 @@ def interpreted():
     return os.environ.get("TRITON_INTERPRET", "0") == "1"
 
 
+def sm_count(device):
+    """Streaming multiprocessors of a CUDA device (0 elsewhere: nothing to fill)."""
+    device = torch.device(device)
+    if device.type != "cuda":
+        return 0
+    return torch.cuda.get_device_properties(device).multi_processor_count
+
+
 def size(gpu, cpu):
     """A demo size: ``gpu`` on a GPU, ``cpu`` otherwise. Works for ints, tuples and dicts.
 

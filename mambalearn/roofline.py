@@ -38,6 +38,7 @@ from dataclasses import dataclass, replace
 import torch
 
 from mambalearn import results
+from mambalearn.device import sm_count
 
 
 @dataclass(frozen=True)
@@ -244,7 +245,7 @@ def this_machine():
     props = torch.cuda.get_device_properties(0)
     return replace(H200, name=f"{props.name} (measured)", bandwidth=measure_copy_bandwidth(),
                    launch_s=measure_launch_overhead(),
-                   exps=sfu_exp_rate(props.multi_processor_count),
+                   exps=sfu_exp_rate(sm_count(0)),
                    source="copy BW and launch overhead measured now; others: H200 reference")
 
 

@@ -56,6 +56,9 @@ def repo_copy(dest):
     """A copy of the package and the grader (and exercises/) to grade with, so that a submission
     that got out of its box could only damage the copy. Returns the copy's root (for PYTHONPATH)."""
     dest = Path(dest)
+    from course.classroom import pristine
+
+    pristine.shipped()  # the grader's copies built (from solutions/), so that they are copied too
     for package in ("mambalearn", "course"):
         shutil.copytree(ROOT / package, dest / package,
                         ignore=shutil.ignore_patterns("__pycache__", "build"))

@@ -160,7 +160,7 @@ def test_make_help_lists_every_documented_target():
 
 
 def _exercise_folders(tmp_path, solutions):
-    """exercises/ and the pristine copies, as shipped, for ``solutions``, under ``tmp_path``."""
+    """exercises/ and the grader's copies, as built, for ``solutions``, under ``tmp_path``."""
     import shutil
 
     from course.classroom import pristine
@@ -170,7 +170,7 @@ def _exercise_folders(tmp_path, solutions):
     for s in solutions:
         shutil.copy(ROOT / "exercises" / pristine.exercise_file(s.stem),
                     out / pristine.exercise_file(s.stem))
-        shutil.copy(pristine.PRISTINE / s.name, last / s.name)
+        shutil.copy(pristine.shipped()[s.stem], last / s.name)
     return out, last
 
 

@@ -1,6 +1,6 @@
-"""The grading pipeline: exercises are in sync (with the package's pristine copies too), every
-solution scores full marks through the whole boxed path, every shipped exercise is "not attempted",
-and the report keeps a short reason in the table and the whole one below it."""
+"""The grading pipeline: exercises are in sync (with the grader's copies, built from solutions/),
+every solution scores full marks through the whole boxed path, every shipped exercise is "not
+attempted", and the report keeps a short reason in the table and the whole one below it."""
 
 import subprocess
 import sys
@@ -21,7 +21,39 @@ def test_every_solution_has_an_exercise_and_a_pristine_copy():
     assert SOLUTIONS, "no solution notebooks found"
     assert [pristine.exercise_file(s.stem) for s in SOLUTIONS] == names(EXERCISES)
     assert names(SOLUTIONS) == [f"{e}.ipynb" for e in pristine.shipped()], \
-        "course/classroom/pristine/ is stale: run `make exercises`"
+        "the grader's copies (course/classroom/pristine/) are not one a solution"
+
+
+def test_the_graders_copies_are_built_not_committed(tmp_path, monkeypatch):
+    """The grader's copies are made from solutions/ (never committed twice): a missing, edited or
+    stale copy is made again, a copy whose solution is gone is removed, a fresh one is kept."""
+    tracked = subprocess.run(["git", "-C", str(ROOT), "ls-files", "course/classroom/pristine"],
+                             capture_output=True, text=True)
+    if tracked.returncode == 0:  # (a copy of the repository without git says nothing)
+        assert tracked.stdout == "", "course/classroom/pristine/ is built: git rm --cached it"
+    solutions, into = tmp_path / "solutions", tmp_path / "pristine"
+    solutions.mkdir()
+    for name in ("01_discretization.ipynb", "03_operator.ipynb"):
+        (solutions / name).write_bytes((ROOT / "solutions" / name).read_bytes())
+    into.mkdir()
+    (into / "02_gone.ipynb").write_text("{}")
+    monkeypatch.setattr(pristine, "SOLUTIONS", solutions)
+    built = pristine.build(into=into)
+    assert sorted(built) == ["01_discretization", "03_operator"]
+    assert not (into / "02_gone.ipynb").exists(), "a copy without its solution was kept"
+    ex01 = ROOT / "exercises" / "ex01_discretization.ipynb"
+    assert built["01_discretization"].read_bytes() == ex01.read_bytes()
+    stamp = built["03_operator"].stat().st_mtime_ns
+    checks = built["01_discretization"].read_text().replace("check.", "print  # check.")
+    built["01_discretization"].write_text(checks)  # a check cell edited in the grader's copy
+    again = pristine.build(into=into)
+    assert again["01_discretization"].read_bytes() == ex01.read_bytes(), "an edited copy was used"
+    assert again["03_operator"].stat().st_mtime_ns == stamp, "a fresh copy was made again"
+    nb = nbformat.read(solutions / "01_discretization.ipynb", as_version=4)
+    nb.cells.append(nbformat.v4.new_markdown_cell("A new closing note."))
+    nbformat.write(nb, solutions / "01_discretization.ipynb")  # the solution changed
+    moved = nbformat.read(pristine.build(into=into)["01_discretization"], as_version=4)
+    assert moved.cells[-1].source == "A new closing note.", "a stale copy was used"
 
 
 @pytest.mark.parametrize("solution", SOLUTIONS, ids=names(SOLUTIONS))
@@ -30,7 +62,7 @@ def test_exercise_is_what_make_exercises_generates(solution, tmp_path):
     grade.make_exercise(solution, fresh)
     made = nbformat.read(fresh, as_version=4)
     for copy in (ROOT / "exercises" / pristine.exercise_file(solution.stem),
-                 pristine.PRISTINE / solution.name):
+                 pristine.shipped()[solution.stem]):
         assert made == nbformat.read(copy, as_version=4), \
             f"{copy.relative_to(ROOT)} is stale: run `make exercises`"
     assert made.metadata["mambalearn"]["exercise"] == solution.stem

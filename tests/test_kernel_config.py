@@ -109,14 +109,28 @@ def test_every_launch_setting_class_is_a_frozen_launch_config():
 
 def test_no_launcher_takes_settings_as_a_dict_or_loose_keywords():
     """Settings travel as a config: no default is a dict (a literal or a module's dict), no
+    module keeps launch settings in a dict (``X = dict(BLOCK_D=64, num_warps=4)``), no
     keyword-only launch option (``block_*``, ``num_warps``, ...) outside a @triton.jit kernel."""
     import ast
+
+    def settings(value):  # the keys of a dict literal or a dict(...) call that are launch options
+        if isinstance(value, ast.Dict):
+            keys = [k.value for k in value.keys if isinstance(k, ast.Constant)]
+        elif isinstance(value, ast.Call) and ast.unparse(value.func) == "dict":
+            keys = [k.arg for k in value.keywords if k.arg]
+        else:
+            return []
+        return [k for k in keys if isinstance(k, str)
+                and (k in LAUNCH_OPTIONS or k.lower().startswith("block_"))]
 
     bad = []
     for path, module in _kernel_modules():
         tree = ast.parse(path.read_text())
         dicts = {n.targets[0].id for n in tree.body if isinstance(n, ast.Assign)
                  and isinstance(n.targets[0], ast.Name) and isinstance(n.value, ast.Dict)}
+        bad += [f"{module.__name__}.{ast.unparse(n.targets[0])}: launch settings in a dict "
+                f"{settings(n.value)}" for n in tree.body
+                if isinstance(n, ast.Assign) and settings(n.value)]
         for f in ast.walk(tree):
             if not isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 continue

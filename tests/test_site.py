@@ -82,7 +82,7 @@ def test_pages_figures_offline_and_failures(built):
     from course.classroom import pristine
 
     assert (out / "exercises" / "ex01_discretization.ipynb").read_bytes() == (
-        pristine.PRISTINE / "01_discretization.ipynb").read_bytes()
+        pristine.shipped()["01_discretization"]).read_bytes()
 
 
 def test_titles_alt_text_downloads_and_footer(built):

@@ -7,7 +7,7 @@
     verdict         per-cell results → one row per task: passed or not, and why
     copies          solution code copied from the library (it scores 0)
     submit          check a notebook and package it for handing in (``make submit``)
-    pristine        the shipped exercises inside the package; make-exercise, restore
+    pristine        the shipped exercises, built from solutions/; make-exercise, restore
     syllabus        what a student of chapter N may use: the chapter of every module
     redact          the graded library copy: that, with the exercise's answers switched off
     sandbox         the bubblewrap box and resource limits of a submission's kernel

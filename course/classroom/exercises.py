@@ -8,21 +8,23 @@ with ``exercises/exNN_name.ipynb`` (``ex``: so that its JupyterLab tab is not na
 chapter's, ``notebooks/NN_name.ipynb``):
 
 * the same notebook: nothing to do (**unchanged**);
-* absent, or with no cell edited since it was last generated (its cells are those of the
-  grader's pristine copy in the package, or of the new version): **written**;
+* absent, or with no cell edited since it was last generated (its cells are those of the new
+  version, of the grader's copy made before, or of the exercise as the last commit holds it):
+  **written**;
 * anything else holds someone's work: **kept**, not replaced, and the cells that differ are
   named; ``--force`` replaces it all the same;
 * an exercise under its old name, ``exercises/NN_name.ipynb`` (the chapter's), is **left** as it
   is, even with ``--force``: it is said whether it holds changes, and what to do with it.
 
 Cells are compared by type and source: outputs and run counts are not work (they are cleared).
-The grader's pristine copies (``course/classroom/pristine/``) are always brought up to date:
-no student edits those. ``--dry-run`` says what would happen and writes nothing. Exit status 0
-when a notebook was kept or left too (keeping a student's work is this command's job, and ``make
-slides site exercises`` goes on); 2 for a bad argument.
+The grader's copies (``course/classroom/pristine/``, never committed: ``pristine.build``) are
+brought up to date too: no student edits those. ``--dry-run`` says what would happen and writes
+nothing. Exit status 0 when a notebook was kept or left too (keeping a student's work is this
+command's job, and ``make slides site exercises`` goes on); 2 for a bad argument.
 """
 
 import shutil
+import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -48,35 +50,57 @@ def differing(a, b):
     return [i + 1 for i, (x, y) in enumerate(zip(pad(ca), pad(cb), strict=True)) if x != y]
 
 
-def changes(target, new, last):
-    """"cells 3, 5 differ" (from ``last``, the copy generated before, else from ``new``), or None
-    where ``target`` holds no one's work: its cells are those of ``new`` or of ``last``."""
-    if cells(target) in (cells(new), cells(last) if last.exists() else None):
+def changes(target, new, *last):
+    """"cells 3, 5 differ" (from the first of ``last`` that exists, the copies generated before,
+    else from ``new``), or None where ``target`` holds no one's work: its cells are those of
+    ``new`` or of one of ``last``."""
+    last = [p for p in last if p is not None and Path(p).exists()]
+    if cells(target) in [cells(new)] + [cells(p) for p in last]:
         return None
-    diff = differing(target, last if last.exists() else new)
+    diff = differing(target, last[0] if last else new)
     shown = ", ".join(map(str, diff[:8])) + (", …" if len(diff) > 8 else "")
     return f"cells {shown} differ" if len(diff) > 1 else f"cell {shown} differs"
 
 
-def plan(new, target, last):
+def committed(path, tmp):
+    """``path`` as the last commit holds it, copied under folder ``tmp`` (its path), or None where
+    git does not track it (or there is no git)."""
+    path = Path(path).resolve()
+    if not path.is_relative_to(REPO):
+        return None
+    try:
+        done = subprocess.run(["git", "-C", str(REPO), "show",
+                               f"HEAD:./{path.relative_to(REPO).as_posix()}"],
+                              capture_output=True, timeout=30)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    if done.returncode != 0:
+        return None
+    held = Path(tmp) / "committed" / path.name
+    held.parent.mkdir(parents=True, exist_ok=True)
+    held.write_bytes(done.stdout)
+    return held
+
+
+def plan(new, target, *last):
     """``("unchanged" | "written" | "kept", why)`` for generated notebook ``new`` going to
-    ``target``, where ``last`` is the copy generated before (the pristine one)."""
+    ``target``, where ``last`` are the copies generated before (the grader's, the committed)."""
     import nbformat
 
     if not target.exists():
         return "written", "new"
     if nbformat.read(target, as_version=4) == nbformat.read(new, as_version=4):
         return "unchanged", ""
-    work = changes(target, new, last)
+    work = changes(target, new, *last)
     if work is None:
         return "written", "updated from its solution"
     return "kept", f"it has changes not made here: {work} from the copy last generated"
 
 
-def old_name(new, old, last, target):
+def old_name(new, old, target, *last):
     """``("left", why)`` for ``old``, an exercise under the name it had before ``target``'s (its
     chapter's): never replaced nor deleted here; ``why`` says what it holds and what to do."""
-    work = changes(old, new, last)
+    work = changes(old, new, *last)
     if work is None:
         return "left", f"the old name of {target.name}, nothing written in it: delete it"
     return "left", (f"the old name of {target.name}, with changes: {work} from the copy last "
@@ -85,9 +109,9 @@ def old_name(new, old, last, target):
 
 
 def regenerate(solutions, out_dir, pristine_dir, force=False, dry_run=False):
-    """Regenerate each exercise; returns [(target, action, why)] (action as in ``plan``, or
-    ``"replaced"`` where ``force`` overwrote someone's work, or ``"left"`` for an exercise under
-    its old name, ``old_name``)."""
+    """Regenerate each exercise, and the grader's copies in ``pristine_dir`` (``pristine.build``);
+    returns [(target, action, why)] (action as in ``plan``, or ``"replaced"`` where ``force``
+    overwrote someone's work, or ``"left"`` for an exercise under its old name, ``old_name``)."""
     done = []
     with tempfile.TemporaryDirectory() as tmp:
         for src in solutions:
@@ -95,20 +119,19 @@ def regenerate(solutions, out_dir, pristine_dir, force=False, dry_run=False):
             new = Path(tmp) / src.name
             pristine.make_exercise(src, new)
             target = Path(out_dir) / pristine.exercise_file(src.stem)
-            last = Path(pristine_dir) / src.name
-            action, why = plan(new, target, last)
+            last = (Path(pristine_dir) / src.name, committed(target, tmp))
+            action, why = plan(new, target, *last)
             if action == "kept" and force:
                 action = "replaced"
             done.append((target, action, why))
             old = Path(out_dir) / src.name  # the name exercises had before: their chapter's
             if old.exists():
-                done.append((old, *old_name(new, old, last, target)))
-            if not dry_run:
-                if action in ("written", "replaced"):
-                    target.parent.mkdir(parents=True, exist_ok=True)
-                    shutil.copyfile(new, target)
-                Path(pristine_dir).mkdir(parents=True, exist_ok=True)
-                shutil.copyfile(new, last)
+                done.append((old, *old_name(new, old, target, *last)))
+            if not dry_run and action in ("written", "replaced"):
+                target.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(new, target)
+    if not dry_run:
+        pristine.build(solutions, into=pristine_dir)
     return done
 
 

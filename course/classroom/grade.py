@@ -7,10 +7,10 @@
 
 Generation (``pristine.make_exercise``) runs nbgrader's ``ClearSolutions``: the code between
 ``### BEGIN SOLUTION`` and ``### END SOLUTION`` becomes ``raise NotImplementedError()``; the result
-goes to ``exercises/`` and, as the grader's pristine copy, into the package.
+goes to ``exercises/``; the grader makes its own copy from ``solutions/`` (``pristine.build``).
 
 Grading (``submission.grade``) trusts nothing in the submission but its solution cells: the
-exercise comes from the notebook's metadata (or name), the checks from the package's pristine
+exercise comes from the notebook's metadata (or name), the checks from the grader's pristine
 copy, the student's code runs under nbval in a box with the library of its chapter (the exercise's
 answers switched off), and the checks run outside it. docs/GRADING.md explains what is defended
 and what is not. A whole class (one folder per student) is graded by
@@ -126,6 +126,6 @@ if __name__ == "__main__":
     if len(sys.argv) > 1 and sys.argv[1] == "make-exercise":
         if len(sys.argv) != 4:
             sys.exit("usage: python -m course.classroom.grade make-exercise SOLUTION EXERCISE")
-        make_exercise(sys.argv[2], sys.argv[3], pristine_dir=pristine.PRISTINE)
+        make_exercise(sys.argv[2], sys.argv[3])
     else:
         sys.exit(main())

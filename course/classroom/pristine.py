@@ -1,22 +1,31 @@
-"""The shipped exercises, kept inside the package, where a student's edits cannot reach them.
+"""The shipped exercises, built from solutions/ where a student's edits cannot reach them.
 
-``make-exercise`` (what ``make exercises`` runs) writes the student version of each solution
-notebook twice: to ``exercises/exNN_name.ipynb``, the copy students open and edit (``ex``: its
-JupyterLab tab is not named like its chapter's, ``notebooks/NN_name.ipynb``), and to
-``course/classroom/pristine/NN_name.ipynb``, the copy the grader restores check cells from. The
-exercise's id (``NN_name``) goes into the notebook's metadata (``metadata.mambalearn.exercise``),
-which JupyterLab keeps on Duplicate, Rename and Download, so a submission is matched to its exercise
-by that id, whatever its file is called or wherever it lies — ``exercises/exNN_name.ipynb`` graded
-in place included. Without the metadata the file name decides (``exNN_name-Copy1.ipynb``,
-``exNN (1).ipynb``, the older ``NN_name.ipynb``: the chapter number), then the names of its
-solution cells.
+``make_exercise`` writes the student version of a solution notebook: ``make exercises`` writes it
+to ``exercises/exNN_name.ipynb``, the copy students open and edit (``ex``: its JupyterLab tab is
+not named like its chapter's, ``notebooks/NN_name.ipynb``). The grader restores check cells from
+its own copy, ``course/classroom/pristine/NN_name.ipynb``, which no one commits or edits: `build`
+makes it from ``solutions/NN_name.ipynb`` with the same ``make_exercise``, when it is missing or
+when its solution (or this generator) has changed since it was made, and `shipped` builds before
+it answers. The exercise's id (``NN_name``) goes into the notebook's metadata
+(``metadata.mambalearn.exercise``), which JupyterLab keeps on Duplicate, Rename and Download, so a
+submission is matched to its exercise by that id, whatever its file is called or wherever it lies
+— ``exercises/exNN_name.ipynb`` graded in place included. Without the metadata the file name
+decides (``exNN_name-Copy1.ipynb``, ``exNN (1).ipynb``, the older ``NN_name.ipynb``: the chapter
+number), then the names of its solution cells.
 """
 
 import copy
+import functools
+import hashlib
+import json
+import os
 import re
+import tempfile
 from pathlib import Path
 
-PRISTINE = Path(__file__).resolve().parent / "pristine"
+PRISTINE = Path(__file__).resolve().parent / "pristine"  # built, never committed (.gitignore)
+SOLUTIONS = Path(__file__).resolve().parents[2] / "solutions"
+MADE = "made.json"  # in the built folder: {exercise id: [solution's digest, copy's digest]}
 _EX = re.compile(r"^ex(?=\d\d(?![0-9a-z]))", re.I)  # "ex" before a chapter number: ex03_…, ex03 (1)
 _CHAPTER = re.compile(r"^(\d\d)(?![0-9a-z])", re.I)  # 03_operator, 03 (1), 03: not 031 or 03b
 
@@ -37,8 +46,8 @@ def meta(cell):
     return cell.metadata.get("nbgrader", {})
 
 
-def make_exercise(src, dst, pristine_dir=None):
-    """Write the student version of solution notebook ``src`` to ``dst`` (and ``pristine_dir``).
+def make_exercise(src, dst=None):
+    """The student version of solution notebook ``src``, written to ``dst`` when given.
 
     nbgrader's ``ClearSolutions`` replaces the code between ``### BEGIN SOLUTION`` and
     ``### END SOLUTION`` by ``raise NotImplementedError()``; outputs are cleared.
@@ -51,14 +60,92 @@ def make_exercise(src, dst, pristine_dir=None):
     nb, _ = ClearSolutions(enforce_metadata=False).preprocess(nb, {})
     nb, _ = ClearOutputPreprocessor().preprocess(nb, {})
     nb.metadata["mambalearn"] = {"exercise": Path(src).stem}
-    for target in [Path(dst)] + ([Path(pristine_dir) / f"{Path(src).stem}.ipynb"]
-                                 if pristine_dir else []):
-        target.parent.mkdir(parents=True, exist_ok=True)
-        nbformat.write(nb, target)
+    if dst is not None:
+        Path(dst).parent.mkdir(parents=True, exist_ok=True)
+        nbformat.write(nb, dst)
+    return nb
 
 
-def shipped(pristine_dir=PRISTINE):
-    """{exercise id: path} of the pristine exercises (or of a folder like exercises/)."""
+def _digest(data):
+    return hashlib.sha256(data).hexdigest()
+
+
+@functools.lru_cache(maxsize=1)
+def _generator():
+    """What else decides the copy's bytes: this file (``make_exercise``) and the versions of the
+    libraries it calls."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    def v(name):
+        try:
+            return version(name)
+        except PackageNotFoundError:
+            return "-"
+
+    own = Path(__file__).read_bytes()
+    return own + "".join(f"{n}={v(n)};" for n in ("nbformat", "nbconvert", "nbgrader")).encode()
+
+
+def _write(path, data):
+    """``data`` to ``path`` at once (a temporary file renamed): a reader running at the same
+    time sees the old file or the new one, never half of one."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.chmod(tmp, 0o644)  # (mkstemp's file is the owner's alone; a notebook is not secret)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def build(solutions=None, into=PRISTINE):
+    """Bring the grader's copies in ``into`` up to date with ``solutions`` (paths; default:
+    every ``solutions/*.ipynb``, and then a copy whose solution is gone is removed). A copy is
+    made again when it is missing, when its bytes are not those it was made with, or when its
+    solution or the generator changed; else it is left alone (hashing is all a fresh folder
+    costs). Returns ``{exercise id: path}`` of ``solutions``' copies."""
+    every = solutions is None
+    solutions = sorted(Path(SOLUTIONS).glob("*.ipynb")) if every else [Path(s) for s in solutions]
+    into = Path(into)
+    into.mkdir(parents=True, exist_ok=True)
+    try:
+        made = json.loads((into / MADE).read_text())
+    except (OSError, ValueError):
+        made = {}
+    generator, out, changed = None, {}, False
+    for src in solutions:
+        stem, target = src.stem, into / f"{src.stem}.ipynb"
+        if generator is None:
+            generator = _digest(_generator())  # (once a call, when there is a solution)
+        source = _digest(src.read_bytes() + generator.encode())
+        held = target.read_bytes() if target.exists() else None
+        if held is None or made.get(stem) != [source, _digest(held)]:
+            import nbformat
+
+            data = nbformat.writes(make_exercise(src)).encode()
+            data += b"" if data.endswith(b"\n") else b"\n"  # as nbformat.write ends a file
+            _write(target, data)
+            made[stem], changed = [source, _digest(data)], True
+        out[stem] = target
+    if every:
+        for stray in set(shipped(into)) - set(out):
+            (into / f"{stray}.ipynb").unlink(missing_ok=True)
+            made.pop(stray, None)
+            changed = True
+    if changed:
+        _write(into / MADE, json.dumps(made, indent=1, sort_keys=True).encode())
+    return out
+
+
+def shipped(pristine_dir=None):
+    """{exercise id: path} of the pristine exercises, built first where solutions/ is at hand
+    (`build`), or of the notebooks in folder ``pristine_dir`` (like exercises/)."""
+    if pristine_dir is None:
+        if Path(SOLUTIONS).is_dir():
+            return build()
+        pristine_dir = PRISTINE  # a copy without solutions/: the copies it was given
     return {exercise_id(p): p for p in sorted(Path(pristine_dir).glob("*.ipynb"))}
 
 

@@ -589,16 +589,18 @@ def chapters(n):
 
 
 def build(notebooks, out_dir, online=False, jobs=2, timeout=300, fresh=False, pdf=False,
-          colab=None, exercises=pristine.PRISTINE):
+          colab=None, exercises=None):
     """Render every notebook (``jobs`` executed at once), its deck, the index, the API page and
-    the search index. ``exercises``: the folder of the shipped exercises (``NN_name.ipynb``, the
-    grader's pristine copies), published as ``exercises/exNN_name.ipynb``. Returns (chapters
+    the search index. ``exercises``: the folder of the shipped exercises (``NN_name.ipynb``;
+    default: the grader's pristine copies, ``pristine.shipped``), published as
+    ``exercises/exNN_name.ipynb``. Returns (chapters
     written, failures as (file name, why))."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     if not online:  # the vendor folder once, before the workers need it
         slides_offline.install(out_dir)
     info = build_info()
+    exercises = pristine.shipped(exercises) if exercises else pristine.shipped()
 
     def run(i_nb):
         i, nb = i_nb
@@ -618,8 +620,8 @@ def build(notebooks, out_dir, online=False, jobs=2, timeout=300, fresh=False, pd
         c.summary = about.get(c.number, "") if c.number is not None else ""
         c.deck = slides.export(p, out_dir, offline=not online, nb=nb).name
         site_deck(out_dir / c.deck, c, nb)
-        shipped = Path(exercises) / f"{p.stem}.ipynb"
-        if shipped.exists():
+        shipped = exercises.get(p.stem)
+        if shipped is not None:
             c.exercise = shipped
             (out_dir / "exercises").mkdir(parents=True, exist_ok=True)
             shutil.copyfile(shipped, out_dir / "exercises" / pristine.exercise_file(p.stem))

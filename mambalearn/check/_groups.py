@@ -7,7 +7,8 @@ never imports a check to learn what to block); `expand` and `rebuilds` give the 
 """
 
 GROUPS = {
-    # every function computing Mamba-1's selective scan y = scan(u, Δ, A, B, C, D) (one signature)
+    # every function computing Mamba-1's selective scan y = scan(u, Δ, A, B, C, D) (one signature;
+    # chapter 12's made of decode steps too)
     "mamba1 scans": [
         "mambalearn.scan.sequential.selective_scan_sequential",
         "mambalearn.scan.selective.selective_scan_parallel",
@@ -16,6 +17,7 @@ GROUPS = {
         "mambalearn.autograd.selective_scan_checkpointed",
         "mambalearn.mamba1.api.selective_scan_fn",
         "mambalearn.mamba1.kernel.selective_scan_teaching",
+        "mambalearn.inference.scan_by_steps",
     ],
     # Mamba-1's Triton kernels and launchers (chapter 09), the readable and the tuned
     "mamba1 kernels": [
@@ -39,6 +41,11 @@ GROUPS = {
         "mambalearn.mamba2.api.mamba_chunk_scan_combined",
         "mambalearn.mamba2.fused.forward.ssd_fused_forward",
         "mambalearn.mamba2.fused.forward.fused_forward",
+    ],
+    # the combine of chapter 03's operator, elementwise: the PyTorch one and chapter 08's Triton one
+    "elementwise combines": [
+        "mambalearn.ops.combine_elementwise",
+        "mambalearn.triton.scan.combine_fn",
     ],
     # every scan of h_t = a_t h_{t−1} + b_t (chapters 02–08)
     "linear scans": [

@@ -9,7 +9,7 @@ __all__ = ["selective_scan_sequential"]
 # Switched off while grading: the function itself and every library scan that computes the same
 # thing with the same arguments (a drop-in would be the answer imported under another name).
 REBUILDS = {
-    "selective_scan_sequential": ["@mamba1 scans", "mambalearn.inference.scan_by_steps"],
+    "selective_scan_sequential": ["@mamba1 scans"],
 }
 
 HINTS = {

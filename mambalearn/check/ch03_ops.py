@@ -10,8 +10,7 @@ from mambalearn.check.treeorder import tree_order
 
 __all__ = ["combine", "fold"]
 REBUILDS = {
-    "combine": ["mambalearn.ops.combine", "mambalearn.ops.combine_elementwise",
-                "mambalearn.ops.apply", "mambalearn.triton.scan.combine_fn"],
+    "combine": ["mambalearn.ops.combine", "@elementwise combines", "mambalearn.ops.apply"],
     "fold": ["mambalearn.ops.fold"],
 }
 

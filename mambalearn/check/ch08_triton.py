@@ -24,7 +24,7 @@ from mambalearn.check.treeorder import tree_order
 
 __all__ = ["combine_fn", "scan_kernel"]
 REBUILDS = {
-    "combine_fn": ["mambalearn.ops.combine_elementwise", "mambalearn.triton.scan.combine_fn"],
+    "combine_fn": ["@elementwise combines"],
     "scan_kernel": ["mambalearn.triton.scan.scan", "mambalearn.triton.scan.scan_single_block",
                     "mambalearn.triton.scan.scan_reference",
                     "mambalearn.triton.scan._scan_blocked_kernel",

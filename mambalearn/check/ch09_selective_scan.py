@@ -29,9 +29,7 @@ from mambalearn.scan.sequential import selective_scan_sequential
 __all__ = ["selective_scan_kernel"]
 REBUILDS = {  # the Triton kernels and launchers, and the PyTorch scans with the same signature
     "selective_scan_kernel": ["@mamba1 kernels", "@mamba1 scans",
-                              "mambalearn.inference.scan_by_steps",
-                              "mambalearn.ops.combine_elementwise",
-                              "mambalearn.triton.scan.combine_fn"],
+                              "@elementwise combines"],
 }
 
 HINTS = {

@@ -22,8 +22,7 @@ REBUILDS = {
     "rank_scan": ["mambalearn.parallel.summary.rank_scan", "@linear scans"],
     "fix_up": ["mambalearn.parallel.summary.fix_up",
                "mambalearn.inference.initial_state_contribution",
-               "mambalearn.inference.decode_step", "mambalearn.inference.scan_by_steps",
-               "@mamba1 scans", "@ssd"],
+               "mambalearn.inference.decode_step", "@mamba1 scans", "@ssd"],
 }
 
 HINTS = {

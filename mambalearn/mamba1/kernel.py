@@ -27,6 +27,8 @@ runs may differ in the last bits. ``selective_scan_fn(..., deterministic=True)``
 kernels' fixed-order alternative (``deterministic``).
 """
 
+from dataclasses import dataclass
+
 import torch
 import triton
 import triton.language as tl
@@ -34,13 +36,24 @@ import triton.language as tl
 from mambalearn import device
 from mambalearn.mamba1 import args as interface
 from mambalearn.triton.common import softplus
+from mambalearn.triton.config import LaunchConfig
 from mambalearn.triton.scan import combine_fn  # the ⊗ of chapter 03, jitted in chapter 08
 
+
+@dataclass(frozen=True)
+class Tile(LaunchConfig):
+    """The one fixed tile of a launch: ``block_d`` channels × ``block_l`` steps (the forward's;
+    the backward walks a chunk of CHUNK steps), ``num_warps`` warps."""
+    block_d: int
+    block_l: int = 0
+    num_warps: int = 4
+
+
 CHUNK = 32  # steps between stored states = the backward's time tile
-GPU_FWD = dict(BLOCK_D=64, BLOCK_L=16, num_warps=4)  # one readable choice, not tuned
-GPU_BWD = dict(BLOCK_D=16, num_warps=4)
-CPU_FWD = dict(BLOCK_D=4, BLOCK_L=8, num_warps=1)  # interpreter: small tiles
-CPU_BWD = dict(BLOCK_D=4, num_warps=1)
+GPU_FWD = Tile(block_d=64, block_l=16, num_warps=4)  # one readable choice, not tuned
+GPU_BWD = Tile(block_d=16, num_warps=4)
+CPU_FWD = Tile(block_d=4, block_l=8, num_warps=1)  # interpreter: small tiles
+CPU_BWD = Tile(block_d=4, num_warps=1)
 CPU_CHUNK = 8
 
 
@@ -363,7 +376,7 @@ def _forward(u, delta, A, B, C, D, z, delta_bias, SOFTPLUS, seq_idx, initial_sta
     last = torch.empty((b, d, n), **f32) if initial_state is None \
         else initial_state.clone()  # h_{−1} in, h_{l−1} out
     opt = lambda X: X if X is not None else A  # A stands in for absent inputs (never read)
-    selective_scan_fwd_kernel[(b * g, triton.cdiv(d // g, cfg["BLOCK_D"]))](
+    selective_scan_fwd_kernel[(b * g, triton.cdiv(d // g, cfg.block_d))](
         u, delta, A, Bk, Ck, opt(D), opt(z), opt(delta_bias), opt(seq_idx),  # inputs
         out, states,  # outputs
         last,  # h_{−1} in (if given), h_{l−1} out
@@ -372,7 +385,8 @@ def _forward(u, delta, A, B, C, D, z, delta_bias, SOFTPLUS, seq_idx, initial_sta
         *sC,  # C's
         N=n, NP=triton.next_power_of_2(n), CHUNK=q,
         **interface.flags(D, z, delta_bias, SOFTPLUS, B, C, seq_idx),  # HAS_D … HAS_SEQ
-        HAS_H0=initial_state is not None, **cfg)  # cfg: BLOCK_D, BLOCK_L, num_warps
+        HAS_H0=initial_state is not None, BLOCK_D=cfg.block_d, BLOCK_L=cfg.block_l,
+        num_warps=cfg.num_warps)
     return out, states, last
 
 
@@ -395,7 +409,7 @@ def _backward(dout, dlast, u, delta, A, B, C, D, z, delta_bias, SOFTPLUS, seq_id
     sB, sC = interface.dim_strides(Bk), interface.dim_strides(Ck)
     sdB, sdC = interface.dim_strides(dB), interface.dim_strides(dC)
     opt = lambda X: X if X is not None else A  # A stands in for absent tensors (never touched)
-    selective_scan_bwd_kernel[(b * g, triton.cdiv(d // g, cfg["BLOCK_D"]))](
+    selective_scan_bwd_kernel[(b * g, triton.cdiv(d // g, cfg.block_d))](
         u, delta, A, Bk, Ck, opt(D), opt(z), opt(delta_bias), opt(seq_idx),  # inputs
         dout, states, g0,  # upstream gradient, stored states, adjoint carry
         du, ddelta, dA, dB, dC, dD, opt(dz), dbias,  # gradients
@@ -404,7 +418,7 @@ def _backward(dout, dlast, u, delta, A, B, C, D, z, delta_bias, SOFTPLUS, seq_id
         *sdB, *sdC,  # dB's and dC's
         N=n, NP=triton.next_power_of_2(n), CHUNK=_chunk(),
         **interface.flags(D, z, delta_bias, SOFTPLUS, B, C, seq_idx),  # HAS_D … HAS_SEQ
-        CARRY_G=carry_g, **cfg)  # cfg: BLOCK_D, num_warps
+        CARRY_G=carry_g, BLOCK_D=cfg.block_d, num_warps=cfg.num_warps)
     return (*interface.finish_grads(du, ddelta, dA, dB, dC, dD, dz, dbias, B, C, D, delta_bias),
             g0 if carry_g else None)
 

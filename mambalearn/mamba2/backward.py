@@ -86,28 +86,27 @@ from mambalearn.mamba2.backward_states import (  # noqa: F401
     state_passing_backward,
 )
 from mambalearn.mamba2.common import FUSED_MIN_CHUNK
-from mambalearn.mamba2.config import resolve
 from mambalearn.mamba2.fused.states import chunk_states
 
 
 # ---------------------------------------------------------------------------------------------
 def ssd_backward(dout, dfinal, x, dt, A, B, C, chunk_size, D=None, z=None, dt_bias=None,
                  initial_states=None, seq_idx=None, dt_softplus=False,
-                 dt_limit=(0.0, float("inf")), config=None):
+                 dt_limit=(0.0, float("inf")), *, config):
     """All gradients of ``mamba_chunk_scan_combined``, steps 0–8 of the module doc.
 
     Shapes: dout (b, l, h, p); dfinal (b, h, p, n) or None; the rest as the forward's.
     Returns (dx, ddt, dA, dB, dC, dD, dz, ddt_bias, dinitial_states), each in its input's dtype,
     None where the input is None. Matches ``_mamba_chunk_scan_combined_bwd`` of mamba_ssm.
 
-    ``config``: a ``config.Config`` (default: ``config.default_config`` for this shape): its
+    ``config``: the resolved ``config.Config`` of the forward (``mamba_chunk_scan_combined``
+    checks and resolves it once; ``config.default_config`` for the shape is the default): its
     ``backward`` (a launch per kernel, ``nsplit``: programs per group in steps 4–6,
     ``recompute``: step 0 by chapter 11's one-kernel chunk states, ``"states"``, or chapter 10's
     chunk state and state passing, ``"stages"``) and its ``stages`` (the recomputing kernels).
     """
     b, l, h, p = x.shape
-    g, n, q = B.shape[2], B.shape[3], chunk_size
-    config = resolve(config, (b, l, h, p, g, n, q), x.device)
+    n, q = B.shape[3], chunk_size
     cfg, st = config.backward, config.stages
     x, B, C, dout = x.contiguous(), B.contiguous(), C.contiguous(), dout.contiguous()
     seq_idx = seq_idx.contiguous() if seq_idx is not None else None

@@ -5,18 +5,19 @@ the device's size and the grid's limits.
     exp2_ftz     2^x as one MUFU.EX2 instruction, results below 2⁻¹²⁶ flushed to 0 (the
                  interpreter: tl.exp2)
     softplus     log(1 + eˣ), stable for large |x|, and x itself above 20 (mamba_ssm's threshold)
-    sm_count     streaming multiprocessors of a CUDA device (0 elsewhere)
+    sm_count     streaming multiprocessors of a CUDA device (0 elsewhere; `mambalearn.device`'s,
+                 which chapter 05's roofline reads too)
     GRID_LIMITS  programs per grid axis (CUDA: 2³¹ − 1, 65535, 65535); GRID_Y, GRID_Z the last two
 
 Mamba-1 (`mambalearn.mamba1`), Mamba-2 (`mambalearn.mamba2`) and Mamba-3 (`mambalearn.mamba3`)
 import them from here; a family's own ``common`` module holds only what its kernels share.
 """
 
-import torch
 import triton
 import triton.language as tl
 
 from mambalearn import device
+from mambalearn.device import sm_count  # noqa: F401  (the toolkit's name for it)
 from mambalearn.launches import GRID_LIMITS
 
 INTERPRETED = device.interpreted()  # Triton's CPU interpreter runs the kernels
@@ -41,11 +42,3 @@ def exp2_ftz(x):
 def softplus(x):
     """log(1 + e^x), stable for large |x|; mamba_ssm returns x itself above 20."""
     return tl.where(x <= 20.0, tl.maximum(x, 0.0) + tl.log(1.0 + tl.exp(-tl.abs(x))), x)
-
-
-def sm_count(device):
-    """Streaming multiprocessors of a CUDA device (0 elsewhere: nothing to fill)."""
-    device = torch.device(device)
-    if device.type != "cuda":
-        return 0
-    return torch.cuda.get_device_properties(device).multi_processor_count
