@@ -9,8 +9,8 @@
 #                                                              # NB_PATHS=none skips the notebooks)
 #
 # Not run here, because what they test is CPU tooling and they need what the device image lacks
-# (Chromium, bubblewrap, nbgrader): the browser, slide, site and grading-box tests (TOOLING
-# below); `make test` runs them. Every kernel those tools launch is a chapter's or a solution's,
+# (Chromium, bubblewrap, nbgrader): the browser, slide, site and grading tests (TOOLING below:
+# the grader's exercise copies are built from solutions/ with nbgrader); `make test` runs them. Every kernel those tools launch is a chapter's or a solution's,
 # and those run here under nbval.
 set -u
 OUT=${OUT:-/tmp/out}; LOG=/tmp/verify_logs; rm -rf "$LOG"; mkdir -p "$LOG" "$OUT"
@@ -25,7 +25,7 @@ export JUPYTER_PLATFORM_DIRS=1 MAMBALEARN_COMMIT=${MAMBALEARN_COMMIT:-"not recor
 HUNGRY=${HUNGRY-"tests/test_past_2_31.py tests/test_huge.py"}  # tens of GB each: one at a time
 TOOLING="test_browser test_slides test_slides_fit test_slides_offline test_site test_grading \
 test_grading_holes test_grading_sandbox test_grading_exercises test_grading_selfcheck \
-test_gradebook test_submit test_chapters_run test_cli"
+test_gradebook test_submit test_chapters_run test_cli test_exercise_names test_grading_library"
 IGNORE=""; for t in $TOOLING; do IGNORE="$IGNORE --ignore=tests/$t.py"; done
 # the grading box's own run of a notebook (the device's Jupyter wheels are not on the box's path)
 IGNORE="$IGNORE --deselect tests/test_check_ch16.py::test_a_vacuous_claim_fails_when_graded"
