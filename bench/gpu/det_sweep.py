@@ -242,6 +242,7 @@ def main(argv=None):
     ap.add_argument("--limit", type=float, default=120.0, help="seconds for the whole run")
     ap.add_argument("--out", default=os.environ.get("OUT", "/tmp/out"))
     ap.add_argument("--cpu-smoke", action="store_true", help="toy sizes in the interpreter")
+    ap.add_argument("--pick", help="write the picked candidate's Backward fields to this JSON file")
     ap.add_argument("--sm90", action="store_true",
                     help="build every candidate for sm_90 (no GPU): registers, spills, problems")
     args = ap.parse_args(argv)
@@ -313,6 +314,9 @@ def main(argv=None):
               f"tree_rows={bw.tree_rows}, tree_fan={bw.tree_fan}, tree_after={bw.tree_after}, "
               f"reg_carry={bw.reg_carry}"
               + (f", tree_block={bw.tree_block}" if bw.tree_block else "") + ")", flush=True)
+        if args.pick:  # for `bench.gpu.determinism --mamba1-backward FILE` in the same call
+            import json
+            Path(args.pick).write_text(json.dumps(dict(dataclasses.asdict(bw), name=best)))
     return rows
 
 

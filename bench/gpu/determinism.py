@@ -169,7 +169,19 @@ def main(argv=None):
     ap.add_argument("--runs", type=int, default=10, help="fwd+bwd runs per mode")
     ap.add_argument("--out", default=os.environ.get("OUT", "/tmp/out"))
     ap.add_argument("--cpu-smoke", action="store_true", help="toy sizes in the interpreter")
+    ap.add_argument("--mamba1-backward", help="a JSON file of Backward fields (det_sweep's "
+                    "--pick): Mamba-1's deterministic mode runs that backward, not the default's")
     args = ap.parse_args(argv)
+    extra = {}
+    if args.mamba1_backward:
+        import json
+
+        from mambalearn.mamba1 import config as m1config
+        fields = json.loads(Path(args.mamba1_backward).read_text())
+        name = fields.pop("name", "picked")
+        m1config.DETERMINISTIC_BACKWARD = m1config.Backward(**fields)  # read by default_config
+        extra["mamba1_deterministic_backward"] = f"{name}: {m1config.DETERMINISTIC_BACKWARD}"
+        print("Mamba-1 deterministic backward:", extra["mamba1_deterministic_backward"], flush=True)
     t0 = time.perf_counter()
     gpu = torch.cuda.is_available() and not args.cpu_smoke
     if not gpu and not args.cpu_smoke:
@@ -204,13 +216,15 @@ def main(argv=None):
         print(rows[-1], flush=True)
     finally:
         record("determinism", rows, command="python3 -m bench.gpu.determinism"
-               + (" --cpu-smoke" if not gpu else f" --limit {args.limit:.0f}"), peers={},
+               + (" --cpu-smoke" if not gpu else f" --limit {args.limit:.0f}")
+               + (f" --mamba1-backward {args.mamba1_backward}" if args.mamba1_backward else ""),
+               peers={},
                out_dir=args.out,
                method=f"fwd+bwd {runs}× per mode on the same inputs, torch.equal against the "
                       "first run; batch position: the batch rolled by one row; timings: "
                       "mambalearn.timing.compare (warm ≥ 1 s, 5 interleaved rounds, median; "
                       "ratio = median of per-round ratios deterministic / default); bf16 inputs"
-               if gpu else "CPU smoke run of the script")
+               if gpu else "CPU smoke run of the script", **extra)
     print(table(rows), flush=True)
     return rows
 
