@@ -10,6 +10,9 @@ The autograd function saves its inputs and the state entering every chunk, (b, h
 the inputs' dtype; the backward recomputes each chunk from it. ``deterministic=True`` sums dQ, dK
 over a group's heads in a fixed order instead of with atomics (its cost: ``mimo_backward``): the
 same bits on every run and at every position in the batch.
+
+At rank 1 the recurrence is SISO's (``rank_one_on_siso``): with ``config.rank_one = "siso"``
+(the default) the call runs the SISO kernels, the per-rank weights folded into their inputs.
 """
 
 import torch
@@ -145,7 +148,9 @@ def mamba3_mimo_combined(Q, K, V, ADT, DT, Trap, Q_bias, K_bias, MIMO_V, MIMO_Z,
     chunk_size q and the rank r powers of two with 16 ≤ q·r ≤ 128; float32, bf16 or fp16 inputs.
     ``deterministic``: dQ, dK summed over a group's heads in a fixed order (not atomics): the same
     bits on every run and at every position in the batch. ``config``: the launch settings, a
-    ``mambalearn.mamba3.config.MimoConfig`` (None: ``MIMO_DEFAULT``).
+    ``mambalearn.mamba3.config.MimoConfig`` (None: ``MIMO_DEFAULT``). At r = 1 (and
+    ``config.rank_one = "siso"``) the SISO kernels run (``rank_one_on_siso``; chunk: SISO's rule,
+    16 ≤ q ≤ 256).
     Non-finite inputs as ``mamba3_siso_combined``: ADT = −∞ gives the recurrence's output and
     finite gradients; a NaN in Q, K, DT or ADT at step t reaches outputs at t and after; a NaN in
     V at step t also reaches the earlier steps of its chunk (0 · NaN inside the chunk's
@@ -156,6 +161,10 @@ def mamba3_mimo_combined(Q, K, V, ADT, DT, Trap, Q_bias, K_bias, MIMO_V, MIMO_Z,
         raise TypeError(f"deterministic must be True or False, got {deterministic!r}")
     check_inputs(Q, K, V, ADT, DT, Trap, Q_bias, K_bias, MIMO_V, MIMO_Z, MIMO_Out, Angles, D, Z,
                  Input_States)
+    if Q.shape[2] == 1 and cfg.rank_one == "siso":
+        return rank_one_on_siso(Q, K, V, ADT, DT, Trap, Q_bias, K_bias, MIMO_V, MIMO_Z,
+                                MIMO_Out, Angles, D, Z, Input_States, chunk_size,
+                                return_final_states)
     for name, t in (("Q", Q), ("K", K), ("V", V), ("Z", Z)):
         if t is not None and t.dtype == torch.float64:
             raise TypeError(f"{name} is float64; the Triton kernels take float32, bf16 or fp16 "
@@ -177,3 +186,52 @@ def mamba3_mimo_combined(Q, K, V, ADT, DT, Trap, Q_bias, K_bias, MIMO_V, MIMO_Z,
         return out
     Hf, Kf = finals
     return out, theta[:, -1], Hf, Kf.to(V.dtype), V[:, -1].clone()
+
+
+def rank_one_on_siso(Q, K, V, ADT, DT, Trap, Q_bias, K_bias, MIMO_V, MIMO_Z, MIMO_Out, Angles,
+                     D=None, Z=None, Input_States=None, chunk_size=64, return_final_states=False):
+    """Rank 1 of the MIMO prefill on the SISO kernels (``mamba3_siso_combined``).
+
+    At r = 1 the recurrence is SISO's with v_t = x_t ⊙ Ψ: the same α, β, γ, θ, q_t, k_t, one
+    rank-1 update a step. Every channel i of the state (its row h_t[i, :]) sees only x_t[i], so
+    the output is linear in v channel by channel, the skip term D v included:
+
+        y_t[i](x ⊙ s) = s_i · y_t[i](x)             for any per-channel scale s (p,)
+
+    and out_t = Φ ⊙ y_t ⊙ silu(z_t ⊙ ζ) = SISO(V ⊙ Ψ ⊙ Φ, Z ⊙ ζ). So the weights fold into the
+    SISO call's inputs: V′ = V ⊙ (Ψ ⊙ Φ) (one pass over V), Z′ = Z ⊙ ζ (only when MIMO_Z is
+    given), Q, K, their biases and the cache's k lose their rank axis; autograd carries the
+    gradients back through the folds (dΨ = Σ_{b,l} Φ ⊙ V ⊙ dV′, …).
+
+    The state the SISO kernels carry is then Φ ⊙ h row by row, so an Input_States' ssm and v
+    enter scaled by Φ (and Ψ); with ``return_final_states`` Φ is applied to the output instead
+    (dividing the final state by Φ would fail where Φ has zeros), one pass more.
+    The chunk follows SISO's rule (a power of two, 16 ≤ q ≤ 256). SISO's backward has no
+    atomics: its gradients have the same bits on every run with or without ``deterministic``.
+    """
+    from mambalearn.mamba3.api import mamba3_siso_combined
+
+    psi = MIMO_V[:, 0]  # (h, p)
+    phi = None if MIMO_Out is None else MIMO_Out[:, 0]
+    fold = phi is not None and not return_final_states  # Φ into V, not onto the output
+    scale = psi * phi if fold else psi
+    cast = lambda w, t: w.to(t.dtype)  # the weights in the activations' dtype: one pass
+    V1 = V * cast(scale, V)
+    Z1 = Z if Z is None or MIMO_Z is None else Z * cast(MIMO_Z[:, 0], Z)
+    states = None
+    if Input_States is not None:
+        ang, ssm, k, v = Input_States
+        row = phi[None, :, :, None] if fold else 1.0  # (1, h, p, 1): the state's rows
+        states = (ang, ssm * row, k[:, 0], v * cast(scale, v))
+    r = mamba3_siso_combined(Q[:, :, 0], K[:, :, 0], V1, ADT, DT, Trap, Q_bias[:, 0],
+                             K_bias[:, 0], Angles, D=D, Z=Z1, Input_States=states,
+                             chunk_size=chunk_size, return_final_states=return_final_states)
+    out = r[0] if return_final_states else r
+    if phi is None:
+        out = out[:, :, None]  # (b, l, 1, h, p): every rank's output
+    elif not fold:
+        out = out * cast(phi, out)
+    if not return_final_states:
+        return out
+    _, ang, ssm, k, _ = r
+    return out, ang, ssm, k[:, None], V[:, -1].clone()
