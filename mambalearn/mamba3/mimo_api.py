@@ -21,7 +21,7 @@ import triton
 from mambalearn import device  # noqa: F401  (TRITON_INTERPRET before any kernel module)
 from mambalearn.mamba3.common import dot_dtype
 from mambalearn.mamba3.config import MIMO_DEFAULT, MimoConfig
-from mambalearn.mamba3.mimo_backward import mimo_backward_kernel
+from mambalearn.mamba3.mimo_backward import mimo_backward_kernel, sum_heads_kernel
 from mambalearn.mamba3.mimo_forward import mimo_forward_kernel
 from mambalearn.mamba3.mimo_reference import check_inputs, initial_pre_state
 from mambalearn.mamba3.reference import angle_cumsum
@@ -31,6 +31,7 @@ from mambalearn.triton.deterministic import TreeSum
 
 CONFIG = MIMO_DEFAULT  # the launch settings (`MimoConfig`: why these)
 MAX_ROWS = 128  # q·r: past it no backward fits an H200's shared memory
+SUM_BLOCK = 1024  # elements of dQ (dK) a program of the deterministic sum adds
 
 
 def tiles(n, p, r, chunk_size):
@@ -108,24 +109,35 @@ class Mamba3MimoFn(torch.autograd.Function):
         dPsi, dZeta, dPhi = (torch.zeros(b, h, r, p, **f32) for _ in range(3))
         dD = torch.empty(b, h, **f32)
         c, rows = Hs.shape[2], ctx.chunk_size * r
-        tree = None  # deterministic: dQ, dK over a group's heads in head order, not atomics
-        if ctx.deterministic:
-            tree = TreeSum.allocate(h // g, b * g * c, 2 * rows * n,
-                                    ctx.cfg.tree_fan, V.device)
+        # deterministic: dQ, dK over a group's heads in head order, not atomics (mimo_backward)
+        tree = parts = None
+        heads = h // g
+        if ctx.deterministic and ctx.cfg.det_sum == "tree":
+            tree = TreeSum.allocate(heads, b * g * c, 2 * rows * n, ctx.cfg.tree_fan, V.device)
+        elif ctx.deterministic:  # every head's own dQ, dK, added by sum_heads_kernel after
+            parts = torch.empty(2, heads, *Q.shape, **f32)
+        det = 2 if parts is not None else int(tree is not None)
+        slots = tree.slots if tree is not None else parts if parts is not None else dQ
         cont = lambda t: None if t is None else t.contiguous().float()
         mimo_backward_kernel[(h, b)](
             Q, K, V, Z, Q_bias, K_bias, Psi, Zeta, Phi, D, ADT, W, G, theta, Hs,
             d_out.contiguous(), cont(d_Hf), cont(d_Kf), dQ, dK,
-            *(tree.slots, tree.counts) if tree is not None else (dQ, dQ),
+            slots, tree.counts if tree is not None else dQ,
             dV, dZ, dTh, dADT, dW, dG, dH0,
-            dQb, dKb, dPsi, dZeta, dPhi, dD, l, c, b * g * c, h, g, p, n, na,
+            dQb, dKb, dPsi, dZeta, dPhi, dD, l, c, Q.numel() if parts is not None else b * g * c,
+            h, g, p, n, na,
             Q=ctx.chunk_size, R=r, P=P, N=N, HAS_D=D is not None, HAS_Z=Z is not None,
-            HAS_OUT=Phi is not None, DOT=dot_dtype(V), DET=tree is not None,
+            HAS_OUT=Phi is not None, DOT=dot_dtype(V), DET=det,
             PRECISION=dot_precision(V),
             FAN=tree.fan if tree is not None else 2,
             TREE_BLOCK=min(1024, triton.next_power_of_2(2 * rows * n)),
             num_warps=launch_warps(ctx.cfg, "backward_warps", ctx.chunk_size * r),
             num_stages=launch_stages(ctx.cfg, "backward_stages", ctx.chunk_size * r))
+        if parts is not None:  # the heads' copies added in head order
+            dQK = torch.empty(2, *Q.shape, **f32)
+            sum_heads_kernel[(triton.cdiv(Q.numel(), SUM_BLOCK), 2)](
+                parts, dQK, Q.numel(), heads, BLOCK=SUM_BLOCK, num_warps=4)
+            dQ, dK = dQK
         if tree is not None:  # root (b·g·c, [dQ, dK], q, r, n) → (b, c·q, r, g, n)[:, :l]
             root = tree.root().view(b, g, c, 2, ctx.chunk_size, r, n).permute(3, 0, 2, 4, 5, 1, 6)
             dQ, dK = root.reshape(2, b, c * ctx.chunk_size, r, g, n)[:, :, :l]

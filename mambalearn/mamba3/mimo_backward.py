@@ -15,19 +15,21 @@ gradient of a step is Σ_ρ of the pairs' dq × q + dk × k (``common.pair_cross
 summed over the heads of a group with atomic adds; the per-head weights' gradients (biases, Ψ,
 ζ, Φ, D) are summed per program, then over the batch by the caller.
 
-Deterministic mode (DET): atomic adds arrive in any order, and float addition is not
-associative, so dQ, dK can change in the last bits from run to run. With DET each head stores its
-chunk's dq, dk rows ((q·r, n) each) in its own slot, and the last head of the group to finish the
-chunk adds the slots in head order (``selective_scan.deterministic.tree_sum``, a tree of fan-in
-``tree_fan``). Cost: slots of (h/g + …)·b·g·c·2·q·r·n fp32 — at b8 l2048 h32 g1 r4 q16 n128
-(fan 8: 32 + 4 + 1 rows) 2.5 GB, the 2.1 GB of floats the atomics added in L2 plus the tree's
-upper levels — each written once and read once, mostly from L2 by a neighbour head running at
-the same time (the heads of a batch row are adjacent in the grid). The kernel's own traffic (the
-stored states alone are b·h·c·p·n bf16 ≈ 0.54 GB there) and its dots dominate; the extra is the
-slots' write-back, ≈ 2.5 GB of HBM writes (≈ 0.5 ms at 4.8 TB/s) under a compute-bound kernel,
-and per head and chunk one counter atomic and the loads of the sums it does. Every other
-output is per program (no atomics) in both modes; a (batch row, group, chunk)'s sum reads only
-its own heads' slots, so a sequence's gradients do not depend on its position in the batch.
+Deterministic mode: atomic adds arrive in any order, and float addition is not associative, so
+dQ, dK can change in the last bits from run to run. Two fixed orders (``config.det_sum``):
+
+- "heads" (DET 2, the default): each head stores its dq, dk rows in its own copy of dQ, dK
+  ((2, h/g, b, l, r, g, n) fp32) — plain stores, nothing waits inside the chunk loop — and
+  ``sum_heads_kernel`` adds the h/g copies in head order afterwards. Cost at b8 l2048 h32 g1 r4
+  n128: 2 × 32 × 8.4 M floats = 2.1 GB written by the backward (the bytes the atomics sent to
+  L2) and read once by the sum, ≈ 2 × 0.45 ms at 4.8 TB/s against a backward of tens of ms.
+- "tree" (DET 1): each head stores its chunk's rows ((q·r, n) each) in a slot, and the last head
+  of the group to finish the chunk adds the slots in head order (``triton.deterministic.
+  tree_sum``, fan-in ``tree_fan``): no second launch, but the adds happen inside the serial walk
+  over the chunks, on the critical path of the program that arrives last.
+
+Every other output is per program (no atomics) in all modes; an element of dQ, dK sums only its
+own sequence's heads, so a sequence's gradients do not depend on its position in the batch.
 """
 
 import triton
@@ -66,19 +68,21 @@ def mimo_backward_kernel(
     dOut_ptr,  # (b, l, h, p), or (b, l, r, h, p) without Phi
     dHf_ptr, dBf_ptr,  # (b, h, p, n), (b, r, h, n) float32 or None: the final states' grads
     dC_ptr, dB_ptr,  # out (b, l, r, g, n) float32, zeroed: atomic sums over a group's heads
-    slots_ptr, counts_ptr,  # DET: the tree sum's slots (h/g, b·g·c, 2·q·r·n) and counters
+    slots_ptr, counts_ptr,  # DET 1: the tree sum's slots (h/g, b·g·c, 2·q·r·n) and counters;
+    # DET 2: the heads' copies (2, h/g, b, l, r, g, n) of dQ, dK (counts unused)
     dX_ptr, dZ_ptr,  # out (b, l, h, p) float32
     dTh_ptr,  # out (b, l, h, na) float32: dθ
     dADT_ptr, dW_ptr, dG_ptr,  # out (b, h, l) float32
     dH0_ptr,  # out (b, h, p, n) float32: the gradient of the pre-state entering step 0
     dCb_ptr, dBb_ptr, dPsi_ptr, dZeta_ptr, dPhi_ptr,  # out (b, h, r, n|p) float32, this program's
     dD_ptr,  # out (b, h) float32
-    l, n_chunks, groups,  # length, chunks, DET: b·g·c (the tree sums' groups)
+    l, n_chunks, groups,  # length, chunks; DET 1: b·g·c (the tree sums' groups), 2: b·l·r·g·n
     h: tl.constexpr, g: tl.constexpr, p: tl.constexpr, n: tl.constexpr, na: tl.constexpr,
     Q: tl.constexpr, R: tl.constexpr, P: tl.constexpr, N: tl.constexpr,
     HAS_D: tl.constexpr, HAS_Z: tl.constexpr, HAS_OUT: tl.constexpr, DOT: tl.constexpr,
     PRECISION: tl.constexpr,  # "ieee" for float32 operands: Triton 3.6 cannot build them in tf32
-    DET: tl.constexpr, FAN: tl.constexpr, TREE_BLOCK: tl.constexpr,  # the deterministic sum
+    DET: tl.constexpr,  # dQ, dK over a group's heads: 0 atomics, 1 (True) a tree, 2 by heads
+    FAN: tl.constexpr, TREE_BLOCK: tl.constexpr,  # the tree
 ):
     pid_h, pid_b = tl.program_id(0), tl.program_id(1).to(tl.int64)
     QR: tl.constexpr = Q * R
@@ -193,7 +197,12 @@ def mimo_backward_kernel(
                  mask=mask_t[:, None] & (offs_j[None, :] < na))
         dq, dk = turn(dq, cos, -sin, QR, N), turn(dk, cos, -sin, QR, N)
         mask_rn = valid[:, None] & (offs_n[None, :] < n)
-        if DET:  # this head's slot, then the group's heads added in head order
+        if DET == 2:  # this head's own copy of dQ, dK; ``sum_heads_kernel`` adds them after
+            part = slots_ptr + (pid_h % (h // g)).to(tl.int64) * groups
+            tl.store(part + bc_row[:, None] + offs_n[None, :], dq, mask=mask_rn)
+            tl.store(part + (h // g) * groups + bc_row[:, None] + offs_n[None, :], dk,
+                     mask=mask_rn)
+        elif DET:  # this head's slot, then the group's heads added in head order
             grp = (pid_b * g + pid_h // (h // g)) * n_chunks + c
             slot = slot_of(slots_ptr, pid_h % (h // g), grp, groups, SLOT)
             rn = tl.arange(0, QR)[:, None] * n + offs_n[None, :]  # (q·r, N) in a (q·r, n) block
@@ -221,3 +230,19 @@ def mimo_backward_kernel(
     tl.store(dZeta_ptr + rpp, acc_zeta, mask=mask_p)
     tl.store(dPhi_ptr + rpp, acc_phi, mask=mask_p)
     tl.store(dD_ptr + head, tl.sum(tl.sum(acc_d, axis=1), axis=0))
+
+
+@triton.jit
+def sum_heads_kernel(parts_ptr, out_ptr, size, heads, BLOCK: tl.constexpr):
+    """out[i] = Σ_j parts[j, i] over the ``heads`` copies (heads, size), j = 0, 1, … in order:
+    the deterministic mode's dQ (program axis 1 = 0) and dK (1) from the heads' copies
+    (``DET == 2``). Every element is added in the same order, whoever wrote which copy when, and
+    depends only on its own column: the same bits on every run and at every batch position."""
+    pid, which = tl.program_id(0), tl.program_id(1)
+    offs = pid.to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < size
+    src = parts_ptr + which.to(tl.int64) * heads * size + offs
+    acc = tl.zeros([BLOCK], dtype=tl.float32)
+    for j in range(heads):
+        acc += tl.load(src + j * size, mask=mask, other=0.0)
+    tl.store(out_ptr + which.to(tl.int64) * size + offs, acc, mask=mask)
