@@ -80,6 +80,10 @@ class MimoConfig(LaunchConfig):
     backward_warps: int = 8
     forward_stages: int = 2
     backward_stages: int = 1
+    # channels (of p) one program holds, a power of two ≥ 16: the kernels' program axis 2 runs
+    # over ⌈p / block⌉ blocks (the default covers p ≤ 256 in one program)
+    forward_p_block: int = 256
+    backward_p_block: int = 256
     tree_fan: int = 8  # deterministic mode, ``det_sum="tree"``: heads one node of the sum adds
     # rank 1 is SISO's recurrence (``mimo_api``): "siso" runs it on the SISO kernels, the
     # per-rank weights folded into V, Z and the output; "mimo" on the MIMO kernels
@@ -100,6 +104,10 @@ class MimoConfig(LaunchConfig):
                 raise ValueError(f"config.{f.name} must be an int ≥ 1, got {v!r}")
         if self.tree_fan < 2:
             raise ValueError(f"config.tree_fan must be ≥ 2, got {self.tree_fan}")
+        for name in ("forward_p_block", "backward_p_block"):
+            v = getattr(self, name)
+            if v < 16 or v & (v - 1):
+                raise ValueError(f"config.{name} must be a power of two ≥ 16, got {v}")
 
 
 MIMO_DEFAULT = MimoConfig()

@@ -74,15 +74,16 @@ class Mamba3MimoFn(torch.autograd.Function):
         b, l, r, g, n = Q.shape
         h, p, na = V.shape[2], V.shape[3], theta.shape[3]
         N, P = tiles(n, p, r, chunk_size)
+        BP = min(P, cfg.forward_p_block)  # the channels of a program
         c = -(-l // chunk_size)
         out = V.new_empty((b, l, h, p) if Phi is not None else (b, l, r, h, p))
         grad = any(ctx.needs_input_grad)
         Hs = V.new_empty(b, h, c, p, n) if grad else None
         Hf = V.new_empty(b, h, p, n, dtype=torch.float32) if return_final else None
         Kf = V.new_empty(b, r, h, n, dtype=torch.float32) if return_final else None
-        mimo_forward_kernel[(h, b)](
+        mimo_forward_kernel[(h, b, triton.cdiv(p, BP))](
             Q, K, V, Z, Q_bias, K_bias, Psi, Zeta, Phi, D, ADT, W, G, theta, H0, out, Hs, Hf,
-            Kf, l, c, h, g, p, n, na, Q=chunk_size, R=r, P=P, N=N, HAS_D=D is not None,
+            Kf, l, c, h, g, p, n, na, Q=chunk_size, R=r, P=BP, N=N, HAS_D=D is not None,
             HAS_Z=Z is not None, HAS_OUT=Phi is not None, HAS_H0=H0 is not None,
             DOT=dot_dtype(V), PRECISION=dot_precision(V),
             num_warps=launch_warps(cfg, "forward_warps", chunk_size * r),
@@ -100,18 +101,20 @@ class Mamba3MimoFn(torch.autograd.Function):
         b, l, r, g, n = Q.shape
         h, p, na = V.shape[2], V.shape[3], theta.shape[3]
         N, P = tiles(n, p, r, ctx.chunk_size)
+        BP = min(P, ctx.cfg.backward_p_block)  # the channels of a program
+        NP = triton.cdiv(p, BP)  # channel blocks: the per-step gradients come in NP parts
         f32 = dict(dtype=torch.float32, device=V.device)
         dQ, dK = torch.zeros(Q.shape, **f32), torch.zeros(K.shape, **f32)
         dV, dZ = torch.empty(V.shape, **f32), torch.zeros(V.shape, **f32)
-        dTh, dADT, dW, dG = (torch.empty(t.shape, **f32) for t in (theta, ADT, W, G))
+        dTh, dADT, dW, dG = (torch.empty(NP, *t.shape, **f32) for t in (theta, ADT, W, G))
         dH0 = torch.empty(b, h, p, n, **f32)
-        dQb, dKb = torch.empty(b, h, r, n, **f32), torch.empty(b, h, r, n, **f32)
+        dQb, dKb = torch.empty(NP, b, h, r, n, **f32), torch.empty(NP, b, h, r, n, **f32)
         dPsi, dZeta, dPhi = (torch.zeros(b, h, r, p, **f32) for _ in range(3))
-        dD = torch.empty(b, h, **f32)
+        dD = torch.empty(NP, b, h, **f32)
         c, rows = Hs.shape[2], ctx.chunk_size * r
         # deterministic: dQ, dK over a group's heads in head order, not atomics (mimo_backward)
         tree = parts = None
-        heads = h // g
+        heads = h // g * NP  # a copy (a tree tile) per (head of the group, channel block)
         if ctx.deterministic and ctx.cfg.det_sum == "tree":
             tree = TreeSum.allocate(heads, b * g * c, 2 * rows * n, ctx.cfg.tree_fan, V.device)
         elif ctx.deterministic:  # every head's own dQ, dK, added by sum_heads_kernel after
@@ -119,14 +122,14 @@ class Mamba3MimoFn(torch.autograd.Function):
         det = 2 if parts is not None else int(tree is not None)
         slots = tree.slots if tree is not None else parts if parts is not None else dQ
         cont = lambda t: None if t is None else t.contiguous().float()
-        mimo_backward_kernel[(h, b)](
+        mimo_backward_kernel[(h, b, NP)](
             Q, K, V, Z, Q_bias, K_bias, Psi, Zeta, Phi, D, ADT, W, G, theta, Hs,
             d_out.contiguous(), cont(d_Hf), cont(d_Kf), dQ, dK,
             slots, tree.counts if tree is not None else dQ,
             dV, dZ, dTh, dADT, dW, dG, dH0,
             dQb, dKb, dPsi, dZeta, dPhi, dD, l, c, Q.numel() if parts is not None else b * g * c,
-            h, g, p, n, na,
-            Q=ctx.chunk_size, R=r, P=P, N=N, HAS_D=D is not None, HAS_Z=Z is not None,
+            b, h, g, p, n, na,
+            Q=ctx.chunk_size, R=r, P=BP, N=N, HAS_D=D is not None, HAS_Z=Z is not None,
             HAS_OUT=Phi is not None, DOT=dot_dtype(V), DET=det,
             PRECISION=dot_precision(V),
             FAN=tree.fan if tree is not None else 2,
@@ -142,9 +145,12 @@ class Mamba3MimoFn(torch.autograd.Function):
             root = tree.root().view(b, g, c, 2, ctx.chunk_size, r, n).permute(3, 0, 2, 4, 5, 1, 6)
             dQ, dK = root.reshape(2, b, c * ctx.chunk_size, r, g, n)[:, :, :l]
         like = lambda t, x: None if x is None else t.to(x.dtype)
-        return (like(dQ, Q), like(dK, K), like(dV, V), like(dZ, Z), dQb.sum(0), dKb.sum(0),
+        parts_sum = lambda t: t[0] if NP == 1 else t.sum(0)  # the channel blocks' parts
+        dADT, dW, dG, dTh = (parts_sum(t) for t in (dADT, dW, dG, dTh))
+        dQb, dKb, dD = (parts_sum(t).sum(0) for t in (dQb, dKb, dD))
+        return (like(dQ, Q), like(dK, K), like(dV, V), like(dZ, Z), dQb, dKb,
                 dPsi.sum(0), None if Zeta is None else dZeta.sum(0),
-                None if Phi is None else dPhi.sum(0), None if D is None else dD.sum(0),
+                None if Phi is None else dPhi.sum(0), None if D is None else dD,
                 dADT, dW, dG, dTh, dH0 if ctx.has_H0 else None, None, None, None, None)
 
 

@@ -60,7 +60,7 @@ def per_rank(x, Q: tl.constexpr, R: tl.constexpr, M: tl.constexpr):
     return tl.sum(tl.reshape(x, [Q, R, M]), axis=0)
 
 
-@triton.jit(do_not_specialize=SIZES)
+@triton.jit(do_not_specialize=[*SIZES, "batch"])
 def mimo_backward_kernel(
     C_ptr, B_ptr, X_ptr, Z_ptr, Cb_ptr, Bb_ptr, Psi_ptr, Zeta_ptr, Phi_ptr, D_ptr,
     ADT_ptr, W_ptr, G_ptr, Th_ptr,  # as the forward's
@@ -71,12 +71,14 @@ def mimo_backward_kernel(
     slots_ptr, counts_ptr,  # DET 1: the tree sum's slots (h/g, b·g·c, 2·q·r·n) and counters;
     # DET 2: the heads' copies (2, h/g, b, l, r, g, n) of dQ, dK (counts unused)
     dX_ptr, dZ_ptr,  # out (b, l, h, p) float32
-    dTh_ptr,  # out (b, l, h, na) float32: dθ
-    dADT_ptr, dW_ptr, dG_ptr,  # out (b, h, l) float32
+    dTh_ptr,  # out (NP, b, l, h, na) float32: dθ, a part per channel block (summed by the caller)
+    dADT_ptr, dW_ptr, dG_ptr,  # out (NP, b, h, l) float32, the same
     dH0_ptr,  # out (b, h, p, n) float32: the gradient of the pre-state entering step 0
-    dCb_ptr, dBb_ptr, dPsi_ptr, dZeta_ptr, dPhi_ptr,  # out (b, h, r, n|p) float32, this program's
-    dD_ptr,  # out (b, h) float32
+    dCb_ptr, dBb_ptr,  # out (NP, b, h, r, n) float32, this program's
+    dPsi_ptr, dZeta_ptr, dPhi_ptr,  # out (b, h, r, p) float32, this program's channels
+    dD_ptr,  # out (NP, b, h) float32
     l, n_chunks, groups,  # length, chunks; DET 1: b·g·c (the tree sums' groups), 2: b·l·r·g·n
+    batch,  # b: the stride of the channel blocks' parts
     h: tl.constexpr, g: tl.constexpr, p: tl.constexpr, n: tl.constexpr, na: tl.constexpr,
     Q: tl.constexpr, R: tl.constexpr, P: tl.constexpr, N: tl.constexpr,
     HAS_D: tl.constexpr, HAS_Z: tl.constexpr, HAS_OUT: tl.constexpr, DOT: tl.constexpr,
@@ -84,11 +86,22 @@ def mimo_backward_kernel(
     DET: tl.constexpr,  # dQ, dK over a group's heads: 0 atomics, 1 (True) a tree, 2 by heads
     FAN: tl.constexpr, TREE_BLOCK: tl.constexpr,  # the tree
 ):
-    pid_h, pid_b = tl.program_id(0), tl.program_id(1).to(tl.int64)
+    pid_h, pid_b, pid_p = tl.program_id(0), tl.program_id(1).to(tl.int64), tl.program_id(2)
+    blk = pid_p.to(tl.int64) * batch * h  # this channel block's part of the per-step outputs
+    dTh_ptr += blk * l * na
+    dADT_ptr += blk * l
+    dW_ptr += blk * l
+    dG_ptr += blk * l
+    dCb_ptr += blk * R * n
+    dBb_ptr += blk * R * n
+    dD_ptr += blk
+    # the copy (DET 2) or tree tile (DET 1) of this (head of the group, channel block)
+    tile = (pid_h % (h // g)) * tl.num_programs(2) + pid_p
+    tiles = (h // g) * tl.num_programs(2)
     QR: tl.constexpr = Q * R
     SLOT: tl.constexpr = 2 * QR * n  # DET: a head's dq, dk rows of a chunk
     head = pid_b * h + pid_h
-    offs_p, offs_n, offs_r = tl.arange(0, P), tl.arange(0, N), tl.arange(0, R)
+    offs_p, offs_n, offs_r = pid_p * P + tl.arange(0, P), tl.arange(0, N), tl.arange(0, R)
     mask_pn = (offs_p[:, None] < p) & (offs_n[None, :] < n)
     pn = offs_p[:, None] * n + offs_n[None, :]
     dH = tl.zeros([P, N], dtype=tl.float32)  # ∂ℒ/∂(the state leaving the chunk)
@@ -188,7 +201,8 @@ def mimo_backward_kernel(
         # the final k state is the last step's rotated k: its gradient joins dk there
         if dBf_ptr is not None:
             dk += tl.load(dBf_ptr + ((pid_b * R + rho) * h + pid_h)[:, None] * n + offs_n[None, :],
-                          mask=(t == l - 1)[:, None] & (offs_n[None, :] < n), other=0.0)
+                          mask=(t == l - 1)[:, None] & (offs_n[None, :] < n) & (pid_p == 0),
+                          other=0.0)
         # rotations, backwards: dθ per step (Σ over ranks), dC, dB turned back by −θ
         dth = tl.sum(tl.reshape(pair_cross(dq, q, QR, N) + pair_cross(dk, k, QR, N),
                                 [Q, R, N // 2]), axis=1)  # (q, N/2)
@@ -198,18 +212,17 @@ def mimo_backward_kernel(
         dq, dk = turn(dq, cos, -sin, QR, N), turn(dk, cos, -sin, QR, N)
         mask_rn = valid[:, None] & (offs_n[None, :] < n)
         if DET == 2:  # this head's own copy of dQ, dK; ``sum_heads_kernel`` adds them after
-            part = slots_ptr + (pid_h % (h // g)).to(tl.int64) * groups
+            part = slots_ptr + tile.to(tl.int64) * groups
             tl.store(part + bc_row[:, None] + offs_n[None, :], dq, mask=mask_rn)
-            tl.store(part + (h // g) * groups + bc_row[:, None] + offs_n[None, :], dk,
+            tl.store(part + tiles * groups + bc_row[:, None] + offs_n[None, :], dk,
                      mask=mask_rn)
         elif DET:  # this head's slot, then the group's heads added in head order
             grp = (pid_b * g + pid_h // (h // g)) * n_chunks + c
-            slot = slot_of(slots_ptr, pid_h % (h // g), grp, groups, SLOT)
+            slot = slot_of(slots_ptr, tile, grp, groups, SLOT)
             rn = tl.arange(0, QR)[:, None] * n + offs_n[None, :]  # (q·r, N) in a (q·r, n) block
             tl.store(slot + rn, dq, mask=offs_n[None, :] < n)
             tl.store(slot + QR * n + rn, dk, mask=offs_n[None, :] < n)
-            tree_sum(slots_ptr, counts_ptr, pid_h % (h // g), h // g, grp, groups, SLOT, FAN,
-                     TREE_BLOCK)
+            tree_sum(slots_ptr, counts_ptr, tile, tiles, grp, groups, SLOT, FAN, TREE_BLOCK)
         else:
             tl.atomic_add(dC_ptr + bc_row[:, None] + offs_n[None, :], dq, mask=mask_rn)
             tl.atomic_add(dB_ptr + bc_row[:, None] + offs_n[None, :], dk, mask=mask_rn)
