@@ -1,6 +1,7 @@
 """The MIMO kernels with the channels cut into blocks, one program each
-(``config.forward_p_block`` / ``backward_p_block``): the float64 oracle's output, final states and
-every gradient, at p = 37 (three blocks of 16, the last partial) and an odd length."""
+(``config.forward_p_block`` / ``backward_p_block``), and with q, k held as the products' operands
+(``qk_live``): the float64 oracle's output, final states and every gradient, at p = 37 (three
+blocks of 16, the last partial) and an odd length."""
 
 import pytest
 import torch
@@ -32,6 +33,8 @@ CASES = {  # config changes, deterministic
     "backward only, deterministic by heads": (dict(backward_p_block=16), True),
     "forward only, deterministic by a tree": (dict(forward_p_block=32, det_sum="tree",
                                                    tree_fan=2), True),
+    "blocks, q and k held as operands": (dict(forward_p_block=16, backward_p_block=32,
+                                              qk_live="dot"), False),
 }
 
 

@@ -60,7 +60,8 @@ def resolve(config, shape, device):
     return _resolve(config, Config, lambda: default_config(shape, device))
 
 
-MIMO_CHOICES = {"rank_one": ("siso", "mimo"), "det_sum": ("heads", "tree")}  # str fields
+MIMO_CHOICES = {"rank_one": ("siso", "mimo"), "det_sum": ("heads", "tree"),  # str fields
+                "qk_live": ("float32", "dot")}
 
 
 @dataclass(frozen=True)
@@ -92,6 +93,10 @@ class MimoConfig(LaunchConfig):
     # a separate kernel adds them in head order (``mimo_backward.sum_heads_kernel``); "tree":
     # the last head of a chunk adds them inside the backward (``triton.deterministic``)
     det_sum: str = "heads"
+    # the rotated q, k of a chunk: "float32" held so through the chunk's work; "dot" converted
+    # to the products' dtype once turned (half the registers in bf16), the backward loading and
+    # turning them again for dθ (the same bits: only what a thread holds changes)
+    qk_live: str = "float32"
 
     def __post_init__(self):
         for f in dataclasses.fields(self):

@@ -60,7 +60,7 @@ def per_rank(x, Q: tl.constexpr, R: tl.constexpr, M: tl.constexpr):
     return tl.sum(tl.reshape(x, [Q, R, M]), axis=0)
 
 
-@triton.jit(do_not_specialize=[*SIZES, "batch"])
+@triton.jit(do_not_specialize=[*SIZES, "groups", "batch"])
 def mimo_backward_kernel(
     C_ptr, B_ptr, X_ptr, Z_ptr, Cb_ptr, Bb_ptr, Psi_ptr, Zeta_ptr, Phi_ptr, D_ptr,
     ADT_ptr, W_ptr, G_ptr, Th_ptr,  # as the forward's
@@ -85,6 +85,7 @@ def mimo_backward_kernel(
     PRECISION: tl.constexpr,  # "ieee" for float32 operands: Triton 3.6 cannot build them in tf32
     DET: tl.constexpr,  # dQ, dK over a group's heads: 0 atomics, 1 (True) a tree, 2 by heads
     FAN: tl.constexpr, TREE_BLOCK: tl.constexpr,  # the tree
+    QK_DOT: tl.constexpr,  # q, k held in DOT for the products, loaded again for dθ (qk_live)
 ):
     pid_h, pid_b, pid_p = tl.program_id(0), tl.program_id(1).to(tl.int64), tl.program_id(2)
     blk = pid_p.to(tl.int64) * batch * h  # this channel block's part of the per-step outputs
@@ -126,6 +127,8 @@ def mimo_backward_kernel(
         bc_row = (((pid_b * l + t) * R + rho) * g + pid_h // (h // g)) * n
         _, q = load_rows(C_ptr, Cb_ptr + pid_h * R * n, bc_row, rho, valid, n, cos, sin, QR, N)
         _, k = load_rows(B_ptr, Bb_ptr + pid_h * R * n, bc_row, rho, valid, n, cos, sin, QR, N)
+        if QK_DOT:  # the products' operands; float32 q, k come again for dθ at the end
+            q, k = q.to(DOT), k.to(DOT)
         mask_rp = valid[:, None] & (offs_p[None, :] < p)
         rp = (pid_h * R + rho)[:, None] * p + offs_p[None, :]  # (q·r, P) into (h, r, p)
         vt = ((pid_b * l + t) * h + pid_h)[:, None] * p + offs_p[None, :]
@@ -204,6 +207,11 @@ def mimo_backward_kernel(
                           mask=(t == l - 1)[:, None] & (offs_n[None, :] < n) & (pid_p == 0),
                           other=0.0)
         # rotations, backwards: dθ per step (Σ over ranks), dC, dB turned back by −θ
+        if QK_DOT:  # the rotated q, k in float32 again: the same loads and turns, the same bits
+            _, q = load_rows(C_ptr, Cb_ptr + pid_h * R * n, bc_row, rho, valid, n, cos, sin, QR,
+                             N)
+            _, k = load_rows(B_ptr, Bb_ptr + pid_h * R * n, bc_row, rho, valid, n, cos, sin, QR,
+                             N)
         dth = tl.sum(tl.reshape(pair_cross(dq, q, QR, N) + pair_cross(dk, k, QR, N),
                                 [Q, R, N // 2]), axis=1)  # (q, N/2)
         offs_j = tl.arange(0, N // 2)
