@@ -39,17 +39,21 @@ TOL = {torch.bfloat16: 5e-2, torch.float32: 1e-4}
 AGREE_L = 200
 NAMES = ("Q", "K", "V", "ADT", "DT", "Trap", "Q_bias", "K_bias", "MIMO_V", "MIMO_Z", "MIMO_Out",
          "Angles", "D", "Z")
-# rank 4 at chunk 16: the changes to MIMO_DEFAULT each variant makes (sm_90 builds on the CPU,
-# bf16 p64 n128: registers / spill bytes per thread / shared memory a program; NOTES_mimo.md)
+# rank 4: name → (chunk, the changes to MIMO_DEFAULT), most promising first (each costs its
+# compiles). sm_90 builds on the CPU, bf16 p64 n128: registers / spill bytes per thread / shared
+# memory a program (bench/NOTES_mimo.md); the old launch: forward 255 / 264 B / 185 KB, backward
+# 255 / 6.8 KB / 104 KB, 256 programs, one an SM
 VARIANTS = {
-    # forward 255 / 64 B / 56 KB (2 programs an SM), backward 255 / 2.4 KB / 78 KB, 1024 programs
-    "p16": dict(forward_p_block=16, forward_warps=4, forward_stages=1, backward_p_block=16,
-                qk_live="dot"),
-    # the same blocks, q and k kept in float32 (backward 2.5 KB spills)
-    "p16 f32": dict(forward_p_block=16, forward_warps=4, forward_stages=1, backward_p_block=16),
-    # forward 255 / 272 B / 60 KB, backward 255 / 4.1 KB / 92 KB, 512 programs
-    "p32": dict(forward_p_block=32, forward_warps=4, forward_stages=1, backward_p_block=32,
-                qk_live="dot"),
+    # forward 255 / 64 B / 56 KB (two an SM), backward 255 / 2.4 KB / 78 KB; 1024 programs
+    "p16": (16, dict(forward_p_block=16, forward_warps=4, forward_stages=1,
+                     backward_p_block=16, qk_live="dot")),
+    # forward 255 / 272 B / 60 KB (two an SM), backward 255 / 4.1 KB / 92 KB; 512 programs
+    "p32": (16, dict(forward_p_block=32, forward_warps=4, forward_stages=1,
+                     backward_p_block=32, qk_live="dot")),
+    # 32-row tiles (mma.sync): forward p32 4 warps 255 / 40 B / 40 KB, backward 8 warps
+    # 255 / 2.8 KB / 82 KB; twice the chunks a program walks
+    "q8": (8, dict(forward_p_block=32, forward_warps=4, forward_stages=1, backward_warps=8,
+                   qk_live="dot")),
 }
 # (part, seconds it needs at least on an H200: compiles, checks, timings)
 RESERVE = {"rank 1": 25, "rank 4": 20, "variant": 15, "deterministic": 20}
@@ -147,10 +151,11 @@ def compare_rows(part, run, args, labels, base, dims, dtype, device, timing):
     return rows
 
 
-def checked(part, r, chunk, variants, dims, dtype, device, clock, limit):
-    """The variants ({name: (config, label)}) whose agreement holds, and the rows saying so."""
+def checked(part, r, variants, dims, dtype, device, clock, limit):
+    """The variants ({name: (config, label, chunk)}) whose agreement holds, {name: (config,
+    chunk)}, and the rows saying so."""
     rows, ok = [], {}
-    for name, (cfg, label) in variants.items():
+    for name, (cfg, label, chunk) in variants.items():
         if clock() > limit:
             rows.append(dict(part=part, check="skipped", variant=name, why="--limit"))
             continue
@@ -160,7 +165,7 @@ def checked(part, r, chunk, variants, dims, dtype, device, clock, limit):
                          chunk=chunk, worst_rel_err=err, worst=what, tolerance=TOL[dtype],
                          passed=good))
         if good:
-            ok[name] = cfg
+            ok[name] = (cfg, chunk)
     return ok, rows
 
 
@@ -173,14 +178,14 @@ def rank_one(dims, dtype, device, timing, clock, limit):
     from mambalearn.mamba3 import mamba3_siso_combined
     from mambalearn.mamba3.config import MIMO_DEFAULT
 
-    variants = {"mimo r1 on siso": (MIMO_DEFAULT, "rank_one=siso, chunk 64"),
+    variants = {"mimo r1 on siso": (MIMO_DEFAULT, "rank_one=siso, chunk 64", 64),
                 "mimo r1 on mimo": (MIMO_DEFAULT.replace(rank_one="mimo"),
-                                    "rank_one=mimo, chunk 64")}
-    ok, rows = checked("rank 1", 1, 64, variants, dims, dtype, device, clock, limit)
+                                    "rank_one=mimo, chunk 64", 64)}
+    ok, rows = checked("rank 1", 1, variants, dims, dtype, device, clock, limit)
     siso = siso_inputs(**dims, r=None, dtype=dtype, device=device)
     mimo = inputs(**dims, r=1, dtype=dtype, device=device)
     run = {"siso": lambda x: mamba3_siso_combined(**x, chunk_size=64)}
-    run |= {n: mimo_call(64, cfg) for n, cfg in ok.items()}
+    run |= {n: mimo_call(chunk, cfg) for n, (cfg, chunk) in ok.items()}
     args = {n: siso if n == "siso" else mimo for n in run}
     labels = {"siso": "SISO chunk 64", **{n: variants[n][1] for n in ok}}
     if clock() > limit:
@@ -193,19 +198,18 @@ def rank_four(dims, dtype, device, timing, clock, limit, reserve):
     from mambalearn.mamba3 import mamba3_siso_combined
     from mambalearn.mamba3.config import MIMO_DEFAULT
 
-    variants = {"mimo r4": (MIMO_DEFAULT, "MIMO_DEFAULT, chunk 16")}
-    variants |= {f"mimo r4 {n}": (MIMO_DEFAULT.replace(**c), describe(c) + ", chunk 16")
-                 for n, c in VARIANTS.items()}
+    variants = {"mimo r4": (MIMO_DEFAULT, "MIMO_DEFAULT, chunk 16", 16)}
+    variants |= {f"mimo r4 {n}": (MIMO_DEFAULT.replace(**c), describe(c) + f", chunk {q}", q)
+                 for n, (q, c) in VARIANTS.items()}
     ok, rows = {}, []
     for name, v in variants.items():  # each variant's compile and check while time is left
-        got, r = checked("rank 4", 4, 16, {name: v}, dims, dtype, device, clock,
-                         limit - reserve)
+        got, r = checked("rank 4", 4, {name: v}, dims, dtype, device, clock, limit - reserve)
         ok |= got
         rows += r
     siso = siso_inputs(**dims, r=None, dtype=dtype, device=device)
     mimo = inputs(**dims, r=4, dtype=dtype, device=device)
     run = {"siso": lambda x: mamba3_siso_combined(**x, chunk_size=64)}
-    run |= {n: mimo_call(16, cfg) for n, cfg in ok.items()}
+    run |= {n: mimo_call(chunk, cfg) for n, (cfg, chunk) in ok.items()}
     args = {n: siso if n == "siso" else mimo for n in run}
     labels = {"siso": "SISO chunk 64", **{n: variants[n][1] for n in ok}}
     if clock() > limit:
@@ -214,21 +218,22 @@ def rank_four(dims, dtype, device, timing, clock, limit, reserve):
                                timing), ok
 
 
-def deterministic(cfg, label, dims, dtype, device, timing, clock, limit, runs):
-    """Default vs deterministic (by heads, by the tree) at rank 4 on ``cfg``: bitwise over
-    ``runs`` fwd+bwd, then timed."""
+def deterministic(cfg, chunk, label, dims, dtype, device, timing, clock, limit, runs):
+    """Default vs deterministic (by heads, by the tree) at rank 4 on ``cfg``, ``chunk``: bitwise
+    over ``runs`` fwd+bwd, then timed."""
     from mambalearn.mamba3 import mamba3_mimo_combined
     from mambalearn.testing import rel_error
 
     x = inputs(**dims, r=4, dtype=dtype, device=device)
     grad = torch.randn(dims["b"], dims["l"], dims["h"], dims["p"], device=device, dtype=dtype,
                        generator=torch.Generator(device).manual_seed(3))
-    modes = {"default": (cfg, False), "det heads": (cfg.replace(det_sum="heads"), True),
-             "det tree": (cfg.replace(det_sum="tree"), True)}
+    modes = {"default": (cfg, False), "det heads": (cfg.replace(det_sum="heads"), True)}
+    if label == "MIMO_DEFAULT":  # the old deterministic sum, for comparison
+        modes["det tree"] = (cfg.replace(det_sum="tree"), True)
 
     def run(c, det):
         xs = {k: v.detach().requires_grad_() for k, v in x.items()}
-        out = mamba3_mimo_combined(**xs, chunk_size=16, config=c, deterministic=det)
+        out = mamba3_mimo_combined(**xs, chunk_size=chunk, config=c, deterministic=det)
         out.backward(grad)
         return [out.detach()] + [xs[k].grad for k in NAMES]
 
@@ -307,12 +312,12 @@ def main(argv=None):
         from mambalearn.mamba3.config import MIMO_DEFAULT
 
         best = fastest(rows, ok)
-        configs = [("MIMO_DEFAULT", MIMO_DEFAULT)]
+        configs = [("MIMO_DEFAULT", (MIMO_DEFAULT, 16))]
         if best not in (None, "mimo r4", "siso"):
             configs.append((best, ok[best]))
-        for label, cfg in configs:
+        for label, (cfg, chunk) in configs:
             if clock() < limit - reserve["deterministic"]:
-                emit(deterministic(cfg, label, dims, dtype, device, timing, clock,
+                emit(deterministic(cfg, chunk, label, dims, dtype, device, timing, clock,
                                    limit - 5 * gpu, runs=3))
             else:
                 emit([dict(part="deterministic", check="skipped", config=label,
