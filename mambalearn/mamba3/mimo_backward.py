@@ -222,8 +222,8 @@ def mimo_backward_kernel(
         if DET == 2:  # this head's own copy of dQ, dK; ``sum_heads_kernel`` adds them after
             part = slots_ptr + tile.to(tl.int64) * groups
             tl.store(part + bc_row[:, None] + offs_n[None, :], dq, mask=mask_rn)
-            tl.store(part + tiles * groups + bc_row[:, None] + offs_n[None, :], dk,
-                     mask=mask_rn)
+            tl.store(part + tiles.to(tl.int64) * groups + bc_row[:, None] + offs_n[None, :],
+                     dk, mask=mask_rn)
         elif DET:  # this head's slot, then the group's heads added in head order
             grp = (pid_b * g + pid_h // (h // g)) * n_chunks + c
             slot = slot_of(slots_ptr, tile, grp, groups, SLOT)
@@ -264,6 +264,7 @@ def sum_heads_kernel(parts_ptr, out_ptr, size, heads, BLOCK: tl.constexpr):
     mask = offs < size
     src = parts_ptr + which.to(tl.int64) * heads * size + offs
     acc = tl.zeros([BLOCK], dtype=tl.float32)
-    for j in range(heads):
-        acc += tl.load(src + j * size, mask=mask, other=0.0)
+    for _ in range(heads):  # (the pointer steps on: no int32 product j · size to overflow)
+        acc += tl.load(src, mask=mask, other=0.0)
+        src += size
     tl.store(out_ptr + which.to(tl.int64) * size + offs, acc, mask=mask)
