@@ -30,11 +30,10 @@ def inputs(seed, b=2, l=11, r=2, h=2, g=1, p=37, n=8, na=3):
 CASES = {  # config changes, deterministic
     "forward and backward in blocks of 16": (dict(forward_p_block=16, backward_p_block=16),
                                              False),
-    "backward only, deterministic by heads": (dict(backward_p_block=16), True),
-    "forward only, deterministic by a tree": (dict(forward_p_block=32, det_sum="tree",
-                                                   tree_fan=2), True),
-    "blocks, q and k held as operands": (dict(forward_p_block=16, backward_p_block=32,
-                                              qk_live="dot"), False),
+    "backward in blocks, deterministic by heads": (dict(backward_p_block=16), True),
+    "forward in blocks, by a tree, q and k as operands": (
+        dict(forward_p_block=32, backward_p_block=32, det_sum="tree", tree_fan=2,
+             qk_live="dot"), True),
 }
 
 
