@@ -19,6 +19,7 @@ import torch
 import triton
 
 from mambalearn import device  # noqa: F401  (TRITON_INTERPRET before any kernel module)
+from mambalearn.mamba3.api import mamba3_siso_combined
 from mambalearn.mamba3.common import dot_dtype
 from mambalearn.mamba3.config import MIMO_DEFAULT, MimoConfig
 from mambalearn.mamba3.mimo_backward import mimo_backward_kernel, sum_heads_kernel
@@ -228,8 +229,6 @@ def rank_one_on_siso(Q, K, V, ADT, DT, Trap, Q_bias, K_bias, MIMO_V, MIMO_Z, MIM
     The chunk follows SISO's rule (a power of two, 16 ≤ q ≤ 256). SISO's backward has no
     atomics: its gradients have the same bits on every run with or without ``deterministic``.
     """
-    from mambalearn.mamba3.api import mamba3_siso_combined
-
     psi = MIMO_V[:, 0]  # (h, p)
     phi = None if MIMO_Out is None else MIMO_Out[:, 0]
     fold = phi is not None and not return_final_states  # Φ into V, not onto the output
