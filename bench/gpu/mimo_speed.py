@@ -1,7 +1,9 @@
 """Device script: the MIMO prefill's variants against our SISO, and its deterministic mode.
 
-At b8 l2048 h32 g1 p64 n128 na32, bf16 (the SISO benchmark shape), in one process, three parts
-in this order while ``--limit`` allows (the clock is checked before each part and each variant):
+At b8 l2048 h32 g1 p64 n128 na32, bf16 (the SISO benchmark shape), in one process, these parts
+while ``--limit`` allows (the clock is checked before each part, each variant and each timing;
+the order: rank 1; rank 4 old launch and p16; deterministic on the old launch; the other rank-4
+variants; deterministic on the fastest variant):
 
     1. rank 1: SISO (chunk 64) vs MIMO rank 1 on the SISO kernels (``config.rank_one="siso"``,
        the default now) vs on the MIMO kernels (``rank_one="mimo"``, the old path), chunk 64;
@@ -55,8 +57,10 @@ VARIANTS = {
     "q8": (8, dict(forward_p_block=32, forward_warps=4, forward_stages=1, backward_warps=8,
                    qk_live="dot")),
 }
-# (part, seconds it needs at least on an H200: compiles, checks, timings)
-RESERVE = {"rank 1": 25, "rank 4": 20, "variant": 15, "deterministic": 20}
+# seconds a step needs at least on an H200 before it starts (compiles, checks, timings), and
+# a callable's share of a timing (fwd and fwd+bwd: two warm-ups of 1 s, 2 × 5 rounds)
+RESERVE = {"rank 1": 40, "rank 4": 35, "variant": 12, "deterministic": 25}
+PER_CALLABLE = 5.0
 
 
 def inputs(b, l, h, g, p, n, na, r, dtype, device, seed=0):
@@ -181,41 +185,54 @@ def rank_one(dims, dtype, device, timing, clock, limit):
     variants = {"mimo r1 on siso": (MIMO_DEFAULT, "rank_one=siso, chunk 64", 64),
                 "mimo r1 on mimo": (MIMO_DEFAULT.replace(rank_one="mimo"),
                                     "rank_one=mimo, chunk 64", 64)}
-    ok, rows = checked("rank 1", 1, variants, dims, dtype, device, clock, limit)
+    ok, rows = checked("rank 1", 1, variants, dims, dtype, device, clock,
+                       limit - RESERVE["variant"] * (timing is not None))
     siso = siso_inputs(**dims, r=None, dtype=dtype, device=device)
     mimo = inputs(**dims, r=1, dtype=dtype, device=device)
     run = {"siso": lambda x: mamba3_siso_combined(**x, chunk_size=64)}
     run |= {n: mimo_call(chunk, cfg) for n, (cfg, chunk) in ok.items()}
     args = {n: siso if n == "siso" else mimo for n in run}
     labels = {"siso": "SISO chunk 64", **{n: variants[n][1] for n in ok}}
-    if clock() > limit:
+    if clock() > limit - PER_CALLABLE * len(run) * (timing is not None):
         return rows + [dict(part="rank 1", check="skipped", what="timing", why="--limit")]
     return rows + compare_rows("rank 1", run, args, labels, "siso", dims, dtype, device, timing)
 
 
-def rank_four(dims, dtype, device, timing, clock, limit, reserve):
+def rank_four(names, ok, dims, dtype, device, timing, clock, limit, reserve):
+    """SISO and the rank-4 launches ``names`` (keys of `rank4_variants`) timed together; a
+    launch not in ``ok`` ({name: (config, chunk)}, updated) is checked first, while time is left.
+    Returns the rows."""
     from bench.gpu.mimo import inputs as siso_inputs
     from mambalearn.mamba3 import mamba3_siso_combined
-    from mambalearn.mamba3.config import MIMO_DEFAULT
 
-    variants = {"mimo r4": (MIMO_DEFAULT, "MIMO_DEFAULT, chunk 16", 16)}
-    variants |= {f"mimo r4 {n}": (MIMO_DEFAULT.replace(**c), describe(c) + f", chunk {q}", q)
-                 for n, (q, c) in VARIANTS.items()}
-    ok, rows = {}, []
-    for name, v in variants.items():  # each variant's compile and check while time is left
-        got, r = checked("rank 4", 4, {name: v}, dims, dtype, device, clock, limit - reserve)
-        ok |= got
-        rows += r
+    variants = rank4_variants()
+    rows = []
+    for name in names:  # each variant's compile and check while time is left
+        if name not in ok:
+            got, r = checked("rank 4", 4, {name: variants[name]}, dims, dtype, device, clock,
+                             limit - reserve)
+            ok |= got
+            rows += r
     siso = siso_inputs(**dims, r=None, dtype=dtype, device=device)
     mimo = inputs(**dims, r=4, dtype=dtype, device=device)
     run = {"siso": lambda x: mamba3_siso_combined(**x, chunk_size=64)}
-    run |= {n: mimo_call(chunk, cfg) for n, (cfg, chunk) in ok.items()}
+    run |= {n: mimo_call(ok[n][1], ok[n][0]) for n in names if n in ok}
     args = {n: siso if n == "siso" else mimo for n in run}
-    labels = {"siso": "SISO chunk 64", **{n: variants[n][1] for n in ok}}
-    if clock() > limit:
-        return rows + [dict(part="rank 4", check="skipped", what="timing", why="--limit")], ok
-    return rows + compare_rows("rank 4", run, args, labels, "siso", dims, dtype, device,
-                               timing), ok
+    labels = {"siso": "SISO chunk 64", **{n: variants[n][1] for n in run if n != "siso"}}
+    if len(run) < 2 or clock() > limit - PER_CALLABLE * len(run) * (timing is not None):
+        return rows + [dict(part="rank 4", check="skipped", variant=", ".join(names),
+                            why="--limit or nothing passed its check")]
+    return rows + compare_rows("rank 4", run, args, labels, "siso", dims, dtype, device, timing)
+
+
+def rank4_variants():
+    """{name: (config, label, chunk)}: the old launch and each of ``VARIANTS``."""
+    from mambalearn.mamba3.config import MIMO_DEFAULT
+
+    out = {"mimo r4": (MIMO_DEFAULT, "MIMO_DEFAULT, chunk 16", 16)}
+    out |= {f"mimo r4 {n}": (MIMO_DEFAULT.replace(**c), describe(c) + f", chunk {q}", q)
+            for n, (q, c) in VARIANTS.items()}
+    return out
 
 
 def deterministic(cfg, chunk, label, dims, dtype, device, timing, clock, limit, runs):
@@ -238,8 +255,8 @@ def deterministic(cfg, chunk, label, dims, dtype, device, timing, clock, limit, 
         return [out.detach()] + [xs[k].grad for k in NAMES]
 
     rows, fns, ref = [], {}, None
-    for mode, (c, det) in modes.items():
-        if clock() > limit:
+    for mode, (c, det) in modes.items():  # (a mode's first run compiles its backward)
+        if clock() > limit - RESERVE["variant"] * (timing is not None):
             rows.append(dict(part="deterministic", check="skipped", variant=mode, why="--limit"))
             continue
         first = run(c, det)
@@ -253,7 +270,7 @@ def deterministic(cfg, chunk, label, dims, dtype, device, timing, clock, limit, 
         if err < TOL[dtype]:
             fns[mode] = functools.partial(run, c, det)
         del first
-    if len(fns) > 1 and clock() <= limit:
+    if len(fns) > 1 and clock() <= limit - PER_CALLABLE * len(fns) * (timing is not None):
         got = timed(fns, timing)
         for mode in fns:
             ratio, spread = got.ratio(mode, "default") if "default" in fns else (None, None)
@@ -264,8 +281,9 @@ def deterministic(cfg, chunk, label, dims, dtype, device, timing, clock, limit, 
 
 
 def fastest(rows, ok):
-    """The rank-4 variant with the least fwd+bwd time (None: none timed)."""
-    timed_rows = [r for r in rows if r.get("op") == "fwd+bwd" and r["variant"] in ok]
+    """The rank-4 launch with the least fwd+bwd time (None: none timed)."""
+    timed_rows = [r for r in rows if r.get("op") == "fwd+bwd" and r.get("part") == "rank 4"
+                  and r["variant"] in ok]
     return min(timed_rows, key=lambda r: r["ms"])["variant"] if timed_rows else None
 
 
@@ -297,31 +315,37 @@ def main(argv=None):
             rows.append(row)
             print(row, flush=True)
 
-    try:
-        if clock() < limit - reserve["rank 1"]:
-            emit(rank_one(dims, dtype, device, timing, clock, limit - 10 * gpu))
-        else:
-            emit([dict(part="rank 1", check="skipped", why="--limit")])
-        ok = {}
-        if clock() < limit - reserve["rank 4"]:
-            r4, ok = rank_four(dims, dtype, device, timing, clock,
-                               limit - reserve["deterministic"], reserve["variant"])
-            emit(r4)
-        else:
-            emit([dict(part="rank 4", check="skipped", why="--limit")])
-        from mambalearn.mamba3.config import MIMO_DEFAULT
+    ok = {}  # rank-4 launches that passed their check: {name: (config, chunk)}
+    first, later = ["mimo r4", "mimo r4 p16"], [f"mimo r4 {n}" for n in VARIANTS if n != "p16"]
+    steps = [  # in order of what the issues ask first; each only while its time is left
+        ("rank 1", "rank 1", lambda: rank_one(dims, dtype, device, timing, clock, limit)),
+        ("rank 4", "rank 4: old launch, p16",
+         lambda: rank_four(first, ok, dims, dtype, device, timing, clock, limit,
+                           reserve["variant"])),
+        ("deterministic", "deterministic: MIMO_DEFAULT",
+         lambda: deterministic(MIMO_DEFAULT, 16, "MIMO_DEFAULT", dims, dtype, device, timing,
+                               clock, limit, runs=3)),
+        ("rank 4", "rank 4: the other variants",
+         lambda: rank_four(["mimo r4", *later], ok, dims, dtype, device, timing, clock, limit,
+                           reserve["variant"])),
+        ("deterministic", "deterministic: the fastest variant", lambda: deterministic_best()),
+    ]
 
+    def deterministic_best():
         best = fastest(rows, ok)
-        configs = [("MIMO_DEFAULT", (MIMO_DEFAULT, 16))]
-        if best not in (None, "mimo r4", "siso"):
-            configs.append((best, ok[best]))
-        for label, (cfg, chunk) in configs:
-            if clock() < limit - reserve["deterministic"]:
-                emit(deterministic(cfg, chunk, label, dims, dtype, device, timing, clock,
-                                   limit - 5 * gpu, runs=3))
+        if best in (None, "mimo r4"):
+            return [dict(part="deterministic", check="skipped", why="no variant beat the old "
+                         "launch")]
+        return deterministic(*ok[best], best, dims, dtype, device, timing, clock, limit, runs=3)
+
+    from mambalearn.mamba3.config import MIMO_DEFAULT
+
+    try:
+        for kind, what, step in steps:
+            if clock() < limit - reserve[kind]:
+                emit(step())
             else:
-                emit([dict(part="deterministic", check="skipped", config=label,
-                           why="--limit")])
+                emit([dict(part=what, check="skipped", why=f"--limit {limit:.0f} s")])
             if gpu:
                 torch.cuda.empty_cache()
     except Exception as e:  # noqa: BLE001 - record what was measured, then the failure
@@ -352,16 +376,19 @@ def table(rows):
     for r in rows:
         if r.get("check") == "agreement" and not r["passed"]:
             lines.append(f"FAILED agreement {r['variant']}: {r['worst']} {r['worst_rel_err']:.2e}")
-        elif r.get("check") == "bitwise":
-            lines.append(f"bitwise {r['config'][:16]} {r['variant']}: "
-                         f"{r['bitwise_equal_runs']}/{r['runs']}")
         elif r.get("check") in ("skipped", "failed"):
             lines.append(f"{r['check']}: {r.get('part', '')} {r.get('variant', '')} "
                          f"{r.get('why') or r.get('error', '')}"[:120])
+    bits = {}  # config: "mode n/runs, …"
+    for r in rows:
+        if r.get("check") == "bitwise":
+            bits.setdefault(r["config"], []).append(
+                f"{r['variant']} {r['bitwise_equal_runs']}/{r['runs']}")
+    lines += [f"bitwise over runs, {c}: {', '.join(v)}" for c, v in bits.items()]
     worst = max((r["worst_rel_err"] for r in rows if r.get("check") == "agreement"), default=None)
     if worst is not None:
         lines.append(f"agreement: worst ‖ours − oracle‖/‖oracle‖ over the variants {worst:.2e}")
-    return "\n".join(lines[:30])
+    return "\n".join(lines[:29] + lines[-1:] if len(lines) > 30 else lines)
 
 
 if __name__ == "__main__":
