@@ -94,8 +94,8 @@ class MimoConfig(LaunchConfig):
     # the last head of a chunk adds them inside the backward (``triton.deterministic``)
     det_sum: str = "heads"
     # the rotated q, k of a chunk: "float32" held so through the chunk's work; "dot" converted
-    # to the products' dtype once turned (half the registers in bf16), the backward loading and
-    # turning them again for dθ (the same bits: only what a thread holds changes)
+    # to the products' dtype once turned (half the registers in bf16), the backward loading the
+    # angles and q, k and turning them again for dθ (the same bits: only what a thread holds)
     qk_live: str = "float32"
 
     def __post_init__(self):

@@ -116,7 +116,7 @@ def mimo_backward_kernel(
     acc_psi = tl.zeros([R, P], dtype=tl.float32)
     acc_zeta = tl.zeros([R, P], dtype=tl.float32)
     acc_phi = tl.zeros([R, P], dtype=tl.float32)
-    acc_d = tl.zeros([QR, P], dtype=tl.float32)
+    acc_d = tl.zeros([QR], dtype=tl.float32)  # Σ over p per row: no (q·r × P) tile carried
     for cc in range(n_chunks):
         c = n_chunks - 1 - cc
         # recompute the chunk (the forward's steps)
@@ -168,7 +168,7 @@ def mimo_backward_kernel(
             gate = tl.full([QR, P], 1.0, tl.float32)
         if HAS_OUT:
             acc_phi += per_rank(do * y * gate, Q, R, P)
-        acc_d += dy * v
+        acc_d += tl.sum(dy * v, axis=1)
         # the core: dv, dq, dk, the carried dH, and the per-step scalars
         G = tl.dot(dy.to(DOT), tl.trans(v.to(DOT)),
                    input_precision=PRECISION)  # (q·r, q·r): dy_i · v_j
@@ -207,7 +207,9 @@ def mimo_backward_kernel(
                           mask=(t == l - 1)[:, None] & (offs_n[None, :] < n) & (pid_p == 0),
                           other=0.0)
         # rotations, backwards: dθ per step (Σ over ranks), dC, dB turned back by −θ
-        if QK_DOT:  # the rotated q, k in float32 again: the same loads and turns, the same bits
+        if QK_DOT:  # the angles and the rotated q, k in float32 again: the same loads and
+            # turns, the same bits, none of them held through the products above
+            cos, sin = row_angles(Th_ptr + (pid_b * l * h + pid_h) * na, h * na, t, valid, na, N)
             _, q = load_rows(C_ptr, Cb_ptr + pid_h * R * n, bc_row, rho, valid, n, cos, sin, QR,
                              N)
             _, k = load_rows(B_ptr, Bb_ptr + pid_h * R * n, bc_row, rho, valid, n, cos, sin, QR,
@@ -250,7 +252,7 @@ def mimo_backward_kernel(
     tl.store(dPsi_ptr + rpp, acc_psi, mask=mask_p)
     tl.store(dZeta_ptr + rpp, acc_zeta, mask=mask_p)
     tl.store(dPhi_ptr + rpp, acc_phi, mask=mask_p)
-    tl.store(dD_ptr + head, tl.sum(tl.sum(acc_d, axis=1), axis=0))
+    tl.store(dD_ptr + head, tl.sum(acc_d, axis=0))
 
 
 @triton.jit
