@@ -93,9 +93,9 @@ class MimoConfig(LaunchConfig):
     # a separate kernel adds them in head order (``mimo_backward.sum_heads_kernel``); "tree":
     # the last head of a chunk adds them inside the backward (``triton.deterministic``)
     det_sum: str = "heads"
-    # the rotated q, k of a chunk: "float32" held so through the chunk's work; "dot" converted
-    # to the products' dtype once turned (half the registers in bf16), the backward loading the
-    # angles and q, k and turning them again for dθ (the same bits: only what a thread holds)
+    # the backward's rotated q, k of a chunk: "float32" held so through the chunk's work; "dot"
+    # converted to the products' dtype once turned (half the registers in bf16), the angles and
+    # q, k loaded and turned again for dθ at the end (the same bits: only what a thread holds)
     qk_live: str = "float32"
 
     def __post_init__(self):

@@ -86,7 +86,7 @@ class Mamba3MimoFn(torch.autograd.Function):
             Q, K, V, Z, Q_bias, K_bias, Psi, Zeta, Phi, D, ADT, W, G, theta, H0, out, Hs, Hf,
             Kf, l, c, h, g, p, n, na, Q=chunk_size, R=r, P=BP, N=N, HAS_D=D is not None,
             HAS_Z=Z is not None, HAS_OUT=Phi is not None, HAS_H0=H0 is not None,
-            DOT=dot_dtype(V), PRECISION=dot_precision(V), QK_DOT=cfg.qk_live == "dot",
+            DOT=dot_dtype(V), PRECISION=dot_precision(V),
             num_warps=launch_warps(cfg, "forward_warps", chunk_size * r),
             num_stages=launch_stages(cfg, "forward_stages", chunk_size * r))
         if grad:

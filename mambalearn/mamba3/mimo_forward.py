@@ -104,7 +104,6 @@ def mimo_forward_kernel(
     HAS_D: tl.constexpr, HAS_Z: tl.constexpr, HAS_OUT: tl.constexpr, HAS_H0: tl.constexpr,
     DOT: tl.constexpr,
     PRECISION: tl.constexpr,  # "ieee" for float32 operands: Triton 3.6 cannot build them in tf32
-    QK_DOT: tl.constexpr,  # q, k held in DOT after their rotation (``config.qk_live``)
 ):
     pid_h, pid_b, pid_p = tl.program_id(0), tl.program_id(1).to(tl.int64), tl.program_id(2)
     QR: tl.constexpr = Q * R
@@ -132,8 +131,6 @@ def mimo_forward_kernel(
         if Bf_ptr is not None:  # the last step's r rotated rows: the decode cache's k
             tl.store(Bf_ptr + ((pid_b * R + rho) * h + pid_h)[:, None] * n + offs_n[None, :], k,
                      mask=(t == l - 1)[:, None] & (offs_n[None, :] < n) & (pid_p == 0))
-        if QK_DOT:  # from here on only the products read q, k: hold them as their operands
-            q, k = q.to(DOT), k.to(DOT)
         # v_{t,ρ} = x_t ⊙ Ψ_ρ: the token's row read once per rank
         mask_rp = valid[:, None] & (offs_p[None, :] < p)
         # (q·r, P) offsets into (b, l, h, p)
