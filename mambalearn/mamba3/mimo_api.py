@@ -84,7 +84,8 @@ class Mamba3MimoFn(torch.autograd.Function):
         Kf = V.new_empty(b, r, h, n, dtype=torch.float32) if return_final else None
         mimo_forward_kernel[(h, b, triton.cdiv(p, BP))](
             Q, K, V, Z, Q_bias, K_bias, Psi, Zeta, Phi, D, ADT, W, G, theta, H0, out, Hs, Hf,
-            Kf, l, c, h, g, p, n, na, Q=chunk_size, R=r, P=BP, N=N, HAS_D=D is not None,
+            Kf, l, c, h, g, p, n, na, Q=chunk_size, R=r, P=BP, N=N, SPLIT=BP < p,
+            HAS_D=D is not None,
             HAS_Z=Z is not None, HAS_OUT=Phi is not None, HAS_H0=H0 is not None,
             DOT=dot_dtype(V), PRECISION=dot_precision(V),
             num_warps=launch_warps(cfg, "forward_warps", chunk_size * r),
@@ -130,7 +131,8 @@ class Mamba3MimoFn(torch.autograd.Function):
             dV, dZ, dTh, dADT, dW, dG, dH0,
             dQb, dKb, dPsi, dZeta, dPhi, dD, l, c, Q.numel() if parts is not None else b * g * c,
             b, h, g, p, n, na,
-            Q=ctx.chunk_size, R=r, P=BP, N=N, HAS_D=D is not None, HAS_Z=Z is not None,
+            Q=ctx.chunk_size, R=r, P=BP, N=N, SPLIT=NP > 1, HAS_D=D is not None,
+            HAS_Z=Z is not None,
             HAS_OUT=Phi is not None, DOT=dot_dtype(V), DET=det,
             PRECISION=dot_precision(V),
             FAN=tree.fan if tree is not None else 2,

@@ -86,19 +86,24 @@ def mimo_backward_kernel(
     DET: tl.constexpr,  # dQ, dK over a group's heads: 0 atomics, 1 (True) a tree, 2 by heads
     FAN: tl.constexpr, TREE_BLOCK: tl.constexpr,  # the tree
     QK_DOT: tl.constexpr,  # q, k held in DOT for the products, loaded again for dθ (qk_live)
+    SPLIT: tl.constexpr,  # more than one channel block (program axis 2 > 1)
 ):
-    pid_h, pid_b, pid_p = tl.program_id(0), tl.program_id(1).to(tl.int64), tl.program_id(2)
-    blk = pid_p.to(tl.int64) * batch * h  # this channel block's part of the per-step outputs
-    dTh_ptr += blk * l * na
-    dADT_ptr += blk * l
-    dW_ptr += blk * l
-    dG_ptr += blk * l
-    dCb_ptr += blk * R * n
-    dBb_ptr += blk * R * n
-    dD_ptr += blk
-    # the copy (DET 2) or tree tile (DET 1) of this (head of the group, channel block)
-    tile = (pid_h % (h // g)) * tl.num_programs(2) + pid_p
-    tiles = (h // g) * tl.num_programs(2)
+    pid_h, pid_b = tl.program_id(0), tl.program_id(1).to(tl.int64)
+    pid_p = 0  # the channel block: a constant 0 unless the channels are split
+    tile = pid_h % (h // g)  # the copy (DET 2) or tree tile (DET 1) of this program
+    tiles = h // g
+    if SPLIT:
+        pid_p = tl.program_id(2)
+        blk = pid_p.to(tl.int64) * batch * h  # this channel block's part of the per-step outputs
+        dTh_ptr += blk * l * na
+        dADT_ptr += blk * l
+        dW_ptr += blk * l
+        dG_ptr += blk * l
+        dCb_ptr += blk * R * n
+        dBb_ptr += blk * R * n
+        dD_ptr += blk
+        tile = tile * tl.num_programs(2) + pid_p  # (head of the group, channel block)
+        tiles = tiles * tl.num_programs(2)
     QR: tl.constexpr = Q * R
     SLOT: tl.constexpr = 2 * QR * n  # DET: a head's dq, dk rows of a chunk
     head = pid_b * h + pid_h
@@ -204,7 +209,8 @@ def mimo_backward_kernel(
         # the final k state is the last step's rotated k: its gradient joins dk there
         if dBf_ptr is not None:
             dk += tl.load(dBf_ptr + ((pid_b * R + rho) * h + pid_h)[:, None] * n + offs_n[None, :],
-                          mask=(t == l - 1)[:, None] & (offs_n[None, :] < n) & (pid_p == 0),
+                          mask=(t == l - 1)[:, None] & (offs_n[None, :] < n)
+                          & (pid_p + t * 0 == 0)[:, None],
                           other=0.0)
         # rotations, backwards: dθ per step (Σ over ranks), dC, dB turned back by −θ
         if QK_DOT:  # the angles and the rotated q, k in float32 again: the same loads and
@@ -222,9 +228,9 @@ def mimo_backward_kernel(
         dq, dk = turn(dq, cos, -sin, QR, N), turn(dk, cos, -sin, QR, N)
         mask_rn = valid[:, None] & (offs_n[None, :] < n)
         if DET == 2:  # this head's own copy of dQ, dK; ``sum_heads_kernel`` adds them after
-            part = slots_ptr + tile.to(tl.int64) * groups
+            part = slots_ptr + (tile + 0 * pid_b) * groups  # (int64, as pid_b)
             tl.store(part + bc_row[:, None] + offs_n[None, :], dq, mask=mask_rn)
-            tl.store(part + tiles.to(tl.int64) * groups + bc_row[:, None] + offs_n[None, :],
+            tl.store(part + (tiles + 0 * pid_b) * groups + bc_row[:, None] + offs_n[None, :],
                      dk, mask=mask_rn)
         elif DET:  # this head's slot, then the group's heads added in head order
             grp = (pid_b * g + pid_h // (h // g)) * n_chunks + c

@@ -101,11 +101,15 @@ def mimo_forward_kernel(
     h: tl.constexpr, g: tl.constexpr, p: tl.constexpr, n: tl.constexpr, na: tl.constexpr,
     Q: tl.constexpr, R: tl.constexpr,  # steps per chunk, rank (powers of two, 16 ≤ q·r ≤ 128)
     P: tl.constexpr, N: tl.constexpr,  # the channels of a program (program axis 2), state tile
+    SPLIT: tl.constexpr,  # more than one channel block (program axis 2 > 1)
     HAS_D: tl.constexpr, HAS_Z: tl.constexpr, HAS_OUT: tl.constexpr, HAS_H0: tl.constexpr,
     DOT: tl.constexpr,
     PRECISION: tl.constexpr,  # "ieee" for float32 operands: Triton 3.6 cannot build them in tf32
 ):
-    pid_h, pid_b, pid_p = tl.program_id(0), tl.program_id(1).to(tl.int64), tl.program_id(2)
+    pid_h, pid_b = tl.program_id(0), tl.program_id(1).to(tl.int64)
+    pid_p = 0  # the channel block: a constant 0 unless the channels are split
+    if SPLIT:
+        pid_p = tl.program_id(2)
     QR: tl.constexpr = Q * R
     head = pid_b * h + pid_h  # (batch, head) row of the (b, h, ·) tensors
     offs_p, offs_n = pid_p * P + tl.arange(0, P), tl.arange(0, N)
@@ -130,7 +134,7 @@ def mimo_forward_kernel(
         _, k = load_rows(B_ptr, Bb_ptr + pid_h * R * n, bc_row, rho, valid, n, cos, sin, QR, N)
         if Bf_ptr is not None:  # the last step's r rotated rows: the decode cache's k
             tl.store(Bf_ptr + ((pid_b * R + rho) * h + pid_h)[:, None] * n + offs_n[None, :], k,
-                     mask=(t == l - 1)[:, None] & (offs_n[None, :] < n) & (pid_p == 0))
+                     mask=((t == l - 1) & (pid_p + t * 0 == 0))[:, None] & (offs_n[None, :] < n))
         # v_{t,ρ} = x_t ⊙ Ψ_ρ: the token's row read once per rank
         mask_rp = valid[:, None] & (offs_p[None, :] < p)
         # (q·r, P) offsets into (b, l, h, p)
