@@ -2,8 +2,8 @@
 
 At b8 l2048 h32 g1 p64 n128 na32, bf16 (the SISO benchmark shape), in one process, these parts
 while ``--limit`` allows (the clock is checked before each part, each variant and each timing;
-the order: rank 1; rank 4 old launch, qk and p16; deterministic on the old launch; the other
-rank-4 variants; deterministic on the fastest variant):
+the order: rank 1; rank 4 old launch, p16 and q8; deterministic on the old launch; p32;
+deterministic on the fastest variant):
 
     1. rank 1: SISO (chunk 64) vs MIMO rank 1 on the SISO kernels (``config.rank_one="siso"``,
        the default now) vs on the MIMO kernels (``rank_one="mimo"``, the old path), chunk 64;
@@ -44,11 +44,8 @@ NAMES = ("Q", "K", "V", "ADT", "DT", "Trap", "Q_bias", "K_bias", "MIMO_V", "MIMO
 # rank 4: name → (chunk, the changes to MIMO_DEFAULT), most promising first (each costs its
 # compiles). sm_90 builds on the CPU, bf16 p64 n128: registers / spill bytes per thread / shared
 # memory a program (bench/NOTES_mimo.md); the old launch: forward 255 / 264 B / 185 KB, backward
-# 255 / 6.5 KB / 104 KB, 256 programs, one an SM
+# 255 / 6.7 KB / 104 KB, 256 programs, one an SM
 VARIANTS = {
-    # the old grid, the backward holding q, k as bf16 operands: 255 / 5.0 KB (a third fewer
-    # spill loads)
-    "qk": (16, dict(qk_live="dot")),
     # forward 255 / 96 B / 52 KB (two an SM), backward 8 warps 255 / 2.2 KB / 78 KB; 1024 programs
     "p16": (16, dict(forward_p_block=16, forward_warps=4, forward_stages=1,
                      backward_p_block=16, qk_live="dot")),
@@ -319,11 +316,11 @@ def main(argv=None):
             print(row, flush=True)
 
     ok = {}  # rank-4 launches that passed their check: {name: (config, chunk)}
-    first = ["mimo r4", "mimo r4 qk", "mimo r4 p16"]
+    first = ["mimo r4", "mimo r4 p16", "mimo r4 q8"]
     later = [f"mimo r4 {n}" for n in VARIANTS if f"mimo r4 {n}" not in first]
     steps = [  # in order of what the issues ask first; each only while its time is left
         ("rank 1", "rank 1", lambda: rank_one(dims, dtype, device, timing, clock, limit)),
-        ("rank 4", "rank 4: old launch, qk, p16",
+        ("rank 4", "rank 4: old launch, p16, q8",
          lambda: rank_four(first, ok, dims, dtype, device, timing, clock, limit,
                            reserve["variant"])),
         ("deterministic", "deterministic: MIMO_DEFAULT",
