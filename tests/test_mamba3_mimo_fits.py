@@ -31,9 +31,10 @@ def build(kernel, which, r, q, deterministic=False, fp32=False, n=128):
     const |= {name: None for name in NONE[which]}
     if which == "forward":
         const |= dict(HAS_H0=False)  # no initial state (H0_ptr None)
-    const |= dict(PRECISION="ieee" if fp32 else "tf32")  # (what each launches with)
+    const |= dict(PRECISION="ieee" if fp32 else "tf32", SPLIT=False)  # (as each launches)
     if which == "backward":  # dQ, dK: atomics, or the deterministic mode's fixed-order sum
-        const |= dict(DET=deterministic, FAN=mimo.CONFIG.tree_fan, TREE_BLOCK=1024)
+        const |= dict(DET=deterministic, FAN=mimo.CONFIG.tree_fan, TREE_BLOCK=1024,
+                      QK_DOT=False)
     low = set() if fp32 else BF16  # the pointers of the inputs' dtype
     signature = {name: "constexpr" if name in const else
                  ("*bf16" if name in low else "*i32" if name == "counts_ptr" else "*fp32")

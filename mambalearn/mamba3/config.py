@@ -60,6 +60,10 @@ def resolve(config, shape, device):
     return _resolve(config, Config, lambda: default_config(shape, device))
 
 
+MIMO_CHOICES = {"rank_one": ("siso", "mimo"), "det_sum": ("heads", "tree"),  # str fields
+                "qk_live": ("float32", "dot")}
+
+
 @dataclass(frozen=True)
 class MimoConfig(LaunchConfig):
     """Launch settings of the MIMO prefill (``mamba3_mimo_combined(..., config=)``): warps per
@@ -77,15 +81,38 @@ class MimoConfig(LaunchConfig):
     backward_warps: int = 8
     forward_stages: int = 2
     backward_stages: int = 1
-    tree_fan: int = 8  # deterministic mode: heads one node of the dQ/dK sum adds
+    # channels (of p) one program holds, a power of two ≥ 16: the kernels' program axis 2 runs
+    # over ⌈p / block⌉ blocks (the default covers p ≤ 256 in one program)
+    forward_p_block: int = 256
+    backward_p_block: int = 256
+    tree_fan: int = 8  # deterministic mode, ``det_sum="tree"``: heads one node of the sum adds
+    # rank 1 is SISO's recurrence (``mimo_api``): "siso" runs it on the SISO kernels, the
+    # per-rank weights folded into V, Z and the output; "mimo" on the MIMO kernels
+    rank_one: str = "siso"
+    # deterministic mode's dQ/dK sum over a group's heads: "heads" stores each head's rows and
+    # a separate kernel adds them in head order (``mimo_backward.sum_heads_kernel``); "tree":
+    # the last head of a chunk adds them inside the backward (``triton.deterministic``)
+    det_sum: str = "heads"
+    # the backward's rotated q, k of a chunk: "float32" held so through the chunk's work; "dot"
+    # converted to the products' dtype once turned (half the registers in bf16), the angles and
+    # q, k loaded and turned again for dθ at the end (the same bits: only what a thread holds)
+    qk_live: str = "float32"
 
     def __post_init__(self):
         for f in dataclasses.fields(self):
             v = getattr(self, f.name)
-            if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+            if f.name in MIMO_CHOICES:
+                if v not in MIMO_CHOICES[f.name]:
+                    raise ValueError(f"config.{f.name} must be one of "
+                                     f"{', '.join(map(repr, MIMO_CHOICES[f.name]))}, got {v!r}")
+            elif not isinstance(v, int) or isinstance(v, bool) or v < 1:
                 raise ValueError(f"config.{f.name} must be an int ≥ 1, got {v!r}")
         if self.tree_fan < 2:
             raise ValueError(f"config.tree_fan must be ≥ 2, got {self.tree_fan}")
+        for name in ("forward_p_block", "backward_p_block"):
+            v = getattr(self, name)
+            if v < 16 or v & (v - 1):
+                raise ValueError(f"config.{name} must be a power of two ≥ 16, got {v}")
 
 
 MIMO_DEFAULT = MimoConfig()

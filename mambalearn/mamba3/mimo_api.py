@@ -10,15 +10,19 @@ The autograd function saves its inputs and the state entering every chunk, (b, h
 the inputs' dtype; the backward recomputes each chunk from it. ``deterministic=True`` sums dQ, dK
 over a group's heads in a fixed order instead of with atomics (its cost: ``mimo_backward``): the
 same bits on every run and at every position in the batch.
+
+At rank 1 the recurrence is SISO's (``rank_one_on_siso``): with ``config.rank_one = "siso"``
+(the default) the call runs the SISO kernels, the per-rank weights folded into their inputs.
 """
 
 import torch
 import triton
 
 from mambalearn import device  # noqa: F401  (TRITON_INTERPRET before any kernel module)
+from mambalearn.mamba3.api import mamba3_siso_combined
 from mambalearn.mamba3.common import dot_dtype
 from mambalearn.mamba3.config import MIMO_DEFAULT, MimoConfig
-from mambalearn.mamba3.mimo_backward import mimo_backward_kernel
+from mambalearn.mamba3.mimo_backward import mimo_backward_kernel, sum_heads_kernel
 from mambalearn.mamba3.mimo_forward import mimo_forward_kernel
 from mambalearn.mamba3.mimo_reference import check_inputs, initial_pre_state
 from mambalearn.mamba3.reference import angle_cumsum
@@ -28,6 +32,7 @@ from mambalearn.triton.deterministic import TreeSum
 
 CONFIG = MIMO_DEFAULT  # the launch settings (`MimoConfig`: why these)
 MAX_ROWS = 128  # q·r: past it no backward fits an H200's shared memory
+SUM_BLOCK = 1024  # elements of dQ (dK) a program of the deterministic sum adds
 
 
 def tiles(n, p, r, chunk_size):
@@ -70,15 +75,17 @@ class Mamba3MimoFn(torch.autograd.Function):
         b, l, r, g, n = Q.shape
         h, p, na = V.shape[2], V.shape[3], theta.shape[3]
         N, P = tiles(n, p, r, chunk_size)
+        BP = min(P, cfg.forward_p_block)  # the channels of a program
         c = -(-l // chunk_size)
         out = V.new_empty((b, l, h, p) if Phi is not None else (b, l, r, h, p))
         grad = any(ctx.needs_input_grad)
         Hs = V.new_empty(b, h, c, p, n) if grad else None
         Hf = V.new_empty(b, h, p, n, dtype=torch.float32) if return_final else None
         Kf = V.new_empty(b, r, h, n, dtype=torch.float32) if return_final else None
-        mimo_forward_kernel[(h, b)](
+        mimo_forward_kernel[(h, b, triton.cdiv(p, BP))](
             Q, K, V, Z, Q_bias, K_bias, Psi, Zeta, Phi, D, ADT, W, G, theta, H0, out, Hs, Hf,
-            Kf, l, c, h, g, p, n, na, Q=chunk_size, R=r, P=P, N=N, HAS_D=D is not None,
+            Kf, l, c, h, g, p, n, na, Q=chunk_size, R=r, P=BP, N=N, SPLIT=BP < p,
+            HAS_D=D is not None,
             HAS_Z=Z is not None, HAS_OUT=Phi is not None, HAS_H0=H0 is not None,
             DOT=dot_dtype(V), PRECISION=dot_precision(V),
             num_warps=launch_warps(cfg, "forward_warps", chunk_size * r),
@@ -96,40 +103,58 @@ class Mamba3MimoFn(torch.autograd.Function):
         b, l, r, g, n = Q.shape
         h, p, na = V.shape[2], V.shape[3], theta.shape[3]
         N, P = tiles(n, p, r, ctx.chunk_size)
+        BP = min(P, ctx.cfg.backward_p_block)  # the channels of a program
+        NP = triton.cdiv(p, BP)  # channel blocks: the per-step gradients come in NP parts
         f32 = dict(dtype=torch.float32, device=V.device)
         dQ, dK = torch.zeros(Q.shape, **f32), torch.zeros(K.shape, **f32)
         dV, dZ = torch.empty(V.shape, **f32), torch.zeros(V.shape, **f32)
-        dTh, dADT, dW, dG = (torch.empty(t.shape, **f32) for t in (theta, ADT, W, G))
+        dTh, dADT, dW, dG = (torch.empty(NP, *t.shape, **f32) for t in (theta, ADT, W, G))
         dH0 = torch.empty(b, h, p, n, **f32)
-        dQb, dKb = torch.empty(b, h, r, n, **f32), torch.empty(b, h, r, n, **f32)
+        dQb, dKb = torch.empty(NP, b, h, r, n, **f32), torch.empty(NP, b, h, r, n, **f32)
         dPsi, dZeta, dPhi = (torch.zeros(b, h, r, p, **f32) for _ in range(3))
-        dD = torch.empty(b, h, **f32)
+        dD = torch.empty(NP, b, h, **f32)
         c, rows = Hs.shape[2], ctx.chunk_size * r
-        tree = None  # deterministic: dQ, dK over a group's heads in head order, not atomics
-        if ctx.deterministic:
-            tree = TreeSum.allocate(h // g, b * g * c, 2 * rows * n,
-                                    ctx.cfg.tree_fan, V.device)
+        # deterministic: dQ, dK over a group's heads in head order, not atomics (mimo_backward)
+        tree = parts = None
+        heads = h // g * NP  # a copy (a tree tile) per (head of the group, channel block)
+        if ctx.deterministic and ctx.cfg.det_sum == "tree":
+            tree = TreeSum.allocate(heads, b * g * c, 2 * rows * n, ctx.cfg.tree_fan, V.device)
+        elif ctx.deterministic:  # every head's own dQ, dK, added by sum_heads_kernel after
+            parts = torch.empty(2, heads, *Q.shape, **f32)
+        det = 2 if parts is not None else int(tree is not None)
+        slots = tree.slots if tree is not None else parts if parts is not None else dQ
         cont = lambda t: None if t is None else t.contiguous().float()
-        mimo_backward_kernel[(h, b)](
+        mimo_backward_kernel[(h, b, NP)](
             Q, K, V, Z, Q_bias, K_bias, Psi, Zeta, Phi, D, ADT, W, G, theta, Hs,
             d_out.contiguous(), cont(d_Hf), cont(d_Kf), dQ, dK,
-            *(tree.slots, tree.counts) if tree is not None else (dQ, dQ),
+            slots, tree.counts if tree is not None else dQ,
             dV, dZ, dTh, dADT, dW, dG, dH0,
-            dQb, dKb, dPsi, dZeta, dPhi, dD, l, c, b * g * c, h, g, p, n, na,
-            Q=ctx.chunk_size, R=r, P=P, N=N, HAS_D=D is not None, HAS_Z=Z is not None,
-            HAS_OUT=Phi is not None, DOT=dot_dtype(V), DET=tree is not None,
+            dQb, dKb, dPsi, dZeta, dPhi, dD, l, c, Q.numel() if parts is not None else b * g * c,
+            b, h, g, p, n, na,
+            Q=ctx.chunk_size, R=r, P=BP, N=N, SPLIT=NP > 1, HAS_D=D is not None,
+            HAS_Z=Z is not None,
+            HAS_OUT=Phi is not None, DOT=dot_dtype(V), DET=det,
             PRECISION=dot_precision(V),
             FAN=tree.fan if tree is not None else 2,
             TREE_BLOCK=min(1024, triton.next_power_of_2(2 * rows * n)),
+            QK_DOT=ctx.cfg.qk_live == "dot",
             num_warps=launch_warps(ctx.cfg, "backward_warps", ctx.chunk_size * r),
             num_stages=launch_stages(ctx.cfg, "backward_stages", ctx.chunk_size * r))
+        if parts is not None:  # the heads' copies added in head order
+            dQK = torch.empty(2, *Q.shape, **f32)
+            sum_heads_kernel[(triton.cdiv(Q.numel(), SUM_BLOCK), 2)](
+                parts, dQK, Q.numel(), heads, BLOCK=SUM_BLOCK, num_warps=4)
+            dQ, dK = dQK
         if tree is not None:  # root (b·g·c, [dQ, dK], q, r, n) → (b, c·q, r, g, n)[:, :l]
             root = tree.root().view(b, g, c, 2, ctx.chunk_size, r, n).permute(3, 0, 2, 4, 5, 1, 6)
             dQ, dK = root.reshape(2, b, c * ctx.chunk_size, r, g, n)[:, :, :l]
         like = lambda t, x: None if x is None else t.to(x.dtype)
-        return (like(dQ, Q), like(dK, K), like(dV, V), like(dZ, Z), dQb.sum(0), dKb.sum(0),
+        parts_sum = lambda t: t[0] if NP == 1 else t.sum(0)  # the channel blocks' parts
+        dADT, dW, dG, dTh = (parts_sum(t) for t in (dADT, dW, dG, dTh))
+        dQb, dKb, dD = (parts_sum(t).sum(0) for t in (dQb, dKb, dD))
+        return (like(dQ, Q), like(dK, K), like(dV, V), like(dZ, Z), dQb, dKb,
                 dPsi.sum(0), None if Zeta is None else dZeta.sum(0),
-                None if Phi is None else dPhi.sum(0), None if D is None else dD.sum(0),
+                None if Phi is None else dPhi.sum(0), None if D is None else dD,
                 dADT, dW, dG, dTh, dH0 if ctx.has_H0 else None, None, None, None, None)
 
 
@@ -145,7 +170,9 @@ def mamba3_mimo_combined(Q, K, V, ADT, DT, Trap, Q_bias, K_bias, MIMO_V, MIMO_Z,
     chunk_size q and the rank r powers of two with 16 ≤ q·r ≤ 128; float32, bf16 or fp16 inputs.
     ``deterministic``: dQ, dK summed over a group's heads in a fixed order (not atomics): the same
     bits on every run and at every position in the batch. ``config``: the launch settings, a
-    ``mambalearn.mamba3.config.MimoConfig`` (None: ``MIMO_DEFAULT``).
+    ``mambalearn.mamba3.config.MimoConfig`` (None: ``MIMO_DEFAULT``). At r = 1 (and
+    ``config.rank_one = "siso"``) the SISO kernels run (``rank_one_on_siso``; chunk: SISO's rule,
+    16 ≤ q ≤ 256).
     Non-finite inputs as ``mamba3_siso_combined``: ADT = −∞ gives the recurrence's output and
     finite gradients; a NaN in Q, K, DT or ADT at step t reaches outputs at t and after; a NaN in
     V at step t also reaches the earlier steps of its chunk (0 · NaN inside the chunk's
@@ -156,6 +183,10 @@ def mamba3_mimo_combined(Q, K, V, ADT, DT, Trap, Q_bias, K_bias, MIMO_V, MIMO_Z,
         raise TypeError(f"deterministic must be True or False, got {deterministic!r}")
     check_inputs(Q, K, V, ADT, DT, Trap, Q_bias, K_bias, MIMO_V, MIMO_Z, MIMO_Out, Angles, D, Z,
                  Input_States)
+    if Q.shape[2] == 1 and cfg.rank_one == "siso":
+        return rank_one_on_siso(Q, K, V, ADT, DT, Trap, Q_bias, K_bias, MIMO_V, MIMO_Z,
+                                MIMO_Out, Angles, D, Z, Input_States, chunk_size,
+                                return_final_states)
     for name, t in (("Q", Q), ("K", K), ("V", V), ("Z", Z)):
         if t is not None and t.dtype == torch.float64:
             raise TypeError(f"{name} is float64; the Triton kernels take float32, bf16 or fp16 "
@@ -177,3 +208,50 @@ def mamba3_mimo_combined(Q, K, V, ADT, DT, Trap, Q_bias, K_bias, MIMO_V, MIMO_Z,
         return out
     Hf, Kf = finals
     return out, theta[:, -1], Hf, Kf.to(V.dtype), V[:, -1].clone()
+
+
+def rank_one_on_siso(Q, K, V, ADT, DT, Trap, Q_bias, K_bias, MIMO_V, MIMO_Z, MIMO_Out, Angles,
+                     D=None, Z=None, Input_States=None, chunk_size=64, return_final_states=False):
+    """Rank 1 of the MIMO prefill on the SISO kernels (``mamba3_siso_combined``).
+
+    At r = 1 the recurrence is SISO's with v_t = x_t ⊙ Ψ: the same α, β, γ, θ, q_t, k_t, one
+    rank-1 update a step. Every channel i of the state (its row h_t[i, :]) sees only x_t[i], so
+    the output is linear in v channel by channel, the skip term D v included:
+
+        y_t[i](x ⊙ s) = s_i · y_t[i](x)             for any per-channel scale s (p,)
+
+    and out_t = Φ ⊙ y_t ⊙ silu(z_t ⊙ ζ) = SISO(V ⊙ Ψ ⊙ Φ, Z ⊙ ζ). So the weights fold into the
+    SISO call's inputs: V′ = V ⊙ (Ψ ⊙ Φ) (one pass over V), Z′ = Z ⊙ ζ (only when MIMO_Z is
+    given), Q, K, their biases and the cache's k lose their rank axis; autograd carries the
+    gradients back through the folds (dΨ = Σ_{b,l} Φ ⊙ V ⊙ dV′, …).
+
+    The state the SISO kernels carry is then Φ ⊙ h row by row, so an Input_States' ssm and v
+    enter scaled by Φ (and Ψ); with ``return_final_states`` Φ is applied to the output instead
+    (dividing the final state by Φ would fail where Φ has zeros), one pass more.
+    The chunk follows SISO's rule (a power of two, 16 ≤ q ≤ 256). SISO's backward has no
+    atomics: its gradients have the same bits on every run with or without ``deterministic``.
+    """
+    psi = MIMO_V[:, 0]  # (h, p)
+    phi = None if MIMO_Out is None else MIMO_Out[:, 0]
+    fold = phi is not None and not return_final_states  # Φ into V, not onto the output
+    scale = psi * phi if fold else psi
+    cast = lambda w, t: w.to(t.dtype)  # the weights in the activations' dtype: one pass
+    V1 = V * cast(scale, V)
+    Z1 = Z if Z is None or MIMO_Z is None else Z * cast(MIMO_Z[:, 0], Z)
+    states = None
+    if Input_States is not None:
+        ang, ssm, k, v = Input_States
+        row = phi[None, :, :, None] if fold else 1.0  # (1, h, p, 1): the state's rows
+        states = (ang, ssm * row, k[:, 0], v * cast(scale, v))
+    r = mamba3_siso_combined(Q[:, :, 0], K[:, :, 0], V1, ADT, DT, Trap, Q_bias[:, 0],
+                             K_bias[:, 0], Angles, D=D, Z=Z1, Input_States=states,
+                             chunk_size=chunk_size, return_final_states=return_final_states)
+    out = r[0] if return_final_states else r
+    if phi is None:
+        out = out[:, :, None]  # (b, l, 1, h, p): every rank's output
+    elif not fold:
+        out = out * cast(phi, out)
+    if not return_final_states:
+        return out
+    _, ang, ssm, k, _ = r
+    return out, ang, ssm, k[:, None], V[:, -1].clone()

@@ -15,19 +15,21 @@ gradient of a step is Σ_ρ of the pairs' dq × q + dk × k (``common.pair_cross
 summed over the heads of a group with atomic adds; the per-head weights' gradients (biases, Ψ,
 ζ, Φ, D) are summed per program, then over the batch by the caller.
 
-Deterministic mode (DET): atomic adds arrive in any order, and float addition is not
-associative, so dQ, dK can change in the last bits from run to run. With DET each head stores its
-chunk's dq, dk rows ((q·r, n) each) in its own slot, and the last head of the group to finish the
-chunk adds the slots in head order (``selective_scan.deterministic.tree_sum``, a tree of fan-in
-``tree_fan``). Cost: slots of (h/g + …)·b·g·c·2·q·r·n fp32 — at b8 l2048 h32 g1 r4 q16 n128
-(fan 8: 32 + 4 + 1 rows) 2.5 GB, the 2.1 GB of floats the atomics added in L2 plus the tree's
-upper levels — each written once and read once, mostly from L2 by a neighbour head running at
-the same time (the heads of a batch row are adjacent in the grid). The kernel's own traffic (the
-stored states alone are b·h·c·p·n bf16 ≈ 0.54 GB there) and its dots dominate; the extra is the
-slots' write-back, ≈ 2.5 GB of HBM writes (≈ 0.5 ms at 4.8 TB/s) under a compute-bound kernel,
-and per head and chunk one counter atomic and the loads of the sums it does. Every other
-output is per program (no atomics) in both modes; a (batch row, group, chunk)'s sum reads only
-its own heads' slots, so a sequence's gradients do not depend on its position in the batch.
+Deterministic mode: atomic adds arrive in any order, and float addition is not associative, so
+dQ, dK can change in the last bits from run to run. Two fixed orders (``config.det_sum``):
+
+- "heads" (DET 2, the default): each head stores its dq, dk rows in its own copy of dQ, dK
+  ((2, h/g, b, l, r, g, n) fp32) — plain stores, nothing waits inside the chunk loop — and
+  ``sum_heads_kernel`` adds the h/g copies in head order afterwards. Cost at b8 l2048 h32 g1 r4
+  n128: 2 × 32 × 8.4 M floats = 2.1 GB written by the backward (the bytes the atomics sent to
+  L2) and read once by the sum, ≈ 2 × 0.45 ms at 4.8 TB/s against a backward of tens of ms.
+- "tree" (DET 1): each head stores its chunk's rows ((q·r, n) each) in a slot, and the last head
+  of the group to finish the chunk adds the slots in head order (``triton.deterministic.
+  tree_sum``, fan-in ``tree_fan``): no second launch, but the adds happen inside the serial walk
+  over the chunks, on the critical path of the program that arrives last.
+
+Every other output is per program (no atomics) in all modes; an element of dQ, dK sums only its
+own sequence's heads, so a sequence's gradients do not depend on its position in the batch.
 """
 
 import triton
@@ -58,7 +60,7 @@ def per_rank(x, Q: tl.constexpr, R: tl.constexpr, M: tl.constexpr):
     return tl.sum(tl.reshape(x, [Q, R, M]), axis=0)
 
 
-@triton.jit(do_not_specialize=SIZES)
+@triton.jit(do_not_specialize=[*SIZES, "groups", "batch"])
 def mimo_backward_kernel(
     C_ptr, B_ptr, X_ptr, Z_ptr, Cb_ptr, Bb_ptr, Psi_ptr, Zeta_ptr, Phi_ptr, D_ptr,
     ADT_ptr, W_ptr, G_ptr, Th_ptr,  # as the forward's
@@ -66,25 +68,46 @@ def mimo_backward_kernel(
     dOut_ptr,  # (b, l, h, p), or (b, l, r, h, p) without Phi
     dHf_ptr, dBf_ptr,  # (b, h, p, n), (b, r, h, n) float32 or None: the final states' grads
     dC_ptr, dB_ptr,  # out (b, l, r, g, n) float32, zeroed: atomic sums over a group's heads
-    slots_ptr, counts_ptr,  # DET: the tree sum's slots (h/g, b·g·c, 2·q·r·n) and counters
+    slots_ptr, counts_ptr,  # DET 1: the tree sum's slots (h/g, b·g·c, 2·q·r·n) and counters;
+    # DET 2: the heads' copies (2, h/g, b, l, r, g, n) of dQ, dK (counts unused)
     dX_ptr, dZ_ptr,  # out (b, l, h, p) float32
-    dTh_ptr,  # out (b, l, h, na) float32: dθ
-    dADT_ptr, dW_ptr, dG_ptr,  # out (b, h, l) float32
+    dTh_ptr,  # out (NP, b, l, h, na) float32: dθ, a part per channel block (summed by the caller)
+    dADT_ptr, dW_ptr, dG_ptr,  # out (NP, b, h, l) float32, the same
     dH0_ptr,  # out (b, h, p, n) float32: the gradient of the pre-state entering step 0
-    dCb_ptr, dBb_ptr, dPsi_ptr, dZeta_ptr, dPhi_ptr,  # out (b, h, r, n|p) float32, this program's
-    dD_ptr,  # out (b, h) float32
-    l, n_chunks, groups,  # length, chunks, DET: b·g·c (the tree sums' groups)
+    dCb_ptr, dBb_ptr,  # out (NP, b, h, r, n) float32, this program's
+    dPsi_ptr, dZeta_ptr, dPhi_ptr,  # out (b, h, r, p) float32, this program's channels
+    dD_ptr,  # out (NP, b, h) float32
+    l, n_chunks, groups,  # length, chunks; DET 1: b·g·c (the tree sums' groups), 2: b·l·r·g·n
+    batch,  # b: the stride of the channel blocks' parts
     h: tl.constexpr, g: tl.constexpr, p: tl.constexpr, n: tl.constexpr, na: tl.constexpr,
     Q: tl.constexpr, R: tl.constexpr, P: tl.constexpr, N: tl.constexpr,
     HAS_D: tl.constexpr, HAS_Z: tl.constexpr, HAS_OUT: tl.constexpr, DOT: tl.constexpr,
     PRECISION: tl.constexpr,  # "ieee" for float32 operands: Triton 3.6 cannot build them in tf32
-    DET: tl.constexpr, FAN: tl.constexpr, TREE_BLOCK: tl.constexpr,  # the deterministic sum
+    DET: tl.constexpr,  # dQ, dK over a group's heads: 0 atomics, 1 (True) a tree, 2 by heads
+    FAN: tl.constexpr, TREE_BLOCK: tl.constexpr,  # the tree
+    QK_DOT: tl.constexpr,  # q, k held in DOT for the products, loaded again for dθ (qk_live)
+    SPLIT: tl.constexpr,  # more than one channel block (program axis 2 > 1)
 ):
     pid_h, pid_b = tl.program_id(0), tl.program_id(1).to(tl.int64)
+    pid_p = 0  # the channel block: a constant 0 unless the channels are split
+    tile = pid_h % (h // g)  # the copy (DET 2) or tree tile (DET 1) of this program
+    tiles = h // g
+    if SPLIT:
+        pid_p = tl.program_id(2)
+        blk = pid_p.to(tl.int64) * batch * h  # this channel block's part of the per-step outputs
+        dTh_ptr += blk * l * na
+        dADT_ptr += blk * l
+        dW_ptr += blk * l
+        dG_ptr += blk * l
+        dCb_ptr += blk * R * n
+        dBb_ptr += blk * R * n
+        dD_ptr += blk
+        tile = tile * tl.num_programs(2) + pid_p  # (head of the group, channel block)
+        tiles = tiles * tl.num_programs(2)
     QR: tl.constexpr = Q * R
     SLOT: tl.constexpr = 2 * QR * n  # DET: a head's dq, dk rows of a chunk
     head = pid_b * h + pid_h
-    offs_p, offs_n, offs_r = tl.arange(0, P), tl.arange(0, N), tl.arange(0, R)
+    offs_p, offs_n, offs_r = pid_p * P + tl.arange(0, P), tl.arange(0, N), tl.arange(0, R)
     mask_pn = (offs_p[:, None] < p) & (offs_n[None, :] < n)
     pn = offs_p[:, None] * n + offs_n[None, :]
     dH = tl.zeros([P, N], dtype=tl.float32)  # ∂ℒ/∂(the state leaving the chunk)
@@ -98,7 +121,7 @@ def mimo_backward_kernel(
     acc_psi = tl.zeros([R, P], dtype=tl.float32)
     acc_zeta = tl.zeros([R, P], dtype=tl.float32)
     acc_phi = tl.zeros([R, P], dtype=tl.float32)
-    acc_d = tl.zeros([QR, P], dtype=tl.float32)
+    acc_d = tl.zeros([QR], dtype=tl.float32)  # Σ over p per row: no (q·r × P) tile carried
     for cc in range(n_chunks):
         c = n_chunks - 1 - cc
         # recompute the chunk (the forward's steps)
@@ -109,6 +132,8 @@ def mimo_backward_kernel(
         bc_row = (((pid_b * l + t) * R + rho) * g + pid_h // (h // g)) * n
         _, q = load_rows(C_ptr, Cb_ptr + pid_h * R * n, bc_row, rho, valid, n, cos, sin, QR, N)
         _, k = load_rows(B_ptr, Bb_ptr + pid_h * R * n, bc_row, rho, valid, n, cos, sin, QR, N)
+        if QK_DOT:  # the products' operands; float32 q, k come again for dθ at the end
+            q, k = q.to(DOT), k.to(DOT)
         mask_rp = valid[:, None] & (offs_p[None, :] < p)
         rp = (pid_h * R + rho)[:, None] * p + offs_p[None, :]  # (q·r, P) into (h, r, p)
         vt = ((pid_b * l + t) * h + pid_h)[:, None] * p + offs_p[None, :]
@@ -148,7 +173,7 @@ def mimo_backward_kernel(
             gate = tl.full([QR, P], 1.0, tl.float32)
         if HAS_OUT:
             acc_phi += per_rank(do * y * gate, Q, R, P)
-        acc_d += dy * v
+        acc_d += tl.sum(dy * v, axis=1)
         # the core: dv, dq, dk, the carried dH, and the per-step scalars
         G = tl.dot(dy.to(DOT), tl.trans(v.to(DOT)),
                    input_precision=PRECISION)  # (q·r, q·r): dy_i · v_j
@@ -184,8 +209,17 @@ def mimo_backward_kernel(
         # the final k state is the last step's rotated k: its gradient joins dk there
         if dBf_ptr is not None:
             dk += tl.load(dBf_ptr + ((pid_b * R + rho) * h + pid_h)[:, None] * n + offs_n[None, :],
-                          mask=(t == l - 1)[:, None] & (offs_n[None, :] < n), other=0.0)
+                          mask=(t == l - 1)[:, None] & (offs_n[None, :] < n)
+                          & (pid_p + t * 0 == 0)[:, None],
+                          other=0.0)
         # rotations, backwards: dθ per step (Σ over ranks), dC, dB turned back by −θ
+        if QK_DOT:  # the angles and the rotated q, k in float32 again: the same loads and
+            # turns, the same bits, none of them held through the products above
+            cos, sin = row_angles(Th_ptr + (pid_b * l * h + pid_h) * na, h * na, t, valid, na, N)
+            _, q = load_rows(C_ptr, Cb_ptr + pid_h * R * n, bc_row, rho, valid, n, cos, sin, QR,
+                             N)
+            _, k = load_rows(B_ptr, Bb_ptr + pid_h * R * n, bc_row, rho, valid, n, cos, sin, QR,
+                             N)
         dth = tl.sum(tl.reshape(pair_cross(dq, q, QR, N) + pair_cross(dk, k, QR, N),
                                 [Q, R, N // 2]), axis=1)  # (q, N/2)
         offs_j = tl.arange(0, N // 2)
@@ -193,14 +227,18 @@ def mimo_backward_kernel(
                  mask=mask_t[:, None] & (offs_j[None, :] < na))
         dq, dk = turn(dq, cos, -sin, QR, N), turn(dk, cos, -sin, QR, N)
         mask_rn = valid[:, None] & (offs_n[None, :] < n)
-        if DET:  # this head's slot, then the group's heads added in head order
+        if DET == 2:  # this head's own copy of dQ, dK; ``sum_heads_kernel`` adds them after
+            part = slots_ptr + (tile + 0 * pid_b) * groups  # (int64, as pid_b)
+            tl.store(part + bc_row[:, None] + offs_n[None, :], dq, mask=mask_rn)
+            tl.store(part + (tiles + 0 * pid_b) * groups + bc_row[:, None] + offs_n[None, :],
+                     dk, mask=mask_rn)
+        elif DET:  # this head's slot, then the group's heads added in head order
             grp = (pid_b * g + pid_h // (h // g)) * n_chunks + c
-            slot = slot_of(slots_ptr, pid_h % (h // g), grp, groups, SLOT)
+            slot = slot_of(slots_ptr, tile, grp, groups, SLOT)
             rn = tl.arange(0, QR)[:, None] * n + offs_n[None, :]  # (q·r, N) in a (q·r, n) block
             tl.store(slot + rn, dq, mask=offs_n[None, :] < n)
             tl.store(slot + QR * n + rn, dk, mask=offs_n[None, :] < n)
-            tree_sum(slots_ptr, counts_ptr, pid_h % (h // g), h // g, grp, groups, SLOT, FAN,
-                     TREE_BLOCK)
+            tree_sum(slots_ptr, counts_ptr, tile, tiles, grp, groups, SLOT, FAN, TREE_BLOCK)
         else:
             tl.atomic_add(dC_ptr + bc_row[:, None] + offs_n[None, :], dq, mask=mask_rn)
             tl.atomic_add(dB_ptr + bc_row[:, None] + offs_n[None, :], dk, mask=mask_rn)
@@ -220,4 +258,21 @@ def mimo_backward_kernel(
     tl.store(dPsi_ptr + rpp, acc_psi, mask=mask_p)
     tl.store(dZeta_ptr + rpp, acc_zeta, mask=mask_p)
     tl.store(dPhi_ptr + rpp, acc_phi, mask=mask_p)
-    tl.store(dD_ptr + head, tl.sum(tl.sum(acc_d, axis=1), axis=0))
+    tl.store(dD_ptr + head, tl.sum(acc_d, axis=0))
+
+
+@triton.jit
+def sum_heads_kernel(parts_ptr, out_ptr, size, heads, BLOCK: tl.constexpr):
+    """out[i] = Σ_j parts[j, i] over the ``heads`` copies (heads, size), j = 0, 1, … in order:
+    the deterministic mode's dQ (program axis 1 = 0) and dK (1) from the heads' copies
+    (``DET == 2``). Every element is added in the same order, whoever wrote which copy when, and
+    depends only on its own column: the same bits on every run and at every batch position."""
+    pid, which = tl.program_id(0), tl.program_id(1)
+    offs = pid.to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < size
+    src = parts_ptr + which.to(tl.int64) * heads * size + offs
+    acc = tl.zeros([BLOCK], dtype=tl.float32)
+    for _ in range(heads):  # (the pointer steps on: no int32 product j · size to overflow)
+        acc += tl.load(src, mask=mask, other=0.0)
+        src += size
+    tl.store(out_ptr + which.to(tl.int64) * size + offs, acc, mask=mask)

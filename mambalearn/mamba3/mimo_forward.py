@@ -16,6 +16,10 @@ shape, where SISO at q = 16 has 16. This is the structure of mamba_ssm's TileLan
 per-step inputs come prepared (``mimo``): θ (b, l, h, na), the trapezoid weights w, γ and ADT
 (b, h, l) in float32, the pre-state H0. Matmul operands are in the inputs' dtype, accumulation
 float32; the state entering each chunk is stored (in the inputs' dtype) for the backward.
+
+Channels split: row i of the state sees only channel i of v, so the p channels may be cut into
+blocks of P, one program each (program axis 2, ``config.forward_p_block``): more programs, and a
+smaller state and y per program; S = Q Kᵀ, the loads and the rotations are redone by each block.
 """
 
 import triton
@@ -96,15 +100,19 @@ def mimo_forward_kernel(
     l, n_chunks,  # run-time sizes, then the model's (compiled in)
     h: tl.constexpr, g: tl.constexpr, p: tl.constexpr, n: tl.constexpr, na: tl.constexpr,
     Q: tl.constexpr, R: tl.constexpr,  # steps per chunk, rank (powers of two, 16 ≤ q·r ≤ 128)
-    P: tl.constexpr, N: tl.constexpr,  # channel and state tiles (≥ p, n)
+    P: tl.constexpr, N: tl.constexpr,  # the channels of a program (program axis 2), state tile
+    SPLIT: tl.constexpr,  # more than one channel block (program axis 2 > 1)
     HAS_D: tl.constexpr, HAS_Z: tl.constexpr, HAS_OUT: tl.constexpr, HAS_H0: tl.constexpr,
     DOT: tl.constexpr,
     PRECISION: tl.constexpr,  # "ieee" for float32 operands: Triton 3.6 cannot build them in tf32
 ):
     pid_h, pid_b = tl.program_id(0), tl.program_id(1).to(tl.int64)
+    pid_p = 0  # the channel block: a constant 0 unless the channels are split
+    if SPLIT:
+        pid_p = tl.program_id(2)
     QR: tl.constexpr = Q * R
     head = pid_b * h + pid_h  # (batch, head) row of the (b, h, ·) tensors
-    offs_p, offs_n = tl.arange(0, P), tl.arange(0, N)
+    offs_p, offs_n = pid_p * P + tl.arange(0, P), tl.arange(0, N)
     mask_pn = (offs_p[:, None] < p) & (offs_n[None, :] < n)
     H = tl.zeros([P, N], dtype=tl.float32)  # the state, carried through the chunks
     if HAS_H0:
@@ -126,7 +134,7 @@ def mimo_forward_kernel(
         _, k = load_rows(B_ptr, Bb_ptr + pid_h * R * n, bc_row, rho, valid, n, cos, sin, QR, N)
         if Bf_ptr is not None:  # the last step's r rotated rows: the decode cache's k
             tl.store(Bf_ptr + ((pid_b * R + rho) * h + pid_h)[:, None] * n + offs_n[None, :], k,
-                     mask=(t == l - 1)[:, None] & (offs_n[None, :] < n))
+                     mask=((t == l - 1) & (pid_p + t * 0 == 0))[:, None] & (offs_n[None, :] < n))
         # v_{t,ρ} = x_t ⊙ Ψ_ρ: the token's row read once per rank
         mask_rp = valid[:, None] & (offs_p[None, :] < p)
         # (q·r, P) offsets into (b, l, h, p)
