@@ -34,7 +34,7 @@ from mambalearn.mamba3.common import (
     warps,
 )
 from mambalearn.mamba3.reference import per_head, rotate_pairs
-from mambalearn.mamba3.state_passing import pass_states
+from mambalearn.mamba3.state_passing import pass_states, walk_states
 
 
 @triton.jit(do_not_specialize=SIZES)
@@ -120,14 +120,17 @@ def launch_forward(x, chunk_size, save, return_final, cfg):
     V = x["V"]
     b, l, h, p = V.shape
     g, n, na = x["Q"].shape[2], x["Q"].shape[3], x["Angles"].shape[3]
-    BN, NB, P, Qc = blocks(n, p, chunk_size, cfg.col_block)
-    S, steps = chunk_states(x, Qc, cfg)  # 1. (b, h, c, p, n), the per-step values
+    BN, NB, P, Qc = blocks(n, p, chunk_size, cfg.output_col_block or cfg.col_block)
     H_in, theta_in = _initial_state(x)
-    H, final, theta_final = pass_states(S, steps["Turn"], steps["Cend"], theta_in, H_in,
-                                        cfg)  # 2.
+    if cfg.forward_launches == 2:  # 1. and 2. in one walk over the chunks
+        H, final, theta_final, steps = walk_states(x, Qc, theta_in, H_in, cfg)
+    else:
+        S, steps = chunk_states(x, Qc, cfg)  # 1. (b, h, c, p, n), the per-step values
+        H, final, theta_final = pass_states(S, steps["Turn"], steps["Cend"], theta_in, H_in,
+                                            cfg)  # 2.
     out = torch.empty_like(V)
     y_pre = torch.empty_like(V) if save and x["Z"] is not None else None
-    c = S.shape[2]
+    c = H.shape[2]
     _output_kernel[(h * c, b)](  # 3.
         x["Q"], x["K"], V, x["Q_bias"], x["K_bias"], x["D"], x["Z"],
         steps["C2"], steps["W"], steps["G"], steps["Phi"], H, out, y_pre,
@@ -135,6 +138,7 @@ def launch_forward(x, chunk_size, save, return_final, cfg):
         Q=Qc, BN=BN, NB=NB, P=P, HAS_D=x["D"] is not None, HAS_Z=x["Z"] is not None,
         DOT=dot_dtype(V),
         num_warps=warps(cfg.output_warps, Qc),
+        **({} if cfg.output_maxnreg is None else dict(maxnreg=cfg.output_maxnreg)),
     )
     r = dict(out=out, H=H, steps=steps, theta_final=theta_final, y_pre=y_pre)
     if return_final:  # the last step's k, turned by the final angle: the next call's k_prev
