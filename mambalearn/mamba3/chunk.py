@@ -9,7 +9,8 @@
 Q_bias) and k = R(φ)(K + K_bias) turned by the *local* angles, M_ts = e^{c_t − c_s} for s < t, w the
 trapezoid weight and γ = λΔ its diagonal; q·k is the same rotated or not. Steps 1 and 3 run a
 program per (head, chunk, batch), 8192 at the benchmark shape: every chunk is independent once step
-2 has given it its state.
+2 has given it its state. With ``Config.forward_launches`` = 2, steps 1 and 2 are one walk over the
+chunks (``state_passing.walk_states``): S^L_c never leaves the registers.
 
 Matmuls take their operands in the inputs' dtype (bf16 → bf16 tensor cores, float32 → tf32 on a
 GPU) and accumulate in float32; the states between the launches are stored in the inputs' dtype,

@@ -36,6 +36,7 @@ from mambalearn.mamba3.common import (
     load_steps,
     load_turned,
     local_angles,
+    new_steps,
     warps,
 )
 
@@ -148,16 +149,6 @@ def _launch(x, steps, X, Y, Yb, S, Z, Ypre, dZ, dY, chunk_size, grad, cfg):
         Q=Qc, BN=BN, NB=NB, P=P, GRAD=grad, HAS_Z=Z is not None, DOT=dot_dtype(V),
         num_warps=warps(cfg.chunk_state_warps, Qc),
     )
-
-
-def new_steps(V, b, h, l, c, na):
-    """The per-step values' tensors (``chunk_states``), empty, on V's device."""
-    new = lambda *s: torch.empty(*s, device=V.device, dtype=torch.float32)
-    # φ ∈ [−π, π) in float16 for bf16 inputs: its rounding (≤ 2⁻¹⁰ rad) is below theirs
-    phi = torch.empty(b, h, l, na, device=V.device,
-                      dtype=torch.float16 if V.dtype == torch.bfloat16 else torch.float32)
-    return dict(C2=new(b, h, l), W=new(b, h, l), G=new(b, h, l), Phi=phi,
-                Turn=new(b, h, c, na), Cend=new(b, h, c))
 
 
 def chunk_states(x, chunk_size, cfg):

@@ -15,6 +15,9 @@ A program owns ``state_rows`` rows of one (batch, head) state (all n columns) an
 chunks; its loop is software-pipelined (``state_stages``): the loads of the next chunks go out
 before the work on chunk c, so the chain waits on one load latency, not one per chunk. The
 pass moves two (b, h, c, p, n) tensors and does no matmul: it is bound by memory bandwidth.
+
+``walk_states`` (``Config.forward_launches`` = 2) does the forward's chunk states and this pass
+in one kernel, S^L_c formed inside the walk instead of read (``_state_walk_kernel`` below).
 """
 
 import torch
@@ -33,6 +36,7 @@ from mambalearn.mamba3.common import (
     load_turned,
     local_angles,
     mod_two_pi,
+    new_steps,
     turn,
 )
 
@@ -244,8 +248,6 @@ def walk_states(x, chunk_size, theta_in, H_in, cfg):
     """The forward's chunk states and state passing in one launch (``_state_walk_kernel``):
     (H^L (b, h, c, p, n) in V's dtype, final state (b, h, p, n) and angle (b, h, na) float32,
     steps) with ``steps`` as ``chunk_state.chunk_states`` returns it."""
-    from mambalearn.mamba3.chunk_state import new_steps
-
     V = x["V"]
     b, l, h, p = V.shape
     g, n, na = x["Q"].shape[2], x["Q"].shape[3], x["Angles"].shape[3]
