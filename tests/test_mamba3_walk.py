@@ -34,14 +34,33 @@ def test_walk_forward_matches_the_oracle_and_three_launches(size, cfg):
         close(x, z)
 
 
-def test_walk_backward_matches_autograd_of_the_oracle():
-    """The backward reads what the walk stored (H^L, φ, the turns, c, w, γ)."""
-    cfg = DEFAULT.replace(forward_launches=2, walk_rows=16, walk_col_block=16)
-    kw = make(b=1, l=21, h=2, g=1, n=20, p=4, na=3, states=True)
+@pytest.mark.parametrize("launches", [(2, 2), (3, 1), (2, 1)])
+def test_walk_backward_matches_autograd_of_the_oracle(launches):
+    """The backward reads what the walk stored (H^L, φ, the turns, c, w, γ); the reverse walk
+    forms dS^L inside (n 20 in blocks of 16: a turning and a non-turning block, final-state
+    gradients, Input_States)."""
+    fwd, back = launches
+    cfg = DEFAULT.replace(forward_launches=fwd, state_grad_launches=back, walk_rows=16,
+                          walk_col_block=16)
+    kw = make(b=1, l=37, h=2, g=1, n=20, p=4, na=3, states=True)
     want = grads(mamba3.mamba3_siso_chunked, kw, seed=1, chunk_size=5)  # float64 autograd
     got = grads(mamba3_siso_combined, on(kw), seed=1, chunk_size=16, config=cfg)
     for name, a, b in zip(NAMES + ("angle0", "ssm0", "k0", "v0"), got, want, strict=True):
         close(a, b, grad=True, msg=f"d{name}")
+
+
+def test_reverse_walk_without_D_Z_or_final_states():
+    """No gate (dy is dout itself), no final-state gradients, GQA, two row tiles (p 20 > 16)."""
+    cfg = DEFAULT.replace(state_grad_launches=1, walk_rows=16, walk_col_block=32)
+    kw = make(b=2, l=30, h=4, g=2, n=8, p=20, na=2)
+    kw.update(D=None, Z=None)
+    got = grads(mamba3_siso_combined, on(kw), seed=3, final=False, chunk_size=16, config=cfg)
+    want = grads(mamba3.mamba3_siso_chunked, kw, seed=3, final=False, chunk_size=7)
+    for name, a, b in zip(NAMES, got, want, strict=True):
+        if b is None:
+            assert a is None, name
+        else:
+            close(a, b, grad=True, msg=f"d{name}")
 
 
 def test_walk_bfloat16_and_bad_setting():
@@ -51,6 +70,8 @@ def test_walk_bfloat16_and_bad_setting():
     assert rel_error(out, oracle(kw)) < 2e-2
     with pytest.raises(ValueError, match="forward_launches must be 2 or 3"):
         DEFAULT.replace(forward_launches=1)
+    with pytest.raises(ValueError, match="state_grad_launches must be 1 or 2"):
+        DEFAULT.replace(state_grad_launches=3)
     with pytest.raises(ValueError, match="walk_rows must be a power of two"):
         DEFAULT.replace(walk_rows=24)
 

@@ -57,7 +57,13 @@ VARIANTS = {
     "out w8": dict(output_warps=8),
     "stages4": dict(state_stages=4),
     "walk n64 out reg168": dict(forward_launches=2, walk_col_block=64, output_maxnreg=168),
+    # the backward's state gradients and passing in one reverse walk (fwd+bwd only)
+    "back walk n32": dict(state_grad_launches=1),
+    "back walk n64 w8": dict(state_grad_launches=1, walk_col_block=64, walk_warps=8),
+    "walks n64 w8": dict(forward_launches=2, state_grad_launches=1, walk_col_block=64,
+                         walk_warps=8),
 }
+BACKWARD_ONLY = ("back walk n32", "back walk n64 w8")  # the forward is the default's: not timed
 CASES = [((8, 2048), "fwd"), ((8, 2048), "fwd+bwd"), ((1, 32768), "fwd"), ((1, 32768), "fwd+bwd")]
 NEED = {"fwd": (35, 15), "fwd+bwd": (60, 25)}  # seconds a case needs at least (GPU, CPU)
 METHOD = ("mambalearn.timing.compare in one process per (shape, path): every callable warmed "
@@ -102,7 +108,8 @@ def case(run, point, path, peer, names):
                  + ("bf16" if kw["V"].dtype == torch.bfloat16 else "fp32"))
     shape = (d["b"], d["l"], d["h"], d["g"], d["n"], d["p"], d["na"], chunk)
     sides = {"default": ours_with({}, shape, dev)}
-    sides.update({v: ours_with(VARIANTS[v], shape, dev) for v in names})
+    sides.update({v: ours_with(VARIANTS[v], shape, dev) for v in names
+                  if path == "fwd+bwd" or v not in BACKWARD_ONLY})
     sync = torch.cuda.synchronize if run.gpu else (lambda: None)
     g = torch.Generator(device=dev).manual_seed(1)
     dout = torch.randn(kw["V"].shape, generator=g, device=dev).to(kw["V"].dtype)

@@ -38,7 +38,7 @@ from mambalearn.mamba3.common import (
     warps,
 )
 from mambalearn.mamba3.reference import per_head, rotate_pairs
-from mambalearn.mamba3.state_passing import pass_state_grads
+from mambalearn.mamba3.state_passing import pass_state_grads, walk_state_grads
 
 
 @triton.jit(do_not_specialize=SIZES)
@@ -146,9 +146,15 @@ def launch_backward(x, saved, d_out, finals, chunk_size, cfg):
     theta_in = None if x["states"] is None else x["states"][0]
     # 1., 2. the state's gradient, chunk by chunk, then passed backwards
     st = saved["steps"]  # the per-step values of the forward (``chunk_state.chunk_states``)
-    dS, dY, dZ = state_grads(x, st, d_out, saved["y_pre"], Qc, cfg)
-    D, dH_in, HD = pass_state_grads(dS, st["Turn"], st["Cend"], saved["H"],
-                                    saved["theta_final"], theta_in, cont(finals["ssm"]), cfg)
+    if cfg.state_grad_launches == 1:  # 1. and 2. in one reverse walk over the chunks
+        D, dH_in, HD, dY, dZ = walk_state_grads(x, st, d_out, saved["y_pre"], saved["H"],
+                                                saved["theta_final"], theta_in,
+                                                cont(finals["ssm"]), Qc, cfg)
+    else:
+        dS, dY, dZ = state_grads(x, st, d_out, saved["y_pre"], Qc, cfg)
+        D, dH_in, HD = pass_state_grads(dS, st["Turn"], st["Cend"], saved["H"],
+                                        saved["theta_final"], theta_in, cont(finals["ssm"]),
+                                        cfg)
     # 3. the values and the weights, a program per chunk
     dV, dW, dG, dCv, dD = torch.empty_like(V), new(b, h, l), new(b, h, l), new(b, h, l), \
         new(b, h, c)

@@ -43,6 +43,9 @@ class Config(LaunchConfig):
     walk_col_block: int = 32  # … and columns (n) a program owns
     walk_warps: int = 4
     walk_stages: int = 2  # its loads this many chunks ahead
+    # the backward's state gradients and their passing: 2 launches, or 1 reverse walk
+    # (``state_passing._state_walk_back_kernel``, the walk settings above)
+    state_grad_launches: int = 2
 
     def __post_init__(self):
         for f in dataclasses.fields(self):
@@ -53,6 +56,9 @@ class Config(LaunchConfig):
                 raise ValueError(f"config.{f.name} must be an int ≥ 1, got {v!r}")
         if self.forward_launches not in (2, 3):
             raise ValueError(f"config.forward_launches must be 2 or 3, got {self.forward_launches}")
+        if self.state_grad_launches not in (1, 2):
+            raise ValueError("config.state_grad_launches must be 1 or 2, got "
+                             f"{self.state_grad_launches}")
         for name in ("col_block", "chunk_state_col_block", "state_rows", "steps_chunks",
                      "walk_rows", "walk_col_block", "output_col_block"):
             v = getattr(self, name)

@@ -33,6 +33,7 @@ from mambalearn.mamba3.common import (
     dot_dtype,
     exp,
     exp2,
+    load_angles,
     load_turned,
     local_angles,
     mod_two_pi,
@@ -269,3 +270,120 @@ def walk_states(x, chunk_size, theta_in, H_in, cfg):
         num_warps=cfg.walk_warps,
     )
     return H, final, theta_final, steps
+
+
+# The backward's first two launches in one (``Config.state_grad_launches`` = 1): the reverse walk
+# forms dS^L_c = Σ_t e^{c_t} dy_t (R(φ_t) q̃_t)ᵀ of its tile inside the walk (``chunk_state``'s
+# GRAD pass) instead of reading it; the gate (dz, dy = dout · silu(z)) is applied by every
+# program to its rows and stored by those of the first column block.
+@triton.jit(do_not_specialize=SIZES)
+def _state_walk_back_kernel(
+    dO_ptr, C_ptr, Cb_ptr,  # dout (b, l, h, p); Q (b, l, g, n) and Q_bias (h, n)
+    Z_ptr, Ypre_ptr,  # (b, l, h, p) or None: z and the output before the gate
+    dZ_ptr, dY_ptr,  # out with a gate: dz and dy = dout·silu(z), (b, l, h, p)
+    c2_ptr, Phi_ptr, Turn_ptr, cend_ptr,  # the forward's per-step values (``chunk_state``)
+    theta_in_ptr, theta_final_ptr,  # (b, h, na) or None, (b, h, na)
+    X0_ptr,  # (b, h, p, n) or None: dH_final, absolute frame
+    H_ptr,  # (b, h, c, p, n): H^L_c (the forward's)
+    Out_ptr,  # out (b, h, c, p, n): D_c in dout's dtype
+    XF_ptr,  # out (b, h, p, n) float32: dH_in, absolute frame
+    HD_ptr,  # out (b, h, c, tiles): ⟨D_c, H^L_c⟩, a part per program
+    l, n_chunks,
+    h: tl.constexpr, g: tl.constexpr, p: tl.constexpr, n: tl.constexpr, na: tl.constexpr,
+    tiles: tl.constexpr,
+    Q: tl.constexpr, R: tl.constexpr, BN: tl.constexpr, NB: tl.constexpr,
+    HAS_Z: tl.constexpr, STAGES: tl.constexpr, DOT: tl.constexpr,
+):
+    pid_t, pid_h = tl.program_id(0), tl.program_id(1)
+    pid_b = tl.program_id(2).to(tl.int64)
+    nb, rb = pid_t % NB, pid_t // NB
+    row = pid_b * h + pid_h
+    first_c = nb == 0  # stores the gate's dz, dy of its rows
+    offs_r = rb * R + tl.arange(0, R)
+    offs_n = nb * BN + tl.arange(0, BN)
+    offs_j = nb * (BN // 2) + tl.arange(0, BN // 2)
+    mask_r, mask_j = offs_r < p, offs_j < na
+    mask = mask_r[:, None] & (offs_n[None, :] < n)
+    loc_t = tl.arange(0, Q)
+    tile = offs_r[:, None] * n + offs_n[None, :]
+    step = p * n
+    base = row * n_chunks * step
+
+    theta_in = tl.zeros([BN // 2], dtype=tl.float32)
+    if theta_in_ptr is not None:
+        theta_in = tl.load(theta_in_ptr + row * na + offs_j, mask=mask_j, other=0.0)
+    X = tl.zeros([R, BN], dtype=tl.float32)
+    if X0_ptr is not None:
+        X = tl.load(X0_ptr + row * step + tile, mask=mask, other=0.0).to(tl.float32)
+    theta_f = tl.load(theta_final_ptr + row * na + offs_j, mask=mask_j, other=0.0)
+    c, s = cos_sin(-theta_f)
+    X = turn(X, c[None, :], s[None, :], R, BN)  # G^L_C = dH_final R(θ_final)
+    last = n_chunks - 1
+    for k in tl.range(0, n_chunks, num_stages=STAGES):
+        ci = last - k
+        offs_t = ci * Q + loc_t
+        mask_t = offs_t < l
+        l_left = l - ci * Q
+        bt = pid_b * l + ci * Q
+        mask_tr = mask_t[:, None] & mask_r[None, :]
+        tr = (bt * h + pid_h) * p + loc_t[:, None] * h * p + offs_r[None, :]  # (Q, R)
+        x = tl.load(dO_ptr + tr, mask=mask_tr, other=0.0).to(tl.float32)
+        if HAS_Z:
+            z = tl.load(Z_ptr + tr, mask=mask_tr, other=0.0).to(tl.float32)
+            sig = tl.sigmoid(z)
+            ypre = tl.load(Ypre_ptr + tr, mask=mask_tr, other=0.0).to(tl.float32)
+            tl.store(dZ_ptr + tr, x * ypre * sig * (1.0 + z * (1.0 - sig)),
+                     mask=mask_tr & first_c)
+            x = x * z * sig  # dy = dout · silu(z)
+            tl.store(dY_ptr + tr, x, mask=mask_tr & first_c)
+        c2 = tl.load(c2_ptr + row * l + offs_t, mask=mask_t, other=0.0)
+        xr = tl.trans(x * exp2(c2)[:, None]).to(DOT)  # (R, Q): e^{c_t} dy_t
+        cos, sin = load_angles(Phi_ptr + row * l * na, offs_t, nb, l, na, Q, BN)
+        y = load_turned(C_ptr + (bt * g + pid_h // (h // g)) * n, Cb_ptr + pid_h * n, g * n,
+                        loc_t, offs_n, l_left, n, cos, sin, Q, BN)  # (Q, BN)
+        if DOT == tl.float32:  # transposed, as in ``chunk_state``
+            dS = tl.trans(tl.dot(tl.trans(y), tl.trans(xr)))
+        else:
+            dS = tl.dot(xr, y.to(DOT))  # (R, BN)
+        H = tl.load(H_ptr + base + ci * step + tile, mask=mask, other=0.0).to(tl.float32)
+        phi = tl.load(Turn_ptr + (row * n_chunks + ci) * na + offs_j, mask=mask_j, other=0.0)
+        a = exp(tl.load(cend_ptr + row * n_chunks + ci))
+        c, s = cos_sin(phi)
+        X = turn(X, c[None, :], s[None, :], R, BN)  # D_c = G^L_{c+1} R(Φ_c)ᵀ
+        tl.store(Out_ptr + base + ci * step + tile, X.to(Out_ptr.dtype.element_ty), mask=mask)
+        tl.store(HD_ptr + (row * n_chunks + ci) * tiles + pid_t, tl.sum(tl.sum(X * H, 1), 0))
+        X = dS + a * X  # G^L_c
+    c, s = cos_sin(theta_in)
+    tl.store(XF_ptr + row * step + tile, turn(X, c[None, :], s[None, :], R, BN), mask=mask)
+
+
+def walk_state_grads(x, steps, d_out, y_pre, H, theta_final, theta_in, dH_final, chunk_size,
+                     cfg):
+    """The backward's state gradients and their passing in one launch
+    (``_state_walk_back_kernel``): (D, dH_in, HD) as ``pass_state_grads`` returns them, and
+    (dY, dZ) as ``chunk_state.state_grads`` does."""
+    V = x["V"]
+    b, l, h, p = V.shape
+    g, n, na = x["Q"].shape[2], x["Q"].shape[3], x["Angles"].shape[3]
+    Qc = int(chunk_size)
+    c = triton.cdiv(l, Qc)
+    Z = x["Z"]
+    dY = torch.empty_like(d_out) if Z is not None else d_out
+    dZ = torch.empty_like(d_out) if Z is not None else None
+    N = max(16, triton.next_power_of_2(n))
+    BN = min(N, cfg.walk_col_block)
+    R = min(cfg.walk_rows, max(16, triton.next_power_of_2(p)))
+    programs = triton.cdiv(p, R) * (N // BN)
+    D = torch.empty_like(H)
+    dH_in = torch.empty(b, h, p, n, device=V.device, dtype=torch.float32)
+    HD = torch.zeros(b, h, c, triton.next_power_of_2(programs), device=V.device,
+                     dtype=torch.float32)
+    _state_walk_back_kernel[(programs, h, b)](
+        d_out, x["Q"], x["Q_bias"], Z, y_pre, dZ, dY,
+        steps["C2"], steps["Phi"], steps["Turn"], steps["Cend"],
+        theta_in, theta_final, dH_final, H, D, dH_in, HD,
+        l, c, h, g, p, n, na, HD.shape[-1],
+        Q=Qc, R=R, BN=BN, NB=N // BN, HAS_Z=Z is not None, STAGES=cfg.walk_stages,
+        DOT=dot_dtype(V), num_warps=cfg.walk_warps,
+    )
+    return D, dH_in, HD, dY, dZ
