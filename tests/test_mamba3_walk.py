@@ -41,7 +41,7 @@ def test_walk_backward_matches_autograd_of_the_oracle(launches):
     gradients, Input_States)."""
     fwd, back = launches
     cfg = DEFAULT.replace(forward_launches=fwd, state_grad_launches=back, walk_rows=16,
-                          walk_col_block=16)
+                          walk_col_block=16, output_unroll=1 if fwd == 3 else 2)
     kw = make(b=1, l=37, h=2, g=1, n=20, p=4, na=3, states=True)
     want = grads(mamba3.mamba3_siso_chunked, kw, seed=1, chunk_size=5)  # float64 autograd
     got = grads(mamba3_siso_combined, on(kw), seed=1, chunk_size=16, config=cfg)
@@ -76,13 +76,17 @@ def test_walk_bfloat16_and_bad_setting():
         DEFAULT.replace(walk_rows=24)
 
 
-def test_output_kernel_settings_change_no_result():
-    """Its own column block (16 over n = 40: a block with two turning pairs, two with none) and a
-    register cap: the three-launch forward's outputs, to float32 rounding."""
-    cfg = DEFAULT.replace(output_col_block=16, output_maxnreg=168)
+@pytest.mark.parametrize("unroll", [1, 2])
+def test_output_kernel_settings_change_no_result(unroll):
+    """Its own column block (16 over n = 40: a block with two turning pairs, two with none), a
+    register cap, the blocks unrolled or looped over: the three-launch forward's outputs, to
+    float32 rounding."""
+    cfg = DEFAULT.replace(output_col_block=16, output_maxnreg=168, output_unroll=unroll)
     kw = on(make(b=1, l=23, h=2, g=1, n=40, p=6, na=10))
     got = mamba3_siso_combined(**kw, chunk_size=16, config=cfg)
     close(got, oracle(kw))
     close(got, mamba3_siso_combined(**kw, chunk_size=16))
     with pytest.raises(ValueError, match="output_col_block must be a power of two"):
         DEFAULT.replace(output_col_block=24)
+    with pytest.raises(ValueError, match="output_unroll must be 1 or 2"):
+        DEFAULT.replace(output_unroll=3)

@@ -47,21 +47,23 @@ import mambalearn.device  # noqa: E402,F401  (on a CPU: TRITON_INTERPRET=1 befor
 from bench.gpu import peers as P  # noqa: E402
 
 # name -> the Config fields it changes (the default is "default": no change)
-# (sm_90 builds and predictions: bench/NOTES_mamba3.md; ``walk n32`` = forward_launches 2 alone
-# and ``out n16 reg168`` were dropped before the run: more instructions, the same spill)
+# (sm_90 builds and predictions: bench/NOTES_mamba3.md; dropped before the run, by their builds:
+# the walk at 32 columns, the outputs at 16 columns unrolled (178 registers: still 2 an SM), at
+# 8 warps (one program an SM))
 VARIANTS = {
     "walk n64": dict(forward_launches=2, walk_col_block=64),
     "walk n64 w8": dict(forward_launches=2, walk_col_block=64, walk_warps=8),
     "out reg168": dict(output_maxnreg=168),
-    "out n16": dict(output_col_block=16),
-    "out w8": dict(output_warps=8),
+    "out loop": dict(output_unroll=2),
+    "out loop n16": dict(output_unroll=2, output_col_block=16),
     "stages4": dict(state_stages=4),
-    "walk n64 out reg168": dict(forward_launches=2, walk_col_block=64, output_maxnreg=168),
+    "walk n64 out loop n16": dict(forward_launches=2, walk_col_block=64, output_unroll=2,
+                                  output_col_block=16),
     # the backward's state gradients and passing in one reverse walk (fwd+bwd only)
     "back walk n32": dict(state_grad_launches=1),
     "back walk n64 w8": dict(state_grad_launches=1, walk_col_block=64, walk_warps=8),
-    "walks n64 w8": dict(forward_launches=2, state_grad_launches=1, walk_col_block=64,
-                         walk_warps=8),
+    "all n64 w8": dict(forward_launches=2, state_grad_launches=1, walk_col_block=64,
+                       walk_warps=8, output_unroll=2, output_col_block=16),
 }
 BACKWARD_ONLY = ("back walk n32", "back walk n64 w8")  # the forward is the default's: not timed
 CASES = [((8, 2048), "fwd"), ((8, 2048), "fwd+bwd"), ((1, 32768), "fwd"), ((1, 32768), "fwd+bwd")]

@@ -38,6 +38,25 @@ from mambalearn.mamba3.reference import per_head, rotate_pairs
 from mambalearn.mamba3.state_passing import pass_states, walk_states
 
 
+@triton.jit
+def _column_block(C_ptr, B_ptr, Cb_ptr, Bb_ptr, phi_ptr, H_ptr, qk, s, y, nb, offs_t, offs_p,
+                  loc_t, l_left, l, g: tl.constexpr, p: tl.constexpr, n: tl.constexpr,
+                  na: tl.constexpr, Q: tl.constexpr, BN: tl.constexpr, DOT: tl.constexpr):
+    """Column block ``nb`` of the outputs: q, k turned by the local angles; q·k, q kᵀ and
+    q H^Lᵀ added to ``qk``, ``s`` and ``y``."""
+    offs_n = nb * BN + tl.arange(0, BN)
+    cos, sin = load_angles(phi_ptr, offs_t, nb, l, na, Q, BN)
+    q, k = load_qk(C_ptr, B_ptr, Cb_ptr, Bb_ptr, g * n, loc_t, offs_n, l_left, n, cos, sin, Q,
+                   BN)  # (Q, BN) each
+    qk += tl.sum(q * k, axis=1)  # q_t·k_t, in float32 (the same rotated or not)
+    q, k = q.to(DOT), k.to(DOT)
+    H = tl.load(H_ptr + offs_p[:, None] * n + offs_n[None, :],
+                mask=(offs_p[:, None] < p) & (offs_n[None, :] < n), other=0.0)  # (P, BN)
+    y = tl.dot(q, tl.trans(H), acc=y)  # (Q, P)
+    s = tl.dot(q, tl.trans(k), acc=s)  # (Q, Q)
+    return qk, s, y
+
+
 @triton.jit(do_not_specialize=SIZES)
 def _output_kernel(
     C_ptr, B_ptr, X_ptr, Cb_ptr, Bb_ptr, D_ptr, Z_ptr,
@@ -51,6 +70,7 @@ def _output_kernel(
     P: tl.constexpr,  # channels (≥ p)
     HAS_D: tl.constexpr, HAS_Z: tl.constexpr,
     DOT: tl.constexpr,  # operand dtype of tl.dot (the inputs' dtype)
+    UNROLL: tl.constexpr,  # the column blocks unrolled, or a loop
 ):
     # (head, chunk) on grid axis 0, head fastest (axis 1 stops at 65 535 chunks)
     pid_h, pid_c = tl.program_id(0) % h, tl.program_id(0) // h
@@ -71,17 +91,18 @@ def _output_kernel(
     qk = tl.zeros([Q], dtype=tl.float32)
     s = tl.zeros([Q, Q], dtype=tl.float32)
     y = tl.zeros([Q, P], dtype=tl.float32)
-    for nb in tl.static_range(NB):
-        offs_n = nb * BN + tl.arange(0, BN)
-        cos, sin = load_angles(Phi_ptr + row * l * na, offs_t, nb, l, na, Q, BN)
-        q, k = load_qk(C_ptr + bc_off, B_ptr + bc_off, Cb_ptr + pid_h * n, Bb_ptr + pid_h * n,
-                       g * n, loc_t, offs_n, l_left, n, cos, sin, Q, BN)  # (Q, BN) each
-        qk += tl.sum(q * k, axis=1)  # q_t·k_t, in float32 (the same rotated or not)
-        q, k = q.to(DOT), k.to(DOT)
-        H = tl.load(H_ptr + offs_p[:, None] * n + offs_n[None, :],
-                    mask=(offs_p[:, None] < p) & (offs_n[None, :] < n), other=0.0)  # (P, BN)
-        y = tl.dot(q, tl.trans(H), acc=y)  # (Q, P)
-        s = tl.dot(q, tl.trans(k), acc=s)  # (Q, Q)
+    if UNROLL:  # the blocks unrolled (the compiler may overlap their loads: more registers)
+        for nb in tl.static_range(NB):
+            qk, s, y = _column_block(C_ptr + bc_off, B_ptr + bc_off, Cb_ptr + pid_h * n,
+                                     Bb_ptr + pid_h * n, Phi_ptr + row * l * na, H_ptr, qk, s,
+                                     y, nb, offs_t, offs_p, loc_t, l_left, l, g, p, n, na, Q,
+                                     BN, DOT)
+    else:  # a loop: one block's tiles live at a time
+        for nb in tl.range(0, NB, num_stages=1):
+            qk, s, y = _column_block(C_ptr + bc_off, B_ptr + bc_off, Cb_ptr + pid_h * n,
+                                     Bb_ptr + pid_h * n, Phi_ptr + row * l * na, H_ptr, qk, s,
+                                     y, nb, offs_t, offs_p, loc_t, l_left, l, g, p, n, na, Q,
+                                     BN, DOT)
 
     # 2. the entering state decayed to each step; the chunk's inputs, strictly causal with weight
     # w_s; the diagonal γ q·k and D
@@ -137,7 +158,7 @@ def launch_forward(x, chunk_size, save, return_final, cfg):
         steps["C2"], steps["W"], steps["G"], steps["Phi"], H, out, y_pre,
         l, c, h, g, p, n, na,
         Q=Qc, BN=BN, NB=NB, P=P, HAS_D=x["D"] is not None, HAS_Z=x["Z"] is not None,
-        DOT=dot_dtype(V),
+        DOT=dot_dtype(V), UNROLL=cfg.output_unroll == 1,
         num_warps=warps(cfg.output_warps, Qc),
         **({} if cfg.output_maxnreg is None else dict(maxnreg=cfg.output_maxnreg)),
     )

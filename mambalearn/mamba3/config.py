@@ -29,6 +29,7 @@ class Config(LaunchConfig):
     output_warps: int = 4  # the forward's outputs
     output_maxnreg: int | None = None  # its registers per thread (None: the compiler's choice)
     output_col_block: int | None = None  # its state columns at once (None: ``col_block``)
+    output_unroll: int = 1  # 1: its column blocks unrolled; 2: a loop over them (fewer live)
     bwd_v_warps: int = 4  # dv and the per-step weights' gradients
     bwd_qk_warps: int = 4  # dq and dk (and dθ), one column block per program
     bwd_qk_stages: int = 2  # its loop over heads prefetches the next head's tiles
@@ -56,6 +57,8 @@ class Config(LaunchConfig):
                 raise ValueError(f"config.{f.name} must be an int ≥ 1, got {v!r}")
         if self.forward_launches not in (2, 3):
             raise ValueError(f"config.forward_launches must be 2 or 3, got {self.forward_launches}")
+        if self.output_unroll not in (1, 2):
+            raise ValueError(f"config.output_unroll must be 1 or 2, got {self.output_unroll}")
         if self.state_grad_launches not in (1, 2):
             raise ValueError("config.state_grad_launches must be 1 or 2, got "
                              f"{self.state_grad_launches}")
