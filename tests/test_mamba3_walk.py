@@ -41,7 +41,8 @@ def test_walk_backward_matches_autograd_of_the_oracle(launches):
     gradients, Input_States)."""
     fwd, back = launches
     cfg = DEFAULT.replace(forward_launches=fwd, state_grad_launches=back, walk_rows=16,
-                          walk_col_block=16, output_unroll=1 if fwd == 3 else 2)
+                          walk_col_block=16, output_unroll=1 if fwd == 3 else 2,
+                          bwd_v_unroll=1 if back == 2 else 2, bwd_v_col_block=16)
     kw = make(b=1, l=37, h=2, g=1, n=20, p=4, na=3, states=True)
     want = grads(mamba3.mamba3_siso_chunked, kw, seed=1, chunk_size=5)  # float64 autograd
     got = grads(mamba3_siso_combined, on(kw), seed=1, chunk_size=16, config=cfg)
@@ -51,7 +52,8 @@ def test_walk_backward_matches_autograd_of_the_oracle(launches):
 
 def test_reverse_walk_without_D_Z_or_final_states():
     """No gate (dy is dout itself), no final-state gradients, GQA, two row tiles (p 20 > 16)."""
-    cfg = DEFAULT.replace(state_grad_launches=1, walk_rows=16, walk_col_block=32)
+    cfg = DEFAULT.replace(state_grad_launches=1, walk_rows=16, walk_col_block=32,
+                          heads_per_program=1, min_programs=1)
     kw = make(b=2, l=30, h=4, g=2, n=8, p=20, na=2)
     kw.update(D=None, Z=None)
     got = grads(mamba3_siso_combined, on(kw), seed=3, final=False, chunk_size=16, config=cfg)

@@ -49,23 +49,29 @@ from bench.gpu import peers as P  # noqa: E402
 # name -> the Config fields it changes (the default is "default": no change)
 # (sm_90 builds and predictions: bench/NOTES_mamba3.md; dropped before the run, by their builds:
 # the walk at 32 columns, the outputs at 16 columns unrolled (178 registers: still 2 an SM), at
-# 8 warps (one program an SM))
+# 8 warps (one program an SM), dv capped at 168 registers (296-392 B of stack))
 VARIANTS = {
     "walk n64": dict(forward_launches=2, walk_col_block=64),
     "walk n64 w8": dict(forward_launches=2, walk_col_block=64, walk_warps=8),
-    "out reg168": dict(output_maxnreg=168),
     "out loop": dict(output_unroll=2),
     "out loop n16": dict(output_unroll=2, output_col_block=16),
+    "out reg168": dict(output_maxnreg=168),
     "stages4": dict(state_stages=4),
     "walk n64 out loop n16": dict(forward_launches=2, walk_col_block=64, output_unroll=2,
                                   output_col_block=16),
-    # the backward's state gradients and passing in one reverse walk (fwd+bwd only)
+    # the backward's kernels (fwd+bwd only): the state gradients and passing in one reverse walk;
+    # dv's column blocks as a loop; dq/dk over 8 heads a program (4× the programs, float32
+    # partial sums) or 64 columns at 8 warps (A formed half as often)
     "back walk n32": dict(state_grad_launches=1),
     "back walk n64 w8": dict(state_grad_launches=1, walk_col_block=64, walk_warps=8),
-    "all n64 w8": dict(forward_launches=2, state_grad_launches=1, walk_col_block=64,
-                       walk_warps=8, output_unroll=2, output_col_block=16),
+    "dv loop": dict(bwd_v_unroll=2),
+    "qk hpp8": dict(heads_per_program=8),
+    "qk n64 w8": dict(col_block=64, output_col_block=32, bwd_v_col_block=32, bwd_qk_warps=8),
+    "all": dict(forward_launches=2, walk_col_block=64, output_unroll=2, output_col_block=16,
+                state_grad_launches=1, bwd_v_unroll=2),
 }
-BACKWARD_ONLY = ("back walk n32", "back walk n64 w8")  # the forward is the default's: not timed
+BACKWARD_ONLY = ("back walk n32", "back walk n64 w8", "dv loop", "qk hpp8", "qk n64 w8")
+FORWARD_ONLY = ("out reg168", "stages4")  # not timed in fwd+bwd (time: the limit)
 CASES = [((8, 2048), "fwd"), ((8, 2048), "fwd+bwd"), ((1, 32768), "fwd"), ((1, 32768), "fwd+bwd")]
 NEED = {"fwd": (35, 15), "fwd+bwd": (60, 25)}  # seconds a case needs at least (GPU, CPU)
 METHOD = ("mambalearn.timing.compare in one process per (shape, path): every callable warmed "
@@ -110,8 +116,8 @@ def case(run, point, path, peer, names):
                  + ("bf16" if kw["V"].dtype == torch.bfloat16 else "fp32"))
     shape = (d["b"], d["l"], d["h"], d["g"], d["n"], d["p"], d["na"], chunk)
     sides = {"default": ours_with({}, shape, dev)}
-    sides.update({v: ours_with(VARIANTS[v], shape, dev) for v in names
-                  if path == "fwd+bwd" or v not in BACKWARD_ONLY})
+    skip = BACKWARD_ONLY if path == "fwd" else FORWARD_ONLY
+    sides.update({v: ours_with(VARIANTS[v], shape, dev) for v in names if v not in skip})
     sync = torch.cuda.synchronize if run.gpu else (lambda: None)
     g = torch.Generator(device=dev).manual_seed(1)
     dout = torch.randn(kw["V"].shape, generator=g, device=dev).to(kw["V"].dtype)

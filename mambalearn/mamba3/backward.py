@@ -158,12 +158,14 @@ def launch_backward(x, saved, d_out, finals, chunk_size, cfg):
     # 3. the values and the weights, a program per chunk
     dV, dW, dG, dCv, dD = torch.empty_like(V), new(b, h, l), new(b, h, l), new(b, h, l), \
         new(b, h, c)
+    BNv, NBv, _, _ = blocks(n, p, chunk_size, cfg.bwd_v_col_block or cfg.col_block)
     bwd_v_kernel[(h * c, b)](
         x["Q"], x["K"], V, x["Q_bias"], x["K_bias"], x["D"], st["C2"], st["W"], st["G"],
         st["Phi"], dY, D, HD, dV, dW, dG, dCv, dD,
         l, c, h, g, p, n, na,
-        Q=Qc, BN=BN, NB=NB, P=P, TILES=HD.shape[-1], HAS_D=x["D"] is not None, DOT=dot,
-        num_warps=warps(cfg.bwd_v_warps, Qc),
+        Q=Qc, BN=BNv, NB=NBv, P=P, TILES=HD.shape[-1], HAS_D=x["D"] is not None, DOT=dot,
+        UNROLL=cfg.bwd_v_unroll == 1, num_warps=warps(cfg.bwd_v_warps, Qc),
+        **({} if cfg.bwd_v_maxnreg is None else dict(maxnreg=cfg.bwd_v_maxnreg)),
     )
     # 4. the queries and the keys: a column block and a head block per program; a block of all
     # the heads of a Q/K head writes dQ and dK themselves, smaller ones float32 partial sums

@@ -31,6 +31,9 @@ class Config(LaunchConfig):
     output_col_block: int | None = None  # its state columns at once (None: ``col_block``)
     output_unroll: int = 1  # 1: its column blocks unrolled; 2: a loop over them (fewer live)
     bwd_v_warps: int = 4  # dv and the per-step weights' gradients
+    bwd_v_unroll: int = 1  # 1: its column blocks unrolled; 2: a loop over them
+    bwd_v_col_block: int | None = None  # its state columns at once (None: ``col_block``)
+    bwd_v_maxnreg: int | None = None  # its registers per thread (None: the compiler's choice)
     bwd_qk_warps: int = 4  # dq and dk (and dθ), one column block per program
     bwd_qk_stages: int = 2  # its loop over heads prefetches the next head's tiles
     heads_per_program: int = 32  # heads one dq/dk program sums over (GQA), at most,
@@ -51,19 +54,21 @@ class Config(LaunchConfig):
     def __post_init__(self):
         for f in dataclasses.fields(self):
             v = getattr(self, f.name)
-            if v is None and f.name in ("output_maxnreg", "output_col_block"):
+            if v is None and f.name in ("output_maxnreg", "output_col_block", "bwd_v_col_block",
+                                        "bwd_v_maxnreg"):
                 continue
             if not isinstance(v, int) or isinstance(v, bool) or v < 1:
                 raise ValueError(f"config.{f.name} must be an int ≥ 1, got {v!r}")
         if self.forward_launches not in (2, 3):
             raise ValueError(f"config.forward_launches must be 2 or 3, got {self.forward_launches}")
-        if self.output_unroll not in (1, 2):
-            raise ValueError(f"config.output_unroll must be 1 or 2, got {self.output_unroll}")
+        for name in ("output_unroll", "bwd_v_unroll"):
+            if getattr(self, name) not in (1, 2):
+                raise ValueError(f"config.{name} must be 1 or 2, got {getattr(self, name)}")
         if self.state_grad_launches not in (1, 2):
             raise ValueError("config.state_grad_launches must be 1 or 2, got "
                              f"{self.state_grad_launches}")
         for name in ("col_block", "chunk_state_col_block", "state_rows", "steps_chunks",
-                     "walk_rows", "walk_col_block", "output_col_block"):
+                     "walk_rows", "walk_col_block", "output_col_block", "bwd_v_col_block"):
             v = getattr(self, name)
             if v is not None and v & (v - 1):
                 raise ValueError(f"config.{name} must be a power of two, got {v}")
