@@ -67,8 +67,8 @@ VARIANTS = {
     "dv loop": dict(bwd_v_unroll=2),
     "qk hpp8": dict(heads_per_program=8),
     "qk n64 w8": dict(col_block=64, output_col_block=32, bwd_v_col_block=32, bwd_qk_warps=8),
-    "all": dict(forward_launches=2, walk_col_block=64, output_unroll=2, output_col_block=16,
-                state_grad_launches=1, bwd_v_unroll=2),
+    "all": dict(forward_launches=2, walk_col_block=64, walk_warps=8, output_unroll=2,
+                output_col_block=16, state_grad_launches=1, bwd_v_unroll=2),
 }
 BACKWARD_ONLY = ("back walk n32", "back walk n64 w8", "dv loop", "qk hpp8", "qk n64 w8")
 FORWARD_ONLY = ("out reg168", "stages4")  # not timed in fwd+bwd (time: the limit)
