@@ -20,7 +20,12 @@ first call is mamba_ssm's with its full autotune, so it tunes on the call timed 
 First ``bench.gpu.peers.prewarm`` compiles mamba_ssm's autotune configs at these calls in
 parallel processes (``--prewarm`` seconds at most). The cases run in the order b8 fwd,
 b8 fwd+bwd, b1 fwd, b1 fwd+bwd; one starts only while
-``--limit`` leaves it ``NEED`` seconds (else a row says it was skipped). Rows: one per
+``--limit`` leaves it ``NEED`` seconds (else a row says it was skipped), and a process times as
+many of ours (in ``VARIANTS``' order, the default first) as its time left allows (a row names
+those left out). Expected on an H200 whose Triton cache already holds mamba_ssm's configs (a
+``bench.gpu.peers`` run earlier in the call): ≈ 60 s a forward case, ≈ 90 s a fwd+bwd case
+(its autotuner benchmarks 234 configs); so ``--limit 150`` covers b8 l2048 and ``--limit 330``
+all four. Rows: one per
 (variant, shape, path), written to ``$OUT/<device>_m3_siso_<date>.json`` through
 ``bench.gpu.record``; a short table last. What each variant is for, and the floors:
 bench/NOTES_mamba3.md ("2026-12-03: the forward's launches").
@@ -74,6 +79,7 @@ BACKWARD_ONLY = ("back walk n32", "back walk n64 w8", "dv loop", "qk hpp8", "qk 
 FORWARD_ONLY = ("out reg168", "stages4")  # not timed in fwd+bwd (time: the limit)
 CASES = [((8, 2048), "fwd"), ((8, 2048), "fwd+bwd"), ((1, 32768), "fwd"), ((1, 32768), "fwd+bwd")]
 NEED = {"fwd": (35, 15), "fwd+bwd": (60, 25)}  # seconds a case needs at least (GPU, CPU)
+SECONDS_TIMED = 1.6  # a callable's share of a compare, GPU
 METHOD = ("mambalearn.timing.compare in one process per (shape, path): every callable warmed "
           ">= 1 s, then 5 interleaved rounds of triton.testing.do_bench (median, 50 ms each); ms = "
           "median over rounds; ratio = median of the per-round ratios variant / mamba_ssm, "
@@ -161,7 +167,11 @@ def case(run, point, path, peer, names):
     del mine
     if run.gpu:
         torch.cuda.empty_cache()
-    fns.update({name: P.m3_call(sides[name], kw, path, chunk) for name in ok})
+    # as many of ours as the limit leaves time to time (each ≈ 1 s warm + 5 × 50 ms), in order
+    fit = max(1, int((run.left() - 8) / SECONDS_TIMED)) - len(fns) if run.gpu else len(ok)
+    for name in ok[max(fit, 1):]:
+        run.keep(**label, variant=name, error="not timed: time limit")
+    fns.update({name: P.m3_call(sides[name], kw, path, chunk) for name in ok[:max(fit, 1)]})
     c = compare(fns, warm_s=1.0 if run.gpu else 0.0, rounds=5 if run.gpu else 1, rep=50)
     for name in fns:
         r = c.ratio(name, "mamba_ssm") if "mamba_ssm" in fns else (None, None)
