@@ -92,3 +92,20 @@ def test_output_kernel_settings_change_no_result(unroll):
         DEFAULT.replace(output_col_block=24)
     with pytest.raises(ValueError, match="output_unroll must be 1 or 2"):
         DEFAULT.replace(output_unroll=3)
+
+
+def test_device_script_variants_and_table():
+    """Every variant ``bench.gpu.m3_siso`` times is a valid config; its table has a line per
+    variant, a column per case, and the failures after."""
+    from bench.gpu import m3_siso
+
+    for changes in m3_siso.VARIANTS.values():
+        DEFAULT.replace(**changes)
+    assert set(m3_siso.BACKWARD_ONLY + m3_siso.FORWARD_ONLY) <= set(m3_siso.VARIANTS)
+    rows = [dict(op="m3_siso fwd", shape="b8 l2048 h32 p64 n128 bf16", variant=v, ms=ms,
+                 ratio=r) for v, ms, r in (("mamba_ssm", 0.5, 1.0), ("default", 0.45, 0.9))]
+    rows.append(dict(op="m3_siso fwd", shape="b8 l2048 h32 p64 n128 bf16", variant="walk n64",
+                     check="FAILED: out vs default"))
+    lines = m3_siso.table(rows).splitlines()
+    assert "b8 l2048 fwd" in lines[0] and "0.450 (0.90)" in lines[2]
+    assert len(lines) == 4 and "FAILED" in lines[3]
