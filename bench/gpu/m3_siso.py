@@ -18,7 +18,8 @@ first call is mamba_ssm's with its full autotune, so it tunes on the call timed 
    median of the per-round ratios; against mamba_ssm and against the default).
 
 First ``bench.gpu.peers.prewarm`` compiles mamba_ssm's autotune configs at these calls in
-parallel processes (``--prewarm`` seconds at most). The cases run in the order b8 fwd,
+parallel processes, and ``--ours-workers`` more compile our variants (``--prewarm`` seconds at
+most, then the fresh processes compile what is left). The cases run in the order b8 fwd,
 b8 fwd+bwd, b1 fwd, b1 fwd+bwd; one starts only while
 ``--limit`` leaves it ``NEED`` seconds (else a row says it was skipped), and a process times as
 many of ours (in ``VARIANTS``' order, the default first) as its time left allows (a row names
@@ -181,6 +182,53 @@ def case(run, point, path, peer, names):
                  changes=json.dumps(VARIANTS.get(name, {})))
 
 
+def compile_ours(names, point, paths, smoke):
+    """A prewarm worker: our kernels of each variant in ``names`` compiled into Triton's disk
+    cache by one call per path at ``point`` (b, l): the fresh processes then load them (neither
+    b nor l is compiled in, but the dq/dk kernel's heads a program follow from them, and both
+    cases give the same). (None, or the error.)"""
+    try:
+        chunk = P.SMOKE["chunk"] if smoke else P.M3_CHUNK
+        for path in paths:
+            kw = P.m3_inputs(point, path, smoke)
+            d = P.m3_dims(point, smoke)
+            shape = (d["b"], d["l"], d["h"], d["g"], d["n"], d["p"], d["na"], chunk)
+            for name in names:
+                P.m3_call(ours_with(VARIANTS.get(name, {}), shape, kw["V"].device), kw, path,
+                          chunk)()
+        if torch.cuda.is_available() and not smoke:
+            torch.cuda.synchronize()
+        return None
+    except Exception as e:  # noqa: BLE001 - a failing compile is a row, not the end of the run
+        return f"{type(e).__name__}: {str(e)[:300]}"
+
+
+def prewarm(run, todo, names, args):
+    """Our variants compiled in ``--ours-workers`` processes while ``peers.prewarm`` compiles
+    mamba_ssm's configs (and our default) in its own; at most ``--prewarm`` seconds in all."""
+    import concurrent.futures as cf
+    import multiprocessing as mp
+
+    t = time.time()
+    paths = list(dict.fromkeys(path for _, path in todo))
+    names = names[:1] if run.smoke else names  # the interpreter compiles nothing: the flow
+    k = max(1, min(args.ours_workers, len(names)))
+    pool = cf.ProcessPoolExecutor(max_workers=k, mp_context=mp.get_context("spawn"))
+    futures = [pool.submit(compile_ours, names[i::k], todo[0][0], paths, run.smoke)
+               for i in range(k)]
+    P.prewarm(run, todo, args.workers if run.gpu else 1, args.prewarm)
+    done, _ = cf.wait(futures, timeout=max(0.0, args.prewarm - (time.time() - t)))
+    for f in done:
+        if f.result():
+            run.keep(op="prewarm", backend="ours (variants)", error=f.result())
+    if len(done) < len(futures):
+        for proc in list(pool._processes.values()):
+            proc.terminate()
+    pool.shutdown(wait=False, cancel_futures=True)
+    run.keep(op="prewarm", backend="ours (variants)", jobs=len(futures), done=len(done),
+             seconds=time.time() - t)
+
+
 def child(args):
     """The body of one fresh process: ``--child B,L --path P``; rows to ``--rows``."""
     run = P.Run(args.limit, args.cpu_smoke, rows_file=args.rows)
@@ -248,7 +296,10 @@ def main(argv=None):
     ap.add_argument("--prewarm", type=float, default=45.0, help="seconds at most for compiling "
                     "mamba_ssm's autotune configs (and our default) in parallel first "
                     "(bench.gpu.peers.prewarm; fast when Triton's cache holds them); 0: none")
-    ap.add_argument("--workers", type=int, default=min(15, max(1, (os.cpu_count() or 2) - 1)))
+    ap.add_argument("--workers", type=int, default=min(11, max(1, (os.cpu_count() or 2) - 5)),
+                    help="processes compiling mamba_ssm's configs in the prewarm")
+    ap.add_argument("--ours-workers", type=int, default=4,
+                    help="processes compiling our variants in the prewarm, beside them")
     ap.add_argument("--cpu-smoke", action="store_true", help="toy sizes, interpreter: a test")
     ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--path", default=None, choices=P.M3_PATHS, help=argparse.SUPPRESS)
@@ -272,7 +323,7 @@ def main(argv=None):
     if run.smoke:  # the toy point, both paths
         todo = [(P.SMOKE["m3"][0], path) for path in dict.fromkeys(p for _, p in todo)]
     if args.prewarm > 0 and run.left() > args.prewarm + NEED["fwd"][0 if run.gpu else 1]:
-        P.prewarm(run, todo, args.workers if run.gpu else 1, args.prewarm)
+        prewarm(run, todo, args.variants, args)
     cases(run, todo, args.variants)
     from bench.gpu.record import record
 
