@@ -51,9 +51,11 @@ def test_walk_backward_matches_autograd_of_the_oracle(launches):
 
 
 def test_reverse_walk_without_D_Z_or_final_states():
-    """No gate (dy is dout itself), no final-state gradients, GQA, two row tiles (p 20 > 16)."""
+    """No gate (dy is dout itself), no final-state gradients, GQA, two row tiles (p 20 > 16);
+    one head a dq/dk program, register caps (a compile option, nothing the interpreter runs)."""
     cfg = DEFAULT.replace(state_grad_launches=1, walk_rows=16, walk_col_block=32,
-                          heads_per_program=1, min_programs=1)
+                          heads_per_program=1, min_programs=1, bwd_qk_maxnreg=168,
+                          bwd_v_maxnreg=168)
     kw = make(b=2, l=30, h=4, g=2, n=8, p=20, na=2)
     kw.update(D=None, Z=None)
     got = grads(mamba3_siso_combined, on(kw), seed=3, final=False, chunk_size=16, config=cfg)

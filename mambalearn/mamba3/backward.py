@@ -183,6 +183,7 @@ def launch_backward(x, saved, d_out, finals, chunk_size, cfg):
         l, c, h, g, p, n, na,
         Q=Qc, BN=BN, NB=NB, P=P, HPP=hpp, DOT=dot,
         num_warps=warps(cfg.bwd_qk_warps, Qc), num_stages=cfg.bwd_qk_stages,
+        **({} if cfg.bwd_qk_maxnreg is None else dict(maxnreg=cfg.bwd_qk_maxnreg)),
     )
     # 5. what couples steps: the angles' cumsum over chunks, the trapezoid's two-step weights
     dth_F, dK_last = cont(finals["angle"]), None

@@ -36,6 +36,7 @@ class Config(LaunchConfig):
     bwd_v_maxnreg: int | None = None  # its registers per thread (None: the compiler's choice)
     bwd_qk_warps: int = 4  # dq and dk (and dθ), one column block per program
     bwd_qk_stages: int = 2  # its loop over heads prefetches the next head's tiles
+    bwd_qk_maxnreg: int | None = None  # its registers per thread (None: the compiler's choice)
     heads_per_program: int = 32  # heads one dq/dk program sums over (GQA), at most,
     min_programs: int = 1024  # … as long as this many dq/dk programs are left
     steps_warps: int = 4  # dAngles, dDT, dTrap, dADT
@@ -55,7 +56,7 @@ class Config(LaunchConfig):
         for f in dataclasses.fields(self):
             v = getattr(self, f.name)
             if v is None and f.name in ("output_maxnreg", "output_col_block", "bwd_v_col_block",
-                                        "bwd_v_maxnreg"):
+                                        "bwd_v_maxnreg", "bwd_qk_maxnreg"):
                 continue
             if not isinstance(v, int) or isinstance(v, bool) or v < 1:
                 raise ValueError(f"config.{f.name} must be an int ≥ 1, got {v!r}")
