@@ -55,7 +55,8 @@ from bench.gpu import peers as P  # noqa: E402
 # name -> the Config fields it changes (the default is "default": no change)
 # (sm_90 builds and predictions: bench/NOTES_mamba3.md; dropped before the run, by their builds:
 # the walk at 32 columns, the outputs at 16 columns unrolled (178 registers: still 2 an SM), at
-# 8 warps (one program an SM), dv capped at 168 registers (296-392 B of stack))
+# 8 warps (one program an SM), dv capped at 168 registers (296-392 B of stack), dq/dk capped at
+# 168 (568 B at 32 heads a program, 592 at 8) or with one pipeline stage (184 B))
 VARIANTS = {
     "walk n64": dict(forward_launches=2, walk_col_block=64),
     "walk n64 w8": dict(forward_launches=2, walk_col_block=64, walk_warps=8),
@@ -72,14 +73,11 @@ VARIANTS = {
     "back walk n64 w8": dict(state_grad_launches=1, walk_col_block=64, walk_warps=8),
     "dv loop": dict(bwd_v_unroll=2),
     "qk hpp8": dict(heads_per_program=8),
-    "qk reg168": dict(bwd_qk_maxnreg=168),  # 3 programs an SM (16 B of stack), was 2 at 208
-    "qk hpp8 reg168": dict(heads_per_program=8, bwd_qk_maxnreg=168),
     "qk n64 w8": dict(col_block=64, output_col_block=32, bwd_v_col_block=32, bwd_qk_warps=8),
     "all": dict(forward_launches=2, walk_col_block=64, walk_warps=8, output_unroll=2,
                 output_col_block=16, state_grad_launches=1, bwd_v_unroll=2),
 }
-BACKWARD_ONLY = ("back walk n32", "back walk n64 w8", "dv loop", "qk hpp8", "qk reg168",
-                 "qk hpp8 reg168", "qk n64 w8")
+BACKWARD_ONLY = ("back walk n32", "back walk n64 w8", "dv loop", "qk hpp8", "qk n64 w8")
 FORWARD_ONLY = ("out reg168", "stages4")  # not timed in fwd+bwd (time: the limit)
 CASES = [((8, 2048), "fwd"), ((8, 2048), "fwd+bwd"), ((1, 32768), "fwd"), ((1, 32768), "fwd+bwd")]
 NEED = {"fwd": (35, 15), "fwd+bwd": (60, 25)}  # seconds a case needs at least (GPU, CPU)
