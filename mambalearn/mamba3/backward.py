@@ -38,7 +38,7 @@ from mambalearn.mamba3.common import (
     warps,
 )
 from mambalearn.mamba3.reference import per_head, rotate_pairs
-from mambalearn.mamba3.state_passing import pass_state_grads
+from mambalearn.mamba3.state_passing import pass_state_grads, walk_state_grads
 
 
 @triton.jit(do_not_specialize=SIZES)
@@ -146,18 +146,26 @@ def launch_backward(x, saved, d_out, finals, chunk_size, cfg):
     theta_in = None if x["states"] is None else x["states"][0]
     # 1., 2. the state's gradient, chunk by chunk, then passed backwards
     st = saved["steps"]  # the per-step values of the forward (``chunk_state.chunk_states``)
-    dS, dY, dZ = state_grads(x, st, d_out, saved["y_pre"], Qc, cfg)
-    D, dH_in, HD = pass_state_grads(dS, st["Turn"], st["Cend"], saved["H"],
-                                    saved["theta_final"], theta_in, cont(finals["ssm"]), cfg)
+    if cfg.state_grad_launches == 1:  # 1. and 2. in one reverse walk over the chunks
+        D, dH_in, HD, dY, dZ = walk_state_grads(x, st, d_out, saved["y_pre"], saved["H"],
+                                                saved["theta_final"], theta_in,
+                                                cont(finals["ssm"]), Qc, cfg)
+    else:
+        dS, dY, dZ = state_grads(x, st, d_out, saved["y_pre"], Qc, cfg)
+        D, dH_in, HD = pass_state_grads(dS, st["Turn"], st["Cend"], saved["H"],
+                                        saved["theta_final"], theta_in, cont(finals["ssm"]),
+                                        cfg)
     # 3. the values and the weights, a program per chunk
     dV, dW, dG, dCv, dD = torch.empty_like(V), new(b, h, l), new(b, h, l), new(b, h, l), \
         new(b, h, c)
+    BNv, NBv, _, _ = blocks(n, p, chunk_size, cfg.bwd_v_col_block or cfg.col_block)
     bwd_v_kernel[(h * c, b)](
         x["Q"], x["K"], V, x["Q_bias"], x["K_bias"], x["D"], st["C2"], st["W"], st["G"],
         st["Phi"], dY, D, HD, dV, dW, dG, dCv, dD,
         l, c, h, g, p, n, na,
-        Q=Qc, BN=BN, NB=NB, P=P, TILES=HD.shape[-1], HAS_D=x["D"] is not None, DOT=dot,
-        num_warps=warps(cfg.bwd_v_warps, Qc),
+        Q=Qc, BN=BNv, NB=NBv, P=P, TILES=HD.shape[-1], HAS_D=x["D"] is not None, DOT=dot,
+        UNROLL=cfg.bwd_v_unroll == 1, num_warps=warps(cfg.bwd_v_warps, Qc),
+        **({} if cfg.bwd_v_maxnreg is None else dict(maxnreg=cfg.bwd_v_maxnreg)),
     )
     # 4. the queries and the keys: a column block and a head block per program; a block of all
     # the heads of a Q/K head writes dQ and dK themselves, smaller ones float32 partial sums
@@ -175,6 +183,7 @@ def launch_backward(x, saved, d_out, finals, chunk_size, cfg):
         l, c, h, g, p, n, na,
         Q=Qc, BN=BN, NB=NB, P=P, HPP=hpp, DOT=dot,
         num_warps=warps(cfg.bwd_qk_warps, Qc), num_stages=cfg.bwd_qk_stages,
+        **({} if cfg.bwd_qk_maxnreg is None else dict(maxnreg=cfg.bwd_qk_maxnreg)),
     )
     # 5. what couples steps: the angles' cumsum over chunks, the trapezoid's two-step weights
     dth_F, dK_last = cont(finals["angle"]), None

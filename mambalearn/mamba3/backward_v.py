@@ -28,6 +28,24 @@ from mambalearn.mamba3.common import (
 )
 
 
+@triton.jit
+def _column_block(C_ptr, B_ptr, Cb_ptr, Bb_ptr, phi_ptr, Dst_ptr, qk, st, kD, nb, offs_t, offs_p,
+                  loc_t, l_left, l, g: tl.constexpr, p: tl.constexpr, n: tl.constexpr,
+                  na: tl.constexpr, Q: tl.constexpr, BN: tl.constexpr, DOT: tl.constexpr):
+    """Column block ``nb``: q, k turned by the local angles; q·k, k qᵀ and k D_cᵀ added."""
+    offs_n = nb * BN + tl.arange(0, BN)
+    cos, sin = load_angles(phi_ptr, offs_t, nb, l, na, Q, BN)
+    q, k = load_qk(C_ptr, B_ptr, Cb_ptr, Bb_ptr, g * n, loc_t, offs_n, l_left, n, cos, sin, Q,
+                   BN)  # (Q, BN) each
+    qk += tl.sum(q * k, axis=1)
+    k = k.to(DOT)
+    Dc = tl.load(Dst_ptr + offs_p[:, None] * n + offs_n[None, :],
+                 mask=(offs_p[:, None] < p) & (offs_n[None, :] < n), other=0.0)  # (P, BN)
+    st = tl.dot(k, tl.trans(q.to(DOT)), acc=st)  # (Q, Q): k_s·q_t
+    kD = tl.dot(k, tl.trans(Dc.to(DOT)), acc=kD)  # (Q, P): D_c k_s
+    return qk, st, kD
+
+
 @triton.jit(do_not_specialize=SIZES)
 def bwd_v_kernel(
     C_ptr, B_ptr, X_ptr, Cb_ptr, Bb_ptr, D_ptr,
@@ -44,6 +62,7 @@ def bwd_v_kernel(
     P: tl.constexpr,  # channels (≥ p)
     TILES: tl.constexpr,  # the parts of HD
     HAS_D: tl.constexpr, DOT: tl.constexpr,
+    UNROLL: tl.constexpr = True,  # the column blocks unrolled, or a loop
 ):
     # (head, chunk) on grid axis 0, head fastest (axis 1 stops at 65 535 chunks)
     pid_h, pid_c = tl.program_id(0) % h, tl.program_id(0) // h
@@ -70,17 +89,18 @@ def bwd_v_kernel(
     qk = tl.zeros([Q], dtype=tl.float32)
     st = tl.zeros([Q, Q], dtype=tl.float32)
     kD = tl.zeros([Q, P], dtype=tl.float32)
-    for nb in tl.static_range(NB):
-        offs_n = nb * BN + tl.arange(0, BN)
-        cos, sin = load_angles(Phi_ptr + row * l * na, offs_t, nb, l, na, Q, BN)
-        q, k = load_qk(C_ptr + bc_off, B_ptr + bc_off, Cb_ptr + pid_h * n, Bb_ptr + pid_h * n,
-                       g * n, loc_t, offs_n, l_left, n, cos, sin, Q, BN)  # (Q, BN) each
-        qk += tl.sum(q * k, axis=1)
-        k = k.to(DOT)
-        Dc = tl.load(Dst_ptr + offs_p[:, None] * n + offs_n[None, :],
-                     mask=(offs_p[:, None] < p) & (offs_n[None, :] < n), other=0.0)  # (P, BN)
-        st = tl.dot(k, tl.trans(q.to(DOT)), acc=st)  # (Q, Q): k_s·q_t
-        kD = tl.dot(k, tl.trans(Dc.to(DOT)), acc=kD)  # (Q, P): D_c k_s
+    if UNROLL:  # the blocks unrolled (the compiler may overlap their loads: more registers)
+        for nb in tl.static_range(NB):
+            qk, st, kD = _column_block(C_ptr + bc_off, B_ptr + bc_off, Cb_ptr + pid_h * n,
+                                       Bb_ptr + pid_h * n, Phi_ptr + row * l * na, Dst_ptr, qk,
+                                       st, kD, nb, offs_t, offs_p, loc_t, l_left, l, g, p, n, na,
+                                       Q, BN, DOT)
+    else:  # a loop: one block's tiles live at a time
+        for nb in tl.range(0, NB, num_stages=1):
+            qk, st, kD = _column_block(C_ptr + bc_off, B_ptr + bc_off, Cb_ptr + pid_h * n,
+                                       Bb_ptr + pid_h * n, Phi_ptr + row * l * na, Dst_ptr, qk,
+                                       st, kD, nb, offs_t, offs_p, loc_t, l_left, l, g, p, n, na,
+                                       Q, BN, DOT)
 
     # 2. the weights' gradients, from E = (k qᵀ) ∘ (v dyᵀ) ∘ Mᵀ
     v = tl.load(X_ptr + tp0 + tp, mask=mask_tp, other=0.0)

@@ -9,7 +9,8 @@
 Q_bias) and k = R(φ)(K + K_bias) turned by the *local* angles, M_ts = e^{c_t − c_s} for s < t, w the
 trapezoid weight and γ = λΔ its diagonal; q·k is the same rotated or not. Steps 1 and 3 run a
 program per (head, chunk, batch), 8192 at the benchmark shape: every chunk is independent once step
-2 has given it its state.
+2 has given it its state. With ``Config.forward_launches`` = 2, steps 1 and 2 are one walk over the
+chunks (``state_passing.walk_states``): S^L_c never leaves the registers.
 
 Matmuls take their operands in the inputs' dtype (bf16 → bf16 tensor cores, float32 → tf32 on a
 GPU) and accumulate in float32; the states between the launches are stored in the inputs' dtype,
@@ -34,7 +35,26 @@ from mambalearn.mamba3.common import (
     warps,
 )
 from mambalearn.mamba3.reference import per_head, rotate_pairs
-from mambalearn.mamba3.state_passing import pass_states
+from mambalearn.mamba3.state_passing import pass_states, walk_states
+
+
+@triton.jit
+def _column_block(C_ptr, B_ptr, Cb_ptr, Bb_ptr, phi_ptr, H_ptr, qk, s, y, nb, offs_t, offs_p,
+                  loc_t, l_left, l, g: tl.constexpr, p: tl.constexpr, n: tl.constexpr,
+                  na: tl.constexpr, Q: tl.constexpr, BN: tl.constexpr, DOT: tl.constexpr):
+    """Column block ``nb`` of the outputs: q, k turned by the local angles; q·k, q kᵀ and
+    q H^Lᵀ added to ``qk``, ``s`` and ``y``."""
+    offs_n = nb * BN + tl.arange(0, BN)
+    cos, sin = load_angles(phi_ptr, offs_t, nb, l, na, Q, BN)
+    q, k = load_qk(C_ptr, B_ptr, Cb_ptr, Bb_ptr, g * n, loc_t, offs_n, l_left, n, cos, sin, Q,
+                   BN)  # (Q, BN) each
+    qk += tl.sum(q * k, axis=1)  # q_t·k_t, in float32 (the same rotated or not)
+    q, k = q.to(DOT), k.to(DOT)
+    H = tl.load(H_ptr + offs_p[:, None] * n + offs_n[None, :],
+                mask=(offs_p[:, None] < p) & (offs_n[None, :] < n), other=0.0)  # (P, BN)
+    y = tl.dot(q, tl.trans(H), acc=y)  # (Q, P)
+    s = tl.dot(q, tl.trans(k), acc=s)  # (Q, Q)
+    return qk, s, y
 
 
 @triton.jit(do_not_specialize=SIZES)
@@ -50,6 +70,7 @@ def _output_kernel(
     P: tl.constexpr,  # channels (≥ p)
     HAS_D: tl.constexpr, HAS_Z: tl.constexpr,
     DOT: tl.constexpr,  # operand dtype of tl.dot (the inputs' dtype)
+    UNROLL: tl.constexpr,  # the column blocks unrolled, or a loop
 ):
     # (head, chunk) on grid axis 0, head fastest (axis 1 stops at 65 535 chunks)
     pid_h, pid_c = tl.program_id(0) % h, tl.program_id(0) // h
@@ -70,17 +91,18 @@ def _output_kernel(
     qk = tl.zeros([Q], dtype=tl.float32)
     s = tl.zeros([Q, Q], dtype=tl.float32)
     y = tl.zeros([Q, P], dtype=tl.float32)
-    for nb in tl.static_range(NB):
-        offs_n = nb * BN + tl.arange(0, BN)
-        cos, sin = load_angles(Phi_ptr + row * l * na, offs_t, nb, l, na, Q, BN)
-        q, k = load_qk(C_ptr + bc_off, B_ptr + bc_off, Cb_ptr + pid_h * n, Bb_ptr + pid_h * n,
-                       g * n, loc_t, offs_n, l_left, n, cos, sin, Q, BN)  # (Q, BN) each
-        qk += tl.sum(q * k, axis=1)  # q_t·k_t, in float32 (the same rotated or not)
-        q, k = q.to(DOT), k.to(DOT)
-        H = tl.load(H_ptr + offs_p[:, None] * n + offs_n[None, :],
-                    mask=(offs_p[:, None] < p) & (offs_n[None, :] < n), other=0.0)  # (P, BN)
-        y = tl.dot(q, tl.trans(H), acc=y)  # (Q, P)
-        s = tl.dot(q, tl.trans(k), acc=s)  # (Q, Q)
+    if UNROLL:  # the blocks unrolled (the compiler may overlap their loads: more registers)
+        for nb in tl.static_range(NB):
+            qk, s, y = _column_block(C_ptr + bc_off, B_ptr + bc_off, Cb_ptr + pid_h * n,
+                                     Bb_ptr + pid_h * n, Phi_ptr + row * l * na, H_ptr, qk, s,
+                                     y, nb, offs_t, offs_p, loc_t, l_left, l, g, p, n, na, Q,
+                                     BN, DOT)
+    else:  # a loop: one block's tiles live at a time
+        for nb in tl.range(0, NB, num_stages=1):
+            qk, s, y = _column_block(C_ptr + bc_off, B_ptr + bc_off, Cb_ptr + pid_h * n,
+                                     Bb_ptr + pid_h * n, Phi_ptr + row * l * na, H_ptr, qk, s,
+                                     y, nb, offs_t, offs_p, loc_t, l_left, l, g, p, n, na, Q,
+                                     BN, DOT)
 
     # 2. the entering state decayed to each step; the chunk's inputs, strictly causal with weight
     # w_s; the diagonal γ q·k and D
@@ -120,21 +142,25 @@ def launch_forward(x, chunk_size, save, return_final, cfg):
     V = x["V"]
     b, l, h, p = V.shape
     g, n, na = x["Q"].shape[2], x["Q"].shape[3], x["Angles"].shape[3]
-    BN, NB, P, Qc = blocks(n, p, chunk_size, cfg.col_block)
-    S, steps = chunk_states(x, Qc, cfg)  # 1. (b, h, c, p, n), the per-step values
+    BN, NB, P, Qc = blocks(n, p, chunk_size, cfg.output_col_block or cfg.col_block)
     H_in, theta_in = _initial_state(x)
-    H, final, theta_final = pass_states(S, steps["Turn"], steps["Cend"], theta_in, H_in,
-                                        cfg)  # 2.
+    if cfg.forward_launches == 2:  # 1. and 2. in one walk over the chunks
+        H, final, theta_final, steps = walk_states(x, Qc, theta_in, H_in, cfg)
+    else:
+        S, steps = chunk_states(x, Qc, cfg)  # 1. (b, h, c, p, n), the per-step values
+        H, final, theta_final = pass_states(S, steps["Turn"], steps["Cend"], theta_in, H_in,
+                                            cfg)  # 2.
     out = torch.empty_like(V)
     y_pre = torch.empty_like(V) if save and x["Z"] is not None else None
-    c = S.shape[2]
+    c = H.shape[2]
     _output_kernel[(h * c, b)](  # 3.
         x["Q"], x["K"], V, x["Q_bias"], x["K_bias"], x["D"], x["Z"],
         steps["C2"], steps["W"], steps["G"], steps["Phi"], H, out, y_pre,
         l, c, h, g, p, n, na,
         Q=Qc, BN=BN, NB=NB, P=P, HAS_D=x["D"] is not None, HAS_Z=x["Z"] is not None,
-        DOT=dot_dtype(V),
+        DOT=dot_dtype(V), UNROLL=cfg.output_unroll == 1,
         num_warps=warps(cfg.output_warps, Qc),
+        **({} if cfg.output_maxnreg is None else dict(maxnreg=cfg.output_maxnreg)),
     )
     r = dict(out=out, H=H, steps=steps, theta_final=theta_final, y_pre=y_pre)
     if return_final:  # the last step's k, turned by the final angle: the next call's k_prev

@@ -36,6 +36,7 @@ from mambalearn.mamba3.common import (
     load_steps,
     load_turned,
     local_angles,
+    new_steps,
     warps,
 )
 
@@ -159,12 +160,7 @@ def chunk_states(x, chunk_size, cfg):
     b, l, h, p = V.shape
     n, na = x["Q"].shape[3], x["Angles"].shape[3]
     c = triton.cdiv(l, int(chunk_size))
-    new = lambda *s: torch.empty(*s, device=V.device, dtype=torch.float32)
-    # φ ∈ [−π, π) in float16 for bf16 inputs: its rounding (≤ 2⁻¹⁰ rad) is below theirs
-    phi = torch.empty(b, h, l, na, device=V.device,
-                      dtype=torch.float16 if V.dtype == torch.bfloat16 else torch.float32)
-    steps = dict(C2=new(b, h, l), W=new(b, h, l), G=new(b, h, l), Phi=phi,
-                 Turn=new(b, h, c, na), Cend=new(b, h, c))
+    steps = new_steps(V, b, h, l, c, na)
     S = torch.empty(b, h, c, p, n, device=V.device, dtype=V.dtype)
     _launch(x, steps, V, x["K"], x["K_bias"], S, None, None, None, None, chunk_size, False, cfg)
     return S, steps

@@ -231,3 +231,15 @@ def dot_dtype(t):
     import torch
 
     return {torch.bfloat16: tl.bfloat16, torch.float16: tl.float16}.get(t.dtype, tl.float32)
+
+
+def new_steps(V, b, h, l, c, na):
+    """The per-step values' tensors (``chunk_state.chunk_states``), empty, on V's device."""
+    import torch
+
+    new = lambda *s: torch.empty(*s, device=V.device, dtype=torch.float32)
+    # φ ∈ [−π, π) in float16 for bf16 inputs: its rounding (≤ 2⁻¹⁰ rad) is below theirs
+    phi = torch.empty(b, h, l, na, device=V.device,
+                      dtype=torch.float16 if V.dtype == torch.bfloat16 else torch.float32)
+    return dict(C2=new(b, h, l), W=new(b, h, l), G=new(b, h, l), Phi=phi,
+                Turn=new(b, h, c, na), Cend=new(b, h, c))

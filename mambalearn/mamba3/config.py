@@ -27,22 +27,51 @@ class Config(LaunchConfig):
     state_warps: int = 2
     state_stages: int = 3  # the state passing's loads this many chunks ahead (its pipeline)
     output_warps: int = 4  # the forward's outputs
+    output_maxnreg: int | None = None  # its registers per thread (None: the compiler's choice)
+    output_col_block: int | None = None  # its state columns at once (None: ``col_block``)
+    output_unroll: int = 1  # 1: its column blocks unrolled; 2: a loop over them (fewer live)
     bwd_v_warps: int = 4  # dv and the per-step weights' gradients
+    bwd_v_unroll: int = 1  # 1: its column blocks unrolled; 2: a loop over them
+    bwd_v_col_block: int | None = None  # its state columns at once (None: ``col_block``)
+    bwd_v_maxnreg: int | None = None  # its registers per thread (None: the compiler's choice)
     bwd_qk_warps: int = 4  # dq and dk (and dθ), one column block per program
     bwd_qk_stages: int = 2  # its loop over heads prefetches the next head's tiles
+    bwd_qk_maxnreg: int | None = None  # its registers per thread (None: the compiler's choice)
     heads_per_program: int = 32  # heads one dq/dk program sums over (GQA), at most,
     min_programs: int = 1024  # … as long as this many dq/dk programs are left
     steps_warps: int = 4  # dAngles, dDT, dTrap, dADT
     steps_chunks: int = 16  # later chunks' angle totals the steps kernel sums at once
+    # the forward: 3 launches (chunk states, state passing, outputs) or 2 (the first two in one
+    # walk over chunks, ``state_passing._state_walk_kernel``: S^L never leaves the registers)
+    forward_launches: int = 3
+    walk_rows: int = 64  # the walk's state tile: rows (p) …
+    walk_col_block: int = 32  # … and columns (n) a program owns
+    walk_warps: int = 4
+    walk_stages: int = 2  # its loads this many chunks ahead
+    # the backward's state gradients and their passing: 2 launches, or 1 reverse walk
+    # (``state_passing._state_walk_back_kernel``, the walk settings above)
+    state_grad_launches: int = 2
 
     def __post_init__(self):
         for f in dataclasses.fields(self):
             v = getattr(self, f.name)
+            if v is None and f.name in ("output_maxnreg", "output_col_block", "bwd_v_col_block",
+                                        "bwd_v_maxnreg", "bwd_qk_maxnreg"):
+                continue
             if not isinstance(v, int) or isinstance(v, bool) or v < 1:
                 raise ValueError(f"config.{f.name} must be an int ≥ 1, got {v!r}")
-        for name in ("col_block", "chunk_state_col_block", "state_rows", "steps_chunks"):
+        if self.forward_launches not in (2, 3):
+            raise ValueError(f"config.forward_launches must be 2 or 3, got {self.forward_launches}")
+        for name in ("output_unroll", "bwd_v_unroll"):
+            if getattr(self, name) not in (1, 2):
+                raise ValueError(f"config.{name} must be 1 or 2, got {getattr(self, name)}")
+        if self.state_grad_launches not in (1, 2):
+            raise ValueError("config.state_grad_launches must be 1 or 2, got "
+                             f"{self.state_grad_launches}")
+        for name in ("col_block", "chunk_state_col_block", "state_rows", "steps_chunks",
+                     "walk_rows", "walk_col_block", "output_col_block", "bwd_v_col_block"):
             v = getattr(self, name)
-            if v & (v - 1):
+            if v is not None and v & (v - 1):
                 raise ValueError(f"config.{name} must be a power of two, got {v}")
 
 
