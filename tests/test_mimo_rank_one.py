@@ -83,6 +83,9 @@ def run(x, st, chunk, final, config=None):
                                 return_final_states=final, config=config)
 
 
+
+SISO_ROUTE = MIMO_DEFAULT.replace(rank_one="siso")  # (the default is the MIMO kernels)
+
 @pytest.mark.parametrize("name", CASES)
 def test_rank_one_on_the_siso_kernels_equals_the_mimo_oracle(name):
     kw, chunk = dict(CASES[name][0]), CASES[name][1]
@@ -94,7 +97,7 @@ def test_rank_one_on_the_siso_kernels_equals_the_mimo_oracle(name):
     ref = {k: leaf(v, f64) for k, v in x.items()}
     st_ours = None if st is None else [leaf(s, dev=DEV) for s in st]
     st_ref = None if st is None else [leaf(s, f64) for s in st]
-    got = run(ours, st_ours, chunk, final)
+    got = run(ours, st_ours, chunk, final, SISO_ROUTE)
     want = mimo.mamba3_mimo_sequential(**ref, Input_States=st_ref, return_final_states=final)
     got, want = (r if final else (r,) for r in (got, want))
     for i, (a, e) in enumerate(zip(got, want, strict=True)):
@@ -119,7 +122,7 @@ def test_the_mimo_kernels_at_rank_one_agree_with_the_siso_route():
     both): the same output and gradients as the SISO route."""
     x, st = inputs(seed=5, dtype=torch.float32, l=19, h=2, g=1)
     outs = []
-    for cfg in (MIMO_DEFAULT, MIMO_DEFAULT.replace(rank_one="mimo")):
+    for cfg in (SISO_ROUTE, MIMO_DEFAULT.replace(rank_one="mimo")):
         xs = {k: None if v is None else v.detach().clone().requires_grad_() for k, v in x.items()}
         y = run(xs, st, 16, False, cfg)
         y.backward(torch.ones_like(y))

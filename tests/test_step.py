@@ -248,11 +248,11 @@ def test_tiles_smaller_than_the_head_dim(block_p, num_warps, stream):
 def test_small_and_large_batches_pick_their_tiles():
     from mambalearn.mamba2 import step
 
-    # a small state (b1, b4): 4-row tiles over one warp (the H200's sweep), kept in L2 (not
+    # a small state (b1, b4): 8-row tiles over one warp (the H200's sweep), kept in L2 (not
     # evicted first) between tokens; already FILL programs an SM and more, so no further cut
-    assert 80 * 64 // 4 >= step.FILL * step.SMS
-    assert step._tile(64, 128, 1 * 80 * 64 * 128) == (4, 1, False)
-    assert step._tile(64, 128, 4 * 80 * 64 * 128) == (4, 1, False)  # b4: still small
+    assert 80 * 64 // 8 >= step.FILL * step.SMS
+    assert step._tile(64, 128, 1 * 80 * 64 * 128) == (8, 1, False)
+    assert step._tile(64, 128, 4 * 80 * 64 * 128) == (8, 1, False)  # b4: still small
     assert step._tile(64, 128, 64 * 80 * 64 * 128) == (32, 8, True)  # b64: streamed
     assert step._tile(3, 5, 10) == (4, 1, False)  # never wider than the head dim needs
     assert step._tile(2048, 16, 2048 * 16) == (8, 1, False)  # never below a warp's 128 values

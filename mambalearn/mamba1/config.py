@@ -200,12 +200,15 @@ BACKWARD_LARGE_N = Backward("state-outer", block_d=1, num_warps=1, maxnreg=80, p
 # backward, n > chunk: state-outer cannot hold the row sums; the sub-block kernel
 BACKWARD_RUNTIME_LOOP = Backward("sub-block", block_d=32, block_l=8, num_warps=1, even=False,
                                  per_sm=9)
-# backward, n ≤ 16, deterministic mode: 16 channels (2 a warp, as the default's tile) in a program
-# of 8 warps, each warp's channel sums staged, added once a chunk: a tree of d/16 tiles, not d/2
+# backward, n ≤ 16, deterministic mode: 32 channels (2 a warp, as the default's tile) in a program
+# of 16 warps; the adjoint carried between chunks in registers (``reg_carry``), each warp's channel
+# sums staged and stored once a chunk, and the tiles' partials added in tile order by a second
+# kernel after the backward (``tree_after``): no counter, fence or last arriver in the chunk loop
 # (the floor and the expectation: ``fused.gradients``; chosen by ``bench.gpu.det_sweep`` on the
-# H200, the candidate whose slower shape was fastest: docs/results/*_det_sweep_*.json)
-DETERMINISTIC_BACKWARD = Backward("state-outer", block_d=16, num_warps=8, maxnreg=96, per_sm=2,
-                                  tree_rows=8, tree_fan=16)
+# H200, the candidate whose slower shape was fastest, then checked over 10 runs by
+# ``bench.gpu.determinism``: docs/results/*_det_sweep_*.json, *_determinism_*.json)
+DETERMINISTIC_BACKWARD = Backward("state-outer", block_d=32, num_warps=16, maxnreg=128, per_sm=1,
+                                  tree_rows=16, tree_fan=16, tree_after=True, reg_carry=True)
 # the summaries of a cut sequence: the recurrent layout, one warp of 32 channels, 8 steps a tile,
 # the next tile's B rows hinted into L1, the softplus on MUFU (as the forward's)
 SUMMARY = Summary(block_d=32, block_l=8, num_warps=1, l1_prefetch=True, fast_softplus=True)

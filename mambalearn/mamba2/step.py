@@ -21,7 +21,8 @@ loaded before anything is computed (a load written after the state's store could
 it: the compiler cannot tell that they touch different memory), and the tile is small enough
 that every SM gets programs (``_tile``: the choice, its floor and its round trips).
 
-Four launch variants shorten that path further (``StepConfig`` fields, off unless asked for):
+Four launch variants shorten that path further (``StepConfig`` fields; the launcher turns them on
+for a small state, where the H200 measured them faster, and leaves them off for a large one):
 ``grid_3d`` launches a (tiles, heads, batch) grid, so a program need not divide its number back
 into the three before it can form an address (integer division is a chain of tens of
 instructions on a GPU); ``scalar_d`` loads a per-head D once, first, instead of once a row —
@@ -226,7 +227,7 @@ def _state_update_kernel(
 # (state values a tile holds at most, warps, stream) for large states (bandwidth-bound) and small
 # ones (latency-bound); the H200 sweeps behind them: bench/NOTES_ssd.md, bench/gpu/step_z.py
 TILE_LARGE = (4096, 8, True)
-TILE_SMALL = (512, 1, False)  # a state that stays in L2 from one token to the next: keep it
+TILE_SMALL = (1024, 1, False)  # a state that stays in L2 from one token to the next: keep it
 SMALL_STATE = 1 << 22  # state values (b·h·p·n) up to which a batch counts as small (16 MB fp32)
 FILL = 4  # a small state's tiles are halved until the grid has FILL programs per SM (0: never)
 SMS = 132  # the reference H200's SMs (the choice does not ask the device: one rule everywhere)
@@ -239,12 +240,13 @@ class StepConfig(LaunchConfig):
     """The decode step's launch, overriding `_tile`'s choice field by field (None: its choice):
     rows of the head dim per tile, warps per program, the state streamed through L2 first, every
     input loaded before the state's store; ``grid_3d``: a (tiles, heads, batch) grid instead of
-    one axis divided back into the three (None: one axis); ``scalar_d``: D loaded once a program,
-    first of all loads, where it is one value per head (a stride 0 along p, as Mamba-2 passes it),
-    not once a row with the gate (None: once a row); ``fast_softplus``: Δ's softplus from the
-    exp unit's 2ˣ and log₂ (``softplus_fast``, relative error ≤ ~1e-5; None: the precise log);
-    ``pdl``: launched with programmatic dependent launch (Hopper and later; a CUDA graph keeps
-    it): the launch overlaps the end of the previous kernel in the stream (None: a plain launch).
+    one axis divided back into the three; ``scalar_d``: D loaded once a program, first of all
+    loads, where it is one value per head (a stride 0 along p, as Mamba-2 passes it), not once a
+    row with the gate; ``fast_softplus``: Δ's softplus from the exp unit's 2ˣ and log₂
+    (``softplus_fast``, relative error ≤ ~1e-5) instead of the precise log; ``pdl``: launched
+    with programmatic dependent launch (Hopper and later; a CUDA graph keeps it): the launch
+    overlaps the end of the previous kernel in the stream. These four, None: on for a small
+    state (``SMALL_STATE``: latency-bound), off for a large one.
     """
 
     block_p: int | None = None
@@ -290,8 +292,11 @@ def _tile(p, n, values):
     every SM pulls its share of the state in that round trip — but never below one warp's worth
     (``VALUES_PER_WARP``). On the H200 (``bench.gpu.step_z``'s sweep, b1 h80 p64 n128, with z
     and without, one and 20 calls a CUDA graph) the smallest programs won: 4 × 128 tiles over
-    one warp, 1 280 programs, each thread four 16-byte loads of the state (``TILE_SMALL``);
-    8 × 128 over 8 warps and 64 × 128 over 8 warps were slower.
+    one warp, 1 280 programs, each thread four 16-byte loads of the state; 8 × 128 over 8 warps
+    and 64 × 128 over 8 warps were slower. With the four launch variants of ``StepConfig`` on
+    (no index division, D first, the short softplus, programmatic dependent launch), a later
+    sweep put 8 × 128 tiles over one warp ahead (``TILE_SMALL``: 640 programs at b1): with the
+    divisions gone a program's work is short enough that fewer, larger ones win.
 
     Warps: at most one per ``VALUES_PER_WARP`` values of the tile. With n = 128 and 8 warps
     (256 threads, more than n) the compiler gives each thread the B and C values of its own
@@ -353,13 +358,18 @@ def selective_state_update(state, x, dt, A, B, C, D=None, z=None, dt_bias=None,
     bp, nw, st = _tile(p, n, bx * h * p * n)
     bp, nw = config.block_p or bp, config.num_warps or nw
     st = st if config.stream is None else config.stream
+    small = bx * h * p * n <= SMALL_STATE  # latency-bound: the four launch variants on
+
+    def on(field):  # a launch variant's field; None: on for a small state
+        return small if field is None else field
+
     tiles_p = triton.cdiv(p, bp)
     zs = z4.stride() if z4 is not None else (0, 0, 0)
     # a grid's second and third axes hold at most 65 535 blocks: beyond, one axis
-    grid_3d = bool(config.grid_3d) and h <= GRID_YZ and bx <= GRID_YZ
+    grid_3d = on(config.grid_3d) and h <= GRID_YZ and bx <= GRID_YZ
     # programmatic dependent launch needs Hopper or later (elsewhere: a plain launch); in the
     # interpreter the kernel is built with it but skips its two instructions
-    pdl = bool(config.pdl) and gdc_wait is not None and (
+    pdl = on(config.pdl) and gdc_wait is not None and (
         INTERPRETED or torch.cuda.get_device_capability(x.device)[0] >= 9)
     per_group, sB, sC = h // B3.shape[1], B3.stride(), C3.stride()
     if grid_3d and B3.shape[1] == 1:  # one B/C group: group = head // 1 · stride 0, and Triton
@@ -376,9 +386,9 @@ def selective_state_update(state, x, dt, A, B, C, D=None, z=None, dt_bias=None,
         HAS_D=D2 is not None, HAS_Z=z4 is not None, HAS_IDX=idx is not None,
         BLOCK_P=bp, BLOCK_N=triton.next_power_of_2(n), STREAM=bool(st),
         LOADS_FIRST=config.loads_first is not False, GRID_3D=grid_3d,
-        SCALAR_D=bool(config.scalar_d) and D2 is not None and D2.stride(1) == 0
+        SCALAR_D=on(config.scalar_d) and D2 is not None and D2.stride(1) == 0
         and config.loads_first is not False,
-        FAST_SP=bool(config.fast_softplus), PDL=pdl, num_warps=nw,
+        FAST_SP=on(config.fast_softplus), PDL=pdl, num_warps=nw,
         **({"launch_pdl": True} if pdl and not INTERPRETED else {}),
     )
     return out if heads else out[:, 0]

@@ -116,8 +116,9 @@ class MimoConfig(LaunchConfig):
     backward_p_block: int = 256
     tree_fan: int = 8  # deterministic mode, ``det_sum="tree"``: heads one node of the sum adds
     # rank 1 is SISO's recurrence (``mimo_api``): "siso" runs it on the SISO kernels, the
-    # per-rank weights folded into V, Z and the output; "mimo" on the MIMO kernels
-    rank_one: str = "siso"
+    # per-rank weights folded into V, Z and the output; "mimo" on the MIMO kernels (the default:
+    # the "siso" route's dAngles failed its H200 check at a length not a multiple of the chunk)
+    rank_one: str = "mimo"
     # deterministic mode's dQ/dK sum over a group's heads: "heads" stores each head's rows and
     # a separate kernel adds them in head order (``mimo_backward.sum_heads_kernel``); "tree":
     # the last head of a chunk adds them inside the backward (``triton.deterministic``)
