@@ -5,7 +5,8 @@
     python3 -m bench.gpu.notebook_outputs OUTDIR --cpu-smoke                (no GPU: the plumbing)
 
 A GPU-only cell is one whose source prints ``skipped: no GPU`` when there is no GPU. Each notebook
-runs top to bottom, one after the other (``bench/gpu/run_notebook.py``; never two at once, so
+runs top to bottom (matplotlib's inline backend where a GPU-only cell draws, else Agg: `draws`),
+one after the other (``bench/gpu/run_notebook.py``; never two at once, so
 the timings they print are not measured against each other), and for each one
 ``OUTDIR/<device>_outputs-<chapter>_<date>.json`` is written: ``meta`` (device, date, command,
 commit, torch, triton) and one row per GPU-only cell (``cell`` index, ``source_sha256``, its
@@ -74,6 +75,16 @@ def gpu_cells(source_nb, executed_nb):
     return rows
 
 
+def draws(notebook):
+    """Whether a GPU-only cell of ``notebook`` draws with matplotlib: its chapter then runs with
+    the inline backend (the figure is an output to record), every other one with Agg, as nbval
+    runs it (chapter 14 under the inline backend stopped in its widget cell on the H200 and ran
+    under Agg; the cause is not known)."""
+    nb = nbformat.read(notebook, as_version=4)
+    return any(c.cell_type == "code" and SKIPPED in c.source
+               and re.search(r"\bplt\.|\bfig\b", c.source) for c in nb.cells)
+
+
 def record(notebook, executed_path, out_dir, info):
     """Write the results file of one chapter; its path (None when it has no GPU-only cell)."""
     rows = gpu_cells(nbformat.read(notebook, as_version=4),
@@ -103,7 +114,6 @@ def main(argv=None):
     if not notebooks:
         p.error("give the chapter notebooks to record")
     Path(args.out).mkdir(parents=True, exist_ok=True)
-    os.environ.pop("MPLBACKEND", None)  # the kernels draw inline: figures are outputs
     os.environ["MAMBALEARN_PROGRESS"] = "0"  # no progress-bar widgets in the outputs
     info = meta("python3 -m bench.gpu.notebook_outputs " + " ".join(argv or sys.argv[1:]))
     failed = 0
@@ -112,6 +122,10 @@ def main(argv=None):
         executed_dir = args.executed or args.keep or tmp
         Path(executed_dir).mkdir(parents=True, exist_ok=True)
         for nb in notebooks:
+            if draws(nb):  # the kernel draws inline: figures are outputs
+                os.environ.pop("MPLBACKEND", None)
+            else:
+                os.environ["MPLBACKEND"] = "Agg"
             if not args.executed and not run_notebook.execute(nb, executed_dir, args.timeout):
                 failed += 1
                 continue  # a chapter that fails records nothing
