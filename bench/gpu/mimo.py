@@ -92,6 +92,23 @@ def timing_rows(r, dims, dtype, device, warm_s, rounds, rep):
     args = {"siso": siso, f"mimo r{r}": mimo}
     grad = torch.randn(dims["b"], dims["l"], dims["h"], dims["p"], device=device, dtype=dtype)
 
+    rows, shape = [], " ".join(f"{k}{v}" for k, v in dims.items()) + \
+        f" {str(dtype).replace('torch.', '')}"
+    for op, fns in zip(("fwd", "fwd+bwd"), callables(run, args, grad), strict=True):
+        got = compare(fns, warm_s=warm_s, rounds=rounds, rep=rep)
+        ratio, spread = got.ratio(f"mimo r{r}", "siso")
+        for name in run:
+            rows.append(dict(op=op, backend="ours SISO (chunk 64)" if name == "siso" else
+                             f"ours MIMO rank {r} (chunk {q})", rank=1 if name == "siso" else r,
+                             shape=shape, ms=got.ms(name),
+                             **({} if name == "siso" else dict(ratio_to_siso=ratio,
+                                                               ratio_spread=spread))))
+    return rows
+
+
+def callables(run, args, grad):
+    """{name: fwd}, {name: fwd+bwd} for ``run`` {name: f(x)} on ``args`` {name: inputs}: the
+    forward under no_grad, fwd+bwd on leaves of their own with the upstream gradient ``grad``."""
     def fwd(name):
         def f():
             with torch.no_grad():
@@ -105,18 +122,7 @@ def timing_rows(r, dims, dtype, device, warm_s, rounds, rep):
             run[name](leaves).backward(grad)
         return f
 
-    rows, shape = [], " ".join(f"{k}{v}" for k, v in dims.items()) + \
-        f" {str(dtype).replace('torch.', '')}"
-    for op, make in (("fwd", fwd), ("fwd+bwd", fwd_bwd)):
-        got = compare({name: make(name) for name in run}, warm_s=warm_s, rounds=rounds, rep=rep)
-        ratio, spread = got.ratio(f"mimo r{r}", "siso")
-        for name in run:
-            rows.append(dict(op=op, backend="ours SISO (chunk 64)" if name == "siso" else
-                             f"ours MIMO rank {r} (chunk {q})", rank=1 if name == "siso" else r,
-                             shape=shape, ms=got.ms(name),
-                             **({} if name == "siso" else dict(ratio_to_siso=ratio,
-                                                               ratio_spread=spread))))
-    return rows
+    return {n: fwd(n) for n in run}, {n: fwd_bwd(n) for n in run}
 
 
 def main(argv=None):

@@ -115,24 +115,6 @@ def agreement(r, chunk, cfg, dims, dtype, device):
     return max(errs)
 
 
-def callables(run, args, grad):
-    """{name: fwd}, {name: fwd+bwd} for ``run`` {name: f(x)} on ``args`` {name: inputs}."""
-    def fwd(name):
-        def f():
-            with torch.no_grad():
-                run[name](args[name])
-        return f
-
-    def fwd_bwd(name):
-        leaves = {k: v.clone().requires_grad_() for k, v in args[name].items()}
-
-        def f():
-            run[name](leaves).backward(grad)
-        return f
-
-    return {n: fwd(n) for n in run}, {n: fwd_bwd(n) for n in run}
-
-
 def timed(fns, timing):
     """``timing.compare`` on a GPU; on the CPU (smoke) one call each."""
     from mambalearn.timing import Compared, compare, time_ms
@@ -143,6 +125,8 @@ def timed(fns, timing):
 
 def compare_rows(part, run, args, labels, base, dims, dtype, device, timing):
     """fwd and fwd+bwd of every callable of ``run`` interleaved; one row per (op, callable)."""
+    from bench.gpu.mimo import callables
+
     grad = torch.randn(dims["b"], dims["l"], dims["h"], dims["p"], device=device, dtype=dtype)
     rows = []
     for op, fns in zip(("fwd", "fwd+bwd"), callables(run, args, grad), strict=True):
