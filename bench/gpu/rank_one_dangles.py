@@ -10,7 +10,11 @@ Triton's CPU interpreter gives 0.015. This script splits the suspects, each line
     2. SISO alone (``mamba3_siso_combined``) on the folded inputs against the float64 SISO
        chunked oracle: float32 Angles as the fold passes them, the same values in bf16, l 200
        and 192; every gradient's relative error;
-    3. the dAngles error of check 2 per chunk (which chunks carry it).
+    3. the dAngles error of check 2 per chunk (which chunks carry it);
+    4. inside SISO's backward (the steps kernel's arguments captured): the dq/dk kernel's dθ per
+       step against the float64 oracle's, its per-chunk totals against the sums of its dθ, and
+       the steps kernel's dAngles against PyTorch's reverse cumsum of that dθ; with the dq/dk
+       kernel at 1 head a program (what b1 l200 h32 gets) and at 4 (``Config``).
 
     python3 -m bench.gpu.rank_one_dangles          (H200; prints, writes nothing; ≤ 60 s)
     python3 -m bench.gpu.rank_one_dangles --cpu    (any machine, interpreter, small shape)
@@ -57,9 +61,10 @@ def steps_alone(l, ang_dtype, dev, h=4, na=32, q=64):
     return rel_error(dAng, want)
 
 
-def siso_alone(l, ang_bf16, dims, chunk, dev):
+def siso_alone(l, ang_bf16, dims, chunk, dev, config=None, capture=None):
     """SISO on the folded rank-1 inputs of ``mimo_speed`` vs the float64 SISO chunked oracle:
-    {name: relative error}, and dAngles' error per chunk."""
+    {name: relative error}, and dAngles' error per chunk. ``capture`` (a dict): the steps
+    kernel's arguments and the inputs/oracle gradients go there."""
     from bench.gpu.mimo_speed import inputs
     from mambalearn.mamba3 import mamba3_siso_combined
     from mambalearn.mamba3.reference_chunked import mamba3_siso_chunked
@@ -76,7 +81,7 @@ def siso_alone(l, ang_bf16, dims, chunk, dev):
     s = {k: v.detach().contiguous() for k, v in s.items()}
     ours = {k: v.clone().requires_grad_() for k, v in s.items()}
     ref = {k: v.double().requires_grad_() for k, v in s.items()}
-    out = mamba3_siso_combined(**ours, chunk_size=chunk)
+    out = mamba3_siso_combined(**ours, chunk_size=chunk, config=config)
     want = mamba3_siso_chunked(**ref, chunk_size=16)
     g = torch.randn(want.shape, generator=torch.Generator().manual_seed(2)).to(dev)
     (out.float() * g).sum().backward()
@@ -85,7 +90,47 @@ def siso_alone(l, ang_bf16, dims, chunk, dev):
     errs |= {f"d{k}": rel_error(ours[k].grad, ref[k].grad) for k in s}
     a, e = ours["Angles"].grad.double(), ref["Angles"].grad
     per = [((a - e)[:, i:i + chunk].norm() / e.norm()).item() for i in range(0, l, chunk)]
+    if capture is not None:
+        capture.update(x=s, ref_dAng=e)
     return errs, per
+
+
+def inside(l, dims, chunk, dev, hpp):
+    """Check 4: the steps kernel's inputs and output, captured from one SISO backward."""
+    from mambalearn.mamba3 import backward as B
+    from mambalearn.mamba3.config import DEFAULT
+    from mambalearn.testing import rel_error
+
+    real, cap = B._steps_kernel, {}
+
+    class Shim:  # records the launch's arguments, then launches the real kernel
+        def __getitem__(self, grid):
+            def launch(*args, **kw):
+                cap["args"] = args
+                return real[grid](*args, **kw)
+            return launch
+
+    cfg = DEFAULT.replace(heads_per_program=hpp, min_programs=1)
+    B._steps_kernel = Shim()
+    try:
+        siso_alone(l, False, dims, chunk, dev, cfg, cap)
+    finally:
+        B._steps_kernel = real
+    ang, dt, dth, tot, dAng = (cap["args"][i] for i in (0, 1, 3, 4, 11))
+    a = ang.double()
+    rate = (dt.double().permute(0, 2, 1)[..., None] * torch.pi * (1 - torch.tanh(a) ** 2))
+    T = cap["ref_dAng"].to(dev) / rate  # Σ_{s≥t} dθ_s of the oracle
+    ref_dth = T - torch.cat([T[:, 1:], torch.zeros_like(T[:, :1])], 1)
+    b, _, h, na = dth.shape
+    c = tot.shape[2]
+    pad = torch.zeros(b, c * chunk, h, na, device=dev, dtype=torch.float64)
+    pad[:, :l] = dth.double()
+    sums = pad.view(b, c, chunk, h, na).sum(2).permute(0, 2, 1, 3)
+    want = dth.double().flip(1).cumsum(1).flip(1) * rate
+    per = [((dth.double() - ref_dth)[:, i:i + chunk].norm() / ref_dth.norm()).item()
+           for i in range(0, l, chunk)]
+    return (rel_error(dth, ref_dth), rel_error(tot, sums), rel_error(dAng, want),
+            rel_error(dAng, cap["ref_dAng"]), per)
 
 
 def main(argv=None):
@@ -108,6 +153,12 @@ def main(argv=None):
                   flush=True)
             print("3.   dAngles error per chunk of 64 (share of ‖dAngles‖): "
                   + " ".join(f"{v:.2g}" for v in per), flush=True)
+    for hpp in (1, 4):
+        dth, tot, steps, end, per = inside(200, dims, 64, dev, hpp)
+        print(f"4. l200, {hpp} head(s) a dq/dk program: dθ vs oracle {dth:.3g} (per chunk "
+              + " ".join(f"{v:.2g}" for v in per) + f"); chunk totals vs Σ dθ {tot:.3g}; "
+              f"steps kernel vs reverse cumsum {steps:.3g}; dAngles vs oracle {end:.3g}",
+              flush=True)
 
 
 if __name__ == "__main__":
