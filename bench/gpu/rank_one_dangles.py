@@ -16,7 +16,9 @@ Triton's CPU interpreter gives 0.015. This script splits the suspects, each line
        the steps kernel's dAngles against PyTorch's reverse cumsum of that dθ; with the dq/dk
        kernel at 1 head a program (what b1 l200 h32 gets) and at 4 (``Config``).
 
-    python3 -m bench.gpu.rank_one_dangles          (H200; prints, writes nothing; ≤ 60 s)
+    python3 -m bench.gpu.rank_one_dangles --out $OUT   (H200, ≤ 90 s; prints, and saves check 4's
+        tensors to OUT/rank_one_dangles.pt, ~5 MB: dθ ours and the oracle's, chunk totals, dAngles,
+        Angles and DT, for a look at the error's pattern on any machine)
     python3 -m bench.gpu.rank_one_dangles --cpu    (any machine, interpreter, small shape)
 """
 
@@ -95,8 +97,9 @@ def siso_alone(l, ang_bf16, dims, chunk, dev, config=None, capture=None):
     return errs, per
 
 
-def inside(l, dims, chunk, dev, hpp):
-    """Check 4: the steps kernel's inputs and output, captured from one SISO backward."""
+def inside(l, dims, chunk, dev, hpp, keep=None):
+    """Check 4: the steps kernel's inputs and output, captured from one SISO backward (and, with
+    ``keep`` a dict, the tensors, on the CPU)."""
     from mambalearn.mamba3 import backward as B
     from mambalearn.mamba3.config import DEFAULT
     from mambalearn.testing import rel_error
@@ -129,6 +132,12 @@ def inside(l, dims, chunk, dev, hpp):
     want = dth.double().flip(1).cumsum(1).flip(1) * rate
     per = [((dth.double() - ref_dth)[:, i:i + chunk].norm() / ref_dth.norm()).item()
            for i in range(0, l, chunk)]
+    per += [((dth.double() - ref_dth)[..., j:j + 16].norm() / ref_dth.norm()).item()
+            for j in range(0, na, 16)]  # the column blocks' pairs (BN = 32: 16 pairs a block)
+    if keep is not None:
+        keep.update({k: v.detach().float().cpu() for k, v in dict(
+            dth=dth, ref_dth=ref_dth, dth_tot=tot, dAng=dAng, ref_dAng=cap["ref_dAng"],
+            Angles=ang, DT=dt).items()})  # the other inputs: mimo_speed.inputs, seed 1
     return (rel_error(dth, ref_dth), rel_error(tot, sums), rel_error(dAng, want),
             rel_error(dAng, cap["ref_dAng"]), per)
 
@@ -136,6 +145,7 @@ def inside(l, dims, chunk, dev, hpp):
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--cpu", action="store_true", help="small shape in the interpreter")
+    p.add_argument("--out", default=None, help="folder for check 4's tensors")
     a = p.parse_args(argv)
     dev = "cpu" if a.cpu else "cuda"
     dims = dict(b=1, h=2, g=1, p=16, n=128, na=32) if a.cpu else \
@@ -153,12 +163,17 @@ def main(argv=None):
                   flush=True)
             print("3.   dAngles error per chunk of 64 (share of ‖dAngles‖): "
                   + " ".join(f"{v:.2g}" for v in per), flush=True)
+    saved = {}
     for hpp in (1, 4):
-        dth, tot, steps, end, per = inside(200, dims, 64, dev, hpp)
-        print(f"4. l200, {hpp} head(s) a dq/dk program: dθ vs oracle {dth:.3g} (per chunk "
-              + " ".join(f"{v:.2g}" for v in per) + f"); chunk totals vs Σ dθ {tot:.3g}; "
-              f"steps kernel vs reverse cumsum {steps:.3g}; dAngles vs oracle {end:.3g}",
-              flush=True)
+        keep = saved.setdefault(f"hpp{hpp}", {})
+        dth, tot, steps, end, per = inside(200, dims, 64, dev, hpp, keep)
+        print(f"4. l200, {hpp} head(s) a dq/dk program: dθ vs oracle {dth:.3g} (per chunk, then "
+              f"per column block: " + " ".join(f"{v:.2g}" for v in per) + f"); chunk totals vs "
+              f"Σ dθ {tot:.3g}; steps kernel vs reverse cumsum {steps:.3g}; dAngles vs oracle "
+              f"{end:.3g}", flush=True)
+    if a.out:
+        Path(a.out).mkdir(parents=True, exist_ok=True)
+        torch.save(saved, Path(a.out) / "rank_one_dangles.pt")
 
 
 if __name__ == "__main__":
