@@ -231,3 +231,18 @@ def test_fwd_bwd_match_mamba_ssm_on_gpu(ref_combined, dtype):
         assert r["mamba_ssm"] < 5e-2, f"mamba_ssm's {r['what']} is not what the oracle says"
         bound = 5e-3 if dtype == torch.float32 else max(2 * r["mamba_ssm"], 1e-2)  # tf32, bf16
         assert r["ours"] < bound, r
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("angles", ["float32", "bf16"])
+def test_short_bf16_backward_agrees_on_gpu(angles):
+    """SISO alone where MIMO rank 1 on SISO lost dAngles on an H200: b1 l200 (4 chunks of 64,
+    the last partial) h32 g1 p64 n128 na32, bf16 activations with float32 or bf16 Angles (at
+    b·l this small the dq/dk kernel runs one head a program); every gradient against the float64
+    chunked oracle, as whole tensors."""
+    from bench.gpu.rank_one_dangles import siso_alone
+
+    errs, per_chunk = siso_alone(200, angles == "bf16", dict(b=1, h=32, g=1, p=64, n=128, na=32),
+                                 64, "cuda")
+    worst = max(errs, key=errs.get)
+    assert errs[worst] < 5e-2, (worst, errs[worst], "dAngles per chunk", per_chunk)

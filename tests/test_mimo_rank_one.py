@@ -134,3 +134,48 @@ def test_the_mimo_kernels_at_rank_one_agree_with_the_siso_route():
 def test_a_bad_rank_one_choice_names_the_field():
     with pytest.raises(ValueError, match="config.rank_one must be one of"):
         MIMO_DEFAULT.replace(rank_one="fast")
+
+
+def test_rank_one_on_siso_in_bf16_with_float32_angles():
+    """What the device script checks, small: bf16 activations with float32 Angles and per-rank
+    weights, several chunks of 16 and a partial last one (l = 53), 4 of 16 pairs turning, a random
+    upstream gradient; the output and the gradient of every input against the float64 MIMO
+    oracle, as whole tensors at bf16's 5e-2 (``rel_error``)."""
+    from mambalearn.mamba3 import mamba3_mimo_combined
+    from mambalearn.testing import rel_error
+
+    gen = torch.Generator().manual_seed(37)
+    rr = lambda *s: torch.randn(*s, generator=gen)
+    b, l, h, g, p, n, na = 1, 53, 2, 1, 16, 32, 4
+    DT = torch.nn.functional.softplus(rr(b, h, l) - 2.0)
+    x = dict(Q=rr(b, l, 1, g, n) / n ** 0.5, K=rr(b, l, 1, g, n) / n ** 0.5, V=rr(b, l, h, p),
+             ADT=-torch.nn.functional.softplus(rr(b, h, l)) * DT, DT=DT, Trap=rr(b, h, l),
+             Q_bias=1 + 0.1 * rr(h, 1, n), K_bias=1 + 0.1 * rr(h, 1, n),
+             MIMO_V=1 + 0.1 * rr(h, 1, p), MIMO_Z=1 + 0.1 * rr(h, 1, p),
+             MIMO_Out=1 + 0.1 * rr(h, 1, p), Angles=rr(b, l, h, na), D=rr(h), Z=rr(b, l, h, p))
+    wide = {"ADT", "DT", "Q_bias", "K_bias", "MIMO_V", "MIMO_Z", "MIMO_Out", "Angles", "D"}
+    x = {k: v.to(DEV, torch.float32 if k in wide else torch.bfloat16) for k, v in x.items()}
+    ours = {k: v.clone().requires_grad_() for k, v in x.items()}
+    ref = {k: v.double().cpu().requires_grad_() for k, v in x.items()}
+    out = mamba3_mimo_combined(**ours, chunk_size=16, config=MIMO_DEFAULT.replace(rank_one="siso"))
+    want = mimo.mamba3_mimo_sequential(**ref)
+    cot = torch.randn(want.shape, generator=torch.Generator().manual_seed(2), dtype=f64)
+    (out.float() * cot.to(out.device, torch.float32)).sum().backward()
+    (want * cot).sum().backward()
+    errs = {"out": rel_error(out, want)}
+    errs |= {f"d{k}": rel_error(ours[k].grad, ref[k].grad) for k in x}
+    worst = max(errs, key=errs.get)
+    assert errs[worst] < 5e-2, f"{worst}: relative error {errs[worst]:.3g} ({errs})"
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("rank_one", ["siso", "mimo"])
+def test_rank_one_agrees_at_the_benchmark_heads_on_a_gpu(rank_one):
+    """The device script's agreement, as a test: b1 l200 (a partial chunk) h32 g1 p64 n128 na32,
+    chunk 64, bf16 with float32 Angles, every gradient against the float64 chunked oracle. On an
+    H200 (2026-12-03) the SISO route gave dAngles 4.06 here while the interpreter gives 0.015."""
+    from bench.gpu.mimo_speed import SHAPE, TOL, agreement
+
+    err, what = agreement(1, 64, MIMO_DEFAULT.replace(rank_one=rank_one), SHAPE,
+                          torch.bfloat16, "cuda")
+    assert err < TOL[torch.bfloat16], (what, err)
