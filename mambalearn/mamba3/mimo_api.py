@@ -12,7 +12,9 @@ over a group's heads in a fixed order instead of with atomics (its cost: ``mimo_
 same bits on every run and at every position in the batch.
 
 At rank 1 the recurrence is SISO's (``rank_one_on_siso``): with ``config.rank_one = "siso"``
-(the default) the call runs the SISO kernels, the per-rank weights folded into their inputs.
+the call runs the SISO kernels, the per-rank weights folded into their inputs. Not the default:
+on the H200 that route's dAngles failed its check against the float64 oracle (b1 l200, chunk 64,
+bf16), which the interpreter does not reproduce (bench/NOTES_mimo.md).
 """
 
 import torch
