@@ -65,6 +65,7 @@ if __name__ == "__main__" and "--cpu-smoke" in sys.argv:  # the interpreter, eve
 import torch  # noqa: E402
 
 import mambalearn.device  # noqa: E402,F401  (on a CPU: TRITON_INTERPRET=1 before Triton)
+from bench.gpu.record import Run as RunBase  # noqa: E402
 
 T0 = time.time()
 STEP_SHAPES = [(1, 80, 64, 128), (64, 80, 64, 128)]  # (b, h, p, n)
@@ -103,30 +104,14 @@ METHOD = (
     "(rel. errors, random upstream gradient).")
 
 
-class Run:
-    """A run's clock, its rows (printed as they come; a child process also appends each to
-    ``rows_file``) and its mode."""
+class Run(RunBase):
+    """``bench.gpu.record.Run`` with this script's clock and the parts' needs (``NEED``)."""
 
     def __init__(self, limit, smoke, rows_file=None):
-        self.limit, self.smoke, self.rows_file = limit, smoke, rows_file
-        self.gpu = torch.cuda.is_available() and not smoke
-        self.rows = []
-
-    def left(self):
-        return self.limit - (time.time() - T0)
+        super().__init__(limit, smoke, T0, rows_file)
 
     def has_time(self, part):
         return self.left() >= NEED[part][0 if self.gpu else 1]
-
-    def keep(self, **row):
-        row = {k: v for k, v in row.items() if v is not None}
-        self.rows.append(row)
-        log(" ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
-                     for k, v in row.items()))
-        if self.rows_file:
-            with open(self.rows_file, "a") as f:
-                f.write(json.dumps(row) + "\n")
-        return row
 
 
 def log(*a):

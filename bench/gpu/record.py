@@ -86,6 +86,34 @@ def target(topic, device, date, out_dir, store=results.STORE):
     raise RuntimeError(f"{out_dir}: 999 runs of {topic} on {date}")
 
 
+class Run:
+    """A device script's clock, its rows and its mode: ``left()`` seconds of ``limit`` since
+    ``t0`` (the script's start), ``keep(**row)`` prints a row as it comes (``k=v``, without the
+    None fields) and, with ``rows_file``, appends it there as a JSON line (for a parent process);
+    ``gpu``: a GPU is there and this is no smoke run."""
+
+    def __init__(self, limit, smoke, t0, rows_file=None):
+        import torch
+
+        self.limit, self.smoke, self.t0, self.rows_file = limit, smoke, t0, rows_file
+        self.gpu = torch.cuda.is_available() and not smoke
+        self.rows = []
+
+    def left(self):
+        return self.limit - (time.time() - self.t0)
+
+    def keep(self, **row):
+        row = {k: v for k, v in row.items() if v is not None}
+        self.rows.append(row)
+        print(f"[{time.time() - self.t0:6.1f}s]", " ".join(
+            f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in row.items()),
+            flush=True)
+        if self.rows_file:
+            with open(self.rows_file, "a") as f:
+                f.write(json.dumps(row) + "\n")
+        return row
+
+
 def record(topic, rows, command, peers, out_dir, method=NOT_RECORDED, **extra):
     """Write ``rows`` of ``topic`` with the meta of this machine and checkout; the path written.
 

@@ -58,6 +58,7 @@ if __name__ == "__main__" and "--cpu-smoke" in sys.argv:  # the interpreter, eve
 import torch  # noqa: E402
 
 import mambalearn.device  # noqa: E402,F401  (on a CPU: TRITON_INTERPRET=1 before Triton)
+from bench.gpu.record import Run as RunBase  # noqa: E402
 
 T0 = time.time()
 HEADS = dict(h=80, p=64, g=1, n=128)
@@ -120,14 +121,12 @@ METHOD = (
     "of the seven).")
 
 
-class Run:
-    def __init__(self, limit, smoke):
-        self.limit, self.smoke = limit, smoke
-        self.gpu = torch.cuda.is_available() and not smoke
-        self.rows = []
+class Run(RunBase):
+    """``bench.gpu.record.Run`` with this script's clock, the parts' needs (``NEED``) and rows
+    printed as JSON, rounded to 5 digits."""
 
-    def left(self):
-        return self.limit - (time.time() - T0)
+    def __init__(self, limit, smoke):
+        super().__init__(limit, smoke, T0)
 
     def has(self, part):
         return not self.gpu or self.left() >= NEED[part]

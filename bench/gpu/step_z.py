@@ -63,6 +63,7 @@ if __name__ == "__main__" and {"--cpu-smoke", "--waits"} & set(sys.argv):  # the
 import torch  # noqa: E402
 
 import mambalearn.device  # noqa: E402,F401  (on a CPU: TRITON_INTERPRET=1 before Triton)
+from bench.gpu.record import Run  # noqa: E402
 
 T0 = time.time()
 SHAPES = {"b1": (1, 80, 64, 128), "b64": (64, 80, 64, 128)}  # (b, h, p, n)
@@ -130,26 +131,6 @@ WAITS_METHOD = (
     "the round wrote, or at a barrier while loads are in flight; loads_after_first_wait = LDGs "
     "issued after the first such wait.")
 
-
-class Run:
-    """The clock, the rows (printed as they come) and the mode."""
-
-    def __init__(self, limit, smoke):
-        self.limit, self.smoke = limit, smoke
-        self.gpu = torch.cuda.is_available() and not smoke
-        self.rows = []
-
-    def left(self):
-        return self.limit - (time.time() - T0)
-
-    def keep(self, **row):
-        from bench.gpu.peers import log
-
-        row = {k: v for k, v in row.items() if v is not None}
-        self.rows.append(row)
-        log(" ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
-                     for k, v in row.items()))
-        return row
 
 
 def resolved(shape, fields):
@@ -589,8 +570,9 @@ def main(argv=None):
                     help="no timing: each variant built for sm_90 here, its waits for memory "
                          "counted in the SASS (a CPU is enough)")
     args = ap.parse_args(argv)
+    global T0  # (the timed run's clock starts here)
     if args.waits:
-        run = Run(args.limit, smoke=True)
+        run = Run(args.limit, True, T0)
         waits(run, args.out)
         peer_waits(run)
         from bench.gpu.record import record
@@ -600,9 +582,8 @@ def main(argv=None):
         return run.rows
     if not torch.cuda.is_available() and not args.cpu_smoke:
         raise SystemExit("no GPU: run with --cpu-smoke for the control flow at toy sizes")
-    global T0
     T0 = time.time()
-    run = Run(args.limit, args.cpu_smoke)
+    run = Run(args.limit, args.cpu_smoke, T0)
     from bench.gpu.peers import log
 
     log(torch.cuda.get_device_name() if run.gpu else "CPU smoke run (Triton's interpreter)")
