@@ -323,9 +323,9 @@ def test_in_a_browser_search_theme_and_phone(built, browser):
     assert page.locator(".jp-InputArea-editor.ml-folded").count() == 0
     page.evaluate("() => document.getElementById('A-second-section')"
                   ".scrollIntoView({behavior: 'instant'})")
-    page.wait_for_function(ACTIVE, arg="A second section", timeout=5_000)
+    page.wait_for_function(ACTIVE, arg="A second section", timeout=20_000)
     page.evaluate("() => window.scrollTo({top: 0, behavior: 'instant'})")
-    page.wait_for_function(ACTIVE, arg="A first section", timeout=5_000)
+    page.wait_for_function(ACTIVE, arg="A first section", timeout=20_000)
     # printed output longer than the text wraps at spaces, not a sideways scroll
     wide = page.locator(".jp-OutputArea-output pre").first
     assert wide.evaluate("e => e.classList.contains('ml-wrap') && e.scrollWidth <= "

@@ -168,6 +168,9 @@
       }
     };
     document.addEventListener("scroll", update, {passive: true});
+    window.addEventListener("resize", update);
+    // a cell folded or unfolded, an image loaded: the page moves under the reader without a scroll
+    if (window.ResizeObserver) new ResizeObserver(update).observe(document.body);
     update();
   }
 
