@@ -23,6 +23,8 @@ einops, imported but unused by the kernels, is stubbed if missing. None if the s
 
 # ruff: noqa: I001  (mambalearn.device must set TRITON_INTERPRET before triton is imported)
 import importlib
+import os
+import pkgutil
 import sys
 import types
 
@@ -285,8 +287,13 @@ def decode(shape=DECODE, ranks=(1, 2, 4, 8), theirs_step=None):
 # ---------------------------------------------------------------------------------------------
 # offline sm_90 builds: what each kernel of ours costs in registers, without a GPU
 
-KERNEL_MODULES = ("chunk_state", "state_passing", "forward", "backward_v", "backward_qk",
-                  "backward", "step")
+def _kernel_modules():
+    """Every module of ``mambalearn.mamba3`` (a kernel is patched where its launcher reads it:
+    under the name the launching module imported it by)."""
+    import mambalearn.mamba3 as pkg
+
+    return [importlib.import_module(f"{pkg.__name__}.{m.name}")
+            for m in pkgutil.iter_modules(pkg.__path__)]
 
 
 def _recorded_launches(fn):
@@ -300,17 +307,26 @@ def _recorded_launches(fn):
         def __getitem__(self, grid):
             return lambda *a, **k: calls.append((self.kernel, a, k))
 
-    for mod in (importlib.import_module(f"mambalearn.mamba3.{m}") for m in KERNEL_MODULES):
+    for mod in _kernel_modules():
         for name, obj in vars(mod).items():
             if isinstance(obj, triton.runtime.jit.JITFunction) and name.endswith("_kernel"):
                 saved.append((mod, name, obj))
+    mode, patched = os.environ.get("TRITON_INTERPRET"), interpreter.PATCHED
     try:
         for mod, name, obj in saved:
             setattr(mod, name, Recorder(obj))
+        # nothing is launched, so the entry points may take CPU tensors (bf16 too) as they do in
+        # the interpreter, while this process compiles for the GPU
+        os.environ["TRITON_INTERPRET"], interpreter.PATCHED = "1", True
         fn()
     finally:
         for mod, name, obj in saved:
             setattr(mod, name, obj)
+        interpreter.PATCHED = patched
+        if mode is None:
+            os.environ.pop("TRITON_INTERPRET")
+        else:
+            os.environ["TRITON_INTERPRET"] = mode
     return calls
 
 

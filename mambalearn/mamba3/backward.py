@@ -180,8 +180,8 @@ def launch_backward(x, saved, d_out, finals, chunk_size, cfg):
     bwd_qk_kernel[(NB * (h // hpp), c, b)](
         x["Q"], x["K"], V, x["Q_bias"], x["K_bias"], st["C2"], st["W"], st["G"], st["Phi"],
         dY, saved["H"], D, dQ, dK, dQb, dKb, dCq, dth, dth_tot,
-        l, c, h, g, p, n, na,
-        Q=Qc, BN=BN, NB=NB, P=P, HPP=hpp, DOT=dot,
+        l, c, hpp, h, g, p, n, na,
+        Q=Qc, BN=BN, NB=NB, P=P, DOT=dot,
         num_warps=warps(cfg.bwd_qk_warps, Qc), num_stages=cfg.bwd_qk_stages,
         **({} if cfg.bwd_qk_maxnreg is None else dict(maxnreg=cfg.bwd_qk_maxnreg)),
     )

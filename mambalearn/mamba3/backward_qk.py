@@ -33,7 +33,7 @@ from mambalearn.mamba3.common import (
 )
 
 
-@triton.jit(do_not_specialize=SIZES)
+@triton.jit(do_not_specialize=SIZES + ["HPP"])
 def bwd_qk_kernel(
     C_ptr, B_ptr, X_ptr, Cb_ptr, Bb_ptr,
     c2_ptr, W_ptr, G_ptr, Phi_ptr,  # per step (``chunk_state``): c log₂e, w, γ, and φ
@@ -44,11 +44,11 @@ def bwd_qk_kernel(
     dc_ptr,  # out (b, h, NB, l) float32: the entering state's part of dc, per column block
     dth_ptr,  # out (b, l, h, na) float32: dθ_t
     dth_tot_ptr,  # out (b, h, c, na) float32: Σ_{s in chunk} dθ_s
-    l, n_chunks,  # the run-time sizes; then the model's, compiled in
+    l, n_chunks,  # the run-time sizes
+    HPP,  # heads per program: run-time too, so that one head is the same loop as several
     h: tl.constexpr, g: tl.constexpr, p: tl.constexpr, n: tl.constexpr, na: tl.constexpr,
     Q: tl.constexpr, BN: tl.constexpr, NB: tl.constexpr,  # chunk; column block, blocks
     P: tl.constexpr,  # channels (≥ p)
-    HPP: tl.constexpr,  # heads per program
     DOT: tl.constexpr,
 ):
     pid_nh, pid_c = tl.program_id(0), tl.program_id(1)
