@@ -246,3 +246,17 @@ def test_short_bf16_backward_agrees_on_gpu(angles):
                                  64, "cuda")
     worst = max(errs, key=errs.get)
     assert errs[worst] < 5e-2, (worst, errs[worst], "dAngles per chunk", per_chunk)
+
+
+def test_the_offline_sm90_builds_see_every_launch():
+    """``course.bench.mamba3`` compiles our launches for sm_90 from a recorded forward + backward;
+    the recording launches nothing, so it must see each of the five backward and three forward
+    kernels (a kernel module renamed or a check that refuses CPU tensors would hide them)."""
+    from course.bench.mamba3 import _fwd_bwd, _recorded_launches, inputs
+
+    kw = inputs(b=1, l=20, h=2, g=1, n=16, p=16, na=4, dtype=torch.bfloat16, device="cpu",
+                grad=True)
+    names = {k.fn.__name__ for k, _, _ in _recorded_launches(
+        _fwd_bwd(__import__("mambalearn.mamba3", fromlist=["x"]).mamba3_siso_combined, kw, 16))}
+    assert {"bwd_qk_kernel", "bwd_v_kernel", "_steps_kernel"} <= names, names
+    assert len(names) >= 6, names

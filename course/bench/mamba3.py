@@ -296,6 +296,10 @@ def _kernel_modules():
             for m in pkgutil.iter_modules(pkg.__path__)]
 
 
+# a kernel as Triton builds it; in the interpreter (TRITON_INTERPRET=1) its stand-in
+_KERNEL_TYPES = (triton.runtime.jit.JITFunction, triton.runtime.interpreter.InterpretedFunction)
+
+
 def _recorded_launches(fn):
     """Run ``fn`` with every kernel of ours replaced by a recorder: [(kernel, args, kwargs)]."""
     calls, saved = [], []
@@ -309,7 +313,7 @@ def _recorded_launches(fn):
 
     for mod in _kernel_modules():
         for name, obj in vars(mod).items():
-            if isinstance(obj, triton.runtime.jit.JITFunction) and name.endswith("_kernel"):
+            if isinstance(obj, _KERNEL_TYPES) and name.endswith("_kernel"):
                 saved.append((mod, name, obj))
     mode, patched = os.environ.get("TRITON_INTERPRET"), interpreter.PATCHED
     try:
