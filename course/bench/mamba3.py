@@ -36,6 +36,7 @@ from mambalearn.triton import interpreter  # noqa: F401  (bf16 tl.dot right in t
 
 import triton
 import triton.language as tl
+from triton.runtime.interpreter import InterpretedFunction
 
 KERNELS = ("angle_dt", "mamba3_siso_fwd", "mamba3_siso_bwd", "mamba3_siso_step")
 PKG = "mamba_ssm.ops.triton.mamba3"
@@ -297,7 +298,7 @@ def _kernel_modules():
 
 
 # a kernel as Triton builds it; in the interpreter (TRITON_INTERPRET=1) its stand-in
-_KERNEL_TYPES = (triton.runtime.jit.JITFunction, triton.runtime.interpreter.InterpretedFunction)
+_KERNEL_TYPES = (triton.runtime.jit.JITFunction, InterpretedFunction)
 
 
 def _recorded_launches(fn):
