@@ -21,6 +21,7 @@ OUT/<device>_determinism_<date>.json, even when the run is cut short; a short ta
 call): a test of this script, not a measurement.
 
     python3 -m bench.gpu.determinism --limit 110 --out $OUT     (H200, < 120 s)
+    python3 -m bench.gpu.determinism --mamba1-shapes 64x512,16x2048 --no-mimo --runs 3 --out $OUT
     python3 -m bench.gpu.determinism --cpu-smoke --out /tmp/out  (any machine)
 """
 
@@ -149,17 +150,22 @@ def case_rows(family, shape, run, x, grads, per_sequence, runs, timing):
     return list(rows.values()) + detail
 
 
-def cases(gpu):
-    """(family, shape text, builder) in the order they run."""
+def cases(gpu, m1_shapes=None, mimo=True):
+    """(family, shape text, builder) in the order they run; ``m1_shapes`` (b, l) pairs at d2048
+    n16 instead of ``MAMBA1``."""
     from bench.gpu.mimo import SHAPE
 
     m1 = MAMBA1 if gpu else MAMBA1_SMOKE
+    if m1_shapes and gpu:
+        m1 = [dict(b=b, d=2048, n=16, l=l) for b, l in m1_shapes]
     dims = dict(SHAPE, r=MIMO_R, q=MIMO_Q) if gpu else MIMO_SMOKE
     out = [("mamba1", f"b{s['b']} d{s['d']} n{s['n']} l{s['l']}",
             lambda dt, dev, s=s: mamba1_case(**s, dtype=dt, device=dev)) for s in m1]
-    out.append(("mimo", " ".join(f"{k}{v}" for k, v in dims.items()),
-                lambda dt, dev: mimo_case({k: v for k, v in dims.items() if k not in ("r", "q")},
-                                          dims["r"], dims["q"], dt, dev)))
+    if mimo:
+        out.append(("mimo", " ".join(f"{k}{v}" for k, v in dims.items()),
+                    lambda dt, dev: mimo_case({k: v for k, v in dims.items()
+                                               if k not in ("r", "q")}, dims["r"], dims["q"],
+                                              dt, dev)))
     return out
 
 
@@ -171,7 +177,12 @@ def main(argv=None):
     ap.add_argument("--cpu-smoke", action="store_true", help="toy sizes in the interpreter")
     ap.add_argument("--mamba1-backward", help="a JSON file of Backward fields (det_sweep's "
                     "--pick): Mamba-1's deterministic mode runs that backward, not the default's")
+    ap.add_argument("--mamba1-shapes", help="Mamba-1 cases as BxL,BxL (d2048 n16), e.g. "
+                    "64x512,8x2048; the default: b8 l2048 and b1 l32768")
+    ap.add_argument("--no-mimo", action="store_true", help="Mamba-1's cases only")
     args = ap.parse_args(argv)
+    m1_shapes = None if not args.mamba1_shapes else [
+        tuple(int(v) for v in bl.split("x")) for bl in args.mamba1_shapes.split(",")]
     extra = {}
     if args.mamba1_backward:
         import json
@@ -195,7 +206,7 @@ def main(argv=None):
     print(torch.cuda.get_device_name() if gpu else "CPU (interpreter, smoke run)", flush=True)
     rows = []
     try:
-        for family, shape, build in cases(gpu):
+        for family, shape, build in cases(gpu, m1_shapes, mimo=not args.no_mimo):
             reserve = (45 if family == "mimo" else 25) if gpu else 0  # its compiles and runs
             if time.perf_counter() - t0 > args.limit - reserve:
                 rows.append(dict(family=family, shape=shape, check="skipped",
