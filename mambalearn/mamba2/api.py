@@ -17,6 +17,7 @@ from mambalearn.mamba2.backward import ssd_backward
 from mambalearn.mamba2.chunk import ssd_forward
 from mambalearn.mamba2.config import resolve
 from mambalearn.mamba2.fused.forward import fused_forward
+from mambalearn.mamba2.varlen import varlen_states
 
 BACKWARDS = ("triton", "reference")
 REFERENCE_HEADS = 8  # heads the oracle backward recomputes together (memory ∝ this)
@@ -94,8 +95,9 @@ def _head_step(heads_per_group, heads):
 
 
 def mamba_chunk_scan_combined(x, dt, A, B, C, chunk_size, D=None, z=None, dt_bias=None,
-                              initial_states=None, seq_idx=None, dt_softplus=False,
-                              dt_limit=(0.0, float("inf")), return_final_states=False,
+                              initial_states=None, seq_idx=None, cu_seqlens=None,
+                              dt_softplus=False, dt_limit=(0.0, float("inf")),
+                              return_final_states=False, return_varlen_states=False,
                               fused=True, backward="triton", config=None):
     """out = ((L ∘ C Bᵀ)(Δx) + D x) · silu(z), L = exp(segsum(ΔA)), Δ = softplus(dt + dt_bias).
 
@@ -113,8 +115,12 @@ def mamba_chunk_scan_combined(x, dt, A, B, C, chunk_size, D=None, z=None, dt_bia
     Any layout of the tensors gives the contiguous call's answer; an empty batch or sequence an
     empty output (and the final states it was given). Bad input raises a TypeError/ValueError
     naming the argument (``args.check``).
-    Drop-in for ``mamba_ssm.ops.triton.ssd_combined.mamba_chunk_scan_combined`` (without
-    ``cu_seqlens``/``return_varlen_states``).
+    With ``return_varlen_states`` (batch 1, ``cu_seqlens`` (S + 1,) the packed sequences'
+    offsets) also the state after each sequence's last token, (S, h, p, n) float32, last:
+    (out, varlen_states) or (out, final_states, varlen_states) (``varlen.varlen_states``: the
+    scan's own state there, so with a ``seq_idx`` that restarts at each offset, each sequence's
+    state alone; gradients flow through it). ``cu_seqlens`` is read only then, as in mamba_ssm.
+    Drop-in for ``mamba_ssm.ops.triton.ssd_combined.mamba_chunk_scan_combined``.
 
     Non-finite inputs (both forwards, the Triton backward): A = −∞ (a head that forgets at every
     step) gives the recurrence's output and finite gradients, their limit (Δ A is floored at −128
@@ -139,4 +145,11 @@ def mamba_chunk_scan_combined(x, dt, A, B, C, chunk_size, D=None, z=None, dt_bia
                                   a["D"], a["z"], a["dt_bias"], a["initial_states"],
                                   a["seq_idx"], dt_softplus, tuple(dt_limit), bool(fused),
                                   backward, config)
-    return (out, final) if return_final_states else out
+    if not return_varlen_states:
+        return (out, final) if return_final_states else out
+    if cu_seqlens is None:
+        raise ValueError("return_varlen_states needs cu_seqlens (the packed sequences' offsets)")
+    delta = ssd.effective_dt(a["dt"], a["dt_bias"], dt_softplus, tuple(dt_limit))
+    states = varlen_states(a["x"], delta, a["A"], a["B"], cu_seqlens, a["seq_idx"],
+                           a["initial_states"])
+    return (out, final, states) if return_final_states else (out, states)
