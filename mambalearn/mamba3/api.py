@@ -15,12 +15,14 @@ import torch
 
 from mambalearn.mamba3 import args
 from mambalearn.mamba3.backward import launch_backward
-from mambalearn.mamba3.chunk import launch_forward
+from mambalearn.mamba3.chunk import _initial_state, launch_forward
 from mambalearn.mamba3.config import resolve
 from mambalearn.mamba3.reference import check_inputs
+from mambalearn.mamba3.walk import walk_forward
 
 _NAMES = ("Q", "K", "V", "ADT", "DT", "Trap", "Q_bias", "K_bias", "Angles", "D", "Z")
-# what the forward keeps for the backward besides the inputs (``forward.launch_forward``)
+# what the forward keeps for the backward besides the inputs (``chunk.launch_forward``, or
+# ``walk.walk_forward`` with ``Config.forward_launches`` = 1)
 _STEPS = ("C2", "W", "G", "Phi", "Turn", "Cend")  # ``chunk_state.chunk_states``
 _SAVED = ("H", "theta_final", "y_pre", *_STEPS)
 
@@ -41,8 +43,12 @@ class Mamba3SisoFn(torch.autograd.Function):
         states = None if S0 is None else (ang0, S0, k0, v0)
         x = _prepare((Q, K, V, ADT, DT, Trap, Q_bias, K_bias, Angles, D, Z), states)
         grad = any(ctx.needs_input_grad)
-        r = launch_forward(x, chunk_size, save=grad, return_final=return_final_states,
-                           cfg=config)
+        if config.forward_launches == 1:  # one walk over the chunks (``walk``)
+            H_in, theta_in = _initial_state(x)
+            r = walk_forward(x, chunk_size, grad, return_final_states, config, H_in, theta_in)
+        else:
+            r = launch_forward(x, chunk_size, save=grad, return_final=return_final_states,
+                               cfg=config)
         ctx.chunk_size, ctx.has_states, ctx.config = chunk_size, states is not None, config
         ctx.return_final = return_final_states
         if grad:

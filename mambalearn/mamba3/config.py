@@ -41,13 +41,19 @@ class Config(LaunchConfig):
     min_programs: int = 1024  # … as long as this many dq/dk programs are left
     steps_warps: int = 4  # dAngles, dDT, dTrap, dADT
     steps_chunks: int = 16  # later chunks' angle totals the steps kernel sums at once
-    # the forward: 3 launches (chunk states, state passing, outputs) or 2 (the first two in one
-    # walk over chunks, ``state_passing._state_walk_kernel``: S^L never leaves the registers)
+    # the forward: 3 launches (chunk states, state passing, outputs), 2 (the first two in one
+    # walk over chunks, ``state_passing._state_walk_kernel``: S^L never leaves the registers) or
+    # 1 (below)
     forward_launches: int = 3
     walk_rows: int = 64  # the walk's state tile: rows (p) …
     walk_col_block: int = 32  # … and columns (n) a program owns
     walk_warps: int = 4
     walk_stages: int = 2  # its loads this many chunks ahead
+    # 1: the whole forward in one walk (``walk._walk_kernel``): a program per P_BLK channels of a
+    # (batch, head) walks the chunks with its (P_BLK × n) state in registers
+    walk1_p_block: int = 16  # P_BLK, a power of two ≥ 16
+    walk1_warps: int = 4
+    walk1_stages: int = 2  # its loads this many chunks ahead
     # the backward's state gradients and their passing: 2 launches, or 1 reverse walk
     # (``state_passing._state_walk_back_kernel``, the walk settings above)
     state_grad_launches: int = 2
@@ -60,8 +66,12 @@ class Config(LaunchConfig):
                 continue
             if not isinstance(v, int) or isinstance(v, bool) or v < 1:
                 raise ValueError(f"config.{f.name} must be an int ≥ 1, got {v!r}")
-        if self.forward_launches not in (2, 3):
-            raise ValueError(f"config.forward_launches must be 2 or 3, got {self.forward_launches}")
+        if self.forward_launches not in (1, 2, 3):
+            raise ValueError("config.forward_launches must be 1, 2 or 3, got "
+                             f"{self.forward_launches}")
+        if self.walk1_p_block < 16:
+            raise ValueError(f"config.walk1_p_block must be a power of two ≥ 16, got "
+                             f"{self.walk1_p_block}")
         for name in ("output_unroll", "bwd_v_unroll"):
             if getattr(self, name) not in (1, 2):
                 raise ValueError(f"config.{name} must be 1 or 2, got {getattr(self, name)}")
@@ -69,7 +79,8 @@ class Config(LaunchConfig):
             raise ValueError("config.state_grad_launches must be 1 or 2, got "
                              f"{self.state_grad_launches}")
         for name in ("col_block", "chunk_state_col_block", "state_rows", "steps_chunks",
-                     "walk_rows", "walk_col_block", "output_col_block", "bwd_v_col_block"):
+                     "walk_rows", "walk_col_block", "walk1_p_block", "output_col_block",
+                     "bwd_v_col_block"):
             v = getattr(self, name)
             if v is not None and v & (v - 1):
                 raise ValueError(f"config.{name} must be a power of two, got {v}")

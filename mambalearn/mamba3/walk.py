@@ -1,0 +1,190 @@
+"""The Mamba-3 SISO forward in ONE launch: a program per channel block walks the chunks.
+
+``Config.forward_launches`` = 1. The grid is (⌈p / P_BLK⌉, h, b): a program owns P_BLK channels
+(rows of the p × n state) of one (batch, head), keeps that (P_BLK × n) state in float32
+registers, in the frame of the chunk it enters (H^L_c, ``common``), and walks the chunks in order.
+Per chunk c, with the local angles φ and the step values formed on the spot:
+
+    q, k = R(φ)(C + C_bias), R(φ)(B + B_bias)                                    (Q × n)
+    y    = e^{c} (q H^Lᵀ) + (q kᵀ ∘ M ∘ w) v + (D + γ q·k) v,   out = y · silu(z)
+    H^L  ← (e^{c_end} H^L + (e^{c_end − c} w v)ᵀ k) R(Φ_c)
+
+— the three launches of ``chunk`` (chunk states, state passing, outputs) in one, with neither the
+chunk states S^L nor the entering states H^L ever written to memory and read back. The price:
+every channel block of a (batch, head) forms the same q, k, the decay mask and q kᵀ again (the
+rotation, a sigmoid pair and a cumsum per step, an (Q × Q) product), so the channel split trades
+parallelism for repeated work (bench/NOTES_mamba3.md has the floors of each block size).
+
+When autograd will need the backward (``save``), the walk also writes what the backward reads, in
+the layouts the three launches give them (``api._SAVED``): H^L_c (b, h, c, p, n) in the inputs'
+dtype, each program its rows; the per-step values C2, W, G, Phi, Turn, Cend
+(``chunk_state.chunk_states``) by the first channel block; y before the gate. φ is rounded to
+Phi's dtype (float16 for bf16 inputs) before its cos and sin are taken, saved or not, as the
+three launches do, so the backward turns q and k exactly as the forward did.
+"""
+
+import torch
+import triton
+import triton.language as tl
+
+from mambalearn import device  # noqa: F401  (TRITON_INTERPRET before @triton.jit)
+from mambalearn.mamba3.common import (
+    LOG2E,
+    SIZES,
+    causal_decay,
+    chunk_scalars,
+    cos_sin,
+    dot_dtype,
+    exp2,
+    load_qk,
+    local_angles,
+    mod_two_pi,
+    new_steps,
+    turn,
+    warps,
+)
+from mambalearn.mamba3.reference import per_head, rotate_pairs
+
+
+@triton.jit(do_not_specialize=SIZES)
+def _walk_kernel(
+    C_ptr, B_ptr, X_ptr, Cb_ptr, Bb_ptr, D_ptr, Z_ptr,  # Q, K, V, Q_bias, K_bias, D, Z
+    ADT_ptr, DT_ptr, Trap_ptr, Ang_ptr,  # (b, h, l) ×3 and (b, l, h, na)
+    theta_in_ptr, X0_ptr,  # (b, h, na) and (b, h, p, n) absolute frame, or None
+    Out_ptr,  # out (b, l, h, p)
+    XF_ptr, theta_final_ptr,  # out: the final state (b, h, p, n) float32, angle (b, h, na)
+    # out when saving for the backward (else None): y before the gate (b, l, h, p), H^L_c
+    # (b, h, c, p, n), and the per-step values as ``chunk_state`` stores them
+    Ypre_ptr, H_ptr, c2_ptr, W_ptr, G_ptr, Phi_ptr, Turn_ptr, cend_ptr,
+    l, n_chunks,  # run-time sizes, then the model's, compiled in (strides follow from them)
+    h: tl.constexpr, g: tl.constexpr, p: tl.constexpr, n: tl.constexpr, na: tl.constexpr,
+    Q: tl.constexpr, N: tl.constexpr, PB: tl.constexpr,  # chunk; state columns; channel block
+    HAS_D: tl.constexpr, HAS_Z: tl.constexpr, SAVE: tl.constexpr,
+    STAGES: tl.constexpr, DOT: tl.constexpr,
+    PHI: tl.constexpr,  # the dtype φ is stored in (``common.new_steps``), with or without SAVE
+):
+    pid_r, pid_h = tl.program_id(0), tl.program_id(1)
+    pid_b = tl.program_id(2).to(tl.int64)
+    row = pid_b * h + pid_h  # the (batch, head) row of the (b, h, ·) tensors
+    first = pid_r == 0  # the first channel block stores the per-step values
+    offs_r = pid_r * PB + tl.arange(0, PB)  # this program's channels
+    offs_n, offs_j = tl.arange(0, N), tl.arange(0, N // 2)
+    loc_t = tl.arange(0, Q)
+    mask_r, mask_j = offs_r < p, offs_j < na
+    mask = mask_r[:, None] & (offs_n[None, :] < n)
+    tile = offs_r[:, None] * n + offs_n[None, :]  # (PB, N) offsets inside one (p, n) state
+    step = p * n
+
+    theta = tl.zeros([N // 2], dtype=tl.float32)
+    if theta_in_ptr is not None:
+        theta = tl.load(theta_in_ptr + row * na + offs_j, mask=mask_j, other=0.0)
+    Hs = tl.zeros([PB, N], dtype=tl.float32)
+    if X0_ptr is not None:
+        Hs = tl.load(X0_ptr + row * step + tile, mask=mask, other=0.0).to(tl.float32)
+        c, s = cos_sin(-theta)
+        Hs = turn(Hs, c[None, :], s[None, :], PB, N)  # H^L_0 = H_in R(θ_in)
+    d = 0.0
+    if HAS_D:
+        d = tl.load(D_ptr + pid_h).to(tl.float32)
+    for ci in tl.range(0, n_chunks, num_stages=STAGES):
+        offs_t = ci * Q + loc_t
+        mask_t = offs_t < l
+        l_left = l - ci * Q  # steps left in l from the chunk's first
+        # 64-bit bases at the chunk's first step, 32-bit offsets inside it: past 2³¹ elements
+        bt = pid_b * l + ci * Q  # the chunk's first (batch, step) row
+        tp0 = (bt * h + pid_h) * p  # element (pid_b, ci·Q, pid_h, 0) of X, Z and the outputs
+        tp = loc_t[:, None] * h * p + offs_r[None, :]  # (Q, PB) offsets from there
+        mask_tp = mask_t[:, None] & mask_r[None, :]
+        bc_off = (bt * g + pid_h // (h // g)) * n  # (pid_b, ci·Q, gi, 0) of C and B (GQA)
+
+        # 1. the step values and the local angles (as ``chunk_state`` forms them)
+        dt, adt, lam, gamma, w = chunk_scalars(DT_ptr + row * l, ADT_ptr + row * l,
+                                               Trap_ptr + row * l, offs_t, l)
+        c2 = tl.cumsum(adt, axis=0) * LOG2E  # (Q,): c_t log₂e
+        c2_end = tl.sum(tl.where(loc_t == Q - 1, c2, 0.0), axis=0)  # as ``chunk_state``
+        phi, turned = local_angles(Ang_ptr + (bt * h + pid_h) * na, h * na, loc_t, offs_j,
+                                   l_left, na, dt)
+        phi = phi.to(PHI)  # rounded as the three launches store it: the backward's φ
+        if SAVE:
+            tl.store(c2_ptr + row * l + offs_t, c2, mask=mask_t & first)
+            tl.store(W_ptr + row * l + offs_t, w, mask=mask_t & first)
+            tl.store(G_ptr + row * l + offs_t, gamma, mask=mask_t & first)
+            tl.store(cend_ptr + row * n_chunks + ci, c2_end / LOG2E, mask=first)
+            tl.store(Phi_ptr + row * l * na + offs_t[:, None] * na + offs_j[None, :], phi,
+                     mask=mask_t[:, None] & mask_j[None, :] & first)
+            tl.store(Turn_ptr + (row * n_chunks + ci) * na + offs_j, turned, mask=mask_j & first)
+            tl.store(H_ptr + (row * n_chunks + ci) * step + tile,
+                     Hs.to(H_ptr.dtype.element_ty), mask=mask)
+        cos, sin = cos_sin(phi.to(tl.float32))
+
+        # 2. q, k turned by the local angles; the chunk's outputs
+        q, k = load_qk(C_ptr + bc_off, B_ptr + bc_off, Cb_ptr + pid_h * n, Bb_ptr + pid_h * n,
+                       g * n, loc_t, offs_n, l_left, n, cos, sin, Q, N)  # (Q, N) each
+        qk = tl.sum(q * k, axis=1)  # q_t·k_t in float32 (the same rotated or not)
+        q, k = q.to(DOT), k.to(DOT)
+        # the entering state in the inputs' dtype, as the three launches store and read it
+        y = tl.dot(q, tl.trans(Hs.to(DOT))) * exp2(c2)[:, None]  # (Q, PB)
+        s = tl.dot(q, tl.trans(k))  # (Q, Q)
+        # a where, not a product with the mask's zeros (NaN semantics: ``api``)
+        s = tl.where(loc_t[:, None] > loc_t[None, :], s * causal_decay(c2, Q) * w[None, :], 0.0)
+        v = tl.load(X_ptr + tp0 + tp, mask=mask_tp, other=0.0)  # (Q, PB)
+        y = tl.dot(s.to(DOT), v.to(DOT), acc=y)
+        v = v.to(tl.float32)
+        y += (gamma * qk + d)[:, None] * v
+        if SAVE and HAS_Z:
+            tl.store(Ypre_ptr + tp0 + tp, y, mask=mask_tp)
+        if HAS_Z:
+            z = tl.load(Z_ptr + tp0 + tp, mask=mask_tp, other=0.0).to(tl.float32)
+            y = y * z * tl.sigmoid(z)  # silu(z)
+        tl.store(Out_ptr + tp0 + tp, y.to(Out_ptr.dtype.element_ty), mask=mask_tp)
+
+        # 3. the state: its inputs decayed to the chunk's end, added, turned into the next frame
+        vr = (v * (exp2(c2_end - c2) * w)[:, None]).to(DOT)  # (Q, PB): e^{c_end − c_t} w_t v_t
+        # S^Lᵀ = kᵀ (w v): M = n rows for the tensor cores (P_BLK may be 16), and the turned k
+        # as the A operand (a tf32 wgmma cannot take it as B: ``chunk_state``)
+        S = tl.trans(tl.dot(tl.trans(k), vr))  # (PB, N)
+        c, s_ = cos_sin(-turned)
+        Hs = turn(exp2(c2_end) * Hs + S, c[None, :], s_[None, :], PB, N)  # (a H + S) R(Φ_c)
+        theta = mod_two_pi(theta + turned)
+    c, s_ = cos_sin(theta)
+    tl.store(XF_ptr + row * step + tile, turn(Hs, c[None, :], s_[None, :], PB, N), mask=mask)
+    tl.store(theta_final_ptr + row * na + offs_j, theta, mask=mask_j & first)
+
+
+def walk_forward(x, chunk_size, save, return_final, cfg, H_in, theta_in):
+    """The forward in one launch (``_walk_kernel``) on the prepared inputs ``x`` (``api``);
+    ``H_in`` (b, h, p, n) and ``theta_in`` (b, h, na) the initial state (``chunk._initial_state``)
+    or None. Returns the dict ``chunk.launch_forward`` returns: out, with ``save`` what the
+    backward reads (H, steps, theta_final, y_pre), with ``return_final`` the final states."""
+    V = x["V"]
+    b, l, h, p = V.shape
+    g, n, na = x["Q"].shape[2], x["Q"].shape[3], x["Angles"].shape[3]
+    Qc = int(chunk_size)
+    c = triton.cdiv(l, Qc)
+    N = max(16, triton.next_power_of_2(n))
+    PB = min(cfg.walk1_p_block, max(16, triton.next_power_of_2(p)))
+    out = torch.empty_like(V)
+    final = torch.empty(b, h, p, n, device=V.device, dtype=torch.float32)
+    theta_final = torch.empty(b, h, na, device=V.device, dtype=torch.float32)
+    steps, H, y_pre = None, None, None
+    if save:
+        steps = new_steps(V, b, h, l, c, na)
+        H = torch.empty(b, h, c, p, n, device=V.device, dtype=V.dtype)
+        y_pre = torch.empty_like(V) if x["Z"] is not None else None
+    st = steps or {}
+    _walk_kernel[(triton.cdiv(p, PB), h, b)](
+        x["Q"], x["K"], V, x["Q_bias"], x["K_bias"], x["D"], x["Z"],
+        x["ADT"], x["DT"], x["Trap"], x["Angles"],
+        theta_in, H_in, out, final, theta_final,
+        y_pre, H, *(st.get(k) for k in ("C2", "W", "G", "Phi", "Turn", "Cend")),
+        l, c, h, g, p, n, na,
+        Q=Qc, N=N, PB=PB, HAS_D=x["D"] is not None, HAS_Z=x["Z"] is not None, SAVE=bool(save),
+        STAGES=cfg.walk1_stages, DOT=dot_dtype(V),
+        PHI=tl.float16 if V.dtype == torch.bfloat16 else tl.float32,
+        num_warps=warps(cfg.walk1_warps, Qc),
+    )
+    r = dict(out=out, H=H, steps=steps, theta_final=theta_final, y_pre=y_pre)
+    if return_final:  # the last step's k, turned by the final angle: the next call's k_prev
+        k_last = per_head(x["K"][:, -1:].float(), h)[:, 0] + x["K_bias"].float()  # (b, h, n)
+        r.update(angle=theta_final, ssm=final, k=rotate_pairs(k_last, theta_final))
+    return r
