@@ -17,11 +17,13 @@ from tests.test_mamba3_triton import close, grads, on, oracle
 ONE = DEFAULT.replace(forward_launches=1)
 
 SIZES = [
-    # p 20 in channel blocks of 16 (two, the second masked); n 40 (N 64, masked columns),
-    # 10 of its 20 pairs turning; GQA; Input_States; l = 2·16 + 13
-    (dict(b=1, l=45, h=4, g=2, n=40, p=20, na=10, states=True), dict(walk1_p_block=16)),
-    # one channel block, odd l, tiny p and n, no Input_States, loads one chunk ahead
-    (dict(b=2, l=37, h=2, g=1, n=8, p=3, na=3), dict(walk1_p_block=32, walk1_stages=1)),
+    # p 20 in channel blocks of 16 (two, the second masked); n 40 (N 64, masked columns) in
+    # column blocks of 16: the first turns all its pairs, the second two of them, the last two
+    # none (na 10 of 20 pairs); GQA; Input_States; l = 2·16 + 13
+    (dict(b=1, l=45, h=4, g=2, n=40, p=20, na=10, states=True),
+     dict(walk1_p_block=16, walk1_col_block=16)),
+    # one channel block, one column block, odd l, tiny p and n, no Input_States
+    (dict(b=2, l=37, h=2, g=1, n=8, p=3, na=3), dict(walk1_p_block=32, walk1_col_block=32)),
 ]
 
 
@@ -53,7 +55,8 @@ def test_one_launch_saves_what_the_three_launches_save():
 
     kw = on(make(b=1, l=37, h=2, g=1, n=20, p=18, na=4, states=True))
     x = _prepare([kw[k] for k in _NAMES], kw["Input_States"])
-    one = walk_forward(x, 16, True, False, ONE.replace(walk1_p_block=16), *_initial_state(x))
+    one = walk_forward(x, 16, True, False, ONE.replace(walk1_p_block=16, walk1_col_block=16),
+                       *_initial_state(x))
     three = launch_forward(x, 16, save=True, return_final=False, cfg=DEFAULT)
     kept = {}
     for name, r in (("one", one), ("three", three)):
@@ -71,11 +74,11 @@ def test_one_launch_saves_what_the_three_launches_save():
 def test_one_launch_forward_and_backward_match_autograd_of_the_oracle():
     """Every gradient (11 inputs, 4 initial states; all five outputs projected) of the one-launch
     forward + the default backward, against float64 autograd of the chunked form; two channel
-    blocks over p 18."""
+    blocks over p 18, two column blocks over n 20 (one turning, one not)."""
     kw = make(b=1, l=37, h=2, g=1, n=20, p=18, na=3, states=True)
     want = grads(mamba3.mamba3_siso_chunked, kw, seed=2, chunk_size=5)  # float64 autograd
     got = grads(mamba3_siso_combined, on(kw), seed=2, chunk_size=16,
-                config=ONE.replace(walk1_p_block=16))
+                config=ONE.replace(walk1_p_block=16, walk1_col_block=16))
     for name, a, b in zip(NAMES + ("angle0", "ssm0", "k0", "v0"), got, want, strict=True):
         close(a, b, grad=True, msg=f"d{name}")
 
@@ -91,5 +94,7 @@ def test_one_launch_bfloat16_and_bad_settings():
         DEFAULT.replace(walk1_p_block=8)
     with pytest.raises(ValueError, match="walk1_p_block must be a power of two"):
         DEFAULT.replace(walk1_p_block=24)
+    with pytest.raises(ValueError, match="walk1_col_block must be a power of two ≥ 16"):
+        DEFAULT.replace(walk1_col_block=8)
     with pytest.raises(ValueError, match="walk1_warps must be an int ≥ 1"):
         DEFAULT.replace(walk1_warps=0)

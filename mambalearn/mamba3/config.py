@@ -53,7 +53,7 @@ class Config(LaunchConfig):
     # (batch, head) walks the chunks with its (P_BLK × n) state in registers
     walk1_p_block: int = 16  # P_BLK, a power of two ≥ 16
     walk1_warps: int = 4
-    walk1_stages: int = 2  # its loads this many chunks ahead
+    walk1_col_block: int = 32  # the state columns (n) it works on at once (a loop over them)
     # the backward's state gradients and their passing: 2 launches, or 1 reverse walk
     # (``state_passing._state_walk_back_kernel``, the walk settings above)
     state_grad_launches: int = 2
@@ -69,9 +69,10 @@ class Config(LaunchConfig):
         if self.forward_launches not in (1, 2, 3):
             raise ValueError("config.forward_launches must be 1, 2 or 3, got "
                              f"{self.forward_launches}")
-        if self.walk1_p_block < 16:
-            raise ValueError(f"config.walk1_p_block must be a power of two ≥ 16, got "
-                             f"{self.walk1_p_block}")
+        for name in ("walk1_p_block", "walk1_col_block"):  # tl.dot's least tile
+            if getattr(self, name) < 16:
+                raise ValueError(f"config.{name} must be a power of two ≥ 16, got "
+                                 f"{getattr(self, name)}")
         for name in ("output_unroll", "bwd_v_unroll"):
             if getattr(self, name) not in (1, 2):
                 raise ValueError(f"config.{name} must be 1 or 2, got {getattr(self, name)}")
@@ -79,8 +80,8 @@ class Config(LaunchConfig):
             raise ValueError("config.state_grad_launches must be 1 or 2, got "
                              f"{self.state_grad_launches}")
         for name in ("col_block", "chunk_state_col_block", "state_rows", "steps_chunks",
-                     "walk_rows", "walk_col_block", "walk1_p_block", "output_col_block",
-                     "bwd_v_col_block"):
+                     "walk_rows", "walk_col_block", "walk1_p_block", "walk1_col_block",
+                     "output_col_block", "bwd_v_col_block"):
             v = getattr(self, name)
             if v is not None and v & (v - 1):
                 raise ValueError(f"config.{name} must be a power of two, got {v}")
