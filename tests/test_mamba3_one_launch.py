@@ -22,8 +22,10 @@ SIZES = [
     # none (na 10 of 20 pairs); GQA; Input_States; l = 2·16 + 13
     (dict(b=1, l=45, h=4, g=2, n=40, p=20, na=10, states=True),
      dict(walk1_p_block=16, walk1_col_block=16)),
-    # one channel block, one column block, odd l, tiny p and n, no Input_States
-    (dict(b=2, l=37, h=2, g=1, n=8, p=3, na=3), dict(walk1_p_block=32, walk1_col_block=32)),
+    # one channel block, one column block, odd l, tiny p and n, no Input_States, the step values
+    # held through the column loop
+    (dict(b=2, l=37, h=2, g=1, n=8, p=3, na=3),
+     dict(walk1_p_block=32, walk1_col_block=32, walk1_reload=0)),
 ]
 
 

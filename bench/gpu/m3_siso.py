@@ -74,6 +74,14 @@ VARIANTS = {
     "dv loop": dict(bwd_v_unroll=2),
     "qk hpp8": dict(heads_per_program=8),
     "qk n64 w8": dict(col_block=64, output_col_block=32, bwd_v_col_block=32, bwd_qk_warps=8),
+    # the whole forward in one launch (``mambalearn.mamba3.walk``): a program per P_BLK channels
+    # of a (batch, head) walks the chunks (also the grad path's forward); no spill in any of
+    # these sm_90 builds (bench/NOTES_mamba3.md, "the forward in ONE launch")
+    "one p16": dict(forward_launches=1, walk1_p_block=16, walk1_col_block=32),
+    "one p16 w8": dict(forward_launches=1, walk1_p_block=16, walk1_col_block=32, walk1_warps=8),
+    "one p32": dict(forward_launches=1, walk1_p_block=32, walk1_col_block=16),
+    "one p32 w8": dict(forward_launches=1, walk1_p_block=32, walk1_col_block=16, walk1_warps=8),
+    "one p64 w8": dict(forward_launches=1, walk1_p_block=64, walk1_col_block=16, walk1_warps=8),
     "all": dict(forward_launches=2, walk_col_block=64, walk_warps=8, output_unroll=2,
                 output_col_block=16, state_grad_launches=1, bwd_v_unroll=2),
 }

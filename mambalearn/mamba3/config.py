@@ -54,6 +54,7 @@ class Config(LaunchConfig):
     walk1_p_block: int = 16  # P_BLK, a power of two ≥ 16
     walk1_warps: int = 4
     walk1_col_block: int = 32  # the state columns (n) it works on at once (a loop over them)
+    walk1_reload: int = 1  # 1: its step values formed again after that loop (fewer registers)
     # the backward's state gradients and their passing: 2 launches, or 1 reverse walk
     # (``state_passing._state_walk_back_kernel``, the walk settings above)
     state_grad_launches: int = 2
@@ -61,6 +62,8 @@ class Config(LaunchConfig):
     def __post_init__(self):
         for f in dataclasses.fields(self):
             v = getattr(self, f.name)
+            if f.name == "walk1_reload" and v in (0, 1):
+                continue
             if v is None and f.name in ("output_maxnreg", "output_col_block", "bwd_v_col_block",
                                         "bwd_v_maxnreg", "bwd_qk_maxnreg"):
                 continue

@@ -63,6 +63,7 @@ def _walk_kernel(
     BN: tl.constexpr, NB: tl.constexpr,  # column block, blocks over n
     HAS_D: tl.constexpr, HAS_Z: tl.constexpr, SAVE: tl.constexpr, DOT: tl.constexpr,
     PHI: tl.constexpr,  # the dtype φ is stored in (``common.new_steps``), with or without SAVE
+    RELOAD: tl.constexpr,  # the step values formed twice a chunk (fewer registers live)
 ):
     pid_r, pid_h = tl.program_id(0), tl.program_id(1)
     pid_b = tl.program_id(2).to(tl.int64)
@@ -126,6 +127,8 @@ def _walk_kernel(
         v = tl.load(X_ptr + tp0 + tp, mask=mask_tp, other=0.0)  # (Q, PB)
         vr = (v.to(tl.float32) * (exp2(c2_end - c2) * w)[:, None]).to(DOT)  # e^{c_end − c} w v
         a = exp2(c2_end)
+        if RELOAD:  # c, w, γ formed again after the column loop instead of held through it
+            c2, w, gamma = 0.0, 0.0, 0.0
 
         # 2. per column block: the local angles, q and k turned; q·k, q kᵀ, q H^Lᵀ summed; the
         # block's state decayed, its inputs added, turned into the next chunk's frame
@@ -173,6 +176,10 @@ def _walk_kernel(
             tl.store(tw + nxt_t + offs_j, mod_two_pi(theta + turned))
         tl.debug_barrier()  # the next chunk reads what other threads stored
 
+        if RELOAD:
+            dt, adt, lam, gamma, w = chunk_scalars(DT_ptr + row * l, ADT_ptr + row * l,
+                                                   Trap_ptr + row * l, offs_t, l)
+            c2 = tl.cumsum(adt, axis=0) * LOG2E
         # 3. the entering state decayed to each step; the chunk's inputs, strictly causal with
         # weight w_s (a where, not a product with the mask's zeros: NaN semantics, ``api``);
         # the diagonal γ q·k and D; the gate
@@ -235,7 +242,7 @@ def walk_forward(x, chunk_size, save, return_final, cfg, H_in, theta_in):
         y_pre, H, *(st.get(k) for k in ("C2", "W", "G", "Phi", "Turn", "Cend")),
         l, c, h, g, p, n, na,
         Q=Qc, PB=PB, BN=BN, NB=N // BN, HAS_D=x["D"] is not None, HAS_Z=x["Z"] is not None,
-        SAVE=bool(save), DOT=dot_dtype(V),
+        SAVE=bool(save), DOT=dot_dtype(V), RELOAD=cfg.walk1_reload == 1,
         PHI=tl.float16 if V.dtype == torch.bfloat16 else tl.float32,
         num_warps=warps(cfg.walk1_warps, Qc),
     )
