@@ -50,7 +50,7 @@ class Config(LaunchConfig):
     walk_warps: int = 4
     walk_stages: int = 2  # its loads this many chunks ahead
     # 1: the whole forward in one walk (``walk._walk_kernel``): a program per P_BLK channels of a
-    # (batch, head) walks the chunks with its (P_BLK × n) state in registers
+    # (batch, head) walks the chunks with its (P_BLK × n) float32 state in a scratch of its own
     walk1_p_block: int = 16  # P_BLK, a power of two ≥ 16
     walk1_warps: int = 4
     walk1_col_block: int = 32  # the state columns (n) it works on at once (a loop over them)

@@ -1,8 +1,13 @@
 """The Mamba-3 SISO forward in ONE launch: a program per channel block walks the chunks.
 
 ``Config.forward_launches`` = 1. The grid is (⌈p / P_BLK⌉, h, b): a program owns P_BLK channels
-(rows of the p × n state) of one (batch, head), keeps that (P_BLK × n) state in float32
-registers, in the frame of the chunk it enters (H^L_c, ``common``), and walks the chunks in order.
+(rows of the p × n state) of one (batch, head), keeps that (P_BLK × n) state in float32, in the
+frame of the chunk it enters (H^L_c, ``common``), and walks the chunks in order. The n columns are
+taken ``walk1_col_block`` at a time in a loop (the whole (q × n) rotated tiles at once spill on
+sm_90), so the state lives in a scratch of the program's own, two float32 slots in global memory
+(8 KB a slot at P_BLK 16, n 128: L1/L2-resident): chunk c reads slot c mod 2 and writes the other,
+and one barrier a chunk makes the writes of every thread visible to the next chunk's reads (a
+register tensor cannot be sliced by a loop index).
 Per chunk c, with the local angles φ and the step values formed on the spot:
 
     q, k = R(φ)(C + C_bias), R(φ)(B + B_bias)                                    (Q × n)
@@ -10,7 +15,7 @@ Per chunk c, with the local angles φ and the step values formed on the spot:
     H^L  ← (e^{c_end} H^L + (e^{c_end − c} w v)ᵀ k) R(Φ_c)
 
 — the three launches of ``chunk`` (chunk states, state passing, outputs) in one, with neither the
-chunk states S^L nor the entering states H^L ever written to memory and read back. The price:
+chunk states S^L nor the entering states H^L written to DRAM and read back. The price:
 every channel block of a (batch, head) forms the same q, k, the decay mask and q kᵀ again (the
 rotation, a sigmoid pair and a cumsum per step, an (Q × Q) product), so the channel split trades
 parallelism for repeated work (bench/NOTES_mamba3.md has the floors of each block size).
