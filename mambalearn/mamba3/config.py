@@ -54,6 +54,7 @@ class Config(LaunchConfig):
     walk1_p_block: int = 16  # P_BLK, a power of two ≥ 16
     walk1_warps: int = 4
     walk1_col_block: int = 32  # the state columns (n) it works on at once (a loop over them)
+    walk1_maxnreg: int | None = None  # its registers per thread (None: the compiler's choice)
     walk1_reload: int = 1  # 1: its step values formed again after that loop (fewer registers)
     # the backward's state gradients and their passing: 2 launches, or 1 reverse walk
     # (``state_passing._state_walk_back_kernel``, the walk settings above)
@@ -65,7 +66,7 @@ class Config(LaunchConfig):
             if f.name == "walk1_reload" and v in (0, 1):
                 continue
             if v is None and f.name in ("output_maxnreg", "output_col_block", "bwd_v_col_block",
-                                        "bwd_v_maxnreg", "bwd_qk_maxnreg"):
+                                        "bwd_v_maxnreg", "bwd_qk_maxnreg", "walk1_maxnreg"):
                 continue
             if not isinstance(v, int) or isinstance(v, bool) or v < 1:
                 raise ValueError(f"config.{f.name} must be an int ≥ 1, got {v!r}")

@@ -250,6 +250,7 @@ def walk_forward(x, chunk_size, save, return_final, cfg, H_in, theta_in):
         SAVE=bool(save), DOT=dot_dtype(V), RELOAD=cfg.walk1_reload == 1,
         PHI=tl.float16 if V.dtype == torch.bfloat16 else tl.float32,
         num_warps=warps(cfg.walk1_warps, Qc),
+        **({} if cfg.walk1_maxnreg is None else dict(maxnreg=cfg.walk1_maxnreg)),
     )
     r = dict(out=out, H=H, steps=steps, theta_final=theta_final, y_pre=y_pre)
     if return_final:  # the last step's k, turned by the final angle: the next call's k_prev
