@@ -174,7 +174,7 @@ def is_even(l, q, n, p, block_p):
     return l % q == 0 and n == p2(n, 1) and p % block_p == 0
 
 
-def D_strides(D):
+def d_strides(D):
     """D's strides (h, p) as the kernels read them: (0, 0) without D, p's 0 for one D per head."""
     return (0, 0) if D is None else ((D.stride(0), 0) if D.ndim == 1 else D.stride())
 
@@ -299,7 +299,7 @@ def ssd_one_launch(x, dt, A, B, C, q, D=None, z=None, dt_bias=None, initial_stat
         dt_c, dA_cs, H, flags, flags[-1:], l, h, p, c, h // g,
         float(dt_limit[0]), float(dt_limit[1]), x.stride(), dt.stride(),
         z.stride() if z is not None else (0, 0, 0, 0), C.stride(), B.stride(), out.stride(),
-        (0, 0), D_strides(D),  # no seq_idx
+        (0, 0), d_strides(D),  # no seq_idx
         N=n, Q=q, BLOCK_M=BM, BLOCK_K=BK, BLOCK_P=p2(p), BLOCK_N=p2(n), EXP2=bool(cfg.exp2),
         HAS_D=D is not None, HAS_Z=z is not None, HAS_BIAS=dt_bias is not None,
         SOFTPLUS=bool(dt_softplus), HAS_LIMIT=tuple(dt_limit) != (0.0, float("inf")),
