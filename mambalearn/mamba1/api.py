@@ -35,7 +35,7 @@ from mambalearn.mamba1.fused import recurrent, segments
 from mambalearn.triton.common import sm_count
 
 
-def forward(u, delta, A, B, C, D, z, delta_bias, SOFTPLUS, seq_idx, initial_state, shape,
+def forward(u, delta, A, B, C, D, z, delta_bias, flags, seq_idx, initial_state, shape,
             config):
     """Launch the forward ``config.forward.layout`` names, the sequence cut into as many
     segments as `segment_plan` says (with more than one, their summaries and the fold first).
@@ -50,10 +50,10 @@ def forward(u, delta, A, B, C, D, z, delta_bias, SOFTPLUS, seq_idx, initial_stat
     if S > 1 or initial_state is not None:
         k = summary_split(S, seg_len, b * g * triton.cdiv(d // g, config.summary.block_d)
                           * config.summary.state_split, config.summary, sms)
-        starts = segments.forward_starts(u, delta, A, B, delta_bias, SOFTPLUS, seq_idx,
+        starts = segments.forward_starts(u, delta, A, B, delta_bias, flags, seq_idx,
                                          initial_state, shape, S, seg_len, k, config.summary)
     kernel = recurrent if fc.layout == "recurrent" else scan
-    return kernel.forward(u, delta, A, B, C, D, z, delta_bias, SOFTPLUS, seq_idx, starts,
+    return kernel.forward(u, delta, A, B, C, D, z, delta_bias, flags, seq_idx, starts,
                           seg_len, shape, config)
 
 

@@ -19,7 +19,7 @@ from mambalearn.mamba1.fused.gradients import GradBuffers
 from mambalearn.triton.common import sm_count
 
 
-def backward(dout, dlast, u, delta, A, B, C, D, z, delta_bias, SOFTPLUS, seq_idx, states, shape,
+def backward(dout, dlast, u, delta, A, B, C, D, z, delta_bias, flags, seq_idx, states, shape,
              config, need_g0=True):
     """Launch the backward ``config.backward.layout`` names (the state-outer one cut into
     segments as the forward, its adjoint summaries first). Returns the eight gradients
@@ -37,7 +37,7 @@ def backward(dout, dlast, u, delta, A, B, C, D, z, delta_bias, SOFTPLUS, seq_idx
     if S > 1:
         k = summary_split(S, seg_len, b * g * triton.cdiv(d // g, config.summary.block_d),
                           config.summary, sms)
-        G, P = segments.adjoint_summaries(dout, delta, A, C, z, delta_bias, SOFTPLUS, seq_idx,
+        G, P = segments.adjoint_summaries(dout, delta, A, C, z, delta_bias, flags, seq_idx,
                                           dlast, shape, S, seg_len, k, config.summary)
     Bk, Ck = bc_layout(B, upcast=True), bc_layout(C, upcast=True)  # fp32 (b, g, n, l) or (d, n)
     tree = None  # deterministic: dB/dC over the channel tiles in a fixed order, not atomics
@@ -47,6 +47,6 @@ def backward(dout, dlast, u, delta, A, B, C, D, z, delta_bias, SOFTPLUS, seq_idx
                 bc.tree_after)
     bufs = GradBuffers.allocate(u, delta, z, Bk, Ck, dlast, n, S, tree)
     kernel = state_outer if bc.layout == "state-outer" else sub_block
-    kernel.launch(dout, u, delta, A, Bk, Ck, D, z, delta_bias, SOFTPLUS, seq_idx, states, bufs,
-                  shape, config, B, C, (S, seg_len, k, G, P))
+    kernel.launch(dout, u, delta, A, Bk, Ck, D, z, delta_bias, flags["SOFTPLUS"], seq_idx,
+                  states, bufs, shape, config, B, C, (S, seg_len, k, G, P))
     return bufs.finish(B, C, D, delta_bias)
