@@ -47,6 +47,6 @@ def backward(dout, dlast, u, delta, A, B, C, D, z, delta_bias, flags, seq_idx, s
                 bc.tree_after)
     bufs = GradBuffers.allocate(u, delta, z, Bk, Ck, dlast, n, S, tree)
     kernel = state_outer if bc.layout == "state-outer" else sub_block
-    kernel.launch(dout, u, delta, A, Bk, Ck, D, z, delta_bias, flags["SOFTPLUS"], seq_idx,
+    kernel.launch(dout, u, delta, A, Bk, Ck, D, z, delta_bias, flags, seq_idx,
                   states, bufs, shape, config, B, C, (S, seg_len, k, G, P))
     return bufs.finish(B, C, D, delta_bias)

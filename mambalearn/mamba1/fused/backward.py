@@ -23,7 +23,7 @@ import triton.language as tl
 
 from mambalearn import device
 from mambalearn.mamba1 import config as cfgs
-from mambalearn.mamba1.args import bc_strides, flags
+from mambalearn.mamba1.args import bc_strides
 from mambalearn.mamba1.fused.forward import fwd_state as _fwd_state_fast
 from mambalearn.mamba1.fused.gradients import bwd_outputs
 from mambalearn.mamba1.fused.tile import (
@@ -361,7 +361,7 @@ def _bwd_kernel(
     tl.store(dbias_ptr + bd_row, dbias_acc, mask=d_mask)
 
 
-def launch(dout, u, delta, A, Bk, Ck, D, z, delta_bias, SOFTPLUS, seq_idx, states, bufs,
+def launch(dout, u, delta, A, Bk, Ck, D, z, delta_bias, flags, seq_idx, states, bufs,
            shape, config, B, C, plan=None):
     """Launch the sub-block backward into ``bufs`` (`GradBuffers` with one segment: this kernel
     walks the whole sequence, ``plan`` is not used); Bk, Ck: kernel layouts."""
@@ -393,7 +393,7 @@ def launch(dout, u, delta, A, Bk, Ck, D, z, delta_bias, SOFTPLUS, seq_idx, state
         tuple(sdB), tuple(sdC),  # strides of the dB and dC buffers
         N=n, NP=triton.next_power_of_2(n), BLOCK_D=bc.block_d, BLOCK_L=bc.block_l,
         CHUNK=config.chunk, SCR=scr,
-        **flags(D, z, delta_bias, SOFTPLUS, B, C, seq_idx),  # HAS_D … HAS_SEQ
+        **flags,  # HAS_D … HAS_SEQ, resolved once (``args.flags``)
         UNROLL=bc.unroll, EVEN_L=even_l, EVEN_D=even_d, STAGES=cfgs.stages(bc.stages, interp),
         **bufs.tree_constexprs(bc.num_warps, bc.tree_block),  # DET, SLOT, FAN, TREE_BLOCK, AFTER
         num_warps=bc.num_warps, **cfgs.compile_options(bc.maxnreg, interp))

@@ -25,7 +25,7 @@ import triton.language as tl
 
 from mambalearn import device
 from mambalearn.mamba1 import config as cfgs
-from mambalearn.mamba1.args import bc_strides, flags
+from mambalearn.mamba1.args import bc_strides
 from mambalearn.mamba1.fused.gradients import bwd_outputs
 from mambalearn.mamba1.fused.tile import (
     column,
@@ -333,7 +333,7 @@ def _bwd_so_kernel(
     tl.store(dbias_ptr + sd_row, dbias_acc, mask=d_mask)
 
 
-def launch(dout, u, delta, A, Bk, Ck, D, z, delta_bias, SOFTPLUS, seq_idx, states, bufs,
+def launch(dout, u, delta, A, Bk, Ck, D, z, delta_bias, flags, seq_idx, states, bufs,
            shape, config, B, C, plan):
     """Launch the state-outer backward into ``bufs`` (`GradBuffers`, one slot per segment of
     ``plan`` = (S, seg_len, k, G, P), G and P the adjoint summaries or None); Bk, Ck: kernel
@@ -371,7 +371,7 @@ def launch(dout, u, delta, A, Bk, Ck, D, z, delta_bias, SOFTPLUS, seq_idx, state
         tuple(sB), tuple(sC),  # strides (b, g, n) of B and C (zeros if fixed (d, n))
         tuple(sdB), tuple(sdC),  # strides of the dB and dC buffers
         N=n, BLOCK_D=bc.block_d, BLOCK_L=config.chunk,
-        **flags(D, z, delta_bias, SOFTPLUS, B, C, seq_idx),  # HAS_D … HAS_SEQ
+        **flags,  # HAS_D … HAS_SEQ, resolved once (``args.flags``)
         EVEN_L=even_l, EVEN_D=even_d, REV_LOADS=bc.rev_loads, FOLD=S > 1,
         **bufs.tree_constexprs(bc.num_warps, bc.tree_block),  # DET, SLOT, FAN, TREE_BLOCK, AFTER
         ROWS=rows, REG_CARRY=bc.reg_carry, num_warps=bc.num_warps,
