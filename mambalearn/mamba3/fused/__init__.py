@@ -6,13 +6,12 @@
 
 the design of chapter 11's fused SSD states kernel (``mambalearn.mamba2.fused.states``): one
 program walks its row's chunks with the state on chip, so no state crosses memory between
-chunks. The kernels are written in ``mambalearn.mamba3.mimo_forward`` and
-``mambalearn.mamba3.mimo_backward`` (their formulas in those modules' docstrings) and launched
-by ``mamba3_mimo_combined`` (``mambalearn.mamba3.mimo_api``); this room names them. The SISO
-kernels are the chunked ones (``chunk``, ``backward``).
+chunks. Their formulas are in the two modules' docstrings; ``mamba3_mimo_combined``
+(``mambalearn.mamba3.mimo_api``) launches them. The SISO kernels are the chunked ones
+(``chunk``, ``backward``).
 """
 
-from mambalearn.mamba3.mimo_backward import mimo_backward_kernel, sum_heads_kernel
-from mambalearn.mamba3.mimo_forward import mimo_forward_kernel
+from mambalearn.mamba3.fused.mimo_backward import mimo_backward_kernel, sum_heads_kernel
+from mambalearn.mamba3.fused.mimo_forward import mimo_forward_kernel
 
 __all__ = ["mimo_backward_kernel", "mimo_forward_kernel", "sum_heads_kernel"]
