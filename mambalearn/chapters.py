@@ -33,12 +33,13 @@ CHAPTERS = {
     "mambalearn.scan.chunked": 6,
     "mambalearn.autograd": 7,
     "mambalearn.triton.scan": 8,
-    "mambalearn.mamba1": 9,  # Mamba-1: kernel, api, config, fused/ (its oracle is scan.sequential)
+    "mambalearn.mamba1": 9,  # Mamba-1: reference (scan.sequential), kernel, api, backward, fused/
     "mambalearn.triton.selective_scan": 9,  # the old import path: a face of mamba1
     "mambalearn.mamba2": 10,  # Mamba-2's SSD, oracle beside the kernels (fused/ is chapter 11's)
     "mambalearn.triton.ssd": 10,  # the old import path: a face of mamba2
     "mambalearn.inference": 12,
     "mambalearn.mamba2.step": 12,  # the decode step kernel
+    "mambalearn.mamba1.step": 12,  # Mamba-1's room for it: a face of mamba2.step
     "mambalearn.triton.step": 12,  # the old import path: a face of mamba2.step
     "mambalearn.model": 13,
     "mambalearn.train": 13,  # the task only selection solves, the training loop

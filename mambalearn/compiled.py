@@ -69,15 +69,21 @@ else:  # Triton reads a kernel's source from its file: write one, import it
     kernel = getattr(importlib.import_module("notebook_kernel"), job["name"])
 exe = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
 names = kernel.arg_names
+def path(key):  # "x" → (index of x,), a tuple's element "x[2]" → (index of x, 2)
+    m = re.fullmatch(r"(\w+)((?:\[\d+\])*)", key)
+    if m is None or m[1] not in names:
+        sys.exit(f"{key!r} names none of the kernel's arguments {names}")
+    return (names.index(m[1]),) + tuple(int(i) for i in re.findall(r"\d+", m[2]))
+def tup(ty):  # a tuple argument's types travel as a JSON list
+    return tuple(map(tup, ty)) if isinstance(ty, list) else ty
 out = []
 for cfg in job["configs"]:
     sig = cfg["signature"]
     if sorted(names) != sorted(sig):
         sys.exit(f"signature names {sorted(sig)} != the kernel's arguments {names}")
-    signature = {n: sig[n] for n in names}  # in argument order
-    attrs = {(i,): [["tt.divisibility", 16]] for i, n in enumerate(names)
-             if n in cfg["divisible"]}
-    constexprs = {k: tl.dtype(v["tl.dtype"]) if isinstance(v, dict) else v
+    signature = {n: tup(sig[n]) for n in names}  # in argument order
+    attrs = {path(n): [["tt.divisibility", 16]] for n in cfg["divisible"]}
+    constexprs = {path(k): tl.dtype(v["tl.dtype"]) if isinstance(v, dict) else v
                   for k, v in cfg["constexprs"].items()}  # a dtype travels as its name
     try:
         src = triton.compiler.ASTSource(fn=kernel, signature=signature,
@@ -120,14 +126,17 @@ def compile_all(kernel, signature, configs, arch=90, divisible=()):
     """Compile ``kernel`` once per configuration for compute capability ``arch`` (90: H100/H200).
 
     ``signature`` maps each argument to its Triton type (``"*fp32"``, ``"i32"``, ...; every
-    ``tl.constexpr`` to ``"constexpr"``). ``configs``: dicts with ``constexprs`` (their values:
-    numbers, bools, None, ``tl`` dtypes), ``num_warps``, ``num_stages``. Pointers are assumed
-    16-byte aligned, as Triton specializes them for tensors PyTorch allocates, and so are the
-    integer arguments named in ``divisible``.
+    ``tl.constexpr`` to ``"constexpr"``; a tuple argument to a tuple of its elements' types).
+    ``configs``: dicts with ``constexprs`` (their values: numbers, bools, None, ``tl`` dtypes),
+    ``num_warps``, ``num_stages``. Pointers are assumed 16-byte aligned, as Triton specializes
+    them for tensors PyTorch allocates, and so are the integer arguments named in ``divisible``.
+    A tuple's element is named by its path, ``"x_strides[1]"``: in ``divisible``, and in
+    ``constexprs`` where its type is ``"constexpr"`` (an integer 1, as Triton folds it).
     Returns one :class:`Compiled` per configuration. No GPU is needed: ptxas runs on the CPU.
     """
     job = _job(kernel, signature)
-    div = [n for n, ty in signature.items() if ty.startswith("*")] + list(divisible)
+    div = [path for n, ty in signature.items() for path, t in launches.leaves(n, ty)
+           if t.startswith("*")] + list(divisible)
     configs = [{"constexprs": c.get("constexprs", {}), "signature": signature, "divisible": div,
                 "num_warps": c.get("num_warps", 4), "num_stages": c.get("num_stages", 3)}
                for c in configs]

@@ -21,10 +21,11 @@ program may have (``SHARED_LIMIT``), that spills registers although its kernel's
 interpreter on purpose (a counterexample in a chapter) is marked with :func:`interpreter_only`.
 The arguments each launch gives are read the way Triton's launcher reads them
 (``native_specialize_impl``: the type of each argument, a pointer's 16-byte alignment, an integer
-1 as a constant), so the build is the one the GPU would make for the same call, with one
-simplification: integers are built as if not divisible by 16 (the GPU would specialize a length
-that is: the same tiles and buffers, a few instructions fewer). Random test shapes then give a
-handful of builds per kernel, not one per length drawn.
+1 as a constant; a tuple argument element by element, each named ``name[i]``), so the build is
+the one the GPU would make for the same call, with one simplification: integers are built as if
+not divisible by 16 (the GPU would specialize a length that is: the same tiles and buffers, a
+few instructions fewer). Random test shapes then give a handful of builds per kernel, not one
+per length drawn.
 """
 
 import hashlib
@@ -116,6 +117,20 @@ def rebuilt_source(fn):
     return "\n".join(lines + [textwrap.dedent(inspect.getsource(fn))])
 
 
+def leaves(name, ty):
+    """(path, type) of each value an argument of Triton type ``ty`` holds: the argument itself,
+    or for a tuple (a tuple or list of types) each element as ``name[i]`` (``name[i][j]``
+    nested). Signatures, constexprs and ``divisible`` name a tuple's elements by these paths."""
+    return [(path, t) for path, t, _ in _leaves(name, ty, ty)]
+
+
+def _leaves(name, ty, key):
+    if isinstance(ty, (tuple, list)):
+        return [leaf for i, (t, k) in enumerate(zip(ty, key, strict=True))
+                for leaf in _leaves(f"{name}[{i}]", t, k)]
+    return [(name, ty, key)]
+
+
 def describe(kernel, args, kwargs, grid):
     """One launch as a JSON-able dict, or None for a kernel marked :func:`interpreter_only` or
     defined outside the course (not in ``COURSE``)."""
@@ -137,15 +152,14 @@ def describe(kernel, args, kwargs, grid):
             signature[p.name] = "constexpr"
             constexprs[p.name] = plain(value)
             continue
-        spec = not (p.name in dns or i in dns)
+        spec = not (p.name in dns or i in dns)  # (a tuple's elements specialize regardless)
         ty, key = native_specialize_impl(BaseBackend, value, False, spec, True)
-        if ty == "constexpr":  # None, or an integer 1 that Triton folds into the build
-            signature[p.name] = "constexpr"
-            constexprs[p.name] = plain(key)
-        else:
-            signature[p.name] = ty
-            if key == "D" and not ty.startswith(("i", "u")):  # a 16-byte aligned pointer
-                divisible.append(p.name)
+        signature[p.name] = ty  # a tuple's: a tuple of its elements' types (JSON: a list)
+        for path, t, k in _leaves(p.name, ty, key):
+            if t == "constexpr":  # None, or an integer 1 that Triton folds into the build
+                constexprs[path] = plain(k)
+            elif k == "D" and not t.startswith(("i", "u")):  # a 16-byte aligned pointer
+                divisible.append(path)
     meta = dict(bound.arguments)
     grid = grid(meta) if callable(grid) else grid
     grid = [int(g) for g in grid]

@@ -370,7 +370,8 @@ def test_the_deterministic_state_outer_backward_builds_for_sm90_without_spills(b
                  AFTER=after, REG_CARRY=after)
     sig = {k: "constexpr" if k in const else
            ("*i32" if k in ("seq_ptr", "counts_ptr") else "*bf16" if k in BF16 else "*fp32")
-           if k.endswith("_ptr") else "i32" for k in inspect.signature(kernel.fn).parameters}
+           if k.endswith("_ptr") else ("i32",) * 3 if k.endswith("_strides") else "i32"
+           for k in inspect.signature(kernel.fn).parameters}  # (b, g, n) strides: a tuple
     det, = compiled.compile_all(kernel, sig, [dict(constexprs=const, num_warps=warps)])
     assert det.spill_bytes == 0 and det.registers <= 255
     assert det.shared_bytes <= 256 * warps <= machine.H200.shared_per_block

@@ -45,6 +45,21 @@ KERNELS = textwrap.dedent('''
         tl.store(x_ptr + tl.program_id(1), 1.0)
 
 
+    @triton.jit
+    def strided_kernel(x_ptr, y_ptr, x_strides, n, BLOCK: tl.constexpr):
+        stride_r, stride_c = x_strides  # a tuple of strides, one argument
+        offs = tl.arange(0, BLOCK)
+        v = tl.load(x_ptr + tl.program_id(0) * stride_r + offs * stride_c, mask=offs < n)
+        tl.store(y_ptr + tl.program_id(0) * BLOCK + offs, v, mask=offs < n)
+
+
+    @triton.jit
+    def strided_flat_kernel(x_ptr, y_ptr, stride_r, stride_c, n, BLOCK: tl.constexpr):
+        offs = tl.arange(0, BLOCK)  # the same kernel, its strides one argument each
+        v = tl.load(x_ptr + tl.program_id(0) * stride_r + offs * stride_c, mask=offs < n)
+        tl.store(y_ptr + tl.program_id(0) * BLOCK + offs, v, mask=offs < n)
+
+
     demo = launches.interpreter_only(triton.jit(dot_kernel.fn), "a counterexample")
     case = sys.argv[1]
     a, b = torch.randn(16, 64), torch.randn(64, 16)
@@ -58,6 +73,13 @@ KERNELS = textwrap.dedent('''
     if case in ("shared", "all"):  # 64 × 1024 fp32 operands: far past 227 KB of staging
         a, b = torch.randn(64, 1024), torch.randn(1024, 64)
         dot_kernel[(1,)](a, b, torch.empty(64, 64), M=64, K=1024)
+    if case == "tuple":  # rows of a (20, 37) matrix, then of its transpose (stride 1 first)
+        x = torch.randn(20, 37)
+        for m in (x, x.t()):
+            y = torch.empty(m.shape[0], 64)
+            strided_kernel[(m.shape[0],)](m, y, m.stride(), m.shape[1], BLOCK=64)
+            strided_flat_kernel[(m.shape[0],)](m, y, *m.stride(), m.shape[1], BLOCK=64)
+            assert torch.equal(y[:, :m.shape[1]], m)
     if case in ("grid", "all"):
         grid_kernel[(1, 70000, 1)](torch.empty(70000))  # axis 1 stops at 65 535 programs
 ''')
@@ -101,6 +123,34 @@ def test_the_check_names_what_an_h200_refuses_and_passes_the_rest(tmp_path):
     # the same builds from the cache: nothing compiled, the same problems
     again, _, fresh = compiled.check_launches(rec, cache=builds)
     assert fresh == 0 and sorted(again) == sorted(problems)
+
+
+def test_a_tuple_argument_is_recorded_element_by_element_and_builds_as_its_elements(tmp_path):
+    """A tuple of strides is one argument that Triton specializes element by element: the record
+    names each element (an integer 1 folded into the build, as Triton does), and the sm_90 build
+    is the one of the same kernel taking the elements as separate arguments."""
+    found = list(launches.load(run_recorded(tmp_path, "tuple")).values())
+    tup = sorted((la for la in found if la["name"] == "strided_kernel"),
+                 key=lambda la: la["signature"]["x_strides"][0])  # x.t() first, then x
+    flat = sorted((la for la in found if la["name"] == "strided_flat_kernel"),
+                  key=lambda la: la["signature"]["stride_r"])
+    assert len(tup) == len(flat) == 2  # x.t() (1, 37) and x (37, 1)
+    assert [la["signature"]["x_strides"] for la in tup] == [["constexpr", "i32"],
+                                                             ["i32", "constexpr"]]
+    assert [la["constexprs"] for la in tup] == [{"BLOCK": 64, "x_strides[0]": 1},
+                                                {"BLOCK": 64, "x_strides[1]": 1}]
+    assert tup[0]["divisible"] == ["x_ptr", "y_ptr"]
+    assert launches.leaves("s", ("i32", ("constexpr", "*fp32"))) == [
+        ("s[0]", "i32"), ("s[1][0]", "constexpr"), ("s[1][1]", "*fp32")]
+    problems, builds, _ = compiled.check_launches(tmp_path / "rec_tuple")
+    assert problems == [] and len(builds) == 4
+    for t, f in zip(tup, flat, strict=True):
+        a, b = (compiled.compile_many(la["module"], la["name"], la["source"], [
+            {"constexprs": la["constexprs"], "signature": la["signature"],
+             "divisible": la["divisible"], **la["options"]}])[0] for la in (t, f))
+        assert (a.registers, a.spill_bytes, a.shared_bytes) == (b.registers, b.spill_bytes,
+                                                                 b.shared_bytes)
+        assert a.opcodes() == b.opcodes() and a.opcodes()["LDG"] >= 1
 
 
 def test_no_record_is_a_problem_not_a_pass(tmp_path):

@@ -12,8 +12,8 @@ import pytest
 
 from mambalearn import compiled, machine  # first: on a CPU it puts Triton in interpreter mode
 from mambalearn.mamba3 import mimo_api as mimo
-from mambalearn.mamba3.mimo_backward import mimo_backward_kernel
-from mambalearn.mamba3.mimo_forward import mimo_forward_kernel
+from mambalearn.mamba3.fused.mimo_backward import mimo_backward_kernel
+from mambalearn.mamba3.fused.mimo_forward import mimo_forward_kernel
 
 BF16 = {"C_ptr", "B_ptr", "X_ptr", "Z_ptr", "Out_ptr", "Hs_ptr"}  # the inputs' dtype; else fp32
 # pointers the launch passes as None (no initial or final states): compiled in as constants

@@ -9,7 +9,7 @@ import torch
 from mambalearn import testing
 from mambalearn.mamba3 import mamba3_mimo_combined
 from mambalearn.mamba3.config import MIMO_DEFAULT
-from mambalearn.mamba3.mimo_backward import sum_heads_kernel
+from mambalearn.mamba3.fused.mimo_backward import sum_heads_kernel
 from mambalearn.mamba3.mimo_reference import mamba3_mimo_chunked
 
 DEV = "cuda" if torch.cuda.is_available() else "cpu"

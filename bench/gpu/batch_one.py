@@ -188,6 +188,7 @@ def _parts_at(args, b, d, l, n):
     from course.bench.selective_scan import inputs
     from mambalearn.mamba1 import api as tuned
     from mambalearn.mamba1 import config as cfgs
+    from mambalearn.mamba1.args import flags
     from mambalearn.mamba1.fused import forward as scan_forward
     from mambalearn.mamba1.fused import segments
     from mambalearn.timing import compare
@@ -201,22 +202,23 @@ def _parts_at(args, b, d, l, n):
     k = cfgs.summary_split(S, seg, b * triton.cdiv(d, 32), cfg.summary, sms)
     if not args.gpu:  # (the interpreter runs the plan the GPU would)
         cfg = cfg.replace(segments=S, summary=dict(split=k))
-    summ = (x["u"], x["delta"], x["A"], x["B"], x["delta_bias"], True, None, None, shape, S, seg,
+    fl = flags(x["D"], x["z"], x["delta_bias"], True, x["B"], x["C"], None)  # as args.run does
+    summ = (x["u"], x["delta"], x["A"], x["B"], x["delta_bias"], fl, None, None, shape, S, seg,
             k, cfg.summary)
     starts = segments.forward_starts(*summ) if S > 1 else None
-    fwd = (x["u"], x["delta"], x["A"], x["B"], x["C"], x["D"], x["z"], x["delta_bias"], True,
+    fwd = (x["u"], x["delta"], x["A"], x["B"], x["C"], x["D"], x["z"], x["delta_bias"], fl,
            None, None)
     out, states, last = tuned.forward(*fwd, shape, cfg)
     dout = torch.ones_like(out)
     bwd = (dout, None, x["u"], x["delta"], x["A"], x["B"], x["C"], x["D"], x["z"],
-           x["delta_bias"], True, None, states, shape, cfg, False)
+           x["delta_bias"], fl, None, states, shape, cfg, False)
     fns = {"whole forward": lambda: tuned.forward(*fwd, shape, cfg),
            "finish only": lambda: scan_forward.forward(*fwd[:-1], starts, seg, shape, cfg),
            "whole backward": lambda: tuned.backward(*bwd)}
     if S > 1:
         fns["summaries and fold"] = lambda: segments.forward_starts(*summ)
         fns["adjoint summaries only"] = lambda: segments.adjoint_summaries(
-            dout, x["delta"], x["A"], x["C"], x["z"], x["delta_bias"], True, None, None, shape,
+            dout, x["delta"], x["A"], x["C"], x["z"], x["delta_bias"], fl, None, None, shape,
             S, seg, k, cfg.summary)
     with torch.no_grad():
         c = compare(fns, warm_s=1.0 if args.gpu else 0.0, rounds=5 if args.gpu else 1, rep=50)

@@ -93,7 +93,7 @@ def sm90_builds(cands, d=2048, n=16, chunk=64):
     (``mambalearn.compiled``: Triton's ptxas)."""
     import inspect
 
-    from mambalearn import compiled
+    from mambalearn import compiled, launches
     from mambalearn.mamba1.fused import state_outer
     from mambalearn.triton import deterministic
 
@@ -113,11 +113,13 @@ def sm90_builds(cands, d=2048, n=16, chunk=64):
                 const["pieces"] = 1  # (an int argument equal to 1 is passed as a constant)
             sig = {k: "constexpr" if k in const else
                    ("*i32" if k in ("seq_ptr", "counts_ptr") else "*bf16" if k in bf16
-                    else "*fp32") if k.endswith("_ptr") else "i32"
+                    else "*fp32") if k.endswith("_ptr") else
+                   ("i32",) * 3 if k.endswith("_strides") else "i32"  # (b, g, n) strides
                    for k in inspect.signature(kernel.fn).parameters}
             # (every pointer and integer divisible by 16, as Triton finds them at both shapes)
             configs.append(dict(constexprs=const, signature=sig, num_warps=bw.num_warps,
-                                divisible=[k for k, v in sig.items() if v != "constexpr"],
+                                divisible=[p for k, v in sig.items()
+                                           for p, t in launches.leaves(k, v) if t != "constexpr"],
                                 **({} if bw.maxnreg is None else dict(maxnreg=bw.maxnreg))))
             keys.append((name, fold))
         if bw.tree_after:

@@ -67,12 +67,18 @@ def compile_sm90(kernel, args, kw):
             sig[name], constexprs[name] = "constexpr", a
             continue
         ty, spec = native_specialize_impl(BaseBackend, a, False, True, True)
-        if ty == "constexpr":  # an int equal to 1
-            sig[name], constexprs[name] = "constexpr", spec
-            continue
-        sig[name] = ty
-        if spec == "D":
-            attrs[(i,)] = [["tt.divisibility", 16]]
+        sig[name] = ty  # a tuple's (of strides): a tuple of its elements' types
+
+        def mark(path, ty, spec):  # each value an argument holds, a tuple's element by element
+            if isinstance(ty, tuple):
+                for j, (t, s) in enumerate(zip(ty, spec, strict=True)):
+                    mark(path + (j,), t, s)
+            elif ty == "constexpr":  # an int equal to 1
+                constexprs[path] = spec
+            elif spec == "D":
+                attrs[path] = [["tt.divisibility", 16]]
+
+        mark((i,), ty, spec)
     src = triton.compiler.ASTSource(fn=fn, signature=sig, constexprs=constexprs, attrs=attrs)
     k = triton.compile(src, target=GPUTarget("cuda", 90, 32), options=opts)
     usage, sass = read_cubin(k.asm["cubin"])

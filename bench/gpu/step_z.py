@@ -460,9 +460,18 @@ def waits(run, out_dir):
         if la and "unreadable" not in la:
             bound = inspect.signature(kernel.fn).bind_partial(
                 *args, **{k: v for k, v in kwargs.items() if k not in launches.OPTIONS})
+
+            def value(path):  # the argument "n", or a tuple's element "x_strides[1]"
+                name, *index = re.findall(r"\w+", path)
+                v = bound.arguments.get(name)
+                for j in index:
+                    v = v[int(j)]
+                return v
+
             la["divisible"] = sorted(set(la["divisible"]) | {
-                k for k, ty in la["signature"].items() if ty.startswith(("i", "u"))
-                and isinstance(bound.arguments.get(k), int) and bound.arguments[k] % 16 == 0})
+                path for k, ty in la["signature"].items() for path, t in launches.leaves(k, ty)
+                if t.startswith(("i", "u")) and isinstance(value(path), int)
+                and value(path) % 16 == 0})
         return la
 
     launches.describe = describe

@@ -38,6 +38,7 @@ GROUPS = {
         "mambalearn.mamba2.reference.ssd_quadratic",
         "mambalearn.mamba2.reference.mamba_chunk_scan_ref",
         "mambalearn.mamba2.chunk.ssd_forward",
+        "mambalearn.mamba2.chunk.ssd_stages",
         "mambalearn.mamba2.api.mamba_chunk_scan_combined",
         "mambalearn.mamba2.fused.forward.ssd_fused_forward",
         "mambalearn.mamba2.fused.forward.fused_forward",

@@ -11,31 +11,31 @@ context-parallel scan needs (chapter 14). Its launch settings are a `config.Conf
 
 The kernels, one module each in ``fused/``: ``forward`` (a scan along time per state, a state
 stored per chunk), ``recurrent`` (one channel a thread, every state in registers, step by step),
-``state_outer`` (the default backward up to n = the chunk) and ``backward`` (the
-sub-block backward); ``segments`` cuts a sequence into pieces that run side by side where the
-batch is too small to fill the GPU (a summary per piece, the ⊗-fold of the summaries before each
-segment, then the kernels above on every segment at once); ``config`` holds the settings and the
-plan (`segment_plan`), ``tile`` the jit helpers they share, ``triton.deterministic`` the fixed-order
-sum that replaces the backward's dB/dC atomics in the deterministic mode (``Config.deterministic``).
+``state_outer`` (the default backward up to n = the chunk) and ``backward`` (the sub-block
+backward), both launched by ``mambalearn.mamba1.backward``; ``segments`` cuts a sequence into
+pieces that run side by side where the batch is too small to fill the GPU (a summary per piece, the
+⊗-fold of the summaries before each segment, then the kernels above on every segment at once);
+``config`` holds the settings and the plan (`segment_plan`), ``tile`` the jit helpers they share,
+``triton.deterministic`` the fixed-order sum that replaces the backward's dB/dC atomics in the
+deterministic mode (``Config.deterministic``).
 """
 
 import triton
 
-from mambalearn.mamba1.args import Kernels, bc_layout, run
+from mambalearn.mamba1.args import Kernels, run
+from mambalearn.mamba1.backward import backward
 from mambalearn.mamba1.config import (
     Config,
     default_config,
     segment_plan,
     summary_split,
 )
-from mambalearn.mamba1.fused import backward as sub_block
 from mambalearn.mamba1.fused import forward as scan
-from mambalearn.mamba1.fused import recurrent, segments, state_outer
-from mambalearn.mamba1.fused.gradients import GradBuffers
+from mambalearn.mamba1.fused import recurrent, segments
 from mambalearn.triton.common import sm_count
 
 
-def forward(u, delta, A, B, C, D, z, delta_bias, SOFTPLUS, seq_idx, initial_state, shape,
+def forward(u, delta, A, B, C, D, z, delta_bias, flags, seq_idx, initial_state, shape,
             config):
     """Launch the forward ``config.forward.layout`` names, the sequence cut into as many
     segments as `segment_plan` says (with more than one, their summaries and the fold first).
@@ -50,44 +50,11 @@ def forward(u, delta, A, B, C, D, z, delta_bias, SOFTPLUS, seq_idx, initial_stat
     if S > 1 or initial_state is not None:
         k = summary_split(S, seg_len, b * g * triton.cdiv(d // g, config.summary.block_d)
                           * config.summary.state_split, config.summary, sms)
-        starts = segments.forward_starts(u, delta, A, B, delta_bias, SOFTPLUS, seq_idx,
+        starts = segments.forward_starts(u, delta, A, B, delta_bias, flags, seq_idx,
                                          initial_state, shape, S, seg_len, k, config.summary)
     kernel = recurrent if fc.layout == "recurrent" else scan
-    return kernel.forward(u, delta, A, B, C, D, z, delta_bias, SOFTPLUS, seq_idx, starts,
+    return kernel.forward(u, delta, A, B, C, D, z, delta_bias, flags, seq_idx, starts,
                           seg_len, shape, config)
-
-
-def backward(dout, dlast, u, delta, A, B, C, D, z, delta_bias, SOFTPLUS, seq_idx, states, shape,
-             config, need_g0=True):
-    """Launch the backward ``config.backward.layout`` names (the state-outer one cut into
-    segments as the forward, its adjoint summaries first). Returns the eight gradients
-    (du, ddelta, dA, dB, dC, dD, dz, ddelta_bias) and g_0 (b, d, n), the adjoint at step 0
-    (always: it is the adjoint carry's last value)."""
-    b, d, l, n, g = shape
-    dout = dout.contiguous()  # (autograd's); the inputs came contiguous from ``args.run``
-    bc = config.backward
-    S, seg_len, k, G, P = 1, l, 1, None, None
-    sms = sm_count(u.device)
-    if bc.layout == "state-outer":  # (the sub-block kernel walks the whole sequence)
-        programs = b * g * triton.cdiv(d // g, bc.block_d)  # a segment's
-        S, seg_len = segment_plan(config.segments, programs, bc.per_sm, l,
-                                  config.segment_unit, sms)
-    if S > 1:
-        k = summary_split(S, seg_len, b * g * triton.cdiv(d // g, config.summary.block_d),
-                          config.summary, sms)
-        G, P = segments.adjoint_summaries(dout, delta, A, C, z, delta_bias, SOFTPLUS, seq_idx,
-                                          dlast, shape, S, seg_len, k, config.summary)
-    Bk, Ck = bc_layout(B, upcast=True), bc_layout(C, upcast=True)  # fp32 (b, g, n, l) or (d, n)
-    tree = None  # deterministic: dB/dC over the channel tiles in a fixed order, not atomics
-    if config.deterministic:
-        tree = (triton.cdiv(d // g, bc.block_d), config.chunk, bc.tree_fan,
-                bc.layout == "sub-block",  # (its last sub-block may end before the chunk)
-                bc.tree_after)
-    bufs = GradBuffers.allocate(u, delta, z, Bk, Ck, dlast, n, S, tree)
-    kernel = state_outer if bc.layout == "state-outer" else sub_block
-    kernel.launch(dout, u, delta, A, Bk, Ck, D, z, delta_bias, SOFTPLUS, seq_idx, states, bufs,
-                  shape, config, B, C, (S, seg_len, k, G, P))
-    return bufs.finish(B, C, D, delta_bias)
 
 
 TUNED = Kernels("tuned", forward, backward)

@@ -138,7 +138,9 @@ def check_args(u, delta, A, B, C, D, z, delta_bias, seq_idx, cu_seqlens, initial
 
 
 def flags(D, z, delta_bias, SOFTPLUS, B, C, seq_idx):
-    """The compile-time switches every kernel takes."""
+    """The compile-time switches every kernel takes: which optional inputs a call has, whether Δ
+    goes through softplus, whether B and C vary in time. `run` resolves them once, from the
+    checked arguments, and every launcher splats that dict (``**flags``)."""
     return dict(HAS_D=D is not None, HAS_Z=z is not None, HAS_BIAS=delta_bias is not None,
                 SOFTPLUS=bool(SOFTPLUS), VAR_B=B.ndim != 2, VAR_C=C.ndim != 2,
                 HAS_SEQ=seq_idx is not None)
@@ -172,9 +174,9 @@ def initial_state_grad(g0, delta, delta_bias, SOFTPLUS, A):
 class Kernels(NamedTuple):
     """A forward and a backward launcher.
 
-    ``forward(u, delta, A, B, C, D, z, delta_bias, SOFTPLUS, seq_idx, initial_state, shape,
+    ``forward(u, delta, A, B, C, D, z, delta_bias, flags, seq_idx, initial_state, shape,
     config)`` → (out, states (b, d, c, n) fp32, last state (b, d, n) fp32);
-    ``backward(dout, dlast, u, delta, A, B, C, D, z, delta_bias, SOFTPLUS, seq_idx, states,
+    ``backward(dout, dlast, u, delta, A, B, C, D, z, delta_bias, flags, seq_idx, states,
     shape, config, need_g0)`` → (the eight gradients of `finish_grads`, g_0 (b, d, n) fp32: the
     adjoint at step 0, needed if ``need_g0``). ``dlast``: the last state's gradient, or None."""
 
@@ -188,12 +190,12 @@ class SelectiveScanFn(torch.autograd.Function):
     The last state is differentiable, and so is the initial state."""
 
     @staticmethod
-    def forward(ctx, kernels, config, shape, SOFTPLUS, return_last_state, seq_idx, u, delta, A,
+    def forward(ctx, kernels, config, shape, flags, return_last_state, seq_idx, u, delta, A,
                 B, C, D, z, delta_bias, initial_state):
-        out, states, last = kernels.forward(u, delta, A, B, C, D, z, delta_bias, SOFTPLUS,
+        out, states, last = kernels.forward(u, delta, A, B, C, D, z, delta_bias, flags,
                                             seq_idx, initial_state, shape, config)
         ctx.save_for_backward(u, delta, A, B, C, D, z, delta_bias, seq_idx, states)
-        ctx.kernels, ctx.config, ctx.shape, ctx.SOFTPLUS = kernels, config, shape, SOFTPLUS
+        ctx.kernels, ctx.config, ctx.shape, ctx.flags = kernels, config, shape, flags
         ctx.has_h0 = initial_state is not None
         ctx.set_materialize_grads(False)  # an unused last state brings None, not zeros
         return (out, last) if return_last_state else out
@@ -205,9 +207,10 @@ class SelectiveScanFn(torch.autograd.Function):
             dout = torch.zeros_like(u)
         need_g0 = ctx.has_h0 and ctx.needs_input_grad[-1]
         *grads, g0 = ctx.kernels.backward(dout, dlast, u, delta, A, B, C, D, z, delta_bias,
-                                          ctx.SOFTPLUS, seq_idx, states, ctx.shape, ctx.config,
+                                          ctx.flags, seq_idx, states, ctx.shape, ctx.config,
                                           need_g0)
-        dh0 = initial_state_grad(g0, delta, delta_bias, ctx.SOFTPLUS, A) if need_g0 else None
+        dh0 = initial_state_grad(g0, delta, delta_bias, ctx.flags["SOFTPLUS"], A) \
+            if need_g0 else None
         return (None, None, None, None, None, None, *grads, dh0)
 
 
@@ -231,5 +234,6 @@ def run(kernels, config, u, delta, A, B, C, D=None, z=None, delta_bias=None,
         out = u * 0  # (b, d, l), empty; on u's graph
         return (out, last) if return_last_state else out
     config = config(n, u.device, l) if config is not None else None
-    return SelectiveScanFn.apply(kernels, config, shape, delta_softplus, return_last_state,
+    switches = flags(D, z, delta_bias, delta_softplus, B, C, seq_idx)  # once, for every launch
+    return SelectiveScanFn.apply(kernels, config, shape, switches, return_last_state,
                                  seq_idx, u, delta, A, B, C, D, z, delta_bias, initial_state)

@@ -361,7 +361,7 @@ def _chunk():
     return CPU_CHUNK if device.interpreted() else CHUNK
 
 
-def _forward(u, delta, A, B, C, D, z, delta_bias, SOFTPLUS, seq_idx, initial_state, shape,
+def _forward(u, delta, A, B, C, D, z, delta_bias, flags, seq_idx, initial_state, shape,
              config=None):
     """Launch the forward (``config`` unused: one fixed tile). Returns out, states, last."""
     b, d, l, n, g = shape
@@ -384,13 +384,13 @@ def _forward(u, delta, A, B, C, D, z, delta_bias, SOFTPLUS, seq_idx, initial_sta
         *sB,  # B's strides along its dims 0, 1, 2
         *sC,  # C's
         N=n, NP=triton.next_power_of_2(n), CHUNK=q,
-        **interface.flags(D, z, delta_bias, SOFTPLUS, B, C, seq_idx),  # HAS_D … HAS_SEQ
+        **flags,  # HAS_D … HAS_SEQ: the call's switches, resolved once by ``run``
         HAS_H0=initial_state is not None, BLOCK_D=cfg.block_d, BLOCK_L=cfg.block_l,
         num_warps=cfg.num_warps)
     return out, states, last
 
 
-def _backward(dout, dlast, u, delta, A, B, C, D, z, delta_bias, SOFTPLUS, seq_idx, states,
+def _backward(dout, dlast, u, delta, A, B, C, D, z, delta_bias, flags, seq_idx, states,
               shape, config=None, need_g0=False):
     """Launch the backward. Returns the eight gradients and g_0, the adjoint at step 0 (None
     unless ``need_g0`` or the last state has a gradient ``dlast``)."""
@@ -417,7 +417,7 @@ def _backward(dout, dlast, u, delta, A, B, C, D, z, delta_bias, SOFTPLUS, seq_id
         *sB, *sC,  # B's and C's strides along their dims 0, 1, 2
         *sdB, *sdC,  # dB's and dC's
         N=n, NP=triton.next_power_of_2(n), CHUNK=_chunk(),
-        **interface.flags(D, z, delta_bias, SOFTPLUS, B, C, seq_idx),  # HAS_D … HAS_SEQ
+        **flags,  # HAS_D … HAS_SEQ: the call's switches, resolved once by ``run``
         CARRY_G=carry_g, BLOCK_D=cfg.block_d, num_warps=cfg.num_warps)
     return (*interface.finish_grads(du, ddelta, dA, dB, dC, dD, dz, dbias, B, C, D, delta_bias),
             g0 if carry_g else None)

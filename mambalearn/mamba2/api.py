@@ -14,7 +14,7 @@ import torch
 from mambalearn.mamba2 import args as ssd_args
 from mambalearn.mamba2 import reference as ssd
 from mambalearn.mamba2.backward import ssd_backward
-from mambalearn.mamba2.chunk import ssd_forward
+from mambalearn.mamba2.chunk import chunk_cumsum, ssd_stages
 from mambalearn.mamba2.config import resolve
 from mambalearn.mamba2.fused.forward import fused_forward
 from mambalearn.mamba2.varlen import varlen_states
@@ -27,12 +27,15 @@ class _SSDFn(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, dt, A, B, C, chunk_size, D, z, dt_bias, initial_states, seq_idx,
                 dt_softplus, dt_limit, fused, backward, config):
-        if fused:
-            out, final = fused_forward(x, dt, A, B, C, chunk_size, D, z, dt_bias, initial_states,
-                                       seq_idx, dt_softplus, dt_limit, 2, torch.float32, config)
-        else:
-            out, final = ssd_forward(x, dt, A, B, C, chunk_size, D, z, dt_bias, initial_states,
-                                     seq_idx, dt_softplus, dt_limit, config.stages)
+        # Δ = clamp(softplus(dt + dt_bias)) and its chunk cumsum, once: the kernels after take Δ
+        dt_c, dA_cs = chunk_cumsum(dt, A, chunk_size, dt_bias, dt_softplus, dt_limit,
+                                   heads=config.stages.cumsum_heads)  # (b, h, c, q)
+        if fused:  # chapter 11's two launches
+            out, final = fused_forward(x, B, C, dt_c, dA_cs, D, z, initial_states, seq_idx,
+                                       config)
+        else:  # chapter 10's stages 2–5
+            out, final = ssd_stages(x, B, C, dt_c, dA_cs, D, z, initial_states, seq_idx,
+                                    config.stages)
         ctx.save_for_backward(x, dt, A, B, C, D, z, dt_bias, initial_states, seq_idx)
         ctx.args = (chunk_size, dt_softplus, dt_limit)
         ctx.config = config

@@ -399,10 +399,16 @@ def ssd_forward(x, dt, A, B, C, chunk_size, D=None, z=None, dt_bias=None, initia
         cfg = defaults(x.device).stages
     dt_c, dA_cs = chunk_cumsum(dt, A, chunk_size, dt_bias, dt_softplus, dt_limit,
                                heads=cfg.cumsum_heads)  # (b, h, c, q)
+    return ssd_stages(x, B, C, dt_c, dA_cs, D, z, initial_states, seq_idx, cfg)
+
+
+def ssd_stages(x, B, C, dt_c, dA_cs, D, z, initial_states, seq_idx, cfg):
+    """Stages 2–5 from stage 1's Δ and dA_cs (b, h, c, q): what follows once Δ is known (the
+    chunk size is their last dim). ``cfg``: a ``config.Stages``. Returns as `ssd_forward`."""
     S = chunk_state(x, B, dt_c, dA_cs, seq_idx, cfg)  # (b, c, h, p, n) f32
     # The entering states are stored in x's dtype (as mamba_ssm does, C.dtype): half the bytes.
     Hin, final = state_passing(S, dA_cs, initial_states, seq_idx, x.shape[1], out_dtype=x.dtype,
                                cfg=cfg)
-    CB = bmm_chunk(C, B, chunk_size, cfg)  # (b, c, g, q, q) f32
+    CB = bmm_chunk(C, B, dt_c.shape[-1], cfg)  # (b, c, g, q, q) f32
     out = chunk_scan(x, C, CB, dt_c, dA_cs, Hin, D, z, seq_idx, cfg)  # (b, l, h, p)
     return out, final

@@ -61,9 +61,11 @@ _INTERPRETED = tl.constexpr(INTERPRETED)
 
 
 @triton.jit
-def _gate_inputs(D_ptr, z_ptr, pid_b, pid_h, offs_p, in_p, stride_Dh, stride_Dp,
-                 stride_zb, stride_zh, stride_zp, HAS_D: tl.constexpr, HAS_Z: tl.constexpr):
+def _gate_inputs(D_ptr, z_ptr, pid_b, pid_h, offs_p, in_p, D_strides, z_strides,
+                 HAS_D: tl.constexpr, HAS_Z: tl.constexpr):
     """D and z of one tile's rows, float32 (BLOCK_P,) each (a 0 where the call has none)."""
+    stride_Dh, stride_Dp = D_strides
+    stride_zb, stride_zh, stride_zp = z_strides
     D = 0.0
     z = 0.0
     if HAS_D:
@@ -80,16 +82,13 @@ def _state_update_kernel(
     state_ptr, x_ptr, dt_ptr, dt_bias_ptr, A_ptr, B_ptr, C_ptr, D_ptr, z_ptr, out_ptr, idx_ptr,
     p, n, heads_per_group,  # head dim, state size, heads sharing one B/C group
     tiles_p, n_heads, n_slots,  # ⌈p / BLOCK_P⌉ tiles per head; heads; rows of the state
-    stride_sb, stride_sh, stride_sp, stride_sn,  # the state (slots, h, p, n)
-    stride_xb, stride_xh, stride_xp,
-    stride_dtb, stride_dth, stride_dtp,
-    stride_biash, stride_biasp,
-    stride_Ah, stride_Ap, stride_An,
-    stride_Bb, stride_Bg, stride_Bn,
-    stride_Cb, stride_Cg, stride_Cn,
-    stride_Dh, stride_Dp,
-    stride_zb, stride_zh, stride_zp,
-    stride_ob, stride_oh, stride_op,
+    state_strides,  # the state's strides (slots, h, p, n)
+    x_strides, dt_strides,  # (b, h, p) each
+    dt_bias_strides,  # (h, p)
+    A_strides,  # (h, p, n)
+    B_strides, C_strides,  # (b, g, n) each
+    D_strides,  # (h, p)
+    z_strides, out_strides,  # (b, h, p) each
     SOFTPLUS: tl.constexpr,  # Δ = softplus(dt + dt_bias)?
     TIE_HDIM: tl.constexpr,  # A and Δ are one scalar per head (Mamba-2)
     HAS_DT_BIAS: tl.constexpr, HAS_D: tl.constexpr, HAS_Z: tl.constexpr, HAS_IDX: tl.constexpr,
@@ -102,6 +101,15 @@ def _state_update_kernel(
     FAST_SP: tl.constexpr,  # softplus from the exp unit's 2^x and log2 (`softplus_fast`)
     PDL: tl.constexpr,  # programmatic dependent launch: start while the previous kernel ends
 ):
+    stride_sb, stride_sh, stride_sp, stride_sn = state_strides
+    stride_xb, stride_xh, stride_xp = x_strides
+    stride_dtb, stride_dth, stride_dtp = dt_strides
+    stride_biash, stride_biasp = dt_bias_strides
+    stride_Ah, stride_Ap, stride_An = A_strides
+    stride_Bb, stride_Bg, stride_Bn = B_strides
+    stride_Cb, stride_Cg, stride_Cn = C_strides
+    stride_Dh, stride_Dp = D_strides
+    stride_ob, stride_oh, stride_op = out_strides
     # One (BLOCK_P, n) tile per program, numbered p-block fastest, then head, then batch row, so
     # that programs running together touch neighbouring memory.
     if GRID_3D:  # the hardware numbers the blocks: every address is ready at once
@@ -153,8 +161,8 @@ def _state_update_kernel(
             bias = tl.load(dt_bias_ptr + pid_h * stride_biash + offs_p * stride_biasp,
                            mask=in_p, other=0.0).to(tl.float32)
     if LOADS_FIRST:
-        D1, z = _gate_inputs(D_ptr, z_ptr, pid_b, pid_h, offs_p, in_p, stride_Dh, stride_Dp,
-                             stride_zb, stride_zh, stride_zp, HAS_D and not SCALAR_D, HAS_Z)
+        D1, z = _gate_inputs(D_ptr, z_ptr, pid_b, pid_h, offs_p, in_p, D_strides, z_strides,
+                             HAS_D and not SCALAR_D, HAS_Z)
         if not SCALAR_D:
             D = D1
     # 2. the state tile: the only big read
@@ -211,8 +219,8 @@ def _state_update_kernel(
     else:
         tl.store(s_ptrs, h.to(state_ptr.dtype.element_ty), mask=mask_pn)
     if not LOADS_FIRST:  # (the first version's order: one more wait for memory, after the store)
-        D, z = _gate_inputs(D_ptr, z_ptr, pid_b, pid_h, offs_p, in_p, stride_Dh, stride_Dp,
-                            stride_zb, stride_zh, stride_zp, HAS_D, HAS_Z)
+        D, z = _gate_inputs(D_ptr, z_ptr, pid_b, pid_h, offs_p, in_p, D_strides, z_strides,
+                            HAS_D, HAS_Z)
     y = tl.sum(h * C[None, :], axis=1)  # (BLOCK_P,)
     if HAS_D:
         y += x * D
@@ -377,11 +385,11 @@ def selective_state_update(state, x, dt, A, B, C, D=None, z=None, dt_bias=None,
     _state_update_kernel[(tiles_p, h, bx) if grid_3d else (tiles_p * h * bx,)](
         s4, x4, dt4, bias2, A3, B3, C3, D2, z4, out, idx,
         p, n, per_group, tiles_p, h, b,
-        *s4.stride(), *x4.stride(), *dt4.stride(),
-        *(bias2.stride() if bias2 is not None else (0, 0)),
-        *A3.stride(), *sB, *sC,
-        *(D2.stride() if D2 is not None else (0, 0)),
-        *zs, *out.stride(),
+        s4.stride(), x4.stride(), dt4.stride(),
+        bias2.stride() if bias2 is not None else (0, 0),
+        A3.stride(), sB, sC,
+        D2.stride() if D2 is not None else (0, 0),
+        zs, out.stride(),
         SOFTPLUS=bool(dt_softplus), TIE_HDIM=tie, HAS_DT_BIAS=bias2 is not None,
         HAS_D=D2 is not None, HAS_Z=z4 is not None, HAS_IDX=idx is not None,
         BLOCK_P=bp, BLOCK_N=triton.next_power_of_2(n), STREAM=bool(st),

@@ -18,7 +18,8 @@ The kernels (Triton), beside them, in the rooms of Mamba-1 and Mamba-2:
     chunk              the chunked forward (chunk_state, state_passing: its states)
     backward           the backward (backward_qk, backward_v)
     mimo_api           ``mamba3_mimo_combined``: the MIMO prefill (mimo_forward, mimo_backward)
-    step_api           ``mamba3_siso_step`` (mamba_ssm's signature) and ``mamba3_mimo_step``
+    fused/             names the fused kernels: the MIMO prefill's, a program per (head, batch)
+    step               ``mamba3_siso_step`` (mamba_ssm's signature) and ``mamba3_mimo_step``
     common             what the kernels share
 
 The model and beyond:
@@ -54,8 +55,8 @@ __all__ = [
 _WHERE = {
     "mamba3_siso_combined": "api",
     "mamba3_mimo_combined": "mimo_api",
-    "mamba3_siso_step": "step_api",
-    "mamba3_mimo_step": "step_api",
+    "mamba3_siso_step": "step",
+    "mamba3_mimo_step": "step",
 }
 
 

@@ -24,8 +24,8 @@ from mambalearn import device  # noqa: F401  (TRITON_INTERPRET before any kernel
 from mambalearn.mamba3.api import mamba3_siso_combined
 from mambalearn.mamba3.common import dot_dtype
 from mambalearn.mamba3.config import MIMO_DEFAULT, MimoConfig
-from mambalearn.mamba3.mimo_backward import mimo_backward_kernel, sum_heads_kernel
-from mambalearn.mamba3.mimo_forward import mimo_forward_kernel
+from mambalearn.mamba3.fused.mimo_backward import mimo_backward_kernel, sum_heads_kernel
+from mambalearn.mamba3.fused.mimo_forward import mimo_forward_kernel
 from mambalearn.mamba3.mimo_reference import check_inputs, initial_pre_state
 from mambalearn.mamba3.reference import angle_cumsum
 from mambalearn.mamba3.reference_chunked import trapezoid_weights

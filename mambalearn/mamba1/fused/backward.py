@@ -23,7 +23,7 @@ import triton.language as tl
 
 from mambalearn import device
 from mambalearn.mamba1 import config as cfgs
-from mambalearn.mamba1.args import bc_strides, flags
+from mambalearn.mamba1.args import bc_strides
 from mambalearn.mamba1.fused.forward import fwd_state as _fwd_state_fast
 from mambalearn.mamba1.fused.gradients import bwd_outputs
 from mambalearn.mamba1.fused.tile import (
@@ -174,10 +174,9 @@ def _bwd_kernel(
     dA_ptr, dBf_ptr, dCf_ptr, dD_ptr, dbias_ptr,  # fp32 sums per batch row: (b,d,n) ×3, (b,d) ×2
     l, d, dpg, g,  # length, channels, channels per group, groups
     groups, slot_rows,  # DET: b·g·chunks, the tree sums' groups; the tree's slots a group
-    stride_Bb, stride_Bg, stride_Bn,  # B: (b, g, n, l) or fixed (d, n); 0 if absent
-    stride_Cb, stride_Cg, stride_Cn,  # C: likewise
-    stride_dBb, stride_dBg, stride_dBn,  # the time-varying dB buffer
-    stride_dCb, stride_dCg, stride_dCn,  # the time-varying dC buffer
+    B_strides,  # (b, g, n) of B (b, g, n, l); zeros if fixed (d, n)
+    C_strides,  # C's, likewise
+    dB_strides, dC_strides,  # (b, g, n) of the time-varying dB and dC buffers
     N: tl.constexpr, NP: tl.constexpr,  # states, and n padded to a power of two
     BLOCK_D: tl.constexpr, BLOCK_L: tl.constexpr,  # tile: channels × steps of one sub-block
     CHUNK: tl.constexpr, SCR: tl.constexpr,  # steps between stored states; scratch slots
@@ -192,6 +191,10 @@ def _bwd_kernel(
     AFTER: tl.constexpr,  # DET: no tree here, a second kernel adds the slots (`TreeSum.after`)
 ):
     EVEN: tl.constexpr = EVEN_L and EVEN_D
+    stride_Bb, stride_Bg, stride_Bn = B_strides
+    stride_Cb, stride_Cg, stride_Cn = C_strides
+    stride_dBb, stride_dBg, stride_dBn = dB_strides
+    stride_dCb, stride_dCg, stride_dCn = dC_strides
     pid_bg, pid_d = tl.program_id(0), tl.program_id(1)
     bi, gi = pid_bg // g, pid_bg % g
     d_loc = pid_d * BLOCK_D + tl.arange(0, BLOCK_D)
@@ -358,7 +361,7 @@ def _bwd_kernel(
     tl.store(dbias_ptr + bd_row, dbias_acc, mask=d_mask)
 
 
-def launch(dout, u, delta, A, Bk, Ck, D, z, delta_bias, SOFTPLUS, seq_idx, states, bufs,
+def launch(dout, u, delta, A, Bk, Ck, D, z, delta_bias, flags, seq_idx, states, bufs,
            shape, config, B, C, plan=None):
     """Launch the sub-block backward into ``bufs`` (`GradBuffers` with one segment: this kernel
     walks the whole sequence, ``plan`` is not used); Bk, Ck: kernel layouts."""
@@ -386,13 +389,11 @@ def launch(dout, u, delta, A, Bk, Ck, D, z, delta_bias, SOFTPLUS, seq_idx, state
         l, d, d // g, g,  # length, channels, channels per group, groups
         *(tree.groups, tree.rows) if tree is not None else (1, 1),  # its groups (b·g·chunks),
         # slots a group
-        sB.b, sB.g, sB.n,  # strides of B (zeros if fixed (d, n): contiguous)
-        sC.b, sC.g, sC.n,  # strides of C
-        sdB.b, sdB.g, sdB.n,  # strides of the dB buffer
-        sdC.b, sdC.g, sdC.n,  # strides of the dC buffer
+        tuple(sB), tuple(sC),  # strides (b, g, n) of B and C (zeros if fixed (d, n))
+        tuple(sdB), tuple(sdC),  # strides of the dB and dC buffers
         N=n, NP=triton.next_power_of_2(n), BLOCK_D=bc.block_d, BLOCK_L=bc.block_l,
         CHUNK=config.chunk, SCR=scr,
-        **flags(D, z, delta_bias, SOFTPLUS, B, C, seq_idx),  # HAS_D … HAS_SEQ
+        **flags,  # HAS_D … HAS_SEQ, resolved once (``args.flags``)
         UNROLL=bc.unroll, EVEN_L=even_l, EVEN_D=even_d, STAGES=cfgs.stages(bc.stages, interp),
         **bufs.tree_constexprs(bc.num_warps, bc.tree_block),  # DET, SLOT, FAN, TREE_BLOCK, AFTER
         num_warps=bc.num_warps, **cfgs.compile_options(bc.maxnreg, interp))

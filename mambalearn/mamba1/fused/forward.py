@@ -26,7 +26,7 @@ import triton.language as tl
 
 from mambalearn import device
 from mambalearn.mamba1 import config as cfgs
-from mambalearn.mamba1.args import bc_layout, bc_strides, flags
+from mambalearn.mamba1.args import bc_layout, bc_strides
 from mambalearn.mamba1.fused.tile import (
     column,
     l1_sectors,
@@ -248,7 +248,7 @@ def _fwd_kernel(
         tl.store(last_ptr + bd_row[:, None] * N + ncols[None, :], H, mask=n_mask)
 
 
-def forward(u, delta, A, B, C, D, z, delta_bias, softplus, seq_idx, starts, seg_len, shape,
+def forward(u, delta, A, B, C, D, z, delta_bias, flags, seq_idx, starts, seg_len, shape,
             config):
     """Launch the forward over S = len(starts) segments of ``seg_len`` steps, each from its
     entering state in ``starts`` (S, b, d, n) fp32 (`segments.forward_starts`; None: one
@@ -281,7 +281,7 @@ def forward(u, delta, A, B, C, D, z, delta_bias, softplus, seq_idx, starts, seg_
         sB.b, sB.g, sB.n,  # strides of B (zeros if fixed (d, n): contiguous)
         sC.b, sC.g, sC.n,  # strides of C
         N=n, NP=triton.next_power_of_2(n), BLOCK_D=fc.block_d, BLOCK_L=fc.block_l, CHUNK=q,
-        **flags(D, z, delta_bias, softplus, B, C, seq_idx),  # HAS_D … HAS_SEQ
+        **flags,  # HAS_D … HAS_SEQ, resolved once (``args.flags``)
         HAS_H0=starts is not None, UNROLL=fc.unroll, EVEN_L=even_l, EVEN_D=even_d,
         STATE_UNROLL=fc.state_unroll, STAGES=cfgs.stages(fc.stages, interp),
         L1_X=l1_sectors(fc.block_l, 8 * u.element_size()) if fc.l1_prefetch else 0,

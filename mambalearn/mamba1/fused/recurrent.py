@@ -30,7 +30,6 @@ import triton.language as tl
 
 from mambalearn import device
 from mambalearn.mamba1 import config as cfgs
-from mambalearn.mamba1.args import flags
 from mambalearn.mamba1.fused.tile import (
     column,
     l1_sectors,
@@ -203,7 +202,7 @@ def bt_layout(X):
     return X.float().transpose(-1, -2).contiguous()  # (b, g, l, n)
 
 
-def forward(u, delta, A, B, C, D, z, delta_bias, softplus, seq_idx, starts, seg_len, shape,
+def forward(u, delta, A, B, C, D, z, delta_bias, flags, seq_idx, starts, seg_len, shape,
             config):
     """Launch the recurrent forward over S = len(starts) segments of ``seg_len`` steps, each
     from its entering state in ``starts`` (S, b, d, n) fp32 (None: one segment from h = 0).
@@ -236,7 +235,7 @@ def forward(u, delta, A, B, C, D, z, delta_bias, softplus, seq_idx, starts, seg_
         *sB,  # strides of the transposed B (b, g, l); zeros if fixed
         *sC,  # strides of the transposed C
         N=n, NP=np2, V=min(4, np2), BLOCK_D=fc.block_d, BLOCK_L=fc.block_l, CHUNK=q,
-        **flags(D, z, delta_bias, softplus, B, C, seq_idx),  # HAS_D … HAS_SEQ
+        **flags,  # HAS_D … HAS_SEQ, resolved once (``args.flags``)
         EVEN_L=even_l, EVEN_D=even_d, PREFETCH=fc.prefetch,
         FAST_SP=fc.fast_softplus, L1_SECTORS=l1_sectors(fc.block_l * n) if fc.l1_prefetch else 0,
         num_warps=fc.num_warps, **cfgs.compile_options(fc.maxnreg, interp))

@@ -25,7 +25,7 @@ import triton.language as tl
 
 from mambalearn import device
 from mambalearn.mamba1 import config as cfgs
-from mambalearn.mamba1.args import bc_strides, flags
+from mambalearn.mamba1.args import bc_strides
 from mambalearn.mamba1.fused.gradients import bwd_outputs
 from mambalearn.mamba1.fused.tile import (
     column,
@@ -158,10 +158,9 @@ def _bwd_so_kernel(
     seg_len, bd, pieces, M,  # steps a segment (l if one), b·d (its rows), pieces a segment,
                         # all pieces
     groups, slot_rows,  # DET: b·g·chunks, the tree sums' groups; the tree's slots a group
-    stride_Bb, stride_Bg, stride_Bn,  # B: (b, g, n, l) or fixed (d, n); 0 if absent
-    stride_Cb, stride_Cg, stride_Cn,  # C: likewise
-    stride_dBb, stride_dBg, stride_dBn,  # the time-varying dB buffer
-    stride_dCb, stride_dCg, stride_dCn,  # the time-varying dC buffer
+    B_strides,  # (b, g, n) of B (b, g, n, l); zeros if fixed (d, n)
+    C_strides,  # C's, likewise
+    dB_strides, dC_strides,  # (b, g, n) of the time-varying dB and dC buffers
     N: tl.constexpr,  # states, ≤ BLOCK_L (the row sums live in the columns of a tile)
     BLOCK_D: tl.constexpr, BLOCK_L: tl.constexpr,  # tile: channels × one whole chunk
     HAS_D: tl.constexpr, HAS_Z: tl.constexpr, HAS_BIAS: tl.constexpr, SOFTPLUS: tl.constexpr,
@@ -176,6 +175,10 @@ def _bwd_so_kernel(
     REG_CARRY: tl.constexpr,  # the adjoint carry in a register tile, gbuf read/written once
 ):
     EVEN: tl.constexpr = EVEN_L and EVEN_D
+    stride_Bb, stride_Bg, stride_Bn = B_strides
+    stride_Cb, stride_Cg, stride_Cn = C_strides
+    stride_dBb, stride_dBg, stride_dBn = dB_strides
+    stride_dCb, stride_dCg, stride_dCn = dC_strides
     pid_bg, pid_d, pid_s = tl.program_id(0), tl.program_id(1), tl.program_id(2)
     bi, gi = pid_bg // g, pid_bg % g
     c_lo = pid_s * (seg_len // BLOCK_L)  # this program's segment: chunks c_lo … c_hi
@@ -330,7 +333,7 @@ def _bwd_so_kernel(
     tl.store(dbias_ptr + sd_row, dbias_acc, mask=d_mask)
 
 
-def launch(dout, u, delta, A, Bk, Ck, D, z, delta_bias, SOFTPLUS, seq_idx, states, bufs,
+def launch(dout, u, delta, A, Bk, Ck, D, z, delta_bias, flags, seq_idx, states, bufs,
            shape, config, B, C, plan):
     """Launch the state-outer backward into ``bufs`` (`GradBuffers`, one slot per segment of
     ``plan`` = (S, seg_len, k, G, P), G and P the adjoint summaries or None); Bk, Ck: kernel
@@ -365,12 +368,10 @@ def launch(dout, u, delta, A, Bk, Ck, D, z, delta_bias, SOFTPLUS, seq_idx, state
         seg_len, b * d, k, (S - 1) * k,  # steps a segment, its rows, pieces a segment, all
         *(tree.groups, tree.rows) if tree is not None else (1, 1),  # its groups (b·g·chunks),
         # slots a group
-        sB.b, sB.g, sB.n,  # strides of B (zeros if fixed (d, n): contiguous)
-        sC.b, sC.g, sC.n,  # strides of C
-        sdB.b, sdB.g, sdB.n,  # strides of the dB buffer
-        sdC.b, sdC.g, sdC.n,  # strides of the dC buffer
+        tuple(sB), tuple(sC),  # strides (b, g, n) of B and C (zeros if fixed (d, n))
+        tuple(sdB), tuple(sdC),  # strides of the dB and dC buffers
         N=n, BLOCK_D=bc.block_d, BLOCK_L=config.chunk,
-        **flags(D, z, delta_bias, SOFTPLUS, B, C, seq_idx),  # HAS_D … HAS_SEQ
+        **flags,  # HAS_D … HAS_SEQ, resolved once (``args.flags``)
         EVEN_L=even_l, EVEN_D=even_d, REV_LOADS=bc.rev_loads, FOLD=S > 1,
         **bufs.tree_constexprs(bc.num_warps, bc.tree_block),  # DET, SLOT, FAN, TREE_BLOCK, AFTER
         ROWS=rows, REG_CARRY=bc.reg_carry, num_warps=bc.num_warps,

@@ -25,7 +25,7 @@ measurements behind it in bench/NOTES_ssd.md).
 import torch
 
 from mambalearn.mamba2 import args as ssd_args
-from mambalearn.mamba2.chunk import chunk_cumsum, ssd_forward
+from mambalearn.mamba2.chunk import chunk_cumsum, ssd_stages
 from mambalearn.mamba2.common import FUSED_MIN_CHUNK
 from mambalearn.mamba2.config import resolve
 from mambalearn.mamba2.fused import outputs, states
@@ -77,27 +77,26 @@ def ssd_fused_forward(x, dt, A, B, C, chunk_size, D=None, z=None, dt_bias=None,
     if launches == 1 and seq_idx is not None:
         raise ValueError("the one-launch SSD kernel does not support seq_idx; use launches=2")
     cfg = resolve(config, (b, l, h, p, g, n, q), x.device)
-    return fused_forward(x, dt, A, B, C, q, D, z, dt_bias, initial_states, seq_idx, dt_softplus,
-                         dt_limit, launches, state_dtype, cfg)
-
-
-def fused_forward(x, dt, A, B, C, q, D, z, dt_bias, initial_states, seq_idx, dt_softplus,
-                  dt_limit, launches, state_dtype, cfg):
-    """`ssd_fused_forward` behind its checks: arguments as ``args.check`` returns them (a
-    non-empty call), ``q`` the checked chunk size, ``cfg`` a resolved ``config.Config``. What the
-    public functions call; nothing here checks or resolves again."""
-    if launches == 2:  # tensor descriptors: contiguous rows
-        x, B, C = x.contiguous(), B.contiguous(), C.contiguous()
-        z = z.contiguous() if z is not None else None
-    if q < FUSED_MIN_CHUNK or (launches == 2 and not outputs.tma_ok(x, z, B, C)):
-        # too few steps for a tensor-core tile, or rows not 16-byte aligned: chapter 10's kernels
-        return ssd_forward(x, dt, A, B, C, q, D, z, dt_bias, initial_states, seq_idx,
-                           dt_softplus, dt_limit, cfg.stages)
-    if launches == 1:
+    if launches == 1 and q >= FUSED_MIN_CHUNK:  # Δ is computed inside the one kernel
         return ssd_one_launch(x, dt, A, B, C, q, D, z, dt_bias, initial_states, dt_softplus,
                               dt_limit, state_dtype, config=cfg.one)
     dt_c, dA_cs = chunk_cumsum(dt, A, q, dt_bias, dt_softplus, dt_limit,
-                               heads=cfg.stages.cumsum_heads)  # (b, h, c, q)
+                               heads=cfg.stages.cumsum_heads)  # Δ, dA_cs: (b, h, c, q)
+    if launches == 1:  # too few steps for a tensor-core tile: chapter 10's kernels
+        return ssd_stages(x, B, C, dt_c, dA_cs, D, z, initial_states, seq_idx, cfg.stages)
+    return fused_forward(x, B, C, dt_c, dA_cs, D, z, initial_states, seq_idx, cfg)
+
+
+def fused_forward(x, B, C, dt_c, dA_cs, D, z, initial_states, seq_idx, cfg):
+    """The two launches from stage 1's Δ and dA_cs (b, h, c, q), behind the checks: arguments as
+    ``args.check`` returns them (a non-empty call), ``cfg`` a resolved ``config.Config``; the
+    chunk size is Δ's last dim. What the public functions call once Δ is known; nothing here
+    checks or resolves again, and Δ's inputs (dt, dt_bias, dt_softplus, dt_limit) stay above."""
+    x, B, C = x.contiguous(), B.contiguous(), C.contiguous()  # tensor descriptors: contiguous rows
+    z = z.contiguous() if z is not None else None
+    if dt_c.shape[-1] < FUSED_MIN_CHUNK or not outputs.tma_ok(x, z, B, C):
+        # too few steps for a tensor-core tile, or rows not 16-byte aligned: chapter 10's kernels
+        return ssd_stages(x, B, C, dt_c, dA_cs, D, z, initial_states, seq_idx, cfg.stages)
     H, final = states.chunk_states(x, B, dt_c, dA_cs, initial_states, seq_idx,
                                    config=cfg.states)  # (b, c, h, p, n), (b, h, p, n)
     out = outputs.chunk_outputs(x, C, B, dt_c, dA_cs, H, D, z, seq_idx, config=cfg.outputs)

@@ -86,12 +86,8 @@ def _diag_tile(acc, C_m, a_m, seq_m, offs_m, k0, B_base, x_base, dtc_row, dacs_r
 def _output_rows(m0, pid_b, pid_c, pid_h, pid_p, H_base,
                  x_ptr, z_ptr, D_ptr, C_ptr, B_ptr, dtc_ptr, dacs_ptr, seq_ptr, out_ptr,
                  l, h, p, nchunks, heads_per_group,
-                 stride_xb, stride_xl, stride_xh, stride_xp,
-                 stride_zb, stride_zl, stride_zh, stride_zp,
-                 stride_Cb, stride_Cl, stride_Cg, stride_Cn,
-                 stride_Bb, stride_Bl, stride_Bg, stride_Bn,
-                 stride_ob, stride_ol, stride_oh, stride_op,
-                 stride_seqb, stride_seql, stride_Dh, stride_Dp,
+                 x_strides, z_strides, C_strides, B_strides, out_strides,  # (b, l, h or g, p or n)
+                 seq_strides, D_strides,  # (b, l), (h, p)
                  N: tl.constexpr, Q: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr,
                  BLOCK_P: tl.constexpr, BLOCK_N: tl.constexpr, EXP2: tl.constexpr,
                  HAS_D: tl.constexpr, HAS_Z: tl.constexpr, HAS_SEQ: tl.constexpr,
@@ -99,6 +95,13 @@ def _output_rows(m0, pid_b, pid_c, pid_h, pid_p, H_base,
     """Outputs of rows m0 … m0 + BLOCK_M of chunk c for one head (and p-block): the module doc.
     ``H_base`` points at the (p, n) state entering the chunk; ``VOLATILE_H``: it was written by
     another program of this launch (read it past the L1 cache)."""
+    stride_xb, stride_xl, stride_xh, stride_xp = x_strides
+    stride_zb, stride_zl, stride_zh, stride_zp = z_strides
+    stride_Cb, stride_Cl, stride_Cg, stride_Cn = C_strides
+    stride_Bb, stride_Bl, stride_Bg, stride_Bn = B_strides
+    stride_ob, stride_ol, stride_oh, stride_op = out_strides
+    stride_seqb, stride_seql = seq_strides
+    stride_Dh, stride_Dp = D_strides
     pid_g = pid_h // heads_per_group
     offs_m = m0 + tl.arange(0, BLOCK_M)  # steps t of the chunk
     offs_p = pid_p * BLOCK_P + tl.arange(0, BLOCK_P)
@@ -171,11 +174,9 @@ def is_even(l, q, n, p, block_p):
     return l % q == 0 and n == p2(n, 1) and p % block_p == 0
 
 
-def launch_strides(x, z, C, B, out, D, seq_idx):
-    """The stride arguments of ``_output_rows`` in its order (zeros for absent tensors)."""
-    return (*x.stride(), *(z.stride() if z is not None else (0, 0, 0, 0)), *C.stride(),
-            *B.stride(), *out.stride(), *(seq_idx.stride() if seq_idx is not None else (0, 0)),
-            *((0, 0) if D is None else ((D.stride(0), 0) if D.ndim == 1 else D.stride())))
+def d_strides(D):
+    """D's strides (h, p) as the kernels read them: (0, 0) without D, p's 0 for one D per head."""
+    return (0, 0) if D is None else ((D.stride(0), 0) if D.ndim == 1 else D.stride())
 
 
 @triton.jit
@@ -186,18 +187,18 @@ def _ssd_one_launch_kernel(
     flag_ptr,           # (b, h, c) int32, 1 once H_{c+1} is published
     ticket_ptr,         # (1,) int32 work counter
     l, h, p, nchunks, heads_per_group, dt_min, dt_max,
-    stride_xb, stride_xl, stride_xh, stride_xp,
-    stride_dtb, stride_dtl, stride_dth,
-    stride_zb, stride_zl, stride_zh, stride_zp,
-    stride_Cb, stride_Cl, stride_Cg, stride_Cn,
-    stride_Bb, stride_Bl, stride_Bg, stride_Bn,
-    stride_ob, stride_ol, stride_oh, stride_op,
-    stride_seqb, stride_seql, stride_Dh, stride_Dp,
+    x_strides,  # (b, l, h, p)
+    dt_strides,  # (b, l, h)
+    z_strides, C_strides, B_strides, out_strides,  # (b, l, h, p), (b, l, g, n) ×2, (b, l, h, p)
+    seq_strides, D_strides,  # (b, l): zeros, no seq_idx here; (h, p)
     N: tl.constexpr, Q: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr,
     BLOCK_P: tl.constexpr, BLOCK_N: tl.constexpr, EXP2: tl.constexpr,
     HAS_D: tl.constexpr, HAS_Z: tl.constexpr, HAS_BIAS: tl.constexpr, SOFTPLUS: tl.constexpr,
     HAS_LIMIT: tl.constexpr, HAS_INIT: tl.constexpr, EVEN: tl.constexpr,
 ):
+    stride_xb, stride_xl, stride_xh, stride_xp = x_strides
+    stride_dtb, stride_dtl, stride_dth = dt_strides
+    stride_Bb, stride_Bl, stride_Bg, stride_Bn = B_strides
     # the work index from a ticket, not program_id: the deadlock-free order (module doc)
     ticket = tl.atomic_add(ticket_ptr, 1)
     n_bh = tl.num_programs(0) // nchunks
@@ -263,12 +264,8 @@ def _ssd_one_launch_kernel(
         _output_rows(m0, pid_b, pid_c, pid_h, 0, H_c,
                      x_ptr, z_ptr, D_ptr, C_ptr, B_ptr, dtc_ptr, dacs_ptr, x_ptr, out_ptr,
                      l, h, p, nchunks, heads_per_group,
-                     stride_xb, stride_xl, stride_xh, stride_xp,
-                     stride_zb, stride_zl, stride_zh, stride_zp,
-                     stride_Cb, stride_Cl, stride_Cg, stride_Cn,
-                     stride_Bb, stride_Bl, stride_Bg, stride_Bn,
-                     stride_ob, stride_ol, stride_oh, stride_op,
-                     stride_seqb, stride_seql, stride_Dh, stride_Dp,
+                     x_strides, z_strides, C_strides, B_strides, out_strides, seq_strides,
+                     D_strides,
                      N, Q, BLOCK_M, BLOCK_K, BLOCK_P, BLOCK_N, EXP2, HAS_D, HAS_Z, False, EVEN,
                      True)
 
@@ -300,8 +297,9 @@ def ssd_one_launch(x, dt, A, B, C, q, D=None, z=None, dt_bias=None, initial_stat
         x, dt, A, B, C, D if D is not None else A, z if z is not None else x,
         dt_bias if dt_bias is not None else A, init if init is not None else A, out,
         dt_c, dA_cs, H, flags, flags[-1:], l, h, p, c, h // g,
-        float(dt_limit[0]), float(dt_limit[1]), *x.stride()[:4], *dt.stride(),
-        *launch_strides(x, z, C, B, out, D, None)[4:],
+        float(dt_limit[0]), float(dt_limit[1]), x.stride(), dt.stride(),
+        z.stride() if z is not None else (0, 0, 0, 0), C.stride(), B.stride(), out.stride(),
+        (0, 0), d_strides(D),  # no seq_idx
         N=n, Q=q, BLOCK_M=BM, BLOCK_K=BK, BLOCK_P=p2(p), BLOCK_N=p2(n), EXP2=bool(cfg.exp2),
         HAS_D=D is not None, HAS_Z=z is not None, HAS_BIAS=dt_bias is not None,
         SOFTPLUS=bool(dt_softplus), HAS_LIMIT=tuple(dt_limit) != (0.0, float("inf")),

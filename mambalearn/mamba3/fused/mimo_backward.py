@@ -37,7 +37,7 @@ import triton.language as tl
 
 from mambalearn import device  # noqa: F401  (TRITON_INTERPRET before @triton.jit)
 from mambalearn.mamba3.common import exp2, pair_cross, turn
-from mambalearn.mamba3.mimo_forward import (
+from mambalearn.mamba3.fused.mimo_forward import (
     SIZES,
     load_rows,
     row_angles,
