@@ -37,7 +37,7 @@ from mambalearn.mamba3.common import (
     tanh,
     warps,
 )
-from mambalearn.mamba3.reference import per_head, rotate_pairs
+from mambalearn.mamba3.reference import final_k, rotate_pairs
 from mambalearn.mamba3.state_passing import pass_state_grads, walk_state_grads
 
 
@@ -113,10 +113,9 @@ def heads_per_program(r, programs, cfg):
 
 def _final_k_grads(x, d_k, theta_final):
     """The final k state k_F = R(θ_F)(K_{l−1} + K_bias) per head: (dk̃ (b, h, n), its dθ_F)."""
-    h, na = x["V"].shape[2], theta_final.shape[-1]
-    k_last = per_head(x["K"][:, -1:].float(), h)[:, 0] + x["K_bias"].float()  # (b, h, n)
+    na = theta_final.shape[-1]
     d_k = d_k.float()
-    k_F = rotate_pairs(k_last, theta_final)
+    k_F = final_k(x["K"], x["K_bias"], theta_final)  # (b, h, n)
     even, odd = slice(0, 2 * na, 2), slice(1, 2 * na, 2)  # the turning pairs
     cross = d_k[..., odd] * k_F[..., even] - d_k[..., even] * k_F[..., odd]
     return rotate_pairs(d_k, -theta_final), cross  # (b, h, n), (b, h, na)

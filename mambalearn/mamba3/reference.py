@@ -127,6 +127,14 @@ def rotate_pairs(X, theta):
     return torch.cat([turned, pairs[..., na:, :]], dim=-2).flatten(-2)  # (..., n)
 
 
+def final_k(K, K_bias, theta_final):
+    """k_F = R(θ_F)(K_{l−1} + K_bias) per head: the last step's key turned by the final angle,
+    the k state the next call starts from. Shapes: K (b, l, g, n), K_bias (h, n), theta_final
+    (b, h, na) → (b, h, n) float32."""
+    k_last = per_head(K[:, -1:].float(), K_bias.shape[0])[:, 0] + K_bias.float()  # (b, h, n)
+    return rotate_pairs(k_last, theta_final)
+
+
 def trapezoid_coefficients(ADT, DT, Trap):
     """(α, β, γ) = (exp(ΔA), (1 − λ)Δ exp(ΔA), λΔ), λ = sigmoid(Trap): the three weights of a step.
 

@@ -48,7 +48,7 @@ from mambalearn.mamba3.common import (
     turn,
     warps,
 )
-from mambalearn.mamba3.reference import per_head, rotate_pairs
+from mambalearn.mamba3.reference import final_k
 
 
 @triton.jit(do_not_specialize=SIZES)
@@ -254,6 +254,5 @@ def walk_forward(x, chunk_size, save, return_final, cfg, H_in, theta_in):
     )
     r = dict(out=out, H=H, steps=steps, theta_final=theta_final, y_pre=y_pre)
     if return_final:  # the last step's k, turned by the final angle: the next call's k_prev
-        k_last = per_head(x["K"][:, -1:].float(), h)[:, 0] + x["K_bias"].float()  # (b, h, n)
-        r.update(angle=theta_final, ssm=final, k=rotate_pairs(k_last, theta_final))
+        r.update(angle=theta_final, ssm=final, k=final_k(x["K"], x["K_bias"], theta_final))
     return r
